@@ -1,0 +1,1 @@
+//! rocketraft client SDK.

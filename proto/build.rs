@@ -1,0 +1,14 @@
+//! Generates the protobuf and tonic code from `proto/*.proto` with `protox`, a pure-Rust
+//! protobuf compiler, so a fresh machine needs no system `protoc`.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = ["proto/common.proto", "proto/broker.proto", "proto/raft.proto"];
+    for file in files {
+        println!("cargo:rerun-if-changed={file}");
+    }
+    let descriptors = protox::compile(files, ["proto"])?;
+    tonic_prost_build::configure()
+        .bytes(".")
+        .compile_fds(descriptors)?;
+    Ok(())
+}
