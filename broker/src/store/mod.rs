@@ -1,0 +1,5 @@
+//! The on-disk message store (work in progress: later commits add the remaining modules).
+pub mod error;
+pub mod properties;
+pub mod tags;
+pub mod record;
