@@ -3,3 +3,5 @@ pub mod error;
 pub mod properties;
 pub mod tags;
 pub mod record;
+pub mod mapped_file;
+pub mod commit_log;
