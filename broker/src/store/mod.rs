@@ -5,3 +5,6 @@ pub mod tags;
 pub mod record;
 pub mod mapped_file;
 pub mod commit_log;
+pub mod consume_queue;
+pub mod index;
+pub mod checkpoint;
