@@ -1,1 +1,2 @@
-
+//! rocketraft broker node: the on-disk message store (and, later, the Raft layer and gRPC API).
+pub mod store;

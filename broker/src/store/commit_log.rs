@@ -1,0 +1,627 @@
+//! `CommitLog`: the append-only sequence of fixed-size mapped segments holding every message
+//! record, in `<dir>/commitlog/`, addressed by a global byte offset.
+//!
+//! Invariants: segments are contiguous (`start(i+1) == start(i) + segment_size`) and each file
+//! is named by its start offset; a record never spans two segments; every segment but the last
+//! is sealed by a blank filler covering exactly its unused tail (so a record always leaves at
+//! least [`END_FILE_MIN_BLANK_LENGTH`] bytes free); bytes past the write position are zero.
+//! Recovery scans from the segment holding the checkpoint, validates length, magic and CRC
+//! record by record, and truncates (zeroes) everything after the first invalid record.
+
+use std::path::{Path, PathBuf};
+
+use tracing::{info, warn};
+
+use crate::store::error::StoreError;
+use crate::store::mapped_file::{self, MappedFile};
+use crate::store::record::{
+    self, BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, RecordError, RecordView,
+};
+
+/// Sub-directory of the store holding the CommitLog segments.
+pub const COMMIT_LOG_DIR: &str = "commitlog";
+
+/// What recovery found at the end of the CommitLog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CommitLogRecovery {
+    /// Offset after the last valid record (where appends continue).
+    pub commit_log_end: u64,
+    /// Non-zero bytes dropped after the last valid record (torn tail, garbage, later segments).
+    pub bytes_truncated: u64,
+}
+
+/// One entry found while walking a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    Message(usize),
+    Blank(usize),
+    /// Zero bytes where a record would start: the end of the written data.
+    End,
+}
+
+/// Classifies the bytes at the start of `buf`, `remaining` bytes before the segment's end.
+fn probe(buf: &[u8], remaining: usize) -> Result<Entry, RecordError> {
+    let head = buf
+        .get(..END_FILE_MIN_BLANK_LENGTH)
+        .ok_or(RecordError::Truncated {
+            needed: END_FILE_MIN_BLANK_LENGTH,
+            available: buf.len(),
+        })?;
+    if head.iter().all(|b| *b == 0) {
+        return Ok(Entry::End);
+    }
+    let total_size = i32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+    let magic = i32::from_be_bytes([head[4], head[5], head[6], head[7]]);
+    if magic == BLANK_MAGIC_CODE {
+        return match usize::try_from(total_size) {
+            Ok(size) if size == remaining => Ok(Entry::Blank(size)),
+            _ => Err(RecordError::TotalSize { total_size }),
+        };
+    }
+    let in_segment = &buf[..buf.len().min(remaining)];
+    let view = RecordView::parse(in_segment)?;
+    if view.total_size() + END_FILE_MIN_BLANK_LENGTH > remaining {
+        return Err(RecordError::TotalSize { total_size });
+    }
+    Ok(Entry::Message(view.total_size()))
+}
+
+/// The CommitLog.
+#[derive(Debug)]
+pub struct CommitLog {
+    dir: PathBuf,
+    segment_size_bytes: u64,
+    segments: Vec<MappedFile>,
+}
+
+impl CommitLog {
+    /// Opens (creating if needed) `<store_dir>/commitlog` and recovers it, scanning from the
+    /// start of the segment holding `recover_from` (the checkpoint's flushed offset).
+    pub fn open(
+        store_dir: &Path,
+        segment_size_bytes: u64,
+        recover_from: u64,
+    ) -> Result<(CommitLog, CommitLogRecovery), StoreError> {
+        let dir = store_dir.join(COMMIT_LOG_DIR);
+        mapped_file::create_dir_durable(&dir)?;
+        let mut segments = Vec::new();
+        for (start, path) in mapped_file::list_segments(&dir)? {
+            let expected_start = segments.last().map_or(start, |s: &MappedFile| {
+                s.start_offset() + segment_size_bytes
+            });
+            if start != expected_start || !start.is_multiple_of(segment_size_bytes) {
+                return Err(StoreError::SegmentGap {
+                    path,
+                    expected_start,
+                });
+            }
+            segments.push(MappedFile::open(path, start, segment_size_bytes)?);
+        }
+        let mut log = CommitLog {
+            dir,
+            segment_size_bytes,
+            segments,
+        };
+        let bytes_truncated = log.recover(recover_from)?;
+        let report = CommitLogRecovery {
+            commit_log_end: log.max_offset(),
+            bytes_truncated,
+        };
+        if bytes_truncated > 0 {
+            warn!(
+                bytes_truncated,
+                commit_log_end = report.commit_log_end,
+                "commit log: truncated torn tail"
+            );
+        }
+        info!(
+            min_offset = log.min_offset(),
+            max_offset = report.commit_log_end,
+            "commit log recovered"
+        );
+        Ok((log, report))
+    }
+
+    /// Scans from the segment holding `recover_from`; returns the garbage bytes dropped.
+    fn recover(&mut self, recover_from: u64) -> Result<u64, StoreError> {
+        let Some(first) = self.segments.first() else {
+            return Ok(0);
+        };
+        let start_index = usize::try_from(
+            recover_from.saturating_sub(first.start_offset()) / self.segment_size_bytes,
+        )
+        .unwrap_or(usize::MAX)
+        .min(self.segments.len() - 1);
+        for segment in &mut self.segments[..start_index] {
+            segment.set_full();
+        }
+        for index in start_index..self.segments.len() {
+            let segment = &mut self.segments[index];
+            match scan_segment(segment) {
+                None => segment.set_full(),
+                Some(valid_end) => {
+                    let mut dropped = segment.recover_to(valid_end) as u64;
+                    for later in self.segments.drain(index + 1..) {
+                        dropped += mapped_file::nonzero_len(later.whole()) as u64;
+                        warn!(path = %later.path().display(), "deleting segment after torn tail");
+                        later.delete()?;
+                    }
+                    return Ok(dropped);
+                }
+            }
+        }
+        Ok(0)
+    }
+
+    /// Segment size in bytes.
+    pub fn segment_size_bytes(&self) -> u64 {
+        self.segment_size_bytes
+    }
+
+    /// First offset held (0 for an empty log).
+    pub fn min_offset(&self) -> u64 {
+        self.segments.first().map_or(0, MappedFile::start_offset)
+    }
+
+    /// Offset where the next record goes (before any roll).
+    pub fn max_offset(&self) -> u64 {
+        self.segments
+            .last()
+            .map_or(0, |s| s.start_offset() + s.write_pos() as u64)
+    }
+
+    /// Appends one encoded record, patching its PHYSICALOFFSET; seals the current segment
+    /// with a blank filler and rolls first if the record does not fit. Returns its offset.
+    pub fn append(&mut self, record: &mut [u8]) -> Result<u64, StoreError> {
+        let len = record.len();
+        if (len + END_FILE_MIN_BLANK_LENGTH) as u64 > self.segment_size_bytes {
+            return Err(StoreError::RecordTooLargeForSegment {
+                size_bytes: len,
+                segment_size_bytes: self.segment_size_bytes,
+            });
+        }
+        self.make_room(len)?;
+        let offset = self.max_offset();
+        record::patch_physical_offset(record, offset as i64)?;
+        self.last_segment()?.append(record)?;
+        Ok(offset)
+    }
+
+    fn last_segment(&mut self) -> Result<&mut MappedFile, StoreError> {
+        if self.segments.is_empty() {
+            self.roll(0)?;
+        }
+        let offset = self.max_offset();
+        self.segments
+            .last_mut()
+            .ok_or(StoreError::OffsetOutOfRange {
+                offset,
+                min: offset,
+                max: offset,
+            })
+    }
+
+    /// Ensures the last segment has room for `len` bytes plus a future blank filler.
+    fn make_room(&mut self, len: usize) -> Result<(), StoreError> {
+        let segment = self.last_segment()?;
+        let remaining = segment.remaining();
+        if len + END_FILE_MIN_BLANK_LENGTH <= remaining {
+            return Ok(());
+        }
+        if remaining > 0 {
+            segment.append(&record::blank_filler(remaining))?;
+            let pos = segment.write_pos() + remaining - END_FILE_MIN_BLANK_LENGTH;
+            segment.skip_zeros_to(pos);
+        }
+        let next = segment.start_offset() + self.segment_size_bytes;
+        self.roll(next)
+    }
+
+    fn roll(&mut self, start_offset: u64) -> Result<(), StoreError> {
+        let segment = MappedFile::create(&self.dir, start_offset, self.segment_size_bytes)?;
+        self.segments.push(segment);
+        Ok(())
+    }
+
+    fn segment_index(&self, offset: u64) -> Option<usize> {
+        let first = self.segments.first()?.start_offset();
+        let index = usize::try_from(offset.checked_sub(first)? / self.segment_size_bytes).ok()?;
+        (index < self.segments.len()).then_some(index)
+    }
+
+    fn out_of_range(&self, offset: u64) -> StoreError {
+        StoreError::OffsetOutOfRange {
+            offset,
+            min: self.min_offset(),
+            max: self.max_offset(),
+        }
+    }
+
+    /// `len` bytes at `offset`, within one segment and below the write position.
+    pub fn read(&self, offset: u64, len: usize) -> Result<&[u8], StoreError> {
+        self.segment_index(offset)
+            .and_then(|i| {
+                let segment = &self.segments[i];
+                segment.read((offset - segment.start_offset()) as usize, len)
+            })
+            .ok_or_else(|| self.out_of_range(offset))
+    }
+
+    /// Up to `max_len` raw bytes from `offset` (crossing segments), for shipping to another
+    /// node. `offset` must be in `[min_offset, max_offset]`.
+    pub fn read_bytes(&self, offset: u64, max_len: usize) -> Result<Vec<u8>, StoreError> {
+        if offset < self.min_offset() || offset > self.max_offset() {
+            return Err(self.out_of_range(offset));
+        }
+        let end = self.max_offset().min(offset.saturating_add(max_len as u64));
+        let mut out = Vec::with_capacity((end - offset) as usize);
+        let mut pos = offset;
+        while pos < end {
+            let segment = self
+                .segment_index(pos)
+                .map(|i| &self.segments[i])
+                .ok_or_else(|| self.out_of_range(pos))?;
+            let rel = (pos - segment.start_offset()) as usize;
+            let take = (segment.write_pos() - rel).min((end - pos) as usize);
+            out.extend_from_slice(&segment.written()[rel..rel + take]);
+            pos += take as u64;
+        }
+        Ok(out)
+    }
+
+    /// Writes shipped raw bytes (whole records and blank fillers laid out for this segment
+    /// size) at exactly the current end. An empty log accepts any segment-aligned offset.
+    pub fn append_raw(&mut self, offset: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        let aligned_start =
+            self.segments.is_empty() && offset.is_multiple_of(self.segment_size_bytes);
+        if offset != self.max_offset() && !aligned_start {
+            return Err(StoreError::RawAppendOffset {
+                offset,
+                expected: self.max_offset(),
+            });
+        }
+        validate_layout(offset, bytes, self.segment_size_bytes)?;
+        let mut written = 0;
+        while written < bytes.len() {
+            let pos = offset + written as u64;
+            match self.segments.last() {
+                Some(s) if s.remaining() > 0 => {}
+                _ => self.roll(pos)?,
+            }
+            let segment = self.last_segment()?;
+            let take = segment.remaining().min(bytes.len() - written);
+            segment.append(&bytes[written..written + take])?;
+            written += take;
+        }
+        Ok(())
+    }
+
+    /// Drops everything at or after `offset` (a record boundary in `[min, max]`): deletes
+    /// later segments and zeroes the tail of the segment holding `offset`.
+    pub fn truncate_to(&mut self, offset: u64) -> Result<(), StoreError> {
+        if offset > self.max_offset() || offset < self.min_offset() {
+            return Err(self.out_of_range(offset));
+        }
+        while let Some(last) = self.segments.last() {
+            let start = last.start_offset();
+            if start > offset || (start == offset && self.segments.len() > 1) {
+                if let Some(segment) = self.segments.pop() {
+                    segment.delete()?;
+                }
+            } else {
+                break;
+            }
+        }
+        if let Some(last) = self.segments.last_mut() {
+            let rel = (offset - last.start_offset()) as usize;
+            last.truncate_to(rel);
+        }
+        Ok(())
+    }
+
+    /// Durably flushes every segment with unflushed changes.
+    pub fn flush(&mut self) -> Result<(), StoreError> {
+        self.segments.iter_mut().try_for_each(MappedFile::flush)
+    }
+
+    /// Calls `f(offset, record)` for every message record from `offset` (a record boundary)
+    /// to the end, skipping blank fillers. Stops at the first error `f` returns.
+    pub fn for_each_record_from<F>(&self, offset: u64, mut f: F) -> Result<(), StoreError>
+    where
+        F: FnMut(u64, RecordView<'_>) -> Result<(), StoreError>,
+    {
+        if offset < self.min_offset() || offset > self.max_offset() {
+            return Err(self.out_of_range(offset));
+        }
+        let mut pos = offset;
+        while pos < self.max_offset() {
+            let segment = self
+                .segment_index(pos)
+                .map(|i| &self.segments[i])
+                .ok_or_else(|| self.out_of_range(pos))?;
+            let rel = (pos - segment.start_offset()) as usize;
+            let corrupt = |source| StoreError::Corrupt {
+                offset: pos,
+                source,
+            };
+            let data = &segment.written()[rel..];
+            match probe(data, segment.size_bytes() - rel).map_err(corrupt)? {
+                Entry::Message(len) => {
+                    let view = RecordView::parse(&data[..len]).map_err(corrupt)?;
+                    f(pos, view)?;
+                    pos += len as u64;
+                }
+                Entry::Blank(len) => pos += len as u64,
+                Entry::End => {
+                    return Err(corrupt(RecordError::TotalSize { total_size: 0 }));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Scans one segment; `None` if it is sealed by a blank filler, else the valid end position.
+fn scan_segment(segment: &MappedFile) -> Option<usize> {
+    let data = segment.whole();
+    let mut pos = 0;
+    while pos < data.len() {
+        match probe(&data[pos..], data.len() - pos) {
+            Ok(Entry::Message(len)) => pos += len,
+            Ok(Entry::Blank(_)) => return None,
+            Ok(Entry::End) => return Some(pos),
+            Err(error) => {
+                warn!(
+                    path = %segment.path().display(),
+                    position = pos,
+                    %error,
+                    "commit log: invalid record, truncating here"
+                );
+                return Some(pos);
+            }
+        }
+    }
+    Some(pos)
+}
+
+/// Checks that `bytes`, placed at `offset`, are whole records and blank fillers that match
+/// the segment layout, before any of them is written.
+fn validate_layout(offset: u64, bytes: &[u8], segment_size_bytes: u64) -> Result<(), StoreError> {
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let at = offset + pos as u64;
+        let remaining = (segment_size_bytes - at % segment_size_bytes) as usize;
+        let len = match probe(&bytes[pos..], remaining) {
+            Ok(Entry::Message(len) | Entry::Blank(len)) => len,
+            Ok(Entry::End) => {
+                return Err(StoreError::RawLayout {
+                    offset: at,
+                    reason: "zero bytes where a record should start",
+                });
+            }
+            Err(source) => return Err(StoreError::Corrupt { offset: at, source }),
+        };
+        if pos + len > bytes.len() {
+            return Err(StoreError::RawLayout {
+                offset: at,
+                reason: "last record or filler is cut off",
+            });
+        }
+        pos += len;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::record::tests::sample;
+    use crate::store::record::{DecodedRecord, decode};
+    use std::fs::OpenOptions;
+    use std::io::{Seek, SeekFrom, Write};
+
+    const SEGMENT: u64 = 4096;
+
+    fn encoded(i: usize) -> Vec<u8> {
+        sample(
+            "TopicTest",
+            0,
+            format!("body-{i:04}-{}", "x".repeat(300)).as_bytes(),
+        )
+        .encode()
+        .expect("encode")
+    }
+
+    fn fill(log: &mut CommitLog, n: usize) -> Vec<u64> {
+        (0..n)
+            .map(|i| log.append(&mut encoded(i)).expect("append"))
+            .collect()
+    }
+
+    #[test]
+    fn blank_filler_and_segment_roll() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = CommitLog::open(dir.path(), SEGMENT, 0).expect("open");
+        let len = encoded(0).len() as u64;
+        let per_segment = (SEGMENT - END_FILE_MIN_BLANK_LENGTH as u64) / len;
+        let offsets = fill(&mut log, per_segment as usize + 1);
+        assert_eq!(offsets[1], len);
+        assert_eq!(
+            *offsets.last().expect("last"),
+            SEGMENT,
+            "rolled to segment 2"
+        );
+        let filler_at = per_segment * len;
+        let filler = log.read_bytes(filler_at, SEGMENT as usize).expect("read");
+        let expected = (SEGMENT - filler_at) as usize;
+        assert_eq!(
+            decode(&filler).expect("decode"),
+            DecodedRecord::Blank {
+                size_bytes: expected
+            }
+        );
+        let mut seen = Vec::new();
+        log.for_each_record_from(0, |offset, view| {
+            assert_eq!(view.physical_offset() as u64, offset);
+            seen.push(offset);
+            Ok(())
+        })
+        .expect("walk");
+        assert_eq!(seen, offsets);
+    }
+
+    #[test]
+    fn record_larger_than_segment_is_a_typed_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = CommitLog::open(dir.path(), SEGMENT, 0).expect("open");
+        let mut big = sample("T", 0, &[0u8; SEGMENT as usize])
+            .encode()
+            .expect("encode");
+        assert!(matches!(
+            log.append(&mut big),
+            Err(StoreError::RecordTooLargeForSegment { .. })
+        ));
+        assert_eq!(log.max_offset(), 0);
+    }
+
+    #[test]
+    fn torn_tail_is_truncated_on_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = CommitLog::open(dir.path(), SEGMENT, 0).expect("open");
+        let offsets = fill(&mut log, 5);
+        let end = log.max_offset();
+        log.flush().expect("flush");
+        drop(log);
+        let path = dir
+            .path()
+            .join(COMMIT_LOG_DIR)
+            .join(mapped_file::file_name(0));
+        let mut file = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open file");
+        file.seek(SeekFrom::Start(end)).expect("seek");
+        let half = encoded(99);
+        file.write_all(&half[..half.len() / 2]).expect("write");
+        file.write_all(b"garbage").expect("write");
+        drop(file);
+
+        let (mut log, report) = CommitLog::open(dir.path(), SEGMENT, 0).expect("reopen");
+        assert_eq!(report.commit_log_end, end);
+        assert_eq!(report.bytes_truncated, (half.len() / 2 + 7) as u64);
+        let next = log.append(&mut encoded(5)).expect("append");
+        assert_eq!(next, end);
+        let mut count = 0;
+        log.for_each_record_from(0, |_, _| {
+            count += 1;
+            Ok(())
+        })
+        .expect("walk");
+        assert_eq!(count, offsets.len() + 1);
+    }
+
+    #[test]
+    fn corrupt_crc_in_the_middle_truncates_there() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = CommitLog::open(dir.path(), SEGMENT, 0).expect("open");
+        let offsets = fill(&mut log, 12);
+        log.flush().expect("flush");
+        drop(log);
+        // Flip a body byte of record 3 (in segment 0); records 4.. and segment 1 are dropped.
+        let path = dir
+            .path()
+            .join(COMMIT_LOG_DIR)
+            .join(mapped_file::file_name(0));
+        let mut file = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open file");
+        file.seek(SeekFrom::Start(offsets[3] + 100)).expect("seek");
+        file.write_all(b"#").expect("write");
+        drop(file);
+        let (log, report) = CommitLog::open(dir.path(), SEGMENT, 0).expect("reopen");
+        assert_eq!(report.commit_log_end, offsets[3]);
+        assert!(report.bytes_truncated > 0);
+        assert_eq!(log.max_offset(), offsets[3]);
+        assert_eq!(mapped_file::list_segments(&log.dir).expect("list").len(), 1);
+    }
+
+    #[test]
+    fn recovery_from_checkpoint_segment_keeps_earlier_segments_sealed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = CommitLog::open(dir.path(), SEGMENT, 0).expect("open");
+        fill(&mut log, 30);
+        let end = log.max_offset();
+        log.flush().expect("flush");
+        drop(log);
+        let (log, report) = CommitLog::open(dir.path(), SEGMENT, end).expect("reopen");
+        assert_eq!(
+            report,
+            CommitLogRecovery {
+                commit_log_end: end,
+                bytes_truncated: 0
+            }
+        );
+        assert_eq!(log.min_offset(), 0);
+    }
+
+    #[test]
+    fn truncate_then_reappend_is_byte_identical() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = CommitLog::open(dir.path(), SEGMENT, 0).expect("open");
+        let offsets = fill(&mut log, 20);
+        let before = log.read_bytes(0, usize::MAX).expect("read");
+        log.truncate_to(offsets[7]).expect("truncate");
+        assert_eq!(log.max_offset(), offsets[7]);
+        for i in 7..20 {
+            log.append(&mut encoded(i)).expect("append");
+        }
+        assert_eq!(log.read_bytes(0, usize::MAX).expect("read"), before);
+        assert!(matches!(
+            log.truncate_to(log.max_offset() + 1),
+            Err(StoreError::OffsetOutOfRange { .. })
+        ));
+        log.truncate_to(0).expect("truncate all");
+        assert_eq!((log.min_offset(), log.max_offset()), (0, 0));
+    }
+
+    #[test]
+    fn append_raw_copies_a_log_byte_for_byte() {
+        let src_dir = tempfile::tempdir().expect("tempdir");
+        let dst_dir = tempfile::tempdir().expect("tempdir");
+        let (mut src, _) = CommitLog::open(src_dir.path(), SEGMENT, 0).expect("open");
+        fill(&mut src, 25);
+        let (mut dst, _) = CommitLog::open(dst_dir.path(), SEGMENT, 0).expect("open");
+        let mut offset = 0;
+        while offset < src.max_offset() {
+            let chunk = src.read_bytes(offset, 5000).expect("read");
+            // Ship whole records only: cut the chunk at the last record boundary.
+            let mut cut = 0;
+            while cut < chunk.len() {
+                let at = offset + cut as u64;
+                let remaining = (SEGMENT - at % SEGMENT) as usize;
+                match probe(&chunk[cut..], remaining) {
+                    Ok(Entry::Message(n) | Entry::Blank(n)) if cut + n <= chunk.len() => cut += n,
+                    _ => break,
+                }
+            }
+            dst.append_raw(offset, &chunk[..cut]).expect("append_raw");
+            offset += cut as u64;
+        }
+        assert_eq!(
+            dst.read_bytes(0, usize::MAX).expect("read"),
+            src.read_bytes(0, usize::MAX).expect("read")
+        );
+        assert!(matches!(
+            dst.append_raw(0, &encoded(0)),
+            Err(StoreError::RawAppendOffset { .. })
+        ));
+        let max = dst.max_offset();
+        let half = encoded(1);
+        assert!(matches!(
+            dst.append_raw(max, &half[..half.len() - 1]),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert_eq!(dst.max_offset(), max);
+    }
+}

@@ -1,0 +1,476 @@
+//! `ConsumeQueue`: the per topic/queue index of a queue's messages in the CommitLog, stored
+//! as files of fixed 20-byte units under `<dir>/consumequeue/<topic>/<queue_id>/`.
+//!
+//! Invariants: unit n of a queue is at byte `20·n` of the queue's address space (files are
+//! named by their start byte offset, 20 digits); units are written only for CommitLog records
+//! already appended, with strictly increasing CommitLog offsets, and without holes between
+//! `min_offset` and `max_offset`; an all-zero unit marks the end (a valid unit has size > 0).
+
+use std::path::{Path, PathBuf};
+
+use tracing::warn;
+
+use crate::store::error::StoreError;
+use crate::store::mapped_file::{self, MappedFile};
+
+/// Bytes per unit: CommitLog offset i64, size i32, tags code i64 (big-endian).
+pub const CQ_UNIT_SIZE: usize = 20;
+const _: () = assert!(CQ_UNIT_SIZE == 8 + 4 + 8);
+/// Sub-directory of the store holding all consume queues.
+pub const CONSUME_QUEUE_DIR: &str = "consumequeue";
+
+/// One ConsumeQueue unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CqUnit {
+    pub commit_log_offset: i64,
+    pub size: i32,
+    pub tags_code: i64,
+}
+
+impl CqUnit {
+    fn encode(&self) -> [u8; CQ_UNIT_SIZE] {
+        let mut out = [0u8; CQ_UNIT_SIZE];
+        out[..8].copy_from_slice(&self.commit_log_offset.to_be_bytes());
+        out[8..12].copy_from_slice(&self.size.to_be_bytes());
+        out[12..].copy_from_slice(&self.tags_code.to_be_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<CqUnit> {
+        let bytes: &[u8; CQ_UNIT_SIZE] = bytes.try_into().ok()?;
+        let mut offset = [0u8; 8];
+        let mut size = [0u8; 4];
+        let mut tags = [0u8; 8];
+        offset.copy_from_slice(&bytes[..8]);
+        size.copy_from_slice(&bytes[8..12]);
+        tags.copy_from_slice(&bytes[12..]);
+        Some(CqUnit {
+            commit_log_offset: i64::from_be_bytes(offset),
+            size: i32::from_be_bytes(size),
+            tags_code: i64::from_be_bytes(tags),
+        })
+    }
+
+    fn is_valid(&self) -> bool {
+        self.commit_log_offset >= 0 && self.size > 0
+    }
+}
+
+/// The directory of one queue.
+pub fn queue_dir(store_dir: &Path, topic: &str, queue_id: i32) -> PathBuf {
+    store_dir
+        .join(CONSUME_QUEUE_DIR)
+        .join(topic)
+        .join(queue_id.to_string())
+}
+
+/// One topic/queue ConsumeQueue.
+#[derive(Debug)]
+pub struct ConsumeQueue {
+    topic: String,
+    queue_id: i32,
+    dir: PathBuf,
+    units_per_segment: u64,
+    segments: Vec<MappedFile>,
+    min_offset: u64,
+}
+
+impl ConsumeQueue {
+    /// Opens (creating the directory if needed) and recovers a queue: finds its first unit
+    /// and its last valid unit, zeroing anything torn after it.
+    pub fn open(
+        store_dir: &Path,
+        topic: &str,
+        queue_id: i32,
+        units_per_segment: u64,
+    ) -> Result<ConsumeQueue, StoreError> {
+        let dir = queue_dir(store_dir, topic, queue_id);
+        mapped_file::create_dir_durable(&dir)?;
+        let segment_bytes = units_per_segment * CQ_UNIT_SIZE as u64;
+        let mut segments: Vec<MappedFile> = Vec::new();
+        for (start, path) in mapped_file::list_segments(&dir)? {
+            let expected_start = segments
+                .last()
+                .map_or(start, |s| s.start_offset() + segment_bytes);
+            if start != expected_start || !start.is_multiple_of(segment_bytes) {
+                return Err(StoreError::SegmentGap {
+                    path,
+                    expected_start,
+                });
+            }
+            extend_short_file(&path, segment_bytes)?;
+            segments.push(MappedFile::open(path, start, segment_bytes)?);
+        }
+        let mut queue = ConsumeQueue {
+            topic: topic.to_owned(),
+            queue_id,
+            dir,
+            units_per_segment,
+            segments,
+            min_offset: 0,
+        };
+        queue.recover()?;
+        Ok(queue)
+    }
+
+    fn recover(&mut self) -> Result<(), StoreError> {
+        let Some(first) = self.segments.first() else {
+            return Ok(());
+        };
+        let leading_zero_units = first
+            .whole()
+            .chunks_exact(CQ_UNIT_SIZE)
+            .take_while(|u| u.iter().all(|b| *b == 0))
+            .count();
+        // An all-zero first segment is an empty queue starting at the segment's start.
+        let leading_zero_units = if leading_zero_units as u64 == self.units_per_segment {
+            0
+        } else {
+            leading_zero_units
+        };
+        let first_start = first.start_offset() / CQ_UNIT_SIZE as u64;
+        self.min_offset = first_start + leading_zero_units as u64;
+        let mut from = leading_zero_units * CQ_UNIT_SIZE;
+        let mut last_offset = -1;
+        for index in 0..self.segments.len() {
+            let segment = &mut self.segments[index];
+            let valid_end = scan_units(&segment.whole()[from..], &mut last_offset) + from;
+            if valid_end < segment.size_bytes() {
+                let dropped = segment.recover_to(valid_end);
+                for later in self.segments.drain(index + 1..) {
+                    later.delete()?;
+                }
+                if dropped > 0 {
+                    warn!(
+                        topic = %self.topic,
+                        queue_id = self.queue_id,
+                        bytes_truncated = dropped,
+                        "consume queue: truncated torn tail"
+                    );
+                }
+                return Ok(());
+            }
+            segment.set_full();
+            from = 0;
+        }
+        Ok(())
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub fn queue_id(&self) -> i32 {
+        self.queue_id
+    }
+
+    /// First queue offset held.
+    pub fn min_offset(&self) -> u64 {
+        self.min_offset
+    }
+
+    /// Queue offset the next unit gets.
+    pub fn max_offset(&self) -> u64 {
+        self.segments.last().map_or(self.min_offset, |s| {
+            (s.start_offset() + s.write_pos() as u64) / CQ_UNIT_SIZE as u64
+        })
+    }
+
+    fn segment_bytes(&self) -> u64 {
+        self.units_per_segment * CQ_UNIT_SIZE as u64
+    }
+
+    /// Makes an empty queue start at `queue_offset` (its earlier messages are not in this
+    /// store, e.g. after a snapshot install from a node whose retention dropped them).
+    pub fn start_at(&mut self, queue_offset: u64) -> Result<(), StoreError> {
+        assert_eq!(
+            self.min_offset,
+            self.max_offset(),
+            "start_at on a non-empty queue"
+        );
+        for segment in self.segments.drain(..) {
+            segment.delete()?;
+        }
+        self.min_offset = queue_offset;
+        Ok(())
+    }
+
+    /// Stores the unit at `queue_offset`: appends when it equals `max_offset`; a lower offset
+    /// holding an identical unit is an idempotent no-op (re-dispatch during recovery).
+    pub fn put(&mut self, queue_offset: u64, unit: CqUnit) -> Result<(), StoreError> {
+        let max_offset = self.max_offset();
+        if queue_offset > max_offset || queue_offset < self.min_offset {
+            return Err(StoreError::ConsumeQueueGap {
+                topic: self.topic.clone(),
+                queue_id: self.queue_id,
+                queue_offset,
+                max_offset,
+            });
+        }
+        if queue_offset < max_offset {
+            if self.get(queue_offset) == Some(unit) {
+                return Ok(());
+            }
+            return Err(StoreError::ConsumeQueueConflict {
+                topic: self.topic.clone(),
+                queue_id: self.queue_id,
+                queue_offset,
+            });
+        }
+        self.writable_segment()?.append(&unit.encode())?;
+        Ok(())
+    }
+
+    fn writable_segment(&mut self) -> Result<&mut MappedFile, StoreError> {
+        let segment_bytes = self.segment_bytes();
+        let max_byte = self.max_offset() * CQ_UNIT_SIZE as u64;
+        let needs_new = self.segments.last().is_none_or(|s| s.remaining() == 0);
+        if needs_new {
+            let start = max_byte - max_byte % segment_bytes;
+            let mut segment = MappedFile::create(&self.dir, start, segment_bytes)?;
+            segment.skip_zeros_to((max_byte - start) as usize);
+            self.segments.push(segment);
+        }
+        let max_offset = self.max_offset();
+        self.segments
+            .last_mut()
+            .ok_or_else(|| StoreError::ConsumeQueueGap {
+                topic: self.topic.clone(),
+                queue_id: self.queue_id,
+                queue_offset: max_offset,
+                max_offset,
+            })
+    }
+
+    /// The unit at `queue_offset`, if held.
+    pub fn get(&self, queue_offset: u64) -> Option<CqUnit> {
+        if queue_offset < self.min_offset || queue_offset >= self.max_offset() {
+            return None;
+        }
+        let byte = queue_offset * CQ_UNIT_SIZE as u64;
+        let first = self.segments.first()?.start_offset();
+        let segment = self
+            .segments
+            .get(usize::try_from((byte - first) / self.segment_bytes()).ok()?)?;
+        let pos = (byte - segment.start_offset()) as usize;
+        CqUnit::decode(segment.read(pos, CQ_UNIT_SIZE)?)
+    }
+
+    /// Up to `max_units` units from `from` (clamped to `min_offset`).
+    pub fn read(&self, from: u64, max_units: usize) -> Vec<CqUnit> {
+        let start = from.max(self.min_offset);
+        let end = self
+            .max_offset()
+            .min(start.saturating_add(max_units as u64));
+        (start..end).map_while(|q| self.get(q)).collect()
+    }
+
+    /// Drops units at or after `queue_offset` (clamped to `[min, max]`).
+    pub fn truncate_to(&mut self, queue_offset: u64) -> Result<(), StoreError> {
+        let target = queue_offset.clamp(self.min_offset, self.max_offset());
+        let byte = target * CQ_UNIT_SIZE as u64;
+        while let Some(last) = self.segments.last() {
+            let start = last.start_offset();
+            if start > byte || (start == byte && self.segments.len() > 1) {
+                if let Some(segment) = self.segments.pop() {
+                    segment.delete()?;
+                }
+            } else {
+                break;
+            }
+        }
+        if let Some(last) = self.segments.last_mut() {
+            last.truncate_to((byte - last.start_offset()) as usize);
+        }
+        Ok(())
+    }
+
+    /// Drops units pointing at or beyond CommitLog offset `end`; returns how many.
+    pub fn truncate_by_commit_log(&mut self, end: u64) -> Result<u64, StoreError> {
+        let (mut lo, mut hi) = (self.min_offset, self.max_offset());
+        let max_offset = hi;
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.get(mid) {
+                Some(unit) if (unit.commit_log_offset as u64) < end => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        self.truncate_to(lo)?;
+        Ok(max_offset - lo)
+    }
+
+    /// Durably flushes changed segments.
+    pub fn flush(&mut self) -> Result<(), StoreError> {
+        self.segments.iter_mut().try_for_each(MappedFile::flush)
+    }
+}
+
+/// A queue file shorter than a segment (cut by hand or by a crashed copy) lost its tail
+/// units; pad it with zeros (= "no unit") so recovery sees where the queue ends and the
+/// missing units are re-dispatched from the CommitLog.
+fn extend_short_file(path: &Path, segment_bytes: u64) -> Result<(), StoreError> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| StoreError::io("open consume queue file", path, e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| StoreError::io("stat consume queue file", path, e))?
+        .len();
+    if len < segment_bytes {
+        warn!(path = %path.display(), len, segment_bytes, "consume queue file short, padding with zeros");
+        file.set_len(segment_bytes)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| StoreError::io("pad consume queue file", path, e))?;
+    }
+    Ok(())
+}
+
+/// Length in bytes of the valid units at the start of `bytes`; `last_offset` carries the
+/// previous unit's CommitLog offset (offsets must increase).
+fn scan_units(bytes: &[u8], last_offset: &mut i64) -> usize {
+    let mut valid = 0;
+    for chunk in bytes.chunks_exact(CQ_UNIT_SIZE) {
+        match CqUnit::decode(chunk) {
+            Some(unit) if unit.is_valid() && unit.commit_log_offset > *last_offset => {
+                *last_offset = unit.commit_log_offset;
+                valid += CQ_UNIT_SIZE;
+            }
+            _ => break,
+        }
+    }
+    valid
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UNITS: u64 = 4;
+
+    fn unit(i: u64) -> CqUnit {
+        CqUnit {
+            commit_log_offset: (i * 100) as i64,
+            size: 100,
+            tags_code: i as i64 - 2,
+        }
+    }
+
+    fn filled(dir: &Path, n: u64) -> ConsumeQueue {
+        let mut cq = ConsumeQueue::open(dir, "T", 1, UNITS).expect("open");
+        for i in 0..n {
+            cq.put(i, unit(i)).expect("put");
+        }
+        cq
+    }
+
+    #[test]
+    fn unit_layout_is_20_bytes_big_endian() {
+        let u = CqUnit {
+            commit_log_offset: 0x0102,
+            size: 3,
+            tags_code: -1,
+        };
+        let bytes = u.encode();
+        assert_eq!(&bytes[..8], &[0, 0, 0, 0, 0, 0, 1, 2]);
+        assert_eq!(&bytes[8..12], &[0, 0, 0, 3]);
+        assert_eq!(&bytes[12..], &[0xFF; 8]);
+        assert_eq!(CqUnit::decode(&bytes), Some(u));
+    }
+
+    #[test]
+    fn put_get_read_across_segments_and_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cq = filled(dir.path(), 10);
+        assert_eq!((cq.min_offset(), cq.max_offset()), (0, 10));
+        assert_eq!(cq.get(5), Some(unit(5)));
+        assert_eq!(cq.read(3, 4), (3..7).map(unit).collect::<Vec<_>>());
+        assert_eq!(cq.read(8, 100).len(), 2);
+        cq.flush().expect("flush");
+        drop(cq);
+        let cq = ConsumeQueue::open(dir.path(), "T", 1, UNITS).expect("reopen");
+        assert_eq!((cq.min_offset(), cq.max_offset()), (0, 10));
+        assert_eq!(cq.read(0, 100), (0..10).map(unit).collect::<Vec<_>>());
+        let files = mapped_file::list_segments(&queue_dir(dir.path(), "T", 1)).expect("list");
+        assert_eq!(
+            files[1].0,
+            UNITS * CQ_UNIT_SIZE as u64,
+            "unit n at byte 20n"
+        );
+    }
+
+    #[test]
+    fn put_rules_append_idempotent_gap_conflict() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cq = filled(dir.path(), 3);
+        cq.put(1, unit(1))
+            .expect("identical re-dispatch is a no-op");
+        assert!(matches!(
+            cq.put(1, unit(2)),
+            Err(StoreError::ConsumeQueueConflict { .. })
+        ));
+        assert!(matches!(
+            cq.put(5, unit(5)),
+            Err(StoreError::ConsumeQueueGap { .. })
+        ));
+        assert_eq!(cq.max_offset(), 3);
+    }
+
+    #[test]
+    fn truncate_by_commit_log_drops_units_at_or_beyond() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cq = filled(dir.path(), 10);
+        assert_eq!(cq.truncate_by_commit_log(450).expect("truncate"), 5);
+        assert_eq!(cq.max_offset(), 5);
+        assert_eq!(cq.truncate_by_commit_log(400).expect("truncate"), 1);
+        assert_eq!(cq.max_offset(), 4);
+        cq.put(4, unit(4)).expect("re-append");
+        cq.flush().expect("flush");
+        drop(cq);
+        let cq = ConsumeQueue::open(dir.path(), "T", 1, UNITS).expect("reopen");
+        assert_eq!(cq.max_offset(), 5);
+    }
+
+    #[test]
+    fn torn_unit_is_dropped_on_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cq = filled(dir.path(), 2);
+        cq.flush().expect("flush");
+        drop(cq);
+        let path = queue_dir(dir.path(), "T", 1).join(mapped_file::file_name(0));
+        let mut bytes = std::fs::read(&path).expect("read");
+        bytes[2 * CQ_UNIT_SIZE + 3] = 9; // half-written unit: offset set, size still 0
+        std::fs::write(&path, &bytes).expect("write");
+        let cq = ConsumeQueue::open(dir.path(), "T", 1, UNITS).expect("reopen");
+        assert_eq!(cq.max_offset(), 2);
+        assert_eq!(std::fs::read(&path).expect("read")[2 * CQ_UNIT_SIZE + 3], 0);
+    }
+
+    #[test]
+    fn empty_queue_can_start_mid_segment() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cq = ConsumeQueue::open(dir.path(), "T", 1, UNITS).expect("open");
+        cq.start_at(6).expect("start");
+        cq.put(6, unit(6)).expect("put");
+        cq.put(7, unit(7)).expect("put");
+        cq.put(8, unit(8)).expect("put");
+        assert_eq!(cq.get(5), None);
+        cq.flush().expect("flush");
+        drop(cq);
+        let cq = ConsumeQueue::open(dir.path(), "T", 1, UNITS).expect("reopen");
+        assert_eq!((cq.min_offset(), cq.max_offset()), (6, 9));
+        assert_eq!(cq.read(0, 10), (6..9).map(unit).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn queue_truncated_to_empty_reopens_at_zero() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cq = filled(dir.path(), 3);
+        cq.truncate_to(0).expect("truncate");
+        cq.flush().expect("flush");
+        drop(cq);
+        let cq = ConsumeQueue::open(dir.path(), "T", 1, UNITS).expect("reopen");
+        assert_eq!((cq.min_offset(), cq.max_offset()), (0, 0));
+    }
+}

@@ -1,0 +1,289 @@
+//! `Dispatcher`: fans an appended CommitLog record out to its ConsumeQueue unit and its index
+//! entries, and owns the set of ConsumeQueues and the index.
+//!
+//! Invariants: dispatching is idempotent (a record already dispatched changes nothing), so
+//! recovery may re-dispatch any suffix of the CommitLog; the facts dispatched (topic, queue,
+//! queue offset, size, tags code, keys) are derived only from the record's bytes and the
+//! configured `TagsCodeFn`, so a rebuild reproduces exactly what the live append wrote.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use tracing::warn;
+
+use crate::store::config::StoreConfig;
+use crate::store::consume_queue::{CONSUME_QUEUE_DIR, ConsumeQueue, CqUnit};
+use crate::store::error::StoreError;
+use crate::store::index::Index;
+use crate::store::mapped_file;
+use crate::store::properties::{KEYS, UNIQ_KEY, split_keys};
+use crate::store::record::{self, RecordView};
+
+/// What the dispatcher needs from one record, extracted (and validated) once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordInfo {
+    pub topic: String,
+    pub queue_id: i32,
+    /// QUEUEOFFSET as stored in the record.
+    pub queue_offset: i64,
+    pub size: i32,
+    pub tags_code: i64,
+    pub store_timestamp_ms: i64,
+    /// UNIQ_KEY and every KEYS entry: the index keys of the record.
+    pub keys: Vec<String>,
+}
+
+impl RecordInfo {
+    /// Extracts the dispatch facts, checking the topic name and queue id.
+    pub fn from_view(view: &RecordView<'_>, tags_code: i64) -> Result<RecordInfo, StoreError> {
+        record::validate_topic(view.topic())?;
+        if view.queue_id() < 0 {
+            return Err(StoreError::InvalidQueueId {
+                queue_id: view.queue_id(),
+            });
+        }
+        let mut keys: Vec<String> = Vec::new();
+        if let Some(uniq) = view.property(UNIQ_KEY)?.filter(|k| !k.is_empty()) {
+            keys.push(uniq.to_owned());
+        }
+        if let Some(user_keys) = view.property(KEYS)? {
+            keys.extend(split_keys(user_keys).map(str::to_owned));
+        }
+        Ok(RecordInfo {
+            topic: view.topic().to_owned(),
+            queue_id: view.queue_id(),
+            queue_offset: view.queue_offset(),
+            size: view.total_size() as i32,
+            tags_code,
+            store_timestamp_ms: view.store_timestamp_ms(),
+            keys,
+        })
+    }
+}
+
+/// What one dispatch changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DispatchOutcome {
+    pub unit_added: bool,
+    pub index_entries_added: u64,
+}
+
+/// The ConsumeQueues and the index of a store.
+#[derive(Debug)]
+pub struct Dispatcher {
+    store_dir: PathBuf,
+    units_per_segment: u64,
+    queues: HashMap<(String, i32), ConsumeQueue>,
+    index: Index,
+}
+
+impl Dispatcher {
+    /// Opens every queue found under `<dir>/consumequeue/` and the index.
+    pub fn open(config: &StoreConfig) -> Result<Dispatcher, StoreError> {
+        let root = config.dir.join(CONSUME_QUEUE_DIR);
+        mapped_file::create_dir_durable(&root)?;
+        let mut queues = HashMap::new();
+        for (topic, queue_id) in list_queue_dirs(&root)? {
+            let queue = ConsumeQueue::open(
+                &config.dir,
+                &topic,
+                queue_id,
+                config.consume_queue_units_per_segment,
+            )?;
+            queues.insert((topic, queue_id), queue);
+        }
+        Ok(Dispatcher {
+            store_dir: config.dir.clone(),
+            units_per_segment: config.consume_queue_units_per_segment,
+            queues,
+            index: Index::open(&config.dir)?,
+        })
+    }
+
+    /// The queue `topic`/`queue_id`, created if new.
+    pub fn queue_mut(
+        &mut self,
+        topic: &str,
+        queue_id: i32,
+    ) -> Result<&mut ConsumeQueue, StoreError> {
+        let key = (topic.to_owned(), queue_id);
+        if !self.queues.contains_key(&key) {
+            let queue =
+                ConsumeQueue::open(&self.store_dir, topic, queue_id, self.units_per_segment)?;
+            self.queues.insert(key.clone(), queue);
+        }
+        self.queues
+            .get_mut(&key)
+            .ok_or(StoreError::InvalidQueueId { queue_id })
+    }
+
+    /// The queue `topic`/`queue_id`, if it exists.
+    pub fn queue(&self, topic: &str, queue_id: i32) -> Option<&ConsumeQueue> {
+        self.queues.get(&(topic.to_owned(), queue_id))
+    }
+
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// Writes the unit for the record at CommitLog `offset` at `queue_offset`, and its index
+    /// entries. With `allow_start`, an empty queue may begin at a later queue offset.
+    pub fn dispatch(
+        &mut self,
+        offset: u64,
+        info: &RecordInfo,
+        queue_offset: u64,
+        allow_start: bool,
+    ) -> Result<DispatchOutcome, StoreError> {
+        let queue = self.queue_mut(&info.topic, info.queue_id)?;
+        let before = queue.max_offset();
+        if allow_start && queue.min_offset() == before && queue_offset > before {
+            queue.start_at(queue_offset)?;
+        }
+        let unit = CqUnit {
+            commit_log_offset: offset as i64,
+            size: info.size,
+            tags_code: info.tags_code,
+        };
+        queue.put(queue_offset, unit)?;
+        let unit_added = queue.max_offset() > before;
+        let entries_before = self.index.len();
+        for key in &info.keys {
+            self.index.add(key, offset as i64)?;
+        }
+        Ok(DispatchOutcome {
+            unit_added,
+            index_entries_added: (self.index.len() - entries_before) as u64,
+        })
+    }
+
+    /// Drops units and index entries at or beyond CommitLog offset `end`;
+    /// returns `(units, index entries)` dropped.
+    pub fn truncate(&mut self, end: u64) -> Result<(u64, u64), StoreError> {
+        let mut units = 0;
+        for queue in self.queues.values_mut() {
+            units += queue.truncate_by_commit_log(end)?;
+        }
+        let entries = self.index.truncate(end)? as u64;
+        Ok((units, entries))
+    }
+
+    /// Drops every index entry (before a full index rebuild).
+    pub fn clear_index(&mut self) -> Result<u64, StoreError> {
+        Ok(self.index.truncate(0)? as u64)
+    }
+
+    /// Number of queues.
+    pub fn queue_count(&self) -> u64 {
+        self.queues.len() as u64
+    }
+
+    /// Sum of the queues' max offsets.
+    pub fn queue_offset_sum(&self) -> u64 {
+        self.queues.values().map(ConsumeQueue::max_offset).sum()
+    }
+
+    /// Durably flushes every queue and the index.
+    pub fn flush(&mut self) -> Result<(), StoreError> {
+        for queue in self.queues.values_mut() {
+            queue.flush()?;
+        }
+        self.index.flush()
+    }
+}
+
+/// `(topic, queue_id)` of every queue directory; unexpected names are skipped with a warning.
+fn list_queue_dirs(root: &Path) -> Result<Vec<(String, i32)>, StoreError> {
+    let mut found = Vec::new();
+    for topic_dir in read_dir_paths(root)? {
+        let topic = topic_dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if record::validate_topic(topic).is_err() || !topic_dir.is_dir() {
+            warn!(path = %topic_dir.display(), "skipping unexpected entry in consumequeue");
+            continue;
+        }
+        for queue_dir in read_dir_paths(&topic_dir)? {
+            let queue_id = queue_dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.parse::<i32>().ok())
+                .filter(|id| *id >= 0);
+            match queue_id {
+                Some(id) if queue_dir.is_dir() => found.push((topic.to_owned(), id)),
+                _ => warn!(path = %queue_dir.display(), "skipping unexpected queue directory"),
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn read_dir_paths(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    fs::read_dir(dir)
+        .map_err(|e| StoreError::io("list directory", dir, e))?
+        .map(|entry| {
+            entry
+                .map(|e| e.path())
+                .map_err(|e| StoreError::io("list directory", dir, e))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::config::default_tags_code;
+    use crate::store::record::tests::sample;
+    use crate::store::tags::tags_code;
+
+    #[test]
+    fn record_info_collects_keys_and_tags() {
+        let bytes = sample("TopicA", 3, b"x").encode().expect("encode");
+        let view = RecordView::parse(&bytes).expect("parse");
+        let info = RecordInfo::from_view(&view, default_tags_code(&view)).expect("info");
+        assert_eq!(info.tags_code, tags_code("TagA"));
+        assert_eq!(info.keys, vec!["UNIQ-TopicA-3-1", "order-1", "user-7"]);
+        assert_eq!((info.topic.as_str(), info.queue_id), ("TopicA", 3));
+    }
+
+    #[test]
+    fn negative_queue_id_is_rejected() {
+        let bytes = sample("TopicA", -1, b"x").encode().expect("encode");
+        let view = RecordView::parse(&bytes).expect("parse");
+        assert!(matches!(
+            RecordInfo::from_view(&view, 0),
+            Err(StoreError::InvalidQueueId { queue_id: -1 })
+        ));
+    }
+
+    #[test]
+    fn dispatch_is_idempotent_and_lists_queues_on_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = StoreConfig {
+            consume_queue_units_per_segment: 4,
+            ..StoreConfig::new(dir.path())
+        };
+        let mut dispatcher = Dispatcher::open(&config).expect("open");
+        let bytes = sample("TopicA", 3, b"x").encode().expect("encode");
+        let view = RecordView::parse(&bytes).expect("parse");
+        let info = RecordInfo::from_view(&view, 7).expect("info");
+        let first = dispatcher.dispatch(0, &info, 0, false).expect("dispatch");
+        assert_eq!(
+            first,
+            DispatchOutcome {
+                unit_added: true,
+                index_entries_added: 3
+            }
+        );
+        let again = dispatcher.dispatch(0, &info, 0, false).expect("again");
+        assert_eq!(again, DispatchOutcome::default());
+        dispatcher.flush().expect("flush");
+        std::fs::create_dir_all(dir.path().join(CONSUME_QUEUE_DIR).join("bad topic"))
+            .expect("mkdir");
+        drop(dispatcher);
+        let dispatcher = Dispatcher::open(&config).expect("reopen");
+        assert_eq!(dispatcher.queue_count(), 1);
+        assert_eq!(dispatcher.queue_offset_sum(), 1);
+        assert_eq!(dispatcher.index().lookup("order-1"), &[0]);
+    }
+}

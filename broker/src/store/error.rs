@@ -1,0 +1,138 @@
+//! `StoreError`: every way the message store can fail, as one typed enum.
+//!
+//! Invariants: I/O failures keep their `#[source] io::Error` and the path they touched;
+//! corruption names the CommitLog (or file) offset where it was found; a violated limit
+//! names the constant it violated, so callers can map errors to wire codes without parsing text.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::store::record::RecordError;
+
+/// Errors returned by the message store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A file system operation failed.
+    #[error("{op} {path}")]
+    Io {
+        /// What was being done, e.g. "create segment", "flush segment".
+        op: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// Bytes at `offset` are not a valid record (bad length, magic, field lengths or CRC).
+    #[error("corrupt record at offset {offset}")]
+    Corrupt {
+        /// CommitLog offset of the record (or offset inside the buffer given to `decode`).
+        offset: u64,
+        #[source]
+        source: RecordError,
+    },
+    /// A value exceeds one of the named limits.
+    #[error("{limit} exceeded: {actual} > {max}")]
+    LimitExceeded {
+        /// The name of the constant, e.g. "MESSAGE_BODY_SIZE_MAX".
+        limit: &'static str,
+        max: usize,
+        actual: usize,
+    },
+    /// A topic name is empty or contains a character outside `[A-Za-z0-9_%|-]`.
+    #[error("invalid topic {topic:?}: {reason}")]
+    InvalidTopic { topic: String, reason: &'static str },
+    /// A queue id is negative.
+    #[error("invalid queue id {queue_id}: must be >= 0")]
+    InvalidQueueId { queue_id: i32 },
+    /// A property key or value cannot be encoded, or encoded properties cannot be parsed.
+    #[error("invalid property {key:?}: {reason}")]
+    InvalidProperty { key: String, reason: &'static str },
+    /// A record cannot fit in one CommitLog segment (with room for the blank filler).
+    #[error("record of {size_bytes} bytes does not fit a segment of {segment_size_bytes} bytes")]
+    RecordTooLargeForSegment {
+        size_bytes: usize,
+        segment_size_bytes: u64,
+    },
+    /// Raw bytes were offered at an offset other than the current end of the CommitLog.
+    #[error("raw append at offset {offset}, but the commit log ends at {expected}")]
+    RawAppendOffset { offset: u64, expected: u64 },
+    /// Raw bytes do not consist of whole records and blank fillers laid out for our segment size.
+    #[error("raw bytes at offset {offset} are not whole records: {reason}")]
+    RawLayout { offset: u64, reason: &'static str },
+    /// An offset outside `[min, max]` of a log.
+    #[error("offset {offset} out of range [{min}, {max}]")]
+    OffsetOutOfRange { offset: u64, min: u64, max: u64 },
+    /// A segment file has a size other than the configured segment size.
+    #[error("segment {path} is {actual} bytes, expected {expected}")]
+    SegmentSize {
+        path: PathBuf,
+        expected: u64,
+        actual: u64,
+    },
+    /// Segment files are not contiguous (a file is missing in the middle).
+    #[error("segment {path} does not start at expected offset {expected_start}")]
+    SegmentGap { path: PathBuf, expected_start: u64 },
+    /// Writing past the end of a mapped file (a caller bug turned into an error).
+    #[error("mapped file {path} full: {len} bytes at {position} exceed {size}")]
+    SegmentFull {
+        path: PathBuf,
+        position: usize,
+        len: usize,
+        size: usize,
+    },
+    /// A ConsumeQueue put would leave a hole: `queue_offset` is beyond the queue's end.
+    #[error(
+        "consume queue {topic}/{queue_id}: put at {queue_offset} but max offset is {max_offset}"
+    )]
+    ConsumeQueueGap {
+        topic: String,
+        queue_id: i32,
+        queue_offset: u64,
+        max_offset: u64,
+    },
+    /// A re-dispatched unit differs from the unit already stored at that queue offset.
+    #[error("consume queue {topic}/{queue_id}: unit at {queue_offset} differs from re-dispatch")]
+    ConsumeQueueConflict {
+        topic: String,
+        queue_id: i32,
+        queue_offset: u64,
+    },
+    /// An index entry for an offset below the last indexed offset that is not already present.
+    #[error("index entry at commit log offset {offset} is older than last indexed offset {last}")]
+    IndexOutOfOrder { offset: i64, last: i64 },
+    /// The store configuration is invalid.
+    #[error("invalid store config: {reason}")]
+    InvalidConfig { reason: String },
+}
+
+impl StoreError {
+    /// Builds an [`StoreError::Io`] from an operation name and a path; used as
+    /// `.map_err(|source| StoreError::io("open segment", &path, source))`.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        StoreError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn io_error_keeps_source_and_path() {
+        let err = StoreError::io(
+            "flush segment",
+            "/x/00000000000000000000",
+            io::Error::other("disk gone"),
+        );
+        assert_eq!(err.to_string(), "flush segment /x/00000000000000000000");
+        assert_eq!(
+            err.source().map(|s| s.to_string()),
+            Some("disk gone".to_owned())
+        );
+    }
+}

@@ -1,0 +1,354 @@
+//! `MappedFile`: one fixed-size, pre-sized file mapped read-write with memmap2, the unit of
+//! both CommitLog and ConsumeQueue segments.
+//!
+//! Invariants: the file length never changes while mapped (it is sized with `set_len` before
+//! mapping); bytes at or after the in-memory write position are zero (appends only grow it,
+//! `truncate_to` zeroes what it drops, recovery zeroes a torn tail), so a later scan never
+//! resurrects stale records; `flush` is durable (`msync(MS_SYNC)` over the dirty range).
+//! The file name is the segment's start offset, zero-padded to 20 digits (RocketMQ style).
+
+use std::fs::{self, File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use memmap2::MmapMut;
+use tracing::debug;
+
+use crate::store::error::StoreError;
+
+/// Digits of a segment file name (`u64::MAX` has 20 digits).
+pub const FILE_NAME_DIGITS: usize = 20;
+/// Granularity of the scan that zeroes a torn tail: zero pages are left untouched.
+const ZERO_SCAN_CHUNK_BYTES: usize = 4096;
+
+/// File name of the segment starting at `start_offset`.
+pub fn file_name(start_offset: u64) -> String {
+    format!("{start_offset:0width$}", width = FILE_NAME_DIGITS)
+}
+
+/// Start offset of a segment file name, if it is one.
+pub fn parse_file_name(name: &str) -> Option<u64> {
+    if name.len() != FILE_NAME_DIGITS || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok()
+}
+
+/// Segment files in `dir` as `(start_offset, path)`, sorted; other names are skipped.
+pub fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
+    let entries = fs::read_dir(dir).map_err(|e| StoreError::io("list segments", dir, e))?;
+    let mut segments = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| StoreError::io("list segments", dir, e))?;
+        let name = entry.file_name();
+        match name.to_str().and_then(parse_file_name) {
+            Some(start) => segments.push((start, entry.path())),
+            None => debug!(path = %entry.path().display(), "skipping non-segment file"),
+        }
+    }
+    segments.sort();
+    Ok(segments)
+}
+
+/// Makes a directory entry change (create, rename, delete) durable.
+pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StoreError::io("fsync directory", dir, e))
+}
+
+/// Creates `dir` (and parents) if missing, fsyncing the parent of each directory created.
+pub fn create_dir_durable(dir: &Path) -> Result<(), StoreError> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dir_durable(parent)?;
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(StoreError::io("create directory", dir, e)),
+    }
+    match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent),
+        _ => Ok(()),
+    }
+}
+
+/// Index of the byte after the last non-zero byte of `bytes` (0 if all zero).
+pub fn nonzero_len(bytes: &[u8]) -> usize {
+    bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1)
+}
+
+/// One memory-mapped segment file.
+#[derive(Debug)]
+pub struct MappedFile {
+    path: PathBuf,
+    start_offset: u64,
+    mmap: MmapMut,
+    write_pos: usize,
+    /// Byte range changed since the last flush.
+    dirty: Option<(usize, usize)>,
+}
+
+impl MappedFile {
+    /// Creates, sizes and maps a new zero-filled segment in `dir`, then fsyncs `dir`.
+    pub fn create(dir: &Path, start_offset: u64, size_bytes: u64) -> Result<Self, StoreError> {
+        let path = dir.join(file_name(start_offset));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| StoreError::io("create segment", &path, e))?;
+        file.set_len(size_bytes)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| StoreError::io("size segment", &path, e))?;
+        sync_dir(dir)?;
+        debug!(path = %path.display(), size_bytes, "created segment");
+        Self::map(path, &file, start_offset)
+    }
+
+    /// Maps an existing segment, checking its length. The write position starts at 0; the
+    /// owner sets it after scanning ([`MappedFile::recover_to`] or [`MappedFile::set_full`]).
+    pub fn open(path: PathBuf, start_offset: u64, size_bytes: u64) -> Result<Self, StoreError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| StoreError::io("open segment", &path, e))?;
+        let actual = file
+            .metadata()
+            .map_err(|e| StoreError::io("stat segment", &path, e))?
+            .len();
+        if actual != size_bytes {
+            return Err(StoreError::SegmentSize {
+                path,
+                expected: size_bytes,
+                actual,
+            });
+        }
+        Self::map(path, &file, start_offset)
+    }
+
+    fn map(path: PathBuf, file: &File, start_offset: u64) -> Result<Self, StoreError> {
+        // SAFETY: the segment file is owned exclusively by this process's store (one store per
+        // directory, opened by one node), it is never truncated or resized while mapped (its
+        // length is fixed by `set_len` before mapping and checked on open), and it is only
+        // deleted after the map is dropped. All access goes through this struct's bounds-checked
+        // slices, so no reference outlives the map.
+        let mmap = unsafe { MmapMut::map_mut(file) }
+            .map_err(|e| StoreError::io("mmap segment", &path, e))?;
+        Ok(MappedFile {
+            path,
+            start_offset,
+            mmap,
+            write_pos: 0,
+            dirty: None,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Offset (in the owner's address space) of byte 0 of this file.
+    pub fn start_offset(&self) -> u64 {
+        self.start_offset
+    }
+
+    pub fn size_bytes(&self) -> usize {
+        self.mmap.len()
+    }
+
+    pub fn write_pos(&self) -> usize {
+        self.write_pos
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.mmap.len() - self.write_pos
+    }
+
+    /// The whole mapped file, including the zero area past the write position (for scans).
+    pub fn whole(&self) -> &[u8] {
+        &self.mmap
+    }
+
+    /// The written bytes `[0, write_pos)`.
+    pub fn written(&self) -> &[u8] {
+        &self.mmap[..self.write_pos]
+    }
+
+    fn mark_dirty(&mut self, from: usize, to: usize) {
+        self.dirty = Some(match self.dirty {
+            Some((a, b)) => (a.min(from), b.max(to)),
+            None => (from, to),
+        });
+    }
+
+    /// Appends `data` at the write position, returning the position it was written at.
+    pub fn append(&mut self, data: &[u8]) -> Result<usize, StoreError> {
+        let pos = self.write_pos;
+        if data.len() > self.remaining() {
+            return Err(StoreError::SegmentFull {
+                path: self.path.clone(),
+                position: pos,
+                len: data.len(),
+                size: self.mmap.len(),
+            });
+        }
+        self.mmap[pos..pos + data.len()].copy_from_slice(data);
+        self.write_pos += data.len();
+        self.mark_dirty(pos, self.write_pos);
+        Ok(pos)
+    }
+
+    /// `len` written bytes at `pos`, if they are all below the write position.
+    pub fn read(&self, pos: usize, len: usize) -> Option<&[u8]> {
+        let end = pos.checked_add(len)?;
+        self.written().get(pos..end)
+    }
+
+    /// Moves the write position over a zero area (e.g. the unused head of a ConsumeQueue
+    /// segment whose queue starts mid-segment). Only forward over zeros.
+    pub fn skip_zeros_to(&mut self, pos: usize) {
+        assert!(pos >= self.write_pos && pos <= self.mmap.len());
+        debug_assert!(self.mmap[self.write_pos..pos].iter().all(|b| *b == 0));
+        self.write_pos = pos;
+    }
+
+    /// Declares the whole file written (a sealed segment before the recovery start point).
+    pub fn set_full(&mut self) {
+        self.write_pos = self.mmap.len();
+    }
+
+    /// Drops everything at or after `pos`: zeroes `[pos, write_pos)` and moves the write
+    /// position back.
+    pub fn truncate_to(&mut self, pos: usize) {
+        assert!(pos <= self.write_pos, "truncate past the write position");
+        let end = self.write_pos;
+        self.mmap[pos..end].fill(0);
+        self.write_pos = pos;
+        if end > pos {
+            self.mark_dirty(pos, end);
+        }
+    }
+
+    /// Recovery: the valid data ends at `pos`; zeroes every non-zero chunk in `[pos, size)`
+    /// (a torn or garbage tail) and sets the write position to `pos`. Returns the garbage
+    /// span in bytes (from `pos` to the last non-zero byte).
+    pub fn recover_to(&mut self, pos: usize) -> usize {
+        let garbage = nonzero_len(&self.mmap[pos..]);
+        if garbage > 0 {
+            for chunk in self.mmap[pos..pos + garbage].chunks_mut(ZERO_SCAN_CHUNK_BYTES) {
+                chunk.fill(0);
+            }
+            self.mark_dirty(pos, pos + garbage);
+        }
+        self.write_pos = pos;
+        garbage
+    }
+
+    /// Durably writes the dirty range (`msync` with `MS_SYNC`).
+    pub fn flush(&mut self) -> Result<(), StoreError> {
+        if let Some((from, to)) = self.dirty {
+            self.mmap
+                .flush_range(from, to - from)
+                .map_err(|e| StoreError::io("flush segment", &self.path, e))?;
+            self.dirty = None;
+        }
+        Ok(())
+    }
+
+    /// Unmaps and deletes the file, then fsyncs its directory.
+    pub fn delete(self) -> Result<(), StoreError> {
+        let MappedFile { path, mmap, .. } = self;
+        drop(mmap);
+        fs::remove_file(&path).map_err(|e| StoreError::io("delete segment", &path, e))?;
+        match path.parent() {
+            Some(dir) => sync_dir(dir),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_are_20_digits() {
+        assert_eq!(file_name(4096), "00000000000000004096");
+        assert_eq!(parse_file_name("00000000000000004096"), Some(4096));
+        assert_eq!(parse_file_name(&file_name(u64::MAX)), Some(u64::MAX));
+        assert_eq!(parse_file_name("4096"), None);
+        assert_eq!(parse_file_name("0000000000000000409x"), None);
+    }
+
+    #[test]
+    fn append_read_flush_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut f = MappedFile::create(dir.path(), 8192, 64).expect("create");
+        assert_eq!(f.append(b"abc").expect("append"), 0);
+        assert_eq!(f.append(b"de").expect("append"), 3);
+        assert_eq!(f.read(1, 3), Some(&b"bcd"[..]));
+        assert_eq!(f.read(4, 2), None);
+        f.flush().expect("flush");
+        let path = f.path().to_owned();
+        drop(f);
+        let mut f = MappedFile::open(path, 8192, 64).expect("open");
+        assert_eq!(f.recover_to(5), 0);
+        assert_eq!(f.written(), b"abcde");
+        assert!(matches!(
+            MappedFile::open(f.path().to_owned(), 8192, 65),
+            Err(StoreError::SegmentSize { .. })
+        ));
+        let segments = list_segments(dir.path()).expect("list");
+        assert_eq!(segments.len(), 1);
+        assert_eq!(segments[0].0, 8192);
+        f.delete().expect("delete");
+        assert!(list_segments(dir.path()).expect("list").is_empty());
+    }
+
+    #[test]
+    fn append_past_end_is_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut f = MappedFile::create(dir.path(), 0, 4).expect("create");
+        f.append(b"abcd").expect("exactly full");
+        assert!(matches!(
+            f.append(b"e"),
+            Err(StoreError::SegmentFull { .. })
+        ));
+    }
+
+    #[test]
+    fn truncate_zeroes_the_tail() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut f = MappedFile::create(dir.path(), 0, 16).expect("create");
+        f.append(b"abcdef").expect("append");
+        f.truncate_to(2);
+        assert_eq!(f.write_pos(), 2);
+        assert_eq!(&f.whole()[..8], b"ab\0\0\0\0\0\0");
+        f.flush().expect("flush");
+    }
+
+    #[test]
+    fn recover_to_zeroes_garbage_and_reports_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut f = MappedFile::create(dir.path(), 0, 32).expect("create");
+        f.append(b"good").expect("append");
+        f.append(b"torn\0\0x").expect("append");
+        assert_eq!(f.recover_to(4), 7);
+        assert!(f.whole()[4..].iter().all(|b| *b == 0));
+        assert_eq!(f.written(), b"good");
+    }
+
+    #[test]
+    fn create_dir_durable_makes_nested_dirs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let nested = dir.path().join("a").join("b");
+        create_dir_durable(&nested).expect("create");
+        create_dir_durable(&nested).expect("idempotent");
+        assert!(nested.is_dir());
+    }
+}

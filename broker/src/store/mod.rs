@@ -1,0 +1,354 @@
+//! The on-disk message store: a CommitLog of RocketMQ records, per topic/queue ConsumeQueues,
+//! a key index and a checkpoint, behind `MessageStore`, the API the Raft state machine applies
+//! committed entries to.
+//!
+//! Invariants: the ConsumeQueues and the index only point at records already in the CommitLog
+//! and everything below the CommitLog end is dispatched (append dispatches before returning,
+//! recovery truncates what points past the end and re-dispatches what is missing); every
+//! queue and physical offset is assigned from the store's own state, so applying the same
+//! records in the same order yields byte-identical files on every replica.
+
+pub mod checkpoint;
+pub mod commit_log;
+pub mod config;
+pub mod consume_queue;
+pub mod dispatch;
+pub mod error;
+pub mod index;
+pub mod mapped_file;
+pub mod properties;
+pub mod record;
+pub mod tags;
+
+pub use checkpoint::{Checkpoint, CheckpointState};
+pub use commit_log::{CommitLog, CommitLogRecovery};
+pub use config::StoreConfig;
+pub use consume_queue::{CQ_UNIT_SIZE, ConsumeQueue, CqUnit};
+pub use error::StoreError;
+pub use properties::Properties;
+pub use record::{DecodedRecord, MessageRecord, RecordView};
+pub use tags::tags_code;
+
+use tracing::{error, info, warn};
+
+use crate::store::dispatch::{Dispatcher, RecordInfo};
+use crate::store::record::RecordError;
+
+/// Most records `query_by_key` returns (the newest ones).
+pub const QUERY_BY_KEY_RESULTS_MAX: usize = 64;
+
+/// Where an appended record went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendResult {
+    pub commit_log_offset: i64,
+    pub queue_offset: i64,
+    pub size: i32,
+    pub store_timestamp_ms: i64,
+}
+
+/// What `MessageStore::open` found and repaired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// CommitLog offset after the last valid record.
+    pub commit_log_end: u64,
+    /// Non-zero bytes dropped from the CommitLog's torn tail.
+    pub bytes_truncated: u64,
+    pub checkpoint: CheckpointState,
+    /// ConsumeQueue units dropped because they pointed at or past the CommitLog end.
+    pub cq_units_truncated: u64,
+    /// Index entries dropped because they pointed at or past the CommitLog end.
+    pub index_entries_truncated: u64,
+    /// CommitLog offset re-dispatch started from.
+    pub redispatch_from: u64,
+    /// Records walked by re-dispatch.
+    pub records_redispatched: u64,
+    /// ConsumeQueue units (re)written by re-dispatch.
+    pub cq_units_redispatched: u64,
+    /// Index entries (re)written by re-dispatch.
+    pub index_entries_redispatched: u64,
+}
+
+/// Totals of one re-dispatch pass.
+#[derive(Debug, Clone, Copy, Default)]
+struct Redispatch {
+    records: u64,
+    units: u64,
+    index_entries: u64,
+}
+
+/// The message store. Not internally synchronized: callers wrap it in a `RwLock`.
+#[derive(Debug)]
+pub struct MessageStore {
+    config: StoreConfig,
+    commit_log: CommitLog,
+    dispatcher: Dispatcher,
+    last_checkpoint: Checkpoint,
+}
+
+fn to_offset(offset: i64, log: &CommitLog) -> Result<u64, StoreError> {
+    u64::try_from(offset).map_err(|_negative| StoreError::OffsetOutOfRange {
+        offset: 0,
+        min: log.min_offset(),
+        max: log.max_offset(),
+    })
+}
+
+impl MessageStore {
+    /// Opens and recovers the store: CommitLog torn tail, ConsumeQueue units and index entries
+    /// past its end, then re-dispatch of whatever the queues and index lack.
+    pub fn open(config: StoreConfig) -> Result<(MessageStore, RecoveryReport), StoreError> {
+        config.validate()?;
+        mapped_file::create_dir_durable(&config.dir)?;
+        let (checkpoint, checkpoint_state) = Checkpoint::load(&config.dir)?;
+        let (commit_log, recovery) = CommitLog::open(
+            &config.dir,
+            config.commit_log_segment_bytes,
+            checkpoint.commit_log_flushed_offset,
+        )?;
+        let mut dispatcher = Dispatcher::open(&config)?;
+        let (cq_units_truncated, index_entries_truncated) =
+            dispatcher.truncate(recovery.commit_log_end)?;
+        let mut store = MessageStore {
+            config,
+            commit_log,
+            dispatcher,
+            last_checkpoint: checkpoint,
+        };
+        let redispatch_from = store.redispatch_start(&checkpoint)?;
+        let done = store.redispatch(redispatch_from)?;
+        let report = RecoveryReport {
+            commit_log_end: recovery.commit_log_end,
+            bytes_truncated: recovery.bytes_truncated,
+            checkpoint: checkpoint_state,
+            cq_units_truncated,
+            index_entries_truncated,
+            redispatch_from,
+            records_redispatched: done.records,
+            cq_units_redispatched: done.units,
+            index_entries_redispatched: done.index_entries,
+        };
+        info!(?report, "message store opened");
+        Ok((store, report))
+    }
+
+    /// Where re-dispatch starts: the checkpoint's dispatched offset, or the CommitLog start
+    /// when queues or index entries the checkpoint counted are missing (the index is then
+    /// cleared and rebuilt in order).
+    fn redispatch_start(&mut self, checkpoint: &Checkpoint) -> Result<u64, StoreError> {
+        let (min, end) = (self.commit_log.min_offset(), self.commit_log.max_offset());
+        let mut from = checkpoint.dispatched_offset.clamp(min, end);
+        let queues_lost = self.dispatcher.queue_count() < checkpoint.consume_queue_count
+            || self.dispatcher.queue_offset_sum() < checkpoint.consume_queue_offset_sum;
+        if queues_lost {
+            warn!("consume queues behind the checkpoint, rebuilding from the commit log start");
+            from = min;
+        }
+        if (self.dispatcher.index().len() as u64) < checkpoint.index_entry_count {
+            warn!("index behind the checkpoint, rebuilding it from the commit log start");
+            self.dispatcher.clear_index()?;
+            from = min;
+        }
+        Ok(from)
+    }
+
+    /// Re-dispatches from `from`; if a queue turns out to have a hole (it lost units the
+    /// checkpoint could not tell us about), starts over from the CommitLog start.
+    fn redispatch(&mut self, from: u64) -> Result<Redispatch, StoreError> {
+        let min = self.commit_log.min_offset();
+        match self.dispatch_from(from, from == min) {
+            Err(StoreError::ConsumeQueueGap {
+                topic, queue_id, ..
+            }) if from > min => {
+                warn!(%topic, queue_id, "consume queue has a hole, re-dispatching from the start");
+                self.dispatch_from(min, true)
+            }
+            other => other,
+        }
+    }
+
+    fn dispatch_from(&mut self, from: u64, allow_start: bool) -> Result<Redispatch, StoreError> {
+        let mut done = Redispatch::default();
+        let tags_code_fn = self.config.tags_code_fn;
+        let dispatcher = &mut self.dispatcher;
+        self.commit_log.for_each_record_from(from, |offset, view| {
+            let info = RecordInfo::from_view(&view, tags_code_fn(&view))?;
+            let queue_offset =
+                u64::try_from(info.queue_offset).map_err(|_negative| StoreError::Corrupt {
+                    offset,
+                    source: RecordError::FieldLengths,
+                })?;
+            let outcome = dispatcher.dispatch(offset, &info, queue_offset, allow_start)?;
+            done.records += 1;
+            done.units += u64::from(outcome.unit_added);
+            done.index_entries += outcome.index_entries_added;
+            Ok(())
+        })?;
+        Ok(done)
+    }
+
+    /// Appends one encoded record (offsets zero): assigns its queue offset and CommitLog
+    /// offset, patches both into `record`, writes it and dispatches it.
+    pub fn append(&mut self, record: &mut [u8]) -> Result<AppendResult, StoreError> {
+        self.append_with_tags_code(record, None)
+    }
+
+    /// [`MessageStore::append`] with an explicit ConsumeQueue tags code. The override must be
+    /// what `StoreConfig::tags_code_fn` computes for this record, or a later rebuild of the
+    /// queue from the CommitLog reports `ConsumeQueueConflict`.
+    pub fn append_with_tags_code(
+        &mut self,
+        record: &mut [u8],
+        tags_code: Option<i64>,
+    ) -> Result<AppendResult, StoreError> {
+        let at = self.commit_log.max_offset();
+        let corrupt = |source| StoreError::Corrupt { offset: at, source };
+        let view = RecordView::parse(record).map_err(corrupt)?;
+        if view.total_size() != record.len() {
+            return Err(corrupt(RecordError::FieldLengths));
+        }
+        let code = tags_code.unwrap_or_else(|| (self.config.tags_code_fn)(&view));
+        let info = RecordInfo::from_view(&view, code)?;
+        let queue_offset = self
+            .dispatcher
+            .queue_mut(&info.topic, info.queue_id)?
+            .max_offset();
+        record::patch_queue_offset(record, queue_offset as i64)?;
+        let offset = self.commit_log.append(record)?;
+        if let Err(err) = self.dispatcher.dispatch(offset, &info, queue_offset, false) {
+            if let Err(rollback) = self.truncate(at as i64) {
+                error!(%rollback, "rolling back a failed dispatch failed");
+            }
+            return Err(err);
+        }
+        Ok(AppendResult {
+            commit_log_offset: offset as i64,
+            queue_offset: queue_offset as i64,
+            size: info.size,
+            store_timestamp_ms: info.store_timestamp_ms,
+        })
+    }
+
+    /// Writes raw CommitLog bytes shipped from another replica (whole records and fillers,
+    /// same segment size) at exactly the current end, then dispatches every record in them.
+    pub fn append_raw_commit_log(&mut self, offset: i64, bytes: &[u8]) -> Result<(), StoreError> {
+        let offset = to_offset(offset, &self.commit_log)?;
+        self.commit_log.append_raw(offset, bytes)?;
+        if let Err(err) = self.dispatch_from(offset, true) {
+            if let Err(rollback) = self.truncate(offset as i64) {
+                error!(%rollback, "rolling back a failed raw append failed");
+            }
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    /// Drops CommitLog bytes, ConsumeQueue units and index entries at or after
+    /// `commit_log_end` (a record boundary).
+    pub fn truncate(&mut self, commit_log_end: i64) -> Result<(), StoreError> {
+        let end = to_offset(commit_log_end, &self.commit_log)?;
+        self.commit_log.truncate_to(end)?;
+        self.dispatcher.truncate(end)?;
+        Ok(())
+    }
+
+    /// Durably flushes the CommitLog, the ConsumeQueues and the index, then writes the
+    /// checkpoint (skipped when nothing changed since the last one).
+    pub fn flush(&mut self) -> Result<(), StoreError> {
+        self.commit_log.flush()?;
+        self.dispatcher.flush()?;
+        let end = self.commit_log.max_offset();
+        let checkpoint = Checkpoint {
+            commit_log_flushed_offset: end,
+            dispatched_offset: end,
+            consume_queue_count: self.dispatcher.queue_count(),
+            consume_queue_offset_sum: self.dispatcher.queue_offset_sum(),
+            index_entry_count: self.dispatcher.index().len() as u64,
+        };
+        if checkpoint != self.last_checkpoint {
+            checkpoint.store(&self.config.dir)?;
+            self.last_checkpoint = checkpoint;
+        }
+        Ok(())
+    }
+
+    pub fn commit_log_min_offset(&self) -> i64 {
+        self.commit_log.min_offset() as i64
+    }
+
+    pub fn commit_log_max_offset(&self) -> i64 {
+        self.commit_log.max_offset() as i64
+    }
+
+    /// Up to `max_len` raw CommitLog bytes from `offset` (for shipping to another replica).
+    pub fn read_commit_log(&self, offset: i64, max_len: usize) -> Result<Vec<u8>, StoreError> {
+        self.commit_log
+            .read_bytes(to_offset(offset, &self.commit_log)?, max_len)
+    }
+
+    /// Up to `max_units` units of a queue from queue offset `from` (empty if unknown).
+    pub fn read_consume_queue(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        from: i64,
+        max_units: usize,
+    ) -> Vec<CqUnit> {
+        self.dispatcher
+            .queue(topic, queue_id)
+            .map_or_else(Vec::new, |q| q.read(from.max(0) as u64, max_units))
+    }
+
+    /// `(min, max)` queue offsets of a queue; `(0, 0)` if unknown.
+    pub fn consume_queue_offsets(&self, topic: &str, queue_id: i32) -> (i64, i64) {
+        self.dispatcher
+            .queue(topic, queue_id)
+            .map_or((0, 0), |q| (q.min_offset() as i64, q.max_offset() as i64))
+    }
+
+    /// The message record at CommitLog `commit_log_offset`.
+    pub fn read_message(&self, commit_log_offset: i64) -> Result<MessageRecord, StoreError> {
+        let offset = to_offset(commit_log_offset, &self.commit_log)?;
+        let head = self.commit_log.read(offset, 4)?;
+        let total_size = i32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+        let len = usize::try_from(total_size)
+            .ok()
+            .filter(|len| *len <= record::RECORD_SIZE_MAX)
+            .ok_or(StoreError::Corrupt {
+                offset,
+                source: RecordError::TotalSize { total_size },
+            })?;
+        match record::decode_at(self.commit_log.read(offset, len)?, offset)? {
+            DecodedRecord::Message(message) => Ok(message),
+            DecodedRecord::Blank { .. } => Err(StoreError::Corrupt {
+                offset,
+                source: RecordError::Magic {
+                    magic: record::BLANK_MAGIC_CODE,
+                },
+            }),
+        }
+    }
+
+    /// Messages whose `UNIQ_KEY` or one of whose `KEYS` equals `key`, newest first, at most
+    /// [`QUERY_BY_KEY_RESULTS_MAX`].
+    pub fn query_by_key(&self, key: &str) -> Result<Vec<MessageRecord>, StoreError> {
+        let mut found = Vec::new();
+        for offset in self.dispatcher.index().lookup(key).iter().rev() {
+            let message = self.read_message(*offset)?;
+            let props = &message.properties;
+            let matches = props.get(properties::UNIQ_KEY) == Some(key)
+                || props
+                    .get(properties::KEYS)
+                    .is_some_and(|keys| properties::split_keys(keys).any(|k| k == key));
+            if matches {
+                found.push(message);
+                if found.len() == QUERY_BY_KEY_RESULTS_MAX {
+                    break;
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests;

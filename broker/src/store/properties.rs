@@ -1,0 +1,243 @@
+//! Message properties: an ordered `String -> String` map and its RocketMQ wire encoding.
+//!
+//! Encoding (RocketMQ `MessageDecoder.messageProperties2String`): every pair is written as
+//! `key \x01 value \x02`. Invariant: no key or value held by [`Properties`] contains either
+//! separator, so `decode(encode(p)) == p`. Keys are kept sorted (a `BTreeMap`) so that the
+//! same properties always encode to the same bytes on every replica.
+
+use std::collections::BTreeMap;
+
+use crate::store::error::StoreError;
+
+/// Separates a key from its value.
+pub const NAME_VALUE_SEPARATOR: u8 = 0x01;
+/// Terminates a key/value pair.
+pub const PROPERTY_SEPARATOR: u8 = 0x02;
+/// Separates the message keys inside the `KEYS` property.
+pub const KEY_SEPARATOR: &str = " ";
+
+/// Message tag, used for consumer-side filtering (its hash is the ConsumeQueue tags code).
+pub const TAGS: &str = "TAGS";
+/// User message keys, separated by [`KEY_SEPARATOR`]; indexed for `query-msg`.
+pub const KEYS: &str = "KEYS";
+/// Client-generated unique message id; indexed for `query-msg`.
+pub const UNIQ_KEY: &str = "UNIQ_KEY";
+/// Delay level of a delayed message.
+pub const DELAY: &str = "DELAY";
+/// Original topic of a delayed or retried message.
+pub const REAL_TOPIC: &str = "REAL_TOPIC";
+/// Original queue id of a delayed message.
+pub const REAL_QID: &str = "REAL_QID";
+/// Retry topic of a message sent back by a consumer.
+pub const RETRY_TOPIC: &str = "RETRY_TOPIC";
+/// Id of the message a retry was created from.
+pub const ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
+/// Reconsume count of a retried message.
+pub const RECONSUME_TIME: &str = "RECONSUME_TIME";
+/// Maximum reconsume count before the message goes to the dead letter queue.
+pub const MAX_RECONSUME_TIMES: &str = "MAX_RECONSUME_TIMES";
+
+/// Ordered message properties.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Properties {
+    map: BTreeMap<String, String>,
+}
+
+impl Properties {
+    /// Empty properties.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `key` to `value`, returning the previous value.
+    /// Errors if either contains a separator byte (`\x01` or `\x02`).
+    pub fn insert(
+        &mut self,
+        key: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Result<Option<String>, StoreError> {
+        let (key, value) = (key.into(), value.into());
+        check_text(&key, &key, "key contains \\x01 or \\x02")?;
+        check_text(&key, &value, "value contains \\x01 or \\x02")?;
+        Ok(self.map.insert(key, value))
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.map.get(key).map(String::as_str)
+    }
+
+    /// Removes `key`, returning its value.
+    pub fn remove(&mut self, key: &str) -> Option<String> {
+        self.map.remove(key)
+    }
+
+    /// Number of pairs.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// True when there are no pairs.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Pairs in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.map.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// Size in bytes of [`Properties::encode`]'s output.
+    pub fn encoded_len(&self) -> usize {
+        self.map.iter().map(|(k, v)| k.len() + v.len() + 2).sum()
+    }
+
+    /// `key\x01value\x02` for every pair, in key order.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        for (key, value) in &self.map {
+            out.extend_from_slice(key.as_bytes());
+            out.push(NAME_VALUE_SEPARATOR);
+            out.extend_from_slice(value.as_bytes());
+            out.push(PROPERTY_SEPARATOR);
+        }
+        out
+    }
+
+    /// Parses encoded properties. A missing final `\x02` is accepted; an empty pair,
+    /// a pair without `\x01`, a duplicate key or invalid UTF-8 is an error.
+    pub fn decode(encoded: &[u8]) -> Result<Self, StoreError> {
+        let mut map = BTreeMap::new();
+        for (key, value) in pairs(encoded)? {
+            if map.insert(key.to_owned(), value.to_owned()).is_some() {
+                return Err(invalid(key, "duplicate key"));
+            }
+        }
+        Ok(Properties { map })
+    }
+}
+
+/// The value of `key` in encoded properties, without building a map.
+pub fn find<'a>(encoded: &'a [u8], key: &str) -> Result<Option<&'a str>, StoreError> {
+    Ok(pairs(encoded)?
+        .into_iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v))
+}
+
+/// The individual keys of a `KEYS` property value (empty entries skipped).
+pub fn split_keys(keys: &str) -> impl Iterator<Item = &str> {
+    keys.split(KEY_SEPARATOR).filter(|k| !k.is_empty())
+}
+
+fn pairs(encoded: &[u8]) -> Result<Vec<(&str, &str)>, StoreError> {
+    let body = encoded
+        .strip_suffix(&[PROPERTY_SEPARATOR])
+        .unwrap_or(encoded);
+    if body.is_empty() {
+        return Ok(Vec::new());
+    }
+    body.split(|b| *b == PROPERTY_SEPARATOR)
+        .map(|pair| {
+            let text = std::str::from_utf8(pair)
+                .map_err(|_utf8| invalid(&String::from_utf8_lossy(pair), "not UTF-8"))?;
+            let (key, value) = text
+                .split_once(char::from(NAME_VALUE_SEPARATOR))
+                .ok_or_else(|| invalid(text, "pair without \\x01 separator"))?;
+            if value.as_bytes().contains(&NAME_VALUE_SEPARATOR) {
+                return Err(invalid(key, "value contains \\x01"));
+            }
+            Ok((key, value))
+        })
+        .collect()
+}
+
+fn check_text(key: &str, text: &str, reason: &'static str) -> Result<(), StoreError> {
+    if text
+        .bytes()
+        .any(|b| b == NAME_VALUE_SEPARATOR || b == PROPERTY_SEPARATOR)
+    {
+        return Err(invalid(key, reason));
+    }
+    Ok(())
+}
+
+fn invalid(key: &str, reason: &'static str) -> StoreError {
+    StoreError::InvalidProperty {
+        key: key.to_owned(),
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Properties {
+        let mut p = Properties::new();
+        p.insert(TAGS, "TagA").expect("insert");
+        p.insert(KEYS, "k1 k2").expect("insert");
+        p.insert(UNIQ_KEY, "C0A8").expect("insert");
+        p
+    }
+
+    #[test]
+    fn encodes_like_rocketmq_and_round_trips() {
+        let p = sample();
+        let bytes = p.encode();
+        assert_eq!(
+            bytes,
+            b"KEYS\x01k1 k2\x02TAGS\x01TagA\x02UNIQ_KEY\x01C0A8\x02".to_vec()
+        );
+        assert_eq!(bytes.len(), p.encoded_len());
+        assert_eq!(Properties::decode(&bytes).expect("decode"), p);
+        assert_eq!(find(&bytes, TAGS).expect("find"), Some("TagA"));
+        assert_eq!(find(&bytes, DELAY).expect("find"), None);
+    }
+
+    #[test]
+    fn decode_accepts_missing_final_separator_and_empty() {
+        let p = Properties::decode(b"A\x011\x02B\x012").expect("decode");
+        assert_eq!(p.get("A"), Some("1"));
+        assert_eq!(p.get("B"), Some("2"));
+        assert!(Properties::decode(b"").expect("empty").is_empty());
+    }
+
+    #[test]
+    fn separators_in_keys_or_values_are_rejected() {
+        let mut p = Properties::new();
+        assert!(matches!(
+            p.insert("a\x01b", "v"),
+            Err(StoreError::InvalidProperty { .. })
+        ));
+        assert!(matches!(
+            p.insert("k", "v\x02"),
+            Err(StoreError::InvalidProperty { .. })
+        ));
+        assert!(p.is_empty());
+    }
+
+    #[test]
+    fn malformed_encodings_are_rejected() {
+        for bad in [
+            &b"A\x02"[..],
+            b"A\x011\x02\x02",
+            b"A\x011\x01x\x02",
+            b"A\x011\x02A\x012\x02",
+            b"A\x01\xff\x02",
+        ] {
+            assert!(
+                matches!(
+                    Properties::decode(bad),
+                    Err(StoreError::InvalidProperty { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn split_keys_skips_empty_entries() {
+        assert_eq!(split_keys("a  b ").collect::<Vec<_>>(), vec!["a", "b"]);
+    }
+}

@@ -1,0 +1,392 @@
+//! `MessageStore` tests on real files: append/dispatch, recovery (torn tail, lost or behind
+//! ConsumeQueues, lost index), raw CommitLog shipping, truncate and replay.
+
+use std::fs::OpenOptions;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::Path;
+
+use super::*;
+use crate::store::commit_log::COMMIT_LOG_DIR;
+use crate::store::consume_queue::queue_dir;
+use crate::store::index::INDEX_DIR;
+use crate::store::properties::{KEYS, UNIQ_KEY};
+use crate::store::record::tests::sample;
+
+const SEGMENT: u64 = 4096;
+const UNITS: u64 = 8;
+const TOPICS: [&str; 2] = ["TopicA", "TopicB"];
+
+fn config(dir: &Path) -> StoreConfig {
+    StoreConfig {
+        commit_log_segment_bytes: SEGMENT,
+        consume_queue_units_per_segment: UNITS,
+        ..StoreConfig::new(dir)
+    }
+}
+
+fn open(dir: &Path) -> (MessageStore, RecoveryReport) {
+    MessageStore::open(config(dir)).expect("open store")
+}
+
+/// Record `i`: topic `TOPICS[i % 2]`, queue `i % 3`, UNIQ_KEY `U{i}`, KEYS `k{i} shared`.
+fn message(i: usize) -> Vec<u8> {
+    let mut rec = sample(
+        TOPICS[i % 2],
+        (i % 3) as i32,
+        format!("body {i} {}", "z".repeat(i % 50 + 100)).as_bytes(),
+    );
+    rec.properties
+        .insert(UNIQ_KEY, format!("U{i}"))
+        .expect("uniq");
+    rec.properties
+        .insert(KEYS, format!("k{i} shared"))
+        .expect("keys");
+    rec.encode().expect("encode")
+}
+
+fn append_n(store: &mut MessageStore, range: std::ops::Range<usize>) -> Vec<AppendResult> {
+    range
+        .map(|i| store.append(&mut message(i)).expect("append"))
+        .collect()
+}
+
+/// Every unit of every queue the test messages use.
+fn all_units(store: &MessageStore) -> Vec<Vec<CqUnit>> {
+    let mut out = Vec::new();
+    for topic in TOPICS {
+        for queue_id in 0..3 {
+            out.push(store.read_consume_queue(topic, queue_id, 0, usize::MAX));
+        }
+    }
+    out
+}
+
+fn whole_log(store: &MessageStore) -> Vec<u8> {
+    store
+        .read_commit_log(store.commit_log_min_offset(), usize::MAX)
+        .expect("read log")
+}
+
+#[test]
+fn store_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<MessageStore>();
+}
+
+#[test]
+fn append_assigns_offsets_and_dispatches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, report) = open(dir.path());
+    assert_eq!(report.commit_log_end, 0);
+    let results = append_n(&mut store, 0..40);
+    assert!(
+        results
+            .windows(2)
+            .all(|w| w[0].commit_log_offset < w[1].commit_log_offset)
+    );
+    assert!(
+        store.commit_log_max_offset() > SEGMENT as i64,
+        "rolled segments"
+    );
+    // TopicA/0 gets messages 0, 6, 12, ...: message 6 is its second.
+    assert_eq!(results[6].queue_offset, 1);
+    let unit = store.read_consume_queue("TopicA", 0, 1, 1)[0];
+    assert_eq!(unit.commit_log_offset, results[6].commit_log_offset);
+    assert_eq!(unit.size, results[6].size);
+    assert_eq!(unit.tags_code, tags_code("TagA"));
+    let read = store
+        .read_message(results[6].commit_log_offset)
+        .expect("read");
+    assert_eq!(
+        (read.queue_offset, read.physical_offset),
+        (1, results[6].commit_log_offset)
+    );
+    assert_eq!(read.store_timestamp_ms, results[6].store_timestamp_ms);
+    assert_eq!(store.consume_queue_offsets("TopicA", 0), (0, 7));
+    assert_eq!(store.consume_queue_offsets("Nope", 0), (0, 0));
+    assert!(store.read_consume_queue("Nope", 0, 0, 10).is_empty());
+}
+
+#[test]
+fn invalid_records_are_rejected_before_writing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    let mut bad_crc = message(0);
+    // The body starts at byte 88 for IPv4 hosts.
+    bad_crc[90] ^= 1;
+    let mut trailing = message(0);
+    trailing.push(0);
+    let mut bad_size = message(0);
+    let too_long = (bad_size.len() as i32 + 1).to_be_bytes();
+    bad_size[..4].copy_from_slice(&too_long);
+    for mut bad in [bad_crc, trailing, bad_size] {
+        assert!(matches!(
+            store.append(&mut bad),
+            Err(StoreError::Corrupt { .. })
+        ));
+    }
+    assert_eq!(store.commit_log_max_offset(), 0);
+}
+
+#[test]
+fn torn_tail_is_truncated_and_appends_continue() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    let results = append_n(&mut store, 0..10);
+    store.flush().expect("flush");
+    let end = store.commit_log_max_offset() as u64;
+    let units_before = all_units(&store);
+    drop(store);
+
+    let segment = dir
+        .path()
+        .join(COMMIT_LOG_DIR)
+        .join(mapped_file::file_name(end - end % SEGMENT));
+    let mut file = OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .expect("segment");
+    file.seek(SeekFrom::Start(end % SEGMENT)).expect("seek");
+    let next = message(10);
+    file.write_all(&next[..next.len() / 2])
+        .expect("half record");
+    file.write_all(b"\xde\xad\xbe\xef").expect("garbage");
+    drop(file);
+
+    let (mut store, report) = open(dir.path());
+    assert_eq!(report.commit_log_end, end);
+    assert_eq!(report.bytes_truncated, (next.len() / 2 + 4) as u64);
+    assert_eq!(all_units(&store), units_before);
+    for r in &results {
+        store
+            .read_message(r.commit_log_offset)
+            .expect("whole record intact");
+    }
+    let appended = store.append(&mut message(10)).expect("append");
+    assert_eq!(appended.commit_log_offset as u64, end);
+    // Message 10 goes to TopicA/1, which holds only message 4 so far.
+    assert_eq!(appended.queue_offset, 1);
+}
+
+#[test]
+fn consume_queue_rebuilt_when_directory_deleted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    append_n(&mut store, 0..60);
+    store.flush().expect("flush");
+    let before = all_units(&store);
+    drop(store);
+    std::fs::remove_dir_all(queue_dir(dir.path(), "TopicB", 2)).expect("rm queue");
+    let (store, report) = open(dir.path());
+    assert_eq!(all_units(&store), before);
+    assert_eq!(report.redispatch_from, 0);
+    assert_eq!(report.records_redispatched, 60);
+    assert_eq!(report.cq_units_redispatched, before[5].len() as u64);
+    assert_eq!(report.index_entries_redispatched, 0);
+}
+
+#[test]
+fn consume_queue_rebuilt_when_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    append_n(&mut store, 0..60);
+    store.flush().expect("flush");
+    let before = all_units(&store);
+    drop(store);
+    // Cut TopicA/1 to 3 units and delete its later files.
+    let qdir = queue_dir(dir.path(), "TopicA", 1);
+    for (start, path) in mapped_file::list_segments(&qdir).expect("list") {
+        if start == 0 {
+            let file = OpenOptions::new().write(true).open(&path).expect("open");
+            file.set_len(3 * CQ_UNIT_SIZE as u64).expect("truncate");
+        } else {
+            std::fs::remove_file(path).expect("rm");
+        }
+    }
+    let (store, report) = open(dir.path());
+    assert_eq!(all_units(&store), before);
+    assert_eq!(report.cq_units_redispatched, before[1].len() as u64 - 3);
+}
+
+#[test]
+fn consume_queue_hole_not_in_checkpoint_is_found_by_redispatch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    append_n(&mut store, 0..30);
+    store.flush().expect("flush");
+    // Not flushed into the checkpoint: more records land after it.
+    append_n(&mut store, 30..60);
+    let before = all_units(&store);
+    drop(store);
+    std::fs::remove_dir_all(queue_dir(dir.path(), "TopicA", 0)).expect("rm queue");
+    let (store, _) = open(dir.path());
+    assert_eq!(all_units(&store), before);
+}
+
+#[test]
+fn query_by_key_and_uniq_key_after_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    let results = append_n(&mut store, 0..20);
+    store.flush().expect("flush");
+    drop(store);
+    let (store, _) = open(dir.path());
+    let by_uniq = store.query_by_key("U7").expect("query");
+    assert_eq!(by_uniq.len(), 1);
+    assert_eq!(by_uniq[0].physical_offset, results[7].commit_log_offset);
+    let by_key = store.query_by_key("k13").expect("query");
+    assert_eq!(by_key.len(), 1);
+    assert_eq!(by_key[0].properties.get(UNIQ_KEY), Some("U13"));
+    let shared = store.query_by_key("shared").expect("query");
+    assert_eq!(shared.len(), 20);
+    assert_eq!(
+        shared[0].properties.get(UNIQ_KEY),
+        Some("U19"),
+        "newest first"
+    );
+    assert!(store.query_by_key("k1 ").expect("query").is_empty());
+    assert!(store.query_by_key("absent").expect("query").is_empty());
+}
+
+#[test]
+fn index_rebuilt_when_deleted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    append_n(&mut store, 0..20);
+    store.flush().expect("flush");
+    drop(store);
+    std::fs::remove_dir_all(dir.path().join(INDEX_DIR)).expect("rm index");
+    let (store, report) = open(dir.path());
+    assert_eq!(report.index_entries_redispatched, 20 * 3);
+    assert_eq!(report.cq_units_redispatched, 0);
+    assert_eq!(store.query_by_key("U3").expect("query").len(), 1);
+}
+
+#[test]
+fn query_by_key_results_at_max_and_max_plus_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    append_n(&mut store, 0..QUERY_BY_KEY_RESULTS_MAX);
+    assert_eq!(
+        store.query_by_key("shared").expect("query").len(),
+        QUERY_BY_KEY_RESULTS_MAX
+    );
+    append_n(
+        &mut store,
+        QUERY_BY_KEY_RESULTS_MAX..QUERY_BY_KEY_RESULTS_MAX + 1,
+    );
+    let found = store.query_by_key("shared").expect("query");
+    assert_eq!(found.len(), QUERY_BY_KEY_RESULTS_MAX);
+    let newest = format!("U{QUERY_BY_KEY_RESULTS_MAX}");
+    assert_eq!(found[0].properties.get(UNIQ_KEY), Some(newest.as_str()));
+}
+
+#[test]
+fn append_raw_commit_log_reproduces_log_and_queues() {
+    let src_dir = tempfile::tempdir().expect("tempdir");
+    let dst_dir = tempfile::tempdir().expect("tempdir");
+    let (mut src, _) = open(src_dir.path());
+    append_n(&mut src, 0..50);
+    let (mut dst, _) = open(dst_dir.path());
+    let bytes = src.read_commit_log(0, usize::MAX).expect("read");
+    dst.append_raw_commit_log(0, &bytes).expect("install");
+    assert_eq!(whole_log(&dst), whole_log(&src));
+    assert_eq!(all_units(&dst), all_units(&src));
+    assert_eq!(dst.query_by_key("U42").expect("query").len(), 1);
+    // Both continue identically.
+    let a = src.append(&mut message(50)).expect("append");
+    let b = dst.append(&mut message(50)).expect("append");
+    assert_eq!(a, b);
+    assert!(matches!(
+        dst.append_raw_commit_log(0, &bytes),
+        Err(StoreError::RawAppendOffset { .. })
+    ));
+    dst.flush().expect("flush");
+    drop(dst);
+    let (dst, report) = open(dst_dir.path());
+    assert_eq!(report.records_redispatched, 0);
+    assert_eq!(all_units(&dst), all_units(&src));
+}
+
+#[test]
+fn truncate_then_reappend_is_byte_identical() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    let results = append_n(&mut store, 0..40);
+    let log_before = whole_log(&store);
+    let units_before = all_units(&store);
+    store
+        .truncate(results[17].commit_log_offset)
+        .expect("truncate");
+    assert_eq!(store.commit_log_max_offset(), results[17].commit_log_offset);
+    assert!(store.query_by_key("U17").expect("query").is_empty());
+    assert_eq!(store.query_by_key("U16").expect("query").len(), 1);
+    let again = append_n(&mut store, 17..40);
+    assert_eq!(again, results[17..].to_vec());
+    assert_eq!(whole_log(&store), log_before);
+    assert_eq!(all_units(&store), units_before);
+    assert!(store.truncate(-1).is_err());
+}
+
+#[test]
+fn truncate_survives_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    let results = append_n(&mut store, 0..30);
+    store.flush().expect("flush");
+    store
+        .truncate(results[10].commit_log_offset)
+        .expect("truncate");
+    store.flush().expect("flush");
+    let units = all_units(&store);
+    drop(store);
+    let (store, report) = open(dir.path());
+    assert_eq!(report.commit_log_end as i64, results[10].commit_log_offset);
+    assert_eq!(report.bytes_truncated, 0);
+    assert_eq!(all_units(&store), units);
+}
+
+#[test]
+fn corrupt_checkpoint_redispatches_everything_idempotently() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    append_n(&mut store, 0..25);
+    store.flush().expect("flush");
+    let units = all_units(&store);
+    drop(store);
+    std::fs::write(dir.path().join(checkpoint::CHECKPOINT_FILE), b"junk").expect("write");
+    let (store, report) = open(dir.path());
+    assert_eq!(report.checkpoint, CheckpointState::Corrupt);
+    assert_eq!(report.records_redispatched, 25);
+    assert_eq!(report.cq_units_redispatched, 0);
+    assert_eq!(all_units(&store), units);
+}
+
+#[test]
+fn tags_code_fn_is_used_for_append_and_rebuild() {
+    fn deliver_time(view: &RecordView<'_>) -> i64 {
+        view.store_timestamp_ms() + 1000
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = StoreConfig {
+        tags_code_fn: deliver_time,
+        ..config(dir.path())
+    };
+    let (mut store, _) = MessageStore::open(cfg.clone()).expect("open");
+    let r = store.append(&mut message(0)).expect("append");
+    let expected = r.store_timestamp_ms + 1000;
+    assert_eq!(
+        store.read_consume_queue("TopicA", 0, 0, 1)[0].tags_code,
+        expected
+    );
+    store
+        .append_with_tags_code(&mut message(2), Some(expected))
+        .expect("append");
+    store.flush().expect("flush");
+    drop(store);
+    std::fs::remove_dir_all(queue_dir(dir.path(), "TopicA", 0)).expect("rm");
+    let (store, _) = MessageStore::open(cfg).expect("reopen");
+    let units = store.read_consume_queue("TopicA", 0, 0, 10);
+    assert!(units.iter().all(|u| u.tags_code == expected));
+    assert_eq!(store.read_consume_queue("TopicA", 2, 0, 10).len(), 1);
+}
