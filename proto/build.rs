@@ -2,7 +2,11 @@
 //! protobuf compiler, so a fresh machine needs no system `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/common.proto", "proto/broker.proto", "proto/raft.proto"];
+    let files = [
+        "proto/common.proto",
+        "proto/broker.proto",
+        "proto/raft.proto",
+    ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");
     }

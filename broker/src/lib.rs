@@ -1,2 +1,21 @@
-//! rocketraft broker node: the on-disk message store (and, later, the Raft layer and gRPC API).
+//! rocketraft broker: a node of a broker group whose CommitLog is replicated through Raft.
+//!
+//! # Layout
+//! - [`store`]: CommitLog (mmap segments), ConsumeQueues and the message index (DESIGN §3);
+//! - [`raft`]: the Raft log, state machine and transport of a broker group (DESIGN §2);
+//! - [`group_state`] and [`metadata`]: the replicated state a node serves from;
+//! - [`group_commit`]: coalescing concurrent sends into one Raft entry;
+//! - [`service`]: the broker gRPC API; [`error`]: its errors and wire codes;
+//! - [`node`]: wiring one node together; [`config`]: its TOML configuration.
+
+pub mod config;
+pub mod durable_file;
+pub mod error;
+pub mod group_commit;
+pub mod group_state;
+pub mod metadata;
+pub mod node;
+pub mod raft;
+pub mod service;
 pub mod store;
+pub mod topic;

@@ -1,1 +1,181 @@
-fn main() {}
+//! `broker`: runs one broker node from a TOML config (flags override its keys), or
+//! `broker dev`: a whole local broker group in one process for development.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use clap::Subcommand;
+use rocketraft_broker::config::BrokerConfig;
+use rocketraft_broker::node::BrokerNode;
+use rocketraft_broker::node::NodeOptions;
+
+#[derive(Parser)]
+#[command(name = "broker", about = "rocketraft broker node", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// TOML config file; the flags below override its keys.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    cluster: Option<String>,
+    #[arg(long)]
+    group: Option<String>,
+    #[arg(long)]
+    node_id: Option<u64>,
+    #[arg(long)]
+    listen: Option<String>,
+    /// A node of the group as ID=ADDR; repeat for every node, this one included.
+    #[arg(long = "peer", value_name = "ID=ADDR")]
+    peers: Vec<String>,
+    /// Nameserver addresses, comma separated.
+    #[arg(long)]
+    namesrv: Option<String>,
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// `sync` (fsync before acknowledging) or `async`.
+    #[arg(long)]
+    flush: Option<String>,
+    /// Found a new group on this node's first start (one node, first start only).
+    #[arg(long)]
+    bootstrap: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a local broker group in this process (data persists across restarts).
+    Dev {
+        #[arg(long, default_value = "./data/dev")]
+        data_dir: PathBuf,
+        /// Nodes in the group: 1, 3 or 5.
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+        /// Node n listens on base-port + n - 1.
+        #[arg(long, default_value_t = 10911)]
+        base_port: u16,
+        #[arg(long, default_value = "sync")]
+        flush: String,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,openraft=warn".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Dev {
+            ref data_dir,
+            nodes,
+            base_port,
+            ref flush,
+        }) => run_dev(data_dir.clone(), nodes, base_port, flush).await,
+        None => run_node(cli).await,
+    }
+}
+
+async fn run_node(cli: Cli) -> anyhow::Result<()> {
+    let config = node_config(&cli)?;
+    let node = BrokerNode::start(config, NodeOptions::default()).await?;
+    println!("broker node {} serving on {}", node.node_id(), node.addr());
+    tokio::signal::ctrl_c().await.context("wait for ctrl-c")?;
+    node.shutdown().await;
+    Ok(())
+}
+
+/// The config file's table with the flags written over it, then parsed and validated, so an
+/// error names the key whether it came from the file or a flag.
+fn node_config(cli: &Cli) -> anyhow::Result<BrokerConfig> {
+    let mut table = match &cli.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("read config {}", path.display()))?;
+            text.parse::<toml::Table>()
+                .with_context(|| format!("parse config {}", path.display()))?
+        }
+        None => toml::Table::new(),
+    };
+    let mut set = |key: &str, value: Option<toml::Value>| {
+        if let Some(value) = value {
+            table.insert(key.to_owned(), value);
+        }
+    };
+    set("cluster", cli.cluster.clone().map(Into::into));
+    set("group", cli.group.clone().map(Into::into));
+    set(
+        "node_id",
+        cli.node_id.map(|id| toml::Value::Integer(id as i64)),
+    );
+    set("listen", cli.listen.clone().map(Into::into));
+    set(
+        "data_dir",
+        cli.data_dir
+            .as_ref()
+            .map(|dir| dir.display().to_string().into()),
+    );
+    set("flush", cli.flush.clone().map(Into::into));
+    set("bootstrap", cli.bootstrap.then_some(true.into()));
+    set(
+        "namesrv",
+        cli.namesrv.as_ref().map(|list| {
+            list.split(',')
+                .map(|a| toml::Value::from(a.trim()))
+                .collect::<Vec<_>>()
+                .into()
+        }),
+    );
+    if !cli.peers.is_empty() {
+        let mut peers = toml::Table::new();
+        for peer in &cli.peers {
+            let (id, addr) = peer
+                .split_once('=')
+                .with_context(|| format!("--peer {peer:?}: expected ID=ADDR"))?;
+            peers.insert(id.trim().to_owned(), addr.trim().into());
+        }
+        table.insert("peers".to_owned(), peers.into());
+    }
+    let config = BrokerConfig::from_toml(&toml::to_string(&table)?)?;
+    config.validate()?;
+    Ok(config)
+}
+
+async fn run_dev(data_dir: PathBuf, nodes: u64, base_port: u16, flush: &str) -> anyhow::Result<()> {
+    let addr = |id: u64| format!("127.0.0.1:{}", u64::from(base_port) + id - 1);
+    let peers: Vec<String> = (1..=nodes).map(|id| format!("{id}={}", addr(id))).collect();
+    let mut started = Vec::new();
+    for id in 1..=nodes {
+        let cli = Cli {
+            command: None,
+            config: None,
+            cluster: Some("DevCluster".into()),
+            group: Some("broker-a".into()),
+            node_id: Some(id),
+            listen: Some(addr(id)),
+            peers: peers.clone(),
+            namesrv: None,
+            data_dir: Some(data_dir.join(format!("node-{id}"))),
+            flush: Some(flush.to_owned()),
+            bootstrap: id == 1,
+        };
+        let node = BrokerNode::start(node_config(&cli)?, NodeOptions::default()).await?;
+        started.push(node);
+    }
+    println!(
+        "rocketraft dev cluster: broker group broker-a, {nodes} node(s), data under {}",
+        data_dir.display()
+    );
+    for node in &started {
+        println!("  node {} -> {}", node.node_id(), node.addr());
+    }
+    println!("press Ctrl-C to stop");
+    tokio::signal::ctrl_c().await.context("wait for ctrl-c")?;
+    for node in started {
+        node.shutdown().await;
+    }
+    Ok(())
+}

@@ -1,0 +1,297 @@
+//! Configuration of one broker node: a TOML file whose keys the `broker` binary's flags can
+//! override, validated once at start with errors that name the offending key.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::raft::log_store::FlushMode;
+use crate::raft::log_store::LOG_SEGMENT_SIZE_BYTES_DEFAULT;
+use crate::raft::types::NodeId;
+
+/// Group sizes a broker group may have: one node for development, or 3 or 5 to survive the
+/// loss of 1 or 2 (an even size adds no fault tolerance).
+pub const GROUP_SIZES: [usize; 3] = [1, 3, 5];
+/// Default interval between fsyncs of the Raft log in `flush = "async"` mode.
+pub const ASYNC_FLUSH_INTERVAL_DEFAULT: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerConfig {
+    #[serde(default = "default_cluster")]
+    pub cluster: String,
+    /// The broker group (RocketMQ broker name) this node belongs to.
+    pub group: String,
+    pub node_id: NodeId,
+    /// Address the node's one gRPC port (broker API and Raft) listens on.
+    pub listen: SocketAddr,
+    /// Every node of the group, this one included: node id -> gRPC address.
+    pub peers: BTreeMap<String, String>,
+    /// Nameserver addresses (used from the nameserver issue on).
+    #[serde(default)]
+    pub namesrv: Vec<String>,
+    pub data_dir: PathBuf,
+    #[serde(default)]
+    pub flush: FlushKind,
+    #[serde(default = "default_async_flush_interval_ms")]
+    pub async_flush_interval_ms: u64,
+    /// Initialize the group on first start. Set on exactly one node, and only for the
+    /// group's first start: a node with this flag and an empty data dir founds a new group.
+    #[serde(default)]
+    pub bootstrap: bool,
+    #[serde(default)]
+    pub raft: RaftTimings,
+    #[serde(default)]
+    pub store: StoreSizes,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlushKind {
+    /// fsync the Raft log before acknowledging an append.
+    #[default]
+    Sync,
+    /// fsync on an interval; durability comes from replication.
+    Async,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RaftTimings {
+    pub heartbeat_interval_ms: u64,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+}
+
+impl Default for RaftTimings {
+    fn default() -> Self {
+        RaftTimings {
+            heartbeat_interval_ms: 100,
+            election_timeout_min_ms: 1000,
+            election_timeout_max_ms: 2000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreSizes {
+    pub commit_log_segment_bytes: u64,
+    pub consume_queue_units_per_segment: u64,
+    pub raft_log_segment_bytes: u64,
+}
+
+impl Default for StoreSizes {
+    fn default() -> Self {
+        StoreSizes {
+            commit_log_segment_bytes: crate::store::config::COMMIT_LOG_SEGMENT_BYTES_DEFAULT,
+            consume_queue_units_per_segment:
+                crate::store::config::CONSUME_QUEUE_UNITS_PER_SEGMENT_DEFAULT,
+            raft_log_segment_bytes: LOG_SEGMENT_SIZE_BYTES_DEFAULT,
+        }
+    }
+}
+
+fn default_cluster() -> String {
+    "DefaultCluster".to_owned()
+}
+
+fn default_async_flush_interval_ms() -> u64 {
+    ASYNC_FLUSH_INTERVAL_DEFAULT.as_millis() as u64
+}
+
+/// A configuration value that cannot be used, named by its key.
+#[derive(Debug, thiserror::Error)]
+#[error("config key `{key}`: {reason}")]
+pub struct ConfigError {
+    pub key: String,
+    pub reason: String,
+}
+
+impl ConfigError {
+    fn new(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+        ConfigError {
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl BrokerConfig {
+    /// Parses a TOML document; unknown keys are errors so a typo never goes unnoticed.
+    pub fn from_toml(text: &str) -> Result<BrokerConfig, ConfigError> {
+        toml::from_str(text).map_err(|error| {
+            // The key is what precedes `=` on the line the error points into.
+            let key = error
+                .span()
+                .and_then(|span| text.get(..span.start))
+                .and_then(|before| before.lines().last())
+                .and_then(|line| line.split('=').next())
+                .map(|key| key.trim().to_owned())
+                .filter(|key| !key.is_empty())
+                .unwrap_or_else(|| "<file>".to_owned());
+            ConfigError::new(key, error.message().to_owned())
+        })
+    }
+
+    /// The peers with parsed node ids.
+    pub fn peer_map(&self) -> Result<BTreeMap<NodeId, String>, ConfigError> {
+        self.peers
+            .iter()
+            .map(|(id, addr)| {
+                let node_id = id.parse::<NodeId>().map_err(|_| {
+                    ConfigError::new(
+                        format!("peers.{id}"),
+                        "a node id must be an unsigned integer",
+                    )
+                })?;
+                Ok((node_id, addr.clone()))
+            })
+            .collect()
+    }
+
+    pub fn flush_mode(&self) -> FlushMode {
+        match self.flush {
+            FlushKind::Sync => FlushMode::Sync,
+            FlushKind::Async => FlushMode::Async {
+                interval: Duration::from_millis(self.async_flush_interval_ms),
+            },
+        }
+    }
+
+    /// The message store's configuration under this node's data dir.
+    pub fn store_config(&self) -> crate::store::StoreConfig {
+        let mut config = crate::store::StoreConfig::new(self.data_dir.join("store"));
+        config.commit_log_segment_bytes = self.store.commit_log_segment_bytes;
+        config.consume_queue_units_per_segment = self.store.consume_queue_units_per_segment;
+        config
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.group.is_empty() || self.group.len() > 127 {
+            return Err(ConfigError::new("group", "must be 1 to 127 characters"));
+        }
+        let peers = self.peer_map()?;
+        if !GROUP_SIZES.contains(&peers.len()) {
+            return Err(ConfigError::new(
+                "peers",
+                format!("a group has 1, 3 or 5 nodes, found {}", peers.len()),
+            ));
+        }
+        if !peers.contains_key(&self.node_id) {
+            return Err(ConfigError::new(
+                "node_id",
+                format!("{} is not one of the peers", self.node_id),
+            ));
+        }
+        for (id, addr) in &peers {
+            if addr.parse::<SocketAddr>().is_err() {
+                return Err(ConfigError::new(
+                    format!("peers.{id}"),
+                    format!("{addr:?} is not an ip:port address"),
+                ));
+            }
+        }
+        if self.flush == FlushKind::Async && self.async_flush_interval_ms == 0 {
+            return Err(ConfigError::new(
+                "async_flush_interval_ms",
+                "must be positive",
+            ));
+        }
+        self.validate_raft_timings()?;
+        self.store_config()
+            .validate()
+            .map_err(|error| ConfigError::new("store", error.to_string()))?;
+        if self.store.raft_log_segment_bytes < 4096 {
+            return Err(ConfigError::new(
+                "store.raft_log_segment_bytes",
+                "must be at least 4096",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_raft_timings(&self) -> Result<(), ConfigError> {
+        let timings = &self.raft;
+        if timings.heartbeat_interval_ms == 0 {
+            return Err(ConfigError::new(
+                "raft.heartbeat_interval_ms",
+                "must be positive",
+            ));
+        }
+        if timings.election_timeout_min_ms <= 2 * timings.heartbeat_interval_ms {
+            return Err(ConfigError::new(
+                "raft.election_timeout_min_ms",
+                "must exceed twice raft.heartbeat_interval_ms, or followers time out between heartbeats",
+            ));
+        }
+        if timings.election_timeout_max_ms <= timings.election_timeout_min_ms {
+            return Err(ConfigError::new(
+                "raft.election_timeout_max_ms",
+                "must exceed raft.election_timeout_min_ms",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VALID: &str = r#"
+        group = "broker-a"
+        node_id = 1
+        listen = "127.0.0.1:10911"
+        data_dir = "/tmp/rr"
+        [peers]
+        1 = "127.0.0.1:10911"
+        2 = "127.0.0.1:10912"
+        3 = "127.0.0.1:10913"
+    "#;
+
+    #[test]
+    fn valid_config_parses_with_defaults() {
+        let config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.validate().expect("validates");
+        assert_eq!(config.flush, FlushKind::Sync);
+        assert_eq!(config.cluster, "DefaultCluster");
+        assert_eq!(config.peer_map().expect("peers").len(), 3);
+    }
+
+    #[test]
+    fn wrong_type_names_the_key() {
+        let error = BrokerConfig::from_toml(&VALID.replace("node_id = 1", "node_id = \"one\""))
+            .expect_err("type");
+        assert!(error.to_string().contains("node_id"), "{error}");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let unknown =
+            BrokerConfig::from_toml(&format!("bogus = 1\n{VALID}")).expect_err("unknown key");
+        assert!(unknown.to_string().contains("bogus"), "{unknown}");
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.node_id = 9;
+        assert_eq!(config.validate().expect_err("not a peer").key, "node_id");
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.peers.insert("x".into(), "127.0.0.1:1".into());
+        assert_eq!(config.validate().expect_err("bad id").key, "peers.x");
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.peers.remove("3");
+        assert_eq!(config.validate().expect_err("even group").key, "peers");
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.raft.election_timeout_max_ms = config.raft.election_timeout_min_ms;
+        assert_eq!(
+            config.validate().expect_err("timeouts").key,
+            "raft.election_timeout_max_ms"
+        );
+    }
+}

@@ -1,0 +1,152 @@
+//! Group commit on the leader: concurrent sends are coalesced into one `Append` entry, so the
+//! Raft cost (one log write, one fsync, one replication round) is paid per batch, not per
+//! message (DESIGN §2).
+//!
+//! Sends enter a bounded queue; one task drains whatever is queued, up to
+//! [`GROUP_COMMIT_MESSAGES_MAX`] messages and [`GROUP_COMMIT_BYTES_MAX`] bytes, proposes it,
+//! and hands each send the offsets its messages got at apply time. Batches are proposed in
+//! queue order; up to [`GROUP_COMMIT_IN_FLIGHT_MAX`] wait for their commit at once, and the
+//! queue fills while they do, which is what makes the next batch large under load.
+
+use std::sync::Arc;
+
+use openraft::errors::ClientWriteError;
+use openraft::impls::ProgressResponder;
+use tokio::sync::Semaphore;
+use tokio::sync::mpsc;
+use tokio::sync::oneshot;
+
+use crate::error::BrokerError;
+use crate::raft::types::AppendedMessage;
+use crate::raft::types::Command;
+use crate::raft::types::CommandResult;
+use crate::raft::types::Raft;
+
+/// Messages in one `Append` entry at most.
+pub const GROUP_COMMIT_MESSAGES_MAX: usize = 4096;
+/// Encoded bytes in one `Append` entry at most (one send may exceed it alone; it then goes
+/// in a batch of its own).
+pub const GROUP_COMMIT_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Batches proposed and not yet applied at once.
+pub const GROUP_COMMIT_IN_FLIGHT_MAX: usize = 16;
+/// Sends waiting to be batched before new sends wait for room.
+pub const GROUP_COMMIT_QUEUE_CAPACITY: usize = 8192;
+
+type Reply = oneshot::Sender<Result<Vec<AppendedMessage>, BrokerError>>;
+
+/// The encoded records of one send, waiting for their batch.
+struct PendingSend {
+    records: Vec<u8>,
+    message_count: usize,
+    reply: Reply,
+}
+
+#[derive(Clone)]
+pub struct GroupCommit {
+    queue: mpsc::Sender<PendingSend>,
+}
+
+impl GroupCommit {
+    /// Starts the batching task; it ends when every `GroupCommit` handle is dropped.
+    pub fn start(raft: Raft) -> GroupCommit {
+        let (queue, receiver) = mpsc::channel(GROUP_COMMIT_QUEUE_CAPACITY);
+        tokio::spawn(run(raft, receiver));
+        GroupCommit { queue }
+    }
+
+    /// Appends `message_count` encoded records; returns where each landed once the batch
+    /// holding them is committed and applied.
+    pub async fn append(
+        &self,
+        records: Vec<u8>,
+        message_count: usize,
+    ) -> Result<Vec<AppendedMessage>, BrokerError> {
+        let (reply, result) = oneshot::channel();
+        self.queue
+            .send(PendingSend {
+                records,
+                message_count,
+                reply,
+            })
+            .await
+            .map_err(|_| BrokerError::Unavailable("the node is shutting down".into()))?;
+        result
+            .await
+            .map_err(|_| BrokerError::Unavailable("the node is shutting down".into()))?
+    }
+}
+
+async fn run(raft: Raft, mut queue: mpsc::Receiver<PendingSend>) {
+    let in_flight = Arc::new(Semaphore::new(GROUP_COMMIT_IN_FLIGHT_MAX));
+    while let Some(first) = queue.recv().await {
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        let mut records = first.records;
+        let mut message_count = first.message_count;
+        let mut sends = vec![(first.message_count, first.reply)];
+        while message_count < GROUP_COMMIT_MESSAGES_MAX && records.len() < GROUP_COMMIT_BYTES_MAX {
+            let Ok(next) = queue.try_recv() else { break };
+            records.extend_from_slice(&next.records);
+            message_count += next.message_count;
+            sends.push((next.message_count, next.reply));
+        }
+        let (responder, committed) = ProgressResponder::complete_only();
+        let command = Command::Append {
+            records: records.into(),
+        };
+        if let Err(fatal) = raft.client_write_ff(command, Some(responder)).await {
+            reply_all(sends, || {
+                BrokerError::Unavailable(format!("raft stopped: {fatal}"))
+            });
+            continue;
+        }
+        tokio::spawn(async move {
+            let result = committed.await;
+            drop(permit);
+            match result {
+                Ok(Ok(response)) => match response.data {
+                    CommandResult::Appended(appended) => distribute(sends, appended),
+                    CommandResult::Done => reply_all(sends, || {
+                        BrokerError::Store("append applied without results".into())
+                    }),
+                },
+                Ok(Err(ClientWriteError::ForwardToLeader(forward))) => {
+                    let leader_addr = forward.leader_node.map(|node| node.addr);
+                    reply_all(sends, || BrokerError::NotLeader {
+                        leader_addr: leader_addr.clone(),
+                    });
+                }
+                Ok(Err(error)) => {
+                    reply_all(sends, || BrokerError::ReplicationFailed(error.to_string()))
+                }
+                Err(_) => reply_all(sends, || {
+                    BrokerError::ReplicationFailed(
+                        "leadership lost before the batch committed".into(),
+                    )
+                }),
+            }
+        });
+    }
+}
+
+/// Splits a batch's results back to the sends, in the order their records were batched.
+fn distribute(sends: Vec<(usize, Reply)>, appended: Vec<AppendedMessage>) {
+    let expected: usize = sends.iter().map(|(count, _)| count).sum();
+    if expected != appended.len() {
+        let reason = format!("batch of {expected} messages applied as {}", appended.len());
+        tracing::error!(%reason, "group commit result mismatch");
+        reply_all(sends, || BrokerError::Store(reason.clone()));
+        return;
+    }
+    let mut results = appended.into_iter();
+    for (count, reply) in sends {
+        let _ = reply.send(Ok(results.by_ref().take(count).collect()));
+    }
+}
+
+fn reply_all(sends: Vec<(usize, Reply)>, error: impl Fn() -> BrokerError) {
+    for (_, reply) in sends {
+        let _ = reply.send(Err(error()));
+    }
+}

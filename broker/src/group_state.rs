@@ -1,0 +1,51 @@
+//! The state one broker node holds for its group: the message store and the metadata tables.
+//!
+//! Written only by the Raft state machine (applying committed commands, or installing a
+//! snapshot); read by the broker API. Locks are `std::sync` and never held across `.await`.
+
+use std::sync::RwLock;
+use std::sync::RwLockReadGuard;
+use std::sync::RwLockWriteGuard;
+
+use crate::metadata::Metadata;
+use crate::store::MessageStore;
+
+pub struct GroupState {
+    store: RwLock<MessageStore>,
+    metadata: RwLock<Metadata>,
+}
+
+impl GroupState {
+    pub fn new(store: MessageStore, metadata: Metadata) -> GroupState {
+        GroupState {
+            store: RwLock::new(store),
+            metadata: RwLock::new(metadata),
+        }
+    }
+
+    /// Read access to the store. A poisoned lock means a writer panicked mid-apply: the node
+    /// cannot trust its state, so it stops rather than serve it.
+    pub fn store(&self) -> RwLockReadGuard<'_, MessageStore> {
+        self.store
+            .read()
+            .unwrap_or_else(|_| panic!("message store lock poisoned"))
+    }
+
+    pub fn store_mut(&self) -> RwLockWriteGuard<'_, MessageStore> {
+        self.store
+            .write()
+            .unwrap_or_else(|_| panic!("message store lock poisoned"))
+    }
+
+    pub fn metadata(&self) -> RwLockReadGuard<'_, Metadata> {
+        self.metadata
+            .read()
+            .unwrap_or_else(|_| panic!("metadata lock poisoned"))
+    }
+
+    pub fn metadata_mut(&self) -> RwLockWriteGuard<'_, Metadata> {
+        self.metadata
+            .write()
+            .unwrap_or_else(|_| panic!("metadata lock poisoned"))
+    }
+}

@@ -1,0 +1,318 @@
+//! One broker node: opens its store and Raft log, starts Raft, and serves the broker API and
+//! the Raft service on one gRPC port until shut down.
+//!
+//! Start order matters: the state machine must cut the store back to its checkpoint before
+//! Raft replays the log into it, and the listener is bound before Raft starts so peers can
+//! reach a node as soon as it can vote.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::BasicNode;
+use openraft::SnapshotPolicy;
+use openraft::async_runtime::watch::WatchReceiver;
+use rocketraft_proto::broker::broker_server::BrokerServer;
+use rocketraft_proto::raft::raft_server::RaftServer;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::BrokerConfig;
+use crate::group_state::GroupState;
+use crate::raft::faults::FaultPlan;
+use crate::raft::log_store::LogStore;
+use crate::raft::log_store::LogStoreConfig;
+use crate::raft::network::NetworkFactory;
+use crate::raft::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
+use crate::raft::service::RaftService;
+use crate::raft::state_machine::CHECKPOINT_INTERVAL_DEFAULT;
+use crate::raft::state_machine::StateMachine;
+use crate::raft::types::NodeId;
+use crate::raft::types::Raft;
+use crate::service::BrokerService;
+use crate::store::MessageStore;
+
+/// How long a stopping node lets open calls finish before it closes them.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// A node failed to start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("open store under {dir}")]
+    Store {
+        dir: PathBuf,
+        #[source]
+        source: crate::store::StoreError,
+    },
+    #[error("open raft state under {dir}")]
+    RaftState {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("bind {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("start raft: {0}")]
+    Raft(String),
+}
+
+/// An operation on a running node failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("timed out waiting for the {0}")]
+    Timeout(&'static str),
+}
+
+pub struct BrokerNode {
+    node_id: NodeId,
+    addr: SocketAddr,
+    raft: Raft,
+    group: Arc<GroupState>,
+    shutdown: CancellationToken,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+/// Options a test or the dev cluster sets that an operator's config does not carry.
+#[derive(Default)]
+pub struct NodeOptions {
+    /// Fault injection on this node's outgoing Raft RPCs.
+    pub faults: Option<Arc<FaultPlan>>,
+}
+
+impl BrokerNode {
+    /// Starts a node listening on `config.listen`.
+    pub async fn start(
+        config: BrokerConfig,
+        options: NodeOptions,
+    ) -> Result<BrokerNode, StartError> {
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| StartError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        BrokerNode::start_on(config, listener, options).await
+    }
+
+    /// Starts a node on an already bound listener (tests bind port 0 first to learn peers).
+    pub async fn start_on(
+        config: BrokerConfig,
+        listener: TcpListener,
+        options: NodeOptions,
+    ) -> Result<BrokerNode, StartError> {
+        config.validate()?;
+        let peers = config.peer_map()?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let (raft, group) = open_raft(&config, options.faults).await?;
+        let shutdown = CancellationToken::new();
+        let broker = BrokerService::new(raft.clone(), group.clone(), config.group.clone(), addr);
+        let raft_service = RaftService::new(
+            raft.clone(),
+            group.clone(),
+            config.data_dir.join("raft").join("staging"),
+            shutdown.clone(),
+        );
+        let server = tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_service(
+                BrokerServer::new(broker)
+                    .max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX),
+            )
+            .add_service(
+                RaftServer::new(raft_service)
+                    .max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX),
+            )
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                shutdown.clone().cancelled_owned(),
+            );
+        let server = tokio::spawn(server);
+        if config.bootstrap {
+            bootstrap(&raft, &peers).await?;
+        }
+        tracing::info!(node_id = config.node_id, group = %config.group, %addr, "broker node started");
+        Ok(BrokerNode {
+            node_id: config.node_id,
+            addr,
+            raft,
+            group,
+            shutdown,
+            server,
+        })
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    pub fn group(&self) -> &Arc<GroupState> {
+        &self.group
+    }
+
+    /// Takes a snapshot and purges the Raft log up to it, as retention will; returns the
+    /// last purged log index. A follower that needs a purged entry is sent the snapshot.
+    pub async fn snapshot_and_purge(&self, timeout: Duration) -> Result<u64, NodeError> {
+        let raft_error = |error: &dyn std::fmt::Display| NodeError::Raft(error.to_string());
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut metrics = self.raft.metrics();
+        let applied = metrics
+            .borrow_watched()
+            .last_applied
+            .map_or(0, |log_id| log_id.index);
+        self.raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|e| raft_error(&e))?;
+        let snapshot_index = loop {
+            let snapshot = metrics.borrow_watched().snapshot;
+            if let Some(log_id) = snapshot.filter(|log_id| log_id.index >= applied) {
+                break log_id.index;
+            }
+            tokio::time::timeout_at(deadline, metrics.changed())
+                .await
+                .map_err(|_| NodeError::Timeout("snapshot"))?
+                .map_err(|e| raft_error(&e))?;
+        };
+        self.raft
+            .trigger()
+            .purge_log(snapshot_index)
+            .await
+            .map_err(|e| raft_error(&e))?;
+        loop {
+            let purged = metrics.borrow_watched().purged;
+            if purged.is_some_and(|log_id| log_id.index >= snapshot_index) {
+                return Ok(snapshot_index);
+            }
+            tokio::time::timeout_at(deadline, metrics.changed())
+                .await
+                .map_err(|_| NodeError::Timeout("purge"))?
+                .map_err(|e| raft_error(&e))?;
+        }
+    }
+
+    /// Stops serving, stops Raft and flushes nothing more: what was acknowledged is already
+    /// durable, the rest is replayed from the Raft log at the next start.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        if let Err(error) = self.raft.shutdown().await {
+            tracing::warn!(%error, "raft shutdown");
+        }
+        let mut server = self.server;
+        match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => tracing::warn!(%error, "grpc server stopped with an error"),
+            Ok(Err(error)) => tracing::warn!(%error, "grpc server task failed"),
+            Err(_) => {
+                tracing::warn!("grpc calls still open after {SHUTDOWN_GRACE:?}; closing them");
+                server.abort();
+            }
+        }
+        tracing::info!(node_id = self.node_id, "broker node stopped");
+    }
+}
+
+async fn open_raft(
+    config: &BrokerConfig,
+    faults: Option<Arc<FaultPlan>>,
+) -> Result<(Raft, Arc<GroupState>), StartError> {
+    let store_config = config.store_config();
+    let (store, _report) =
+        MessageStore::open(store_config.clone()).map_err(|source| StartError::Store {
+            dir: store_config.dir.clone(),
+            source,
+        })?;
+    let raft_dir = config.data_dir.join("raft");
+    let raft_error = |source| StartError::RaftState {
+        dir: raft_dir.clone(),
+        source,
+    };
+    let (state_machine, group) =
+        StateMachine::open(&raft_dir.join("state"), store, CHECKPOINT_INTERVAL_DEFAULT)
+            .map_err(raft_error)?;
+    let log_store = LogStore::open(LogStoreConfig {
+        dir: raft_dir.join("log"),
+        segment_size_bytes: config.store.raft_log_segment_bytes,
+        flush: config.flush_mode(),
+    })
+    .map_err(raft_error)?;
+    let raft_config = raft_config(config).map_err(|error| StartError::Raft(error.to_string()))?;
+    let network = NetworkFactory::new(config.node_id, faults);
+    let raft = Raft::new(
+        config.node_id,
+        Arc::new(raft_config),
+        network,
+        log_store,
+        state_machine,
+    )
+    .await
+    .map_err(|error| StartError::Raft(error.to_string()))?;
+    Ok((raft, group))
+}
+
+/// openraft settings for a broker (notes/openraft.md §3).
+fn raft_config(config: &BrokerConfig) -> Result<openraft::Config, openraft::ConfigError> {
+    let timings = &config.raft;
+    openraft::Config {
+        cluster_name: format!("{}/{}", config.cluster, config.group),
+        heartbeat_interval: timings.heartbeat_interval_ms,
+        election_timeout_min: timings.election_timeout_min_ms,
+        election_timeout_max: timings.election_timeout_max_ms,
+        enable_pre_vote: Some(true),
+        // A restarted node must win an election before it leads again.
+        enable_leader_restore: Some(false),
+        // Snapshots are taken and the log purged by retention, not by entry count.
+        snapshot_policy: SnapshotPolicy::Never,
+        max_in_snapshot_log_to_keep: u64::MAX,
+        // A lagging follower catches up from the log while the log still has what it needs.
+        replication_lag_threshold: 1 << 40,
+        max_payload_entries: 1024,
+        install_snapshot_timeout: 60_000,
+        ..Default::default()
+    }
+    .validate()
+}
+
+/// Founds the group on its first start; a node that is already part of a group skips it.
+async fn bootstrap(raft: &Raft, peers: &BTreeMap<NodeId, String>) -> Result<(), StartError> {
+    let initialized = raft
+        .is_initialized()
+        .await
+        .map_err(|error| StartError::Raft(error.to_string()))?;
+    if initialized {
+        return Ok(());
+    }
+    let members: BTreeMap<NodeId, BasicNode> = peers
+        .iter()
+        .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
+        .collect();
+    tracing::info!(?peers, "bootstrapping a new broker group");
+    raft.initialize(members)
+        .await
+        .map_err(|error| StartError::Raft(format!("initialize: {error}")))
+}

@@ -1,0 +1,31 @@
+//! Binary encoding of openraft values for the Raft log files and the Raft transport.
+//!
+//! bincode is positional and compact; openraft's types keep their serde layout stable for
+//! such formats (see `LeaderId::voted_for`). A value that fails to decode is corrupt input,
+//! never a panic.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// A value could not be encoded or decoded.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct CodecError {
+    what: &'static str,
+    #[source]
+    source: bincode::Error,
+}
+
+impl From<CodecError> for std::io::Error {
+    fn from(error: CodecError) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, error)
+    }
+}
+
+pub fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, CodecError> {
+    bincode::serialize(value).map_err(|source| CodecError { what, source })
+}
+
+pub fn decode<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T, CodecError> {
+    bincode::deserialize(bytes).map_err(|source| CodecError { what, source })
+}

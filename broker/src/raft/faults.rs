@@ -1,0 +1,143 @@
+//! Fault injection for the Raft transport: drop, delay, partition and heal, decided by a
+//! seeded generator so a failing test replays exactly by its printed seed.
+//!
+//! Production nodes run without a [`FaultPlan`]; tests hand one to every node of a group and
+//! drive it while the real gRPC transport carries the traffic.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::raft::types::NodeId;
+
+/// What happens to one Raft RPC on the link `from -> to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Deliver,
+    /// Deliver after the delay.
+    Delay(Duration),
+    /// Fail the RPC as if the peer were unreachable.
+    Drop,
+}
+
+#[derive(Debug, Default)]
+struct Faults {
+    /// Nodes cut off from everyone outside their own side.
+    isolated: BTreeSet<NodeId>,
+    /// Probability in parts per million that an RPC is dropped.
+    drop_ppm: u32,
+    delay_max: Duration,
+    rng_state: u64,
+}
+
+/// The faults currently injected into a group's Raft traffic.
+#[derive(Debug)]
+pub struct FaultPlan {
+    seed: u64,
+    faults: Mutex<Faults>,
+}
+
+impl FaultPlan {
+    pub fn new(seed: u64) -> FaultPlan {
+        tracing::info!(seed, "raft fault plan (replay with this seed)");
+        FaultPlan {
+            seed,
+            faults: Mutex::new(Faults {
+                rng_state: seed,
+                ..Faults::default()
+            }),
+        }
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Cuts `node` off: RPCs from or to it fail until [`Self::heal`].
+    pub fn isolate(&self, node: NodeId) {
+        self.with(|faults| faults.isolated.insert(node));
+    }
+
+    /// Drops each RPC with probability `drop_ppm / 1_000_000` and delays the others by up to
+    /// `delay_max`.
+    pub fn set_lossy(&self, drop_ppm: u32, delay_max: Duration) {
+        self.with(|faults| {
+            faults.drop_ppm = drop_ppm.min(1_000_000);
+            faults.delay_max = delay_max;
+        });
+    }
+
+    /// Removes every fault.
+    pub fn heal(&self) {
+        self.with(|faults| {
+            faults.isolated.clear();
+            faults.drop_ppm = 0;
+            faults.delay_max = Duration::ZERO;
+        });
+    }
+
+    pub fn verdict(&self, from: NodeId, to: NodeId) -> Verdict {
+        self.with(|faults| {
+            if faults.isolated.contains(&from) != faults.isolated.contains(&to) {
+                return Verdict::Drop;
+            }
+            if faults.drop_ppm > 0
+                && next_random(&mut faults.rng_state) % 1_000_000 < u64::from(faults.drop_ppm)
+            {
+                return Verdict::Drop;
+            }
+            let delay_max_us = faults.delay_max.as_micros() as u64;
+            if delay_max_us == 0 {
+                return Verdict::Deliver;
+            }
+            Verdict::Delay(Duration::from_micros(
+                next_random(&mut faults.rng_state) % delay_max_us,
+            ))
+        })
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Faults) -> T) -> T {
+        let mut faults = self
+            .faults
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&mut faults)
+    }
+}
+
+/// splitmix64: small, fast and fully determined by its state.
+fn next_random(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_verdicts() {
+        let verdicts = |seed| {
+            let plan = FaultPlan::new(seed);
+            plan.set_lossy(300_000, Duration::from_millis(5));
+            (0..64).map(|_| plan.verdict(1, 2)).collect::<Vec<_>>()
+        };
+        assert_eq!(verdicts(42), verdicts(42));
+        assert_ne!(verdicts(42), verdicts(43));
+        assert!(verdicts(42).contains(&Verdict::Drop));
+    }
+
+    #[test]
+    fn isolation_cuts_only_links_across_the_partition() {
+        let plan = FaultPlan::new(1);
+        plan.isolate(3);
+        assert_eq!(plan.verdict(1, 3), Verdict::Drop);
+        assert_eq!(plan.verdict(3, 2), Verdict::Drop);
+        assert_eq!(plan.verdict(1, 2), Verdict::Deliver);
+        plan.heal();
+        assert_eq!(plan.verdict(1, 3), Verdict::Deliver);
+    }
+}

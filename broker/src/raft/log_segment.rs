@@ -1,0 +1,229 @@
+//! One file of the Raft log: consecutive entries starting at the index in its name.
+//!
+//! A record is `[len u32 LE][crc32 u32 LE][entry bytes]`. The file only grows, except when a
+//! conflicting tail is truncated. Recovery keeps the longest prefix of records whose length,
+//! checksum and index check out and cuts the rest: a torn write at a crash loses only entries
+//! whose append was never acknowledged, since acknowledgement waits for fsync.
+
+use std::fs;
+use std::fs::File;
+use std::fs::OpenOptions;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use openraft::entry::RaftEntry;
+
+use crate::raft::codec;
+use crate::raft::types::Entry;
+
+/// Header of every record: length and checksum of the encoded entry.
+pub const RECORD_HEADER_SIZE: u64 = 8;
+/// The largest encoded entry accepted. A group-commit batch is bounded well below it; a larger
+/// length while scanning is a corrupt header, not a reason to allocate gigabytes.
+pub const ENTRY_SIZE_MAX: u32 = 256 * 1024 * 1024;
+/// Segment files are named `<first index, 20 digits>.log`.
+const SEGMENT_SUFFIX: &str = "log";
+
+/// Where one entry's record lives in its segment.
+#[derive(Debug, Clone, Copy)]
+struct RecordLocation {
+    position: u64,
+    len: u32,
+}
+
+#[derive(Debug)]
+pub struct LogSegment {
+    first_index: u64,
+    path: PathBuf,
+    file: Arc<File>,
+    records: Vec<RecordLocation>,
+    size_bytes: u64,
+}
+
+impl LogSegment {
+    pub fn create(dir: &Path, first_index: u64) -> io::Result<LogSegment> {
+        let path = dir.join(format!("{first_index:020}.{SEGMENT_SUFFIX}"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        crate::durable_file::sync_parent_dir(&path)?;
+        Ok(LogSegment {
+            first_index,
+            path,
+            file: Arc::new(file),
+            records: Vec::new(),
+            size_bytes: 0,
+        })
+    }
+
+    /// The segment files of `dir`, ordered by first index.
+    pub fn list(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
+        let mut found = Vec::new();
+        for dir_entry in fs::read_dir(dir)? {
+            let path = dir_entry?.path();
+            if path.extension().and_then(|e| e.to_str()) != Some(SEGMENT_SUFFIX) {
+                continue;
+            }
+            let first_index = path
+                .file_stem()
+                .and_then(|s| s.to_str()?.parse::<u64>().ok());
+            match first_index {
+                Some(first_index) => found.push((first_index, path)),
+                None => {
+                    tracing::warn!(path = %path.display(), "ignoring file with a non-numeric name")
+                }
+            }
+        }
+        found.sort_unstable_by_key(|(first_index, _)| *first_index);
+        Ok(found)
+    }
+
+    /// Opens a segment and keeps its longest valid prefix; returns the segment and the number
+    /// of bytes cut from a torn or corrupt tail.
+    pub fn recover(first_index: u64, path: PathBuf) -> io::Result<(LogSegment, u64)> {
+        let file = OpenOptions::new().read(true).write(true).open(&path)?;
+        let bytes = fs::read(&path)?;
+        let mut records = Vec::new();
+        let mut position = 0u64;
+        while let Some(len) = valid_record_at(&bytes, position, first_index + records.len() as u64)
+        {
+            records.push(RecordLocation { position, len });
+            position += RECORD_HEADER_SIZE + u64::from(len);
+        }
+        let bytes_truncated = bytes.len() as u64 - position;
+        if bytes_truncated > 0 {
+            file.set_len(position)?;
+            file.sync_all()?;
+        }
+        let segment = LogSegment {
+            first_index,
+            path,
+            file: Arc::new(file),
+            records,
+            size_bytes: position,
+        };
+        Ok((segment, bytes_truncated))
+    }
+
+    pub fn first_index(&self) -> u64 {
+        self.first_index
+    }
+
+    /// Index one past the last entry of this segment.
+    pub fn end_index(&self) -> u64 {
+        self.first_index + self.records.len() as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    pub fn file(&self) -> &Arc<File> {
+        &self.file
+    }
+
+    /// Appends encoded entries, the first of which has index [`Self::end_index`], with one
+    /// write. The data is readable at once and durable after the file is synced.
+    pub fn append(&mut self, encoded: &[Vec<u8>]) -> io::Result<()> {
+        let mut buffer = Vec::with_capacity(
+            encoded
+                .iter()
+                .map(|e| e.len() + RECORD_HEADER_SIZE as usize)
+                .sum(),
+        );
+        let mut locations = Vec::with_capacity(encoded.len());
+        for entry in encoded {
+            let len = u32::try_from(entry.len())
+                .ok()
+                .filter(|len| *len <= ENTRY_SIZE_MAX);
+            let len = len.ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "raft entry of {} bytes exceeds {ENTRY_SIZE_MAX}",
+                        entry.len()
+                    ),
+                )
+            })?;
+            let position = self.size_bytes + buffer.len() as u64;
+            buffer.extend_from_slice(&len.to_le_bytes());
+            buffer.extend_from_slice(&crc32fast::hash(entry).to_le_bytes());
+            buffer.extend_from_slice(entry);
+            locations.push(RecordLocation { position, len });
+        }
+        self.file.write_all_at(&buffer, self.size_bytes)?;
+        self.size_bytes += buffer.len() as u64;
+        self.records.extend(locations);
+        Ok(())
+    }
+
+    /// Reads the entry at `index`, which must lie in this segment.
+    pub fn read(&self, index: u64) -> io::Result<(Entry, u32)> {
+        let location = usize::try_from(index - self.first_index)
+            .ok()
+            .and_then(|slot| self.records.get(slot))
+            .copied()
+            .ok_or_else(|| io::Error::other(format!("log index {index} not in {:?}", self.path)))?;
+        let mut record = vec![0u8; RECORD_HEADER_SIZE as usize + location.len as usize];
+        self.file.read_exact_at(&mut record, location.position)?;
+        let (header, body) = record.split_at(RECORD_HEADER_SIZE as usize);
+        if crc32fast::hash(body) != u32::from_le_bytes([header[4], header[5], header[6], header[7]])
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "raft log entry {index} in {:?} fails its checksum",
+                    self.path
+                ),
+            ));
+        }
+        let entry: Entry = codec::decode("raft log entry", body)?;
+        Ok((entry, location.len))
+    }
+
+    /// Drops every entry from `index` on and makes the cut durable.
+    pub fn truncate_from(&mut self, index: u64) -> io::Result<()> {
+        let keep = usize::try_from(index.saturating_sub(self.first_index)).unwrap_or(usize::MAX);
+        if keep >= self.records.len() {
+            return Ok(());
+        }
+        let cut_at = self.records[keep].position;
+        self.records.truncate(keep);
+        self.file.set_len(cut_at)?;
+        self.file.sync_all()?;
+        self.size_bytes = cut_at;
+        Ok(())
+    }
+
+    pub fn delete(self) -> io::Result<()> {
+        fs::remove_file(&self.path)?;
+        crate::durable_file::sync_parent_dir(&self.path)
+    }
+}
+
+/// The entry length of a valid record at `position` whose entry has index `expected_index`.
+fn valid_record_at(bytes: &[u8], position: u64, expected_index: u64) -> Option<u32> {
+    let start = usize::try_from(position).ok()?;
+    let header = bytes.get(start..start + RECORD_HEADER_SIZE as usize)?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    if len == 0 || len > ENTRY_SIZE_MAX {
+        return None;
+    }
+    let body_start = start + RECORD_HEADER_SIZE as usize;
+    let body = bytes.get(body_start..body_start + len as usize)?;
+    if crc32fast::hash(body) != crc {
+        return None;
+    }
+    let entry: Entry = codec::decode("raft log entry", body).ok()?;
+    (entry.index() == expected_index).then_some(len)
+}

@@ -1,0 +1,686 @@
+//! The durable Raft log of a node: segment files ([`LogSegment`]) plus the vote and the purge
+//! mark, implementing openraft's `RaftLogStorage`.
+//!
+//! Invariants:
+//! - entries are contiguous from `last_purged + 1` to `last_log_id`; no holes;
+//! - an append is readable when `append` returns, and its `IOFlushed` callback fires only
+//!   after the data is fsynced ([`FlushMode::Sync`]), so a leader never counts an entry
+//!   toward commit before it would survive a crash;
+//! - the vote is fsynced before `save_vote` returns; writes are issued in call order.
+
+use std::fmt::Debug;
+use std::fs;
+use std::fs::File;
+use std::io;
+use std::ops::Bound;
+use std::ops::RangeBounds;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::RwLock;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use openraft::entry::RaftEntry;
+use openraft::storage::IOFlushed;
+use openraft::storage::LogState;
+use openraft::storage::RaftLogReader;
+use openraft::storage::RaftLogStorage;
+use serde::Deserialize;
+use serde::Serialize;
+
+use crate::durable_file;
+use crate::raft::codec;
+use crate::raft::log_segment::LogSegment;
+use crate::raft::log_segment::RECORD_HEADER_SIZE;
+use crate::raft::types::Entry;
+use crate::raft::types::LogId;
+use crate::raft::types::TypeConfig;
+use crate::raft::types::Vote;
+
+/// A segment is sealed and a new one started once it reaches this size.
+pub const LOG_SEGMENT_SIZE_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
+/// Entries read for one replication request stop after this many bytes (at least one entry
+/// is always returned), so a message near the 4 MiB maximum never makes one RPC huge.
+pub const REPLICATION_READ_BYTES_MAX: u64 = 8 * 1024 * 1024;
+
+/// When an appended entry counts as durable (DESIGN §2, RocketMQ's flushDiskType).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FlushMode {
+    /// fsync before acknowledging an append.
+    Sync,
+    /// Acknowledge once written; fsync every `interval`. Durability comes from replication.
+    Async { interval: Duration },
+}
+
+#[derive(Debug, Clone)]
+pub struct LogStoreConfig {
+    pub dir: PathBuf,
+    pub segment_size_bytes: u64,
+    pub flush: FlushMode,
+}
+
+/// What the log looks like on disk; shared by the writer and the readers.
+#[derive(Debug)]
+struct LogFiles {
+    /// Holds the `vote` and `purged` files.
+    root: PathBuf,
+    /// Holds the segment files.
+    dir: PathBuf,
+    /// Ordered by first index, contiguous.
+    segments: Vec<LogSegment>,
+    vote: Option<Vote>,
+    last_purged: Option<LogId>,
+    last_log_id: Option<LogId>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PurgeMark {
+    last_purged: Option<LogId>,
+}
+
+pub struct LogStore {
+    files: Arc<RwLock<LogFiles>>,
+    segment_size_bytes: u64,
+    flusher: Flusher,
+}
+
+#[derive(Clone)]
+pub struct LogReader {
+    files: Arc<RwLock<LogFiles>>,
+}
+
+impl LogStore {
+    /// Opens or creates the log under `config.dir`, cutting a torn tail if the last run crashed.
+    pub fn open(config: LogStoreConfig) -> io::Result<LogStore> {
+        let segments_dir = config.dir.join("segments");
+        fs::create_dir_all(&segments_dir)?;
+        let vote: Option<Vote> = durable_file::read(&config.dir.join("vote"))?
+            .map(|bytes| codec::decode("raft vote", &bytes))
+            .transpose()?;
+        let last_purged = durable_file::read(&config.dir.join("purged"))?
+            .map(|bytes| codec::decode::<PurgeMark>("raft purge mark", &bytes))
+            .transpose()?
+            .and_then(|mark| mark.last_purged);
+        let segments = recover_segments(&segments_dir)?;
+        let mut files = LogFiles {
+            root: config.dir.clone(),
+            dir: segments_dir,
+            segments,
+            vote,
+            last_purged,
+            last_log_id: None,
+        };
+        files.last_log_id = files.read_last_log_id()?;
+        tracing::info!(
+            dir = %config.dir.display(), segments = files.segments.len(),
+            last_log_id = ?files.last_log_id, last_purged = ?files.last_purged, "raft log opened"
+        );
+        let files = Arc::new(RwLock::new(files));
+        let flusher = Flusher::start(config.flush, files.clone())?;
+        Ok(LogStore {
+            files,
+            segment_size_bytes: config.segment_size_bytes,
+            flusher,
+        })
+    }
+
+    fn write_files(&self) -> io::Result<std::sync::RwLockWriteGuard<'_, LogFiles>> {
+        self.files
+            .write()
+            .map_err(|_| io::Error::other("raft log lock poisoned"))
+    }
+
+    fn append_encoded(&self, entries: Vec<(LogId, Vec<u8>)>) -> io::Result<Option<Arc<File>>> {
+        let mut files = self.write_files()?;
+        let mut expected_index = files.next_index();
+        let mut batch: Vec<Vec<u8>> = Vec::new();
+        let mut batch_bytes = 0u64;
+        let mut last_appended = None;
+        for (log_id, encoded) in entries {
+            if let Some(expected) = expected_index.filter(|expected| *expected != log_id.index) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "raft log append at index {}, expected {expected}",
+                        log_id.index
+                    ),
+                ));
+            }
+            expected_index = Some(log_id.index + 1);
+            let roll = files.segments.last().is_none_or(|last| {
+                let size_bytes = last.size_bytes() + batch_bytes;
+                last.end_index() + batch.len() as u64 != log_id.index
+                    || (size_bytes > 0 && size_bytes >= self.segment_size_bytes)
+            });
+            if roll {
+                files.flush_batch(&mut batch)?;
+                batch_bytes = 0;
+                files.start_segment(log_id.index)?;
+            }
+            batch_bytes += encoded.len() as u64 + RECORD_HEADER_SIZE;
+            batch.push(encoded);
+            last_appended = Some(log_id);
+        }
+        files.flush_batch(&mut batch)?;
+        if last_appended.is_some() {
+            files.last_log_id = last_appended;
+        }
+        Ok(files.segments.last().map(|s| s.file().clone()))
+    }
+}
+
+impl LogFiles {
+    /// The index the next appended entry must have; `None` while the log has never held an
+    /// entry, when any index may start it.
+    fn next_index(&self) -> Option<u64> {
+        match (&self.last_log_id, self.segments.last()) {
+            (_, Some(last)) if !last.is_empty() => Some(last.end_index()),
+            (Some(log_id), _) => Some(log_id.index + 1),
+            (None, _) => self.last_purged.as_ref().map(|p| p.index + 1),
+        }
+    }
+
+    fn flush_batch(&mut self, batch: &mut Vec<Vec<u8>>) -> io::Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let segment = self
+            .segments
+            .last_mut()
+            .ok_or_else(|| io::Error::other("no segment"))?;
+        segment.append(batch)?;
+        batch.clear();
+        Ok(())
+    }
+
+    /// Seals the current segment (durably) and starts one whose first entry is `first_index`.
+    fn start_segment(&mut self, first_index: u64) -> io::Result<()> {
+        if let Some(last) = self.segments.last() {
+            last.file().sync_data()?;
+            if last.is_empty()
+                && let Some(empty) = self.segments.pop()
+            {
+                empty.delete()?;
+            }
+        }
+        self.segments
+            .push(LogSegment::create(&self.dir, first_index)?);
+        Ok(())
+    }
+
+    fn read_last_log_id(&self) -> io::Result<Option<LogId>> {
+        let last_present = self.segments.iter().rev().find(|s| !s.is_empty());
+        match last_present {
+            Some(segment)
+                if Some(segment.end_index() - 1) > self.last_purged.as_ref().map(|p| p.index) =>
+            {
+                let (entry, _) = segment.read(segment.end_index() - 1)?;
+                Ok(Some(entry.log_id()))
+            }
+            _ => Ok(self.last_purged),
+        }
+    }
+
+    fn segment_of(&self, index: u64) -> Option<&LogSegment> {
+        let slot = self.segments.partition_point(|s| s.first_index() <= index);
+        let segment = self.segments.get(slot.checked_sub(1)?)?;
+        (index < segment.end_index()).then_some(segment)
+    }
+
+    /// Reads entries of `range` that are present, stopping after `bytes_max` bytes.
+    fn read_range(&self, range: impl RangeBounds<u64>, bytes_max: u64) -> io::Result<Vec<Entry>> {
+        let first_kept = self.last_purged.as_ref().map_or(0, |p| p.index + 1);
+        let first_on_disk = self.segments.first().map_or(0, LogSegment::first_index);
+        let first_present = first_kept.max(first_on_disk);
+        let start = match range.start_bound() {
+            Bound::Included(i) => *i,
+            Bound::Excluded(i) => i + 1,
+            Bound::Unbounded => 0,
+        }
+        .max(first_present);
+        let end = match range.end_bound() {
+            Bound::Included(i) => i + 1,
+            Bound::Excluded(i) => *i,
+            Bound::Unbounded => u64::MAX,
+        }
+        .min(self.next_index().unwrap_or(0));
+        let mut entries = Vec::new();
+        let mut bytes = 0u64;
+        for index in start..end {
+            let Some(segment) = self.segment_of(index) else {
+                break;
+            };
+            let (entry, len) = segment.read(index)?;
+            entries.push(entry);
+            bytes += u64::from(len);
+            if bytes >= bytes_max {
+                break;
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Drops every entry after `last_kept` (all entries if `None`).
+    fn truncate_after(&mut self, last_kept: Option<&LogId>) -> io::Result<()> {
+        let first_dropped = last_kept.map_or(0, |log_id| log_id.index + 1);
+        while let Some(last) = self.segments.last_mut() {
+            if last.first_index() >= first_dropped {
+                if let Some(segment) = self.segments.pop() {
+                    segment.delete()?;
+                }
+            } else {
+                last.truncate_from(first_dropped)?;
+                break;
+            }
+        }
+        if self.last_log_id.as_ref().map(|last| last.index) >= Some(first_dropped) {
+            self.last_log_id = last_kept.cloned().or(self.last_purged);
+        }
+        Ok(())
+    }
+
+    /// Deletes the segments whose entries are all at or below `upto`.
+    fn delete_purged_segments(&mut self, upto: u64) -> io::Result<()> {
+        while self
+            .segments
+            .first()
+            .is_some_and(|s| s.end_index() <= upto + 1)
+        {
+            let segment = self.segments.remove(0);
+            segment.delete()?;
+        }
+        Ok(())
+    }
+}
+
+fn recover_segments(dir: &std::path::Path) -> io::Result<Vec<LogSegment>> {
+    let mut segments: Vec<LogSegment> = Vec::new();
+    for (first_index, path) in LogSegment::list(dir)? {
+        let contiguous = segments
+            .last()
+            .is_none_or(|prev| prev.end_index() == first_index);
+        if !contiguous {
+            tracing::error!(path = %path.display(), "raft log segment after a gap: deleted");
+            fs::remove_file(&path)?;
+            continue;
+        }
+        let (segment, bytes_truncated) = LogSegment::recover(first_index, path.clone())?;
+        if bytes_truncated > 0 {
+            tracing::warn!(path = %path.display(), bytes_truncated, "raft log torn tail cut");
+        }
+        if segment.is_empty() {
+            segment.delete()?;
+        } else {
+            segments.push(segment);
+        }
+    }
+    Ok(segments)
+}
+
+fn bounds_debug<RB: RangeBounds<u64>>(range: &RB) -> String {
+    format!("{:?}..{:?}", range.start_bound(), range.end_bound())
+}
+
+impl RaftLogReader<TypeConfig> for LogReader {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        let files = self
+            .files
+            .read()
+            .map_err(|_| io::Error::other("raft log lock poisoned"))?;
+        files.read_range(range.clone(), u64::MAX).map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!("read raft log {}: {error}", bounds_debug(&range)),
+            )
+        })
+    }
+
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, io::Error> {
+        let files = self
+            .files
+            .read()
+            .map_err(|_| io::Error::other("raft log lock poisoned"))?;
+        files.read_range(start..end, REPLICATION_READ_BYTES_MAX)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        let files = self
+            .files
+            .read()
+            .map_err(|_| io::Error::other("raft log lock poisoned"))?;
+        Ok(files.vote)
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        LogReader {
+            files: self.files.clone(),
+        }
+        .try_get_log_entries(range)
+        .await
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        LogReader {
+            files: self.files.clone(),
+        }
+        .read_vote()
+        .await
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogReader;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        let files = self
+            .files
+            .read()
+            .map_err(|_| io::Error::other("raft log lock poisoned"))?;
+        Ok(LogState {
+            last_purged_log_id: files.last_purged,
+            last_log_id: files.last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        LogReader {
+            files: self.files.clone(),
+        }
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        let mut files = self.write_files()?;
+        let encoded = codec::encode("raft vote", vote)?;
+        durable_file::write_atomic(&files.root.join("vote"), &encoded)?;
+        files.vote = Some(*vote);
+        Ok(())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let mut encoded = Vec::new();
+        for entry in entries {
+            encoded.push((entry.log_id(), codec::encode("raft log entry", &entry)?));
+        }
+        let written_to = self.append_encoded(encoded)?;
+        self.flusher.after_write(written_to, callback);
+        Ok(())
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        tracing::debug!(?last_log_id, "raft log truncate after");
+        self.write_files()?.truncate_after(last_log_id.as_ref())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        tracing::debug!(?log_id, "raft log purge");
+        let mut files = self.write_files()?;
+        let mark = codec::encode(
+            "raft purge mark",
+            &PurgeMark {
+                last_purged: Some(log_id),
+            },
+        )?;
+        durable_file::write_atomic(&files.root.join("purged"), &mark)?;
+        files.delete_purged_segments(log_id.index)?;
+        if files
+            .last_log_id
+            .as_ref()
+            .is_none_or(|last| last.index < log_id.index)
+        {
+            files.last_log_id = Some(log_id);
+        }
+        files.last_purged = Some(log_id);
+        Ok(())
+    }
+}
+
+/// Fires append callbacks once their data is durable, coalescing the fsyncs of concurrent
+/// appends into one (group commit at the disk).
+struct Flusher {
+    mode: FlushMode,
+    jobs: mpsc::Sender<FlushJob>,
+}
+
+struct FlushJob {
+    file: Option<Arc<File>>,
+    callback: IOFlushed<TypeConfig>,
+}
+
+impl Flusher {
+    fn start(mode: FlushMode, files: Arc<RwLock<LogFiles>>) -> io::Result<Flusher> {
+        let (jobs, receiver) = mpsc::channel();
+        thread::Builder::new()
+            .name("raft-log-flush".into())
+            .spawn(move || run_flusher(mode, receiver, files))?;
+        Ok(Flusher { mode, jobs })
+    }
+
+    fn after_write(&self, file: Option<Arc<File>>, callback: IOFlushed<TypeConfig>) {
+        match self.mode {
+            FlushMode::Async { .. } => callback.io_completed(Ok(())),
+            FlushMode::Sync => {
+                if let Err(mpsc::SendError(job)) = self.jobs.send(FlushJob { file, callback }) {
+                    job.callback
+                        .io_completed(Err(io::Error::other("raft log flusher stopped")));
+                }
+            }
+        }
+    }
+}
+
+fn run_flusher(mode: FlushMode, receiver: mpsc::Receiver<FlushJob>, files: Arc<RwLock<LogFiles>>) {
+    loop {
+        let first = match mode {
+            FlushMode::Sync => match receiver.recv() {
+                Ok(job) => Some(job),
+                Err(mpsc::RecvError) => return,
+            },
+            FlushMode::Async { interval } => match receiver.recv_timeout(interval) {
+                Ok(job) => Some(job),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            },
+        };
+        let mut jobs: Vec<FlushJob> = first.into_iter().collect();
+        jobs.extend(receiver.try_iter());
+        let mut to_sync: Vec<Arc<File>> = Vec::new();
+        for file in jobs.iter().filter_map(|job| job.file.clone()) {
+            if !to_sync.iter().any(|known| Arc::ptr_eq(known, &file)) {
+                to_sync.push(file);
+            }
+        }
+        if let FlushMode::Async { .. } = mode
+            && let Ok(files) = files.read()
+        {
+            to_sync.extend(files.segments.last().map(|s| s.file().clone()));
+        }
+        let result = to_sync.iter().try_for_each(|file| file.sync_data());
+        if let Err(error) = &result {
+            tracing::error!(%error, "raft log fsync failed");
+        }
+        for job in jobs {
+            let outcome = match &result {
+                Ok(()) => Ok(()),
+                Err(error) => Err(io::Error::new(error.kind(), error.to_string())),
+            };
+            job.callback.io_completed(outcome);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::EntryPayload;
+    use openraft::type_config::TypeConfigExt;
+
+    use super::*;
+    use crate::raft::types::Command;
+
+    fn entry(term: u64, index: u64) -> Entry {
+        let records = bytes::Bytes::from(vec![index as u8; 300]);
+        Entry {
+            log_id: LogId::new_term_index(term, index),
+            payload: EntryPayload::Normal(Command::Append { records }),
+        }
+    }
+
+    fn open(dir: &std::path::Path) -> LogStore {
+        LogStore::open(LogStoreConfig {
+            dir: dir.to_path_buf(),
+            segment_size_bytes: 4096,
+            flush: FlushMode::Sync,
+        })
+        .expect("open log")
+    }
+
+    async fn append(store: &mut LogStore, entries: impl IntoIterator<Item = Entry>) {
+        let (tx, rx) = TypeConfig::oneshot();
+        store
+            .append(
+                entries.into_iter().collect::<Vec<_>>(),
+                IOFlushed::signal(tx),
+            )
+            .await
+            .expect("append");
+        rx.await.expect("callback fired").expect("flushed");
+    }
+
+    async fn indexes(store: &mut LogStore) -> Vec<u64> {
+        let entries = store.try_get_log_entries(..).await.expect("read");
+        entries.iter().map(|e| e.log_id.index).collect()
+    }
+
+    #[tokio::test]
+    async fn entries_and_vote_survive_restart_across_segments() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        append(&mut store, (0..40).map(|i| entry(1, i))).await;
+        store.save_vote(&Vote::new(3, 2)).await.expect("vote");
+        let segments = LogSegment::list(&dir.path().join("segments"))
+            .expect("list")
+            .len();
+        assert!(segments > 1, "4 KiB segments must roll, got {segments}");
+        drop(store);
+
+        let mut store = open(dir.path());
+        assert_eq!(indexes(&mut store).await, (0..40).collect::<Vec<_>>());
+        assert_eq!(
+            store.read_vote().await.expect("vote"),
+            Some(Vote::new(3, 2))
+        );
+        let state = store.get_log_state().await.expect("state");
+        assert_eq!(state.last_log_id, Some(LogId::new_term_index(1, 39)));
+    }
+
+    #[tokio::test]
+    async fn torn_tail_is_cut_on_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        append(&mut store, (0..5).map(|i| entry(1, i))).await;
+        drop(store);
+        let (_, last_path) = LogSegment::list(&dir.path().join("segments"))
+            .expect("list")
+            .pop()
+            .expect("a segment");
+        let mut bytes = std::fs::read(&last_path).expect("read");
+        bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3, 4, 5, 6]); // half a record
+        std::fs::write(&last_path, &bytes).expect("write");
+
+        let mut store = open(dir.path());
+        assert_eq!(indexes(&mut store).await, vec![0, 1, 2, 3, 4]);
+        append(&mut store, [entry(1, 5)]).await;
+        assert_eq!(indexes(&mut store).await, vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[tokio::test]
+    async fn truncate_and_purge_at_segment_boundaries_persist() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        append(&mut store, (0..30).map(|i| entry(1, i))).await;
+        let boundaries: Vec<u64> = LogSegment::list(&dir.path().join("segments"))
+            .expect("list")
+            .iter()
+            .map(|(first, _)| *first)
+            .collect();
+        let boundary = boundaries[2];
+        store
+            .truncate_after(Some(LogId::new_term_index(1, boundary - 1)))
+            .await
+            .expect("truncate");
+        append(&mut store, (boundary..boundary + 3).map(|i| entry(2, i))).await;
+        store
+            .purge(LogId::new_term_index(1, boundaries[1]))
+            .await
+            .expect("purge");
+        drop(store);
+
+        let mut store = open(dir.path());
+        let expected: Vec<u64> = (boundaries[1] + 1..boundary + 3).collect();
+        assert_eq!(indexes(&mut store).await, expected);
+        let state = store.get_log_state().await.expect("state");
+        assert_eq!(
+            state.last_purged_log_id,
+            Some(LogId::new_term_index(1, boundaries[1]))
+        );
+        assert_eq!(
+            state.last_log_id,
+            Some(LogId::new_term_index(2, boundary + 2))
+        );
+    }
+
+    #[tokio::test]
+    async fn append_with_a_hole_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        append(&mut store, [entry(1, 0)]).await;
+        let (tx, _rx) = TypeConfig::oneshot();
+        let error = store
+            .append(vec![entry(1, 2)], IOFlushed::signal(tx))
+            .await
+            .expect_err("hole");
+        assert!(error.to_string().contains("expected 1"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn replication_reads_are_capped_by_bytes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        append(&mut store, (0..10).map(|i| entry(1, i))).await;
+        let mut reader = store.get_log_reader().await;
+        {
+            let files = reader.files.read().expect("lock");
+            let one = files.read_range(0..10, 1).expect("read");
+            assert_eq!(one.len(), 1, "at least one entry");
+            assert_eq!(files.read_range(0..10, u64::MAX).expect("read").len(), 10);
+        }
+        assert_eq!(
+            reader
+                .limited_get_log_entries(0, 10)
+                .await
+                .expect("read")
+                .len(),
+            10
+        );
+    }
+}

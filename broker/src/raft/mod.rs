@@ -1,0 +1,18 @@
+//! Raft for a broker group (openraft over tonic). Every openraft type stays inside this
+//! module, so an openraft upgrade touches nothing else (DESIGN §2).
+//!
+//! - `types`: the type config and the replicated [`types::Command`]s;
+//! - `log_store` + `log_segment`: the durable Raft log;
+//! - `state_machine` + `snapshot`: applying commands to the store, snapshots;
+//! - `network` (client) and `service` (server): the gRPC transport; `faults`: test faults;
+//! - `codec`: the binary encoding of openraft values.
+
+pub mod codec;
+pub mod faults;
+pub mod log_segment;
+pub mod log_store;
+pub mod network;
+pub mod service;
+pub mod snapshot;
+pub mod state_machine;
+pub mod types;

@@ -1,0 +1,395 @@
+//! The client side of the Raft transport: one cached tonic channel per peer, deadlines from
+//! openraft's `RPCOption`, pipelined replication over one bidi stream, and snapshots that
+//! ship only the CommitLog bytes the peer lacks.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use futures::StreamExt;
+use openraft::BasicNode;
+use openraft::RaftNetworkFactory;
+use openraft::base::BoxFuture;
+use openraft::base::BoxStream;
+use openraft::errors::NetworkError;
+use openraft::errors::RPCError;
+use openraft::errors::ReplicationClosed;
+use openraft::errors::StreamingError;
+use openraft::errors::Unreachable;
+use openraft::network::Backoff;
+use openraft::network::NetBackoff;
+use openraft::network::NetSnapshot;
+use openraft::network::NetStreamAppend;
+use openraft::network::NetTransferLeader;
+use openraft::network::NetVote;
+use openraft::network::RPCOption;
+use openraft::raft::AppendEntriesRequest;
+use openraft::raft::SnapshotResponse;
+use openraft::raft::StreamAppendResult;
+use openraft::raft::TransferLeaderRequest;
+use openraft::raft::TransferLeaderResponse;
+use openraft::raft::VoteRequest;
+use openraft::raft::VoteResponse;
+use rocketraft_proto::raft as pb;
+use rocketraft_proto::raft::raft_client::RaftClient;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::transport::Channel;
+use tonic::transport::Endpoint;
+
+use crate::raft::codec;
+use crate::raft::faults::FaultPlan;
+use crate::raft::faults::Verdict;
+use crate::raft::snapshot::CommitLogSource;
+use crate::raft::snapshot::SNAPSHOT_CHUNK_BYTES;
+use crate::raft::snapshot::SnapshotState;
+use crate::raft::types::NodeId;
+use crate::raft::types::Snapshot;
+use crate::raft::types::TypeConfig;
+use crate::raft::types::Vote;
+
+/// gRPC messages between nodes may carry a batch of messages near the 4 MiB body maximum
+/// plus framing; tonic's 4 MiB default would reject them.
+pub const RAFT_GRPC_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// How long an unreachable peer is left alone before the next attempt.
+const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Creates per-peer clients; channels are cached by address and reconnect by themselves.
+#[derive(Clone)]
+pub struct NetworkFactory {
+    node_id: NodeId,
+    channels: Arc<DashMap<String, Channel>>,
+    faults: Option<Arc<FaultPlan>>,
+}
+
+impl NetworkFactory {
+    pub fn new(node_id: NodeId, faults: Option<Arc<FaultPlan>>) -> NetworkFactory {
+        NetworkFactory {
+            node_id,
+            channels: Arc::new(DashMap::new()),
+            faults,
+        }
+    }
+
+    fn channel(&self, addr: &str) -> Result<Channel, String> {
+        if let Some(channel) = self.channels.get(addr) {
+            return Ok(channel.clone());
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|error| format!("bad peer address {addr:?}: {error}"))?
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(1))
+            .http2_keep_alive_interval(Duration::from_secs(10));
+        let channel = endpoint.connect_lazy();
+        self.channels.insert(addr.to_owned(), channel.clone());
+        Ok(channel)
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+        let client = self.channel(&node.addr).map(|channel| {
+            RaftClient::new(channel)
+                .max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX)
+        });
+        PeerClient {
+            from: self.node_id,
+            target,
+            client,
+            faults: self.faults.clone(),
+        }
+    }
+}
+
+/// The connection of this node to one peer.
+pub struct PeerClient {
+    from: NodeId,
+    target: NodeId,
+    /// `Err` if the peer's address cannot be used at all.
+    client: Result<RaftClient<Channel>, String>,
+    faults: Option<Arc<FaultPlan>>,
+}
+
+impl PeerClient {
+    fn client(&self) -> Result<RaftClient<Channel>, RPCError<TypeConfig>> {
+        self.client
+            .clone()
+            .map_err(|reason| RPCError::Unreachable(Unreachable::from_string(reason)))
+    }
+
+    /// Applies injected faults to one RPC; `Err` if it is dropped.
+    /// A dropped RPC fails after `ttl`, as a lost packet would surface as a timeout; failing
+    /// at once would make openraft retry in a hot loop no real network produces.
+    async fn pass_faults(&self, ttl: Duration) -> Result<(), Unreachable<TypeConfig>> {
+        let verdict = self
+            .faults
+            .as_ref()
+            .map_or(Verdict::Deliver, |f| f.verdict(self.from, self.target));
+        match verdict {
+            Verdict::Deliver => Ok(()),
+            Verdict::Delay(delay) => {
+                tokio::time::sleep(delay).await;
+                Ok(())
+            }
+            Verdict::Drop => {
+                tokio::time::sleep(ttl).await;
+                Err(Unreachable::from_string(format!(
+                    "fault injection dropped rpc {} -> {}",
+                    self.from, self.target
+                )))
+            }
+        }
+    }
+
+    async fn unary<Req, Resp, Fut>(
+        &self,
+        request: &Req,
+        option: &RPCOption,
+        call: impl FnOnce(RaftClient<Channel>, tonic::Request<pb::RaftPayload>) -> Fut,
+    ) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        Fut: Future<Output = Result<tonic::Response<pb::RaftPayload>, tonic::Status>>,
+    {
+        self.pass_faults(option.hard_ttl()).await?;
+        let data = codec::encode("raft request", request)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let mut grpc_request = tonic::Request::new(pb::RaftPayload { data: data.into() });
+        grpc_request.set_timeout(option.hard_ttl());
+        let response = tokio::time::timeout(option.hard_ttl(), call(self.client()?, grpc_request))
+            .await
+            .map_err(|_| {
+                RPCError::Network(NetworkError::from_string(format!(
+                    "rpc to {} timed out",
+                    self.target
+                )))
+            })?
+            .map_err(status_to_rpc_error)?;
+        codec::decode("raft response", &response.into_inner().data)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))
+    }
+
+    async fn send_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        self.pass_faults(option.hard_ttl()).await?;
+        let mut client = self.client()?;
+        let end = client
+            .commit_log_end(pb::CommitLogEndRequest {})
+            .await
+            .map_err(|status| StreamingError::from(status_to_rpc_error_network(status)))?
+            .into_inner()
+            .end_offset;
+        let state = snapshot.snapshot.state;
+        let CommitLogSource::Store(group) = snapshot.snapshot.commit_log else {
+            return Err(StreamingError::Network(NetworkError::from_string(
+                "only a live store can be sent",
+            )));
+        };
+        let start_offset = end.min(state.commit_log_end);
+        let header = codec::encode(
+            "snapshot header",
+            &SnapshotHeader {
+                state: state.clone(),
+                start_offset,
+            },
+        )
+        .map_err(|e| NetworkError::new(&e))?;
+        let vote = codec::encode("vote", &vote).map_err(|e| NetworkError::new(&e))?;
+        let commit_log_end = state.commit_log_end;
+        let chunks = futures::stream::iter(std::iter::once(Ok(pb::snapshot_chunk::Chunk::Header(
+            header.into(),
+        ))))
+        .chain(futures::stream::unfold(start_offset, move |offset| {
+            let group = group.clone();
+            async move {
+                if offset >= commit_log_end {
+                    return None;
+                }
+                let want = (commit_log_end - offset).min(SNAPSHOT_CHUNK_BYTES as i64) as usize;
+                match group.store().read_commit_log(offset, want) {
+                    Ok(bytes) if !bytes.is_empty() => {
+                        let next = offset + bytes.len() as i64;
+                        Some((
+                            Ok(pb::snapshot_chunk::Chunk::CommitLogBytes(bytes.into())),
+                            next,
+                        ))
+                    }
+                    Ok(_) => Some((
+                        Err(format!("CommitLog has no bytes at {offset}")),
+                        commit_log_end,
+                    )),
+                    Err(error) => Some((Err(error.to_string()), commit_log_end)),
+                }
+            }
+        }))
+        .chain(futures::stream::iter(std::iter::once(Ok(
+            pb::snapshot_chunk::Chunk::Vote(vote.into()),
+        ))))
+        .take_while(|chunk| {
+            if let Err(reason) = chunk {
+                tracing::error!(%reason, "aborting snapshot transfer");
+            }
+            futures::future::ready(chunk.is_ok())
+        })
+        .filter_map(|chunk| {
+            futures::future::ready(chunk.ok().map(|c| pb::SnapshotChunk { chunk: Some(c) }))
+        });
+        let mut request = tonic::Request::new(chunks);
+        request.set_timeout(option.hard_ttl());
+        let response = client
+            .install_snapshot(request)
+            .await
+            .map_err(|s| StreamingError::from(status_to_rpc_error_network(s)))?;
+        codec::decode("snapshot response", &response.into_inner().data)
+            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))
+    }
+}
+
+/// The first chunk of a snapshot transfer.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct SnapshotHeader {
+    pub state: SnapshotState,
+    /// CommitLog offset of the first byte that follows.
+    pub start_offset: i64,
+}
+
+fn status_to_rpc_error(status: tonic::Status) -> RPCError<TypeConfig> {
+    match status.code() {
+        tonic::Code::Unavailable | tonic::Code::Unknown => {
+            RPCError::Unreachable(Unreachable::new(&status))
+        }
+        _ => RPCError::Network(NetworkError::new(&status)),
+    }
+}
+
+fn status_to_rpc_error_network(status: tonic::Status) -> NetworkError<TypeConfig> {
+    NetworkError::new(&status)
+}
+
+impl NetVote<TypeConfig> for PeerClient {
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.unary(&rpc, &option, |mut client, request| async move {
+            client.vote(request).await
+        })
+        .await
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.unary(&rpc, &option, |mut client, request| async move {
+            client.pre_vote(request).await
+        })
+        .await
+    }
+}
+
+impl NetTransferLeader<TypeConfig> for PeerClient {
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.unary(&rpc, &option, |mut client, request| async move {
+            client.transfer_leader(request).await
+        })
+        .await
+    }
+}
+
+impl NetBackoff<TypeConfig> for PeerClient {
+    fn backoff(&self) -> Option<Backoff> {
+        Some(Backoff::new(std::iter::repeat(UNREACHABLE_BACKOFF)))
+    }
+}
+
+impl NetSnapshot<TypeConfig> for PeerClient {
+    type SnapshotData = crate::raft::snapshot::SnapshotData;
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        tokio::select! {
+            closed = cancel => Err(StreamingError::Closed(closed)),
+            result = self.send_snapshot(vote, snapshot, option) => result,
+        }
+    }
+}
+
+impl NetStreamAppend<TypeConfig> for PeerClient {
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> BoxFuture<
+        's,
+        Result<
+            BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>,
+            RPCError<TypeConfig>,
+        >,
+    >
+    where
+        S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+    {
+        Box::pin(async move {
+            self.pass_faults(option.hard_ttl()).await?;
+            let mut client = self.client()?;
+            let (from, target, faults) = (self.from, self.target, self.faults.clone());
+            // A dropped request ends the stream: openraft sees it close and retries.
+            let requests = input
+                .then(move |request| {
+                    let faults = faults.clone();
+                    async move {
+                        let verdict = faults
+                            .as_ref()
+                            .map_or(Verdict::Deliver, |f| f.verdict(from, target));
+                        match verdict {
+                            Verdict::Drop => return None,
+                            Verdict::Delay(delay) => tokio::time::sleep(delay).await,
+                            Verdict::Deliver => {}
+                        }
+                        codec::encode("append entries", &request)
+                            .inspect_err(
+                                |error| tracing::error!(%error, "ending replication stream"),
+                            )
+                            .ok()
+                            .map(|data| pb::RaftPayload { data: data.into() })
+                    }
+                })
+                .take_while(|request| futures::future::ready(request.is_some()))
+                .filter_map(futures::future::ready);
+            let response = client
+                .stream_append(requests)
+                .await
+                .map_err(status_to_rpc_error)?;
+            let results = response.into_inner().map(|item| {
+                let payload = item.map_err(status_to_rpc_error)?;
+                codec::decode::<StreamAppendResult<TypeConfig>>(
+                    "stream append result",
+                    &payload.data,
+                )
+                .map_err(|e| RPCError::Network(NetworkError::new(&e)))
+            });
+            Ok(Box::pin(results) as BoxStream<'s, _>)
+        })
+    }
+}

@@ -1,0 +1,244 @@
+//! The server side of the Raft transport: hands RPCs from the group's other nodes to the local
+//! `Raft`, and receives snapshots into a staging file before installing them.
+//!
+//! This service must only be reachable by the nodes of the group.
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+
+use futures::Stream;
+use futures::StreamExt;
+use rocketraft_proto::raft as pb;
+use rocketraft_proto::raft::raft_server::Raft as RaftRpc;
+use tokio::io::AsyncWriteExt;
+use tokio_util::sync::CancellationToken;
+use tonic::Request;
+use tonic::Response;
+use tonic::Status;
+use tonic::Streaming;
+
+use crate::group_state::GroupState;
+use crate::raft::codec;
+use crate::raft::network::SnapshotHeader;
+use crate::raft::snapshot::CommitLogSource;
+use crate::raft::snapshot::SnapshotData;
+use crate::raft::types::Raft;
+use crate::raft::types::Snapshot;
+use crate::raft::types::Vote;
+
+pub struct RaftService {
+    raft: Raft,
+    group: Arc<GroupState>,
+    /// Received snapshot bytes are staged here until installed.
+    staging_dir: PathBuf,
+    staged_count: AtomicU64,
+    /// Ends long-lived replication streams when the node stops, so a graceful server
+    /// shutdown does not wait on a peer that keeps its stream open.
+    shutdown: CancellationToken,
+}
+
+impl RaftService {
+    pub fn new(
+        raft: Raft,
+        group: Arc<GroupState>,
+        staging_dir: PathBuf,
+        shutdown: CancellationToken,
+    ) -> RaftService {
+        RaftService {
+            raft,
+            group,
+            staging_dir,
+            staged_count: AtomicU64::new(0),
+            shutdown,
+        }
+    }
+
+    async fn receive_snapshot(
+        &self,
+        mut chunks: Streaming<pb::SnapshotChunk>,
+    ) -> Result<pb::RaftPayload, Status> {
+        use pb::snapshot_chunk::Chunk;
+        let header = match next_chunk(&mut chunks).await? {
+            Chunk::Header(header) => {
+                codec::decode::<SnapshotHeader>("snapshot header", &header).map_err(invalid)?
+            }
+            _ => {
+                return Err(Status::invalid_argument(
+                    "a snapshot must start with its header",
+                ));
+            }
+        };
+        tokio::fs::create_dir_all(&self.staging_dir)
+            .await
+            .map_err(internal)?;
+        let path = self.staging_dir.join(format!(
+            "snapshot-{}.staged",
+            self.staged_count.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut file = tokio::fs::File::create(&path).await.map_err(internal)?;
+        let vote = loop {
+            match next_chunk(&mut chunks).await {
+                Ok(Chunk::CommitLogBytes(bytes)) => {
+                    file.write_all(&bytes).await.map_err(internal)?
+                }
+                Ok(Chunk::Vote(vote)) => {
+                    break codec::decode::<Vote>("vote", &vote).map_err(invalid)?;
+                }
+                Ok(Chunk::Header(_)) => {
+                    return Err(Status::invalid_argument("a second snapshot header"));
+                }
+                Err(status) => {
+                    drop(file);
+                    let _ = tokio::fs::remove_file(&path).await;
+                    return Err(status);
+                }
+            }
+        };
+        file.sync_all().await.map_err(internal)?;
+        let snapshot = Snapshot {
+            meta: header.state.meta.clone(),
+            snapshot: SnapshotData {
+                state: header.state,
+                commit_log: CommitLogSource::Staged {
+                    path,
+                    start_offset: header.start_offset,
+                },
+            },
+        };
+        let response = self
+            .raft
+            .install_full_snapshot(vote, snapshot)
+            .await
+            .map_err(internal)?;
+        encode("snapshot response", &response)
+    }
+}
+
+async fn next_chunk(
+    chunks: &mut Streaming<pb::SnapshotChunk>,
+) -> Result<pb::snapshot_chunk::Chunk, Status> {
+    chunks
+        .message()
+        .await?
+        .and_then(|chunk| chunk.chunk)
+        .ok_or_else(|| Status::invalid_argument("snapshot stream ended early"))
+}
+
+fn invalid(error: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(error.to_string())
+}
+
+fn internal(error: impl std::fmt::Display) -> Status {
+    Status::internal(error.to_string())
+}
+
+fn encode<T: serde::Serialize>(what: &'static str, value: &T) -> Result<pb::RaftPayload, Status> {
+    Ok(pb::RaftPayload {
+        data: codec::encode(what, value).map_err(internal)?.into(),
+    })
+}
+
+fn decode<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    request: Request<pb::RaftPayload>,
+) -> Result<T, Status> {
+    codec::decode(what, &request.into_inner().data).map_err(invalid)
+}
+
+type ResultStream = Pin<Box<dyn Stream<Item = Result<pb::RaftPayload, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl RaftRpc for RaftService {
+    async fn append_entries(
+        &self,
+        request: Request<pb::RaftPayload>,
+    ) -> Result<Response<pb::RaftPayload>, Status> {
+        let rpc = decode("append entries", request)?;
+        let response = self.raft.append_entries(rpc).await.map_err(internal)?;
+        Ok(Response::new(encode("append entries response", &response)?))
+    }
+
+    type StreamAppendStream = ResultStream;
+
+    async fn stream_append(
+        &self,
+        request: Request<Streaming<pb::RaftPayload>>,
+    ) -> Result<Response<Self::StreamAppendStream>, Status> {
+        // An undecodable or failed item ends the stream, so requests and results stay paired.
+        let requests = request.into_inner().scan((), |_, item| {
+            let request = item
+                .inspect_err(|status| tracing::debug!(%status, "replication stream closed"))
+                .ok()
+                .and_then(|payload| {
+                    codec::decode("append entries", &payload.data)
+                        .inspect_err(|error| tracing::warn!(%error, "undecodable append entries"))
+                        .ok()
+                });
+            futures::future::ready(request)
+        });
+        let results = self
+            .raft
+            .stream_append(requests)
+            .map(|result| match result {
+                Ok(result) => encode("stream append result", &result),
+                Err(fatal) => Err(internal(fatal)),
+            });
+        let results = results.take_until(self.shutdown.clone().cancelled_owned());
+        Ok(Response::new(Box::pin(results)))
+    }
+
+    async fn vote(
+        &self,
+        request: Request<pb::RaftPayload>,
+    ) -> Result<Response<pb::RaftPayload>, Status> {
+        let rpc = decode("vote", request)?;
+        let response = self.raft.vote(rpc).await.map_err(internal)?;
+        Ok(Response::new(encode("vote response", &response)?))
+    }
+
+    async fn pre_vote(
+        &self,
+        request: Request<pb::RaftPayload>,
+    ) -> Result<Response<pb::RaftPayload>, Status> {
+        let rpc = decode("pre-vote", request)?;
+        let response = self.raft.pre_vote(rpc).await.map_err(internal)?;
+        Ok(Response::new(encode("pre-vote response", &response)?))
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: Request<pb::RaftPayload>,
+    ) -> Result<Response<pb::RaftPayload>, Status> {
+        let rpc = decode("transfer leader", request)?;
+        let response = self
+            .raft
+            .handle_transfer_leader(rpc)
+            .await
+            .map_err(internal)?;
+        Ok(Response::new(encode(
+            "transfer leader response",
+            &response,
+        )?))
+    }
+
+    async fn commit_log_end(
+        &self,
+        _request: Request<pb::CommitLogEndRequest>,
+    ) -> Result<Response<pb::CommitLogEndResponse>, Status> {
+        Ok(Response::new(pb::CommitLogEndResponse {
+            end_offset: self.group.store().commit_log_max_offset(),
+        }))
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<Streaming<pb::SnapshotChunk>>,
+    ) -> Result<Response<pb::RaftPayload>, Status> {
+        Ok(Response::new(
+            self.receive_snapshot(request.into_inner()).await?,
+        ))
+    }
+}

@@ -1,0 +1,460 @@
+//! The Raft state machine of a broker group: applies committed [`Command`]s to the message
+//! store and the metadata tables, builds and installs snapshots.
+//!
+//! Invariants:
+//! - apply is a pure function of the entry and the state before it (DESIGN §2): offsets come
+//!   from the store's own counters, times and hosts are already in the encoded records;
+//! - the durable checkpoint (`<dir>/checkpoint`) names an applied log id whose effects are all
+//!   flushed; at open the store is cut back to the checkpoint's CommitLog end, and openraft
+//!   replays the committed entries after it from the Raft log, so nothing is applied twice;
+//! - the Raft log is purged only up to a snapshot, and a snapshot is itself a checkpoint,
+//!   so the entries a restart must replay are always still in the log.
+
+use std::io;
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+use std::time::Instant;
+
+use futures::Stream;
+use futures::TryStreamExt;
+use openraft::EntryPayload;
+use openraft::RaftSnapshotBuilder;
+use openraft::entry::RaftEntry;
+use openraft::storage::EntryResponder;
+use openraft::storage::RaftStateMachine;
+use serde::Deserialize;
+use serde::Serialize;
+
+use crate::durable_file;
+use crate::group_state::GroupState;
+use crate::metadata::Metadata;
+use crate::raft::codec;
+use crate::raft::snapshot::CommitLogSource;
+use crate::raft::snapshot::SNAPSHOT_CHUNK_BYTES;
+use crate::raft::snapshot::SnapshotData;
+use crate::raft::snapshot::SnapshotState;
+use crate::raft::types::AppendedMessage;
+use crate::raft::types::Command;
+use crate::raft::types::CommandResult;
+use crate::raft::types::LogId;
+use crate::raft::types::Snapshot;
+use crate::raft::types::SnapshotMeta;
+use crate::raft::types::StoredMembership;
+use crate::raft::types::TypeConfig;
+use crate::store::MessageStore;
+use crate::store::StoreError;
+use crate::store::record;
+
+/// How often applied state is flushed and checkpointed while entries keep arriving.
+pub const CHECKPOINT_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
+
+const CHECKPOINT_FILE: &str = "checkpoint";
+const SNAPSHOT_FILE: &str = "snapshot";
+
+/// The durable record of applied state (also the content of a snapshot).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Checkpoint {
+    last_applied: Option<LogId>,
+    last_membership: StoredMembership,
+    metadata: Metadata,
+    commit_log_end: i64,
+}
+
+pub struct StateMachine {
+    group: Arc<GroupState>,
+    dir: PathBuf,
+    last_applied: Option<LogId>,
+    last_membership: StoredMembership,
+    /// The last built or installed snapshot; shared with snapshot builders.
+    current_snapshot: Arc<Mutex<Option<SnapshotState>>>,
+    checkpoint_interval: Duration,
+    last_checkpoint_at: Instant,
+}
+
+impl StateMachine {
+    /// Opens the state machine over an opened store: reads the checkpoint (or the snapshot if
+    /// it is newer) and cuts the store back to it.
+    pub fn open(
+        dir: &Path,
+        mut store: MessageStore,
+        checkpoint_interval: Duration,
+    ) -> io::Result<(StateMachine, Arc<GroupState>)> {
+        std::fs::create_dir_all(dir)?;
+        let snapshot = read_snapshot(&dir.join(SNAPSHOT_FILE))?;
+        let checkpoint = read_checkpoint(&dir.join(CHECKPOINT_FILE))?;
+        let from_snapshot = snapshot.as_ref().map(|s| Checkpoint {
+            last_applied: s.meta.last_log_id,
+            last_membership: s.meta.last_membership.clone(),
+            metadata: s.metadata.clone(),
+            commit_log_end: s.commit_log_end,
+        });
+        let start = [checkpoint, from_snapshot]
+            .into_iter()
+            .flatten()
+            .max_by(|a, b| a.last_applied.cmp(&b.last_applied))
+            .unwrap_or_else(|| Checkpoint {
+                last_applied: None,
+                last_membership: StoredMembership::default(),
+                metadata: Metadata::default(),
+                commit_log_end: 0,
+            });
+        let store_end = store.commit_log_max_offset();
+        if store_end < start.commit_log_end {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "CommitLog ends at {store_end} but the checkpoint at {:?} needs {}: the store \
+                     lost flushed data; wipe this node's data dir to rebuild it from the group",
+                    start.last_applied, start.commit_log_end
+                ),
+            ));
+        }
+        store
+            .truncate(start.commit_log_end)
+            .map_err(store_io_error)?;
+        tracing::info!(
+            last_applied = ?start.last_applied, commit_log_end = start.commit_log_end,
+            replay_dropped_bytes = store_end - start.commit_log_end, "state machine opened"
+        );
+        let group = Arc::new(GroupState::new(store, start.metadata));
+        let machine = StateMachine {
+            group: group.clone(),
+            dir: dir.to_path_buf(),
+            last_applied: start.last_applied,
+            last_membership: start.last_membership,
+            current_snapshot: Arc::new(Mutex::new(snapshot)),
+            checkpoint_interval,
+            last_checkpoint_at: Instant::now(),
+        };
+        Ok((machine, group))
+    }
+
+    fn apply_command(&mut self, command: Command) -> io::Result<CommandResult> {
+        match command {
+            Command::Append { records } => Ok(CommandResult::Appended(append_records(
+                &self.group,
+                &records,
+            )?)),
+            Command::DeliverDelayed {
+                level,
+                next_offset,
+                records,
+            } => {
+                let appended = append_records(&self.group, &records)?;
+                self.group
+                    .metadata_mut()
+                    .set_schedule_progress(level, next_offset);
+                Ok(CommandResult::Appended(appended))
+            }
+            Command::CommitOffsets { group, offsets } => {
+                self.group.metadata_mut().commit_offsets(&group, &offsets);
+                Ok(CommandResult::Done)
+            }
+            Command::UpsertTopic(topic) => {
+                self.group.metadata_mut().upsert_topic(topic);
+                Ok(CommandResult::Done)
+            }
+            Command::DeleteTopic { name } => {
+                self.group.metadata_mut().delete_topic(&name);
+                Ok(CommandResult::Done)
+            }
+            Command::UpsertGroup(group) => {
+                self.group.metadata_mut().upsert_group(group);
+                Ok(CommandResult::Done)
+            }
+        }
+    }
+
+    /// Flushes the store and records the applied state durably.
+    fn write_checkpoint(&mut self) -> io::Result<()> {
+        let checkpoint = {
+            let mut store = self.group.store_mut();
+            store.flush().map_err(store_io_error)?;
+            Checkpoint {
+                last_applied: self.last_applied,
+                last_membership: self.last_membership.clone(),
+                metadata: self.group.metadata().clone(),
+                commit_log_end: store.commit_log_max_offset(),
+            }
+        };
+        let encoded = codec::encode("state machine checkpoint", &checkpoint)?;
+        durable_file::write_atomic(&self.dir.join(CHECKPOINT_FILE), &encoded)?;
+        self.last_checkpoint_at = Instant::now();
+        Ok(())
+    }
+
+    fn capture_snapshot_state(&self) -> SnapshotState {
+        SnapshotState {
+            meta: SnapshotMeta {
+                last_log_id: self.last_applied,
+                last_membership: self.last_membership.clone(),
+            },
+            metadata: self.group.metadata().clone(),
+            commit_log_end: self.group.store().commit_log_max_offset(),
+        }
+    }
+
+    /// Brings the local CommitLog to exactly `state.commit_log_end` from `source`.
+    fn install_commit_log(&self, state: &SnapshotState, source: CommitLogSource) -> io::Result<()> {
+        match source {
+            CommitLogSource::Store(from) => {
+                let local_end = self
+                    .group
+                    .store()
+                    .commit_log_max_offset()
+                    .min(state.commit_log_end);
+                self.group
+                    .store_mut()
+                    .truncate(local_end)
+                    .map_err(store_io_error)?;
+                let mut offset = local_end;
+                while offset < state.commit_log_end {
+                    let want = (state.commit_log_end - offset).min(SNAPSHOT_CHUNK_BYTES as i64);
+                    let chunk = from
+                        .store()
+                        .read_commit_log(offset, want as usize)
+                        .map_err(store_io_error)?;
+                    if chunk.is_empty() {
+                        return Err(io::Error::other(format!(
+                            "snapshot source has no CommitLog at {offset}"
+                        )));
+                    }
+                    self.group
+                        .store_mut()
+                        .append_raw_commit_log(offset, &chunk)
+                        .map_err(store_io_error)?;
+                    offset += chunk.len() as i64;
+                }
+                Ok(())
+            }
+            CommitLogSource::Staged { path, start_offset } => {
+                let result = self.install_staged(state, &path, start_offset);
+                if let Err(error) = std::fs::remove_file(&path) {
+                    tracing::warn!(%error, path = %path.display(), "could not remove staged snapshot");
+                }
+                result
+            }
+        }
+    }
+
+    fn install_staged(
+        &self,
+        state: &SnapshotState,
+        path: &Path,
+        start_offset: i64,
+    ) -> io::Result<()> {
+        use std::io::Read;
+        let local_end = self.group.store().commit_log_max_offset();
+        if start_offset > local_end {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "snapshot CommitLog starts at {start_offset}, local CommitLog ends at {local_end}"
+                ),
+            ));
+        }
+        self.group
+            .store_mut()
+            .truncate(start_offset)
+            .map_err(store_io_error)?;
+        let mut file = std::fs::File::open(path)?;
+        let mut chunk = vec![0u8; SNAPSHOT_CHUNK_BYTES];
+        let mut offset = start_offset;
+        loop {
+            let read = file.read(&mut chunk)?;
+            if read == 0 {
+                break;
+            }
+            self.group
+                .store_mut()
+                .append_raw_commit_log(offset, &chunk[..read])
+                .map_err(store_io_error)?;
+            offset += read as i64;
+        }
+        if offset != state.commit_log_end {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "snapshot CommitLog ends at {offset}, its metadata says {}",
+                    state.commit_log_end
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Appends every record of an encoded batch; offsets are assigned by the store.
+fn append_records(group: &GroupState, records: &[u8]) -> io::Result<Vec<AppendedMessage>> {
+    let mut records = records.to_vec();
+    let mut appended = Vec::new();
+    let mut store = group.store_mut();
+    let mut position = 0usize;
+    while position < records.len() {
+        let size = record_size_at(&records, position)?;
+        let record = &mut records[position..position + size];
+        let queue_id = record::read_topic_and_queue(record)
+            .map_err(store_io_error)?
+            .1;
+        let result = store.append(record).map_err(store_io_error)?;
+        appended.push(AppendedMessage {
+            queue_id,
+            queue_offset: result.queue_offset,
+            commit_log_offset: result.commit_log_offset,
+            size: result.size,
+        });
+        position += size;
+    }
+    Ok(appended)
+}
+
+/// The TOTALSIZE of the record at `position`, checked against the batch it lies in.
+fn record_size_at(records: &[u8], position: usize) -> io::Result<usize> {
+    let header = records
+        .get(position..position + 4)
+        .ok_or_else(|| corrupt_batch(position))?;
+    let size = i32::from_be_bytes([header[0], header[1], header[2], header[3]]);
+    usize::try_from(size)
+        .ok()
+        .filter(|size| *size >= 4 && position + size <= records.len())
+        .ok_or_else(|| corrupt_batch(position))
+}
+
+fn corrupt_batch(position: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("append batch corrupt at byte {position}"),
+    )
+}
+
+fn store_io_error(error: StoreError) -> io::Error {
+    io::Error::other(error)
+}
+
+fn read_checkpoint(path: &Path) -> io::Result<Option<Checkpoint>> {
+    durable_file::read(path)?
+        .map(|bytes| Ok(codec::decode("state machine checkpoint", &bytes)?))
+        .transpose()
+}
+
+fn read_snapshot(path: &Path) -> io::Result<Option<SnapshotState>> {
+    durable_file::read(path)?
+        .map(|bytes| Ok(codec::decode("snapshot", &bytes)?))
+        .transpose()
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = SnapshotData;
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        Ok((self.last_applied, self.last_membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + Send,
+    {
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let log_id = entry.log_id();
+            let result = match entry.payload {
+                EntryPayload::Blank => CommandResult::Done,
+                EntryPayload::Normal(command) => self.apply_command(command)?,
+                EntryPayload::Membership(membership) => {
+                    self.last_membership = StoredMembership::new(Some(log_id), membership);
+                    CommandResult::Done
+                }
+            };
+            self.last_applied = Some(log_id);
+            if let Some(responder) = responder {
+                responder.send(result);
+            }
+        }
+        if self.last_checkpoint_at.elapsed() >= self.checkpoint_interval {
+            self.write_checkpoint()?;
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            state: self.capture_snapshot_state(),
+            group: self.group.clone(),
+            dir: self.dir.clone(),
+            current_snapshot: self.current_snapshot.clone(),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotData,
+    ) -> Result<(), io::Error> {
+        tracing::info!(last_log_id = ?meta.last_log_id, commit_log_end = snapshot.state.commit_log_end, "installing snapshot");
+        let state = SnapshotState {
+            meta: meta.clone(),
+            ..snapshot.state
+        };
+        self.install_commit_log(&state, snapshot.commit_log)?;
+        *self.group.metadata_mut() = state.metadata.clone();
+        self.last_applied = state.meta.last_log_id;
+        self.last_membership = state.meta.last_membership.clone();
+        self.write_checkpoint()?;
+        let encoded = codec::encode("snapshot", &state)?;
+        durable_file::write_atomic(&self.dir.join(SNAPSHOT_FILE), &encoded)?;
+        *lock_snapshot(&self.current_snapshot)? = Some(state);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        let current = lock_snapshot(&self.current_snapshot)?.clone();
+        Ok(current.map(|state| Snapshot {
+            meta: state.meta.clone(),
+            snapshot: SnapshotData {
+                state,
+                commit_log: CommitLogSource::Store(self.group.clone()),
+            },
+        }))
+    }
+}
+
+fn lock_snapshot(
+    current: &Mutex<Option<SnapshotState>>,
+) -> io::Result<std::sync::MutexGuard<'_, Option<SnapshotState>>> {
+    current
+        .lock()
+        .map_err(|_| io::Error::other("snapshot lock poisoned"))
+}
+
+/// Builds a snapshot from state captured between two applies, so it is a consistent cut even
+/// though applying goes on while the builder flushes.
+pub struct SnapshotBuilder {
+    state: SnapshotState,
+    group: Arc<GroupState>,
+    dir: PathBuf,
+    current_snapshot: Arc<Mutex<Option<SnapshotState>>>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        // Everything below commit_log_end must be durable before the snapshot lets the Raft
+        // log be purged past it.
+        self.group.store_mut().flush().map_err(store_io_error)?;
+        let encoded = codec::encode("snapshot", &self.state)?;
+        durable_file::write_atomic(&self.dir.join(SNAPSHOT_FILE), &encoded)?;
+        *lock_snapshot(&self.current_snapshot)? = Some(self.state.clone());
+        tracing::info!(last_log_id = ?self.state.meta.last_log_id, commit_log_end = self.state.commit_log_end, "snapshot built");
+        Ok(Snapshot {
+            meta: self.state.meta.clone(),
+            snapshot: SnapshotData {
+                state: self.state.clone(),
+                commit_log: CommitLogSource::Store(self.group.clone()),
+            },
+        })
+    }
+}

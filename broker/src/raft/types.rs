@@ -1,0 +1,108 @@
+//! The openraft type configuration of a broker group and the commands replicated through it
+//! (DESIGN §2).
+//!
+//! Every change to a broker group's durable state is one [`Command`], applied in log order by
+//! every node. A command carries everything time- or node-dependent already stamped by the
+//! leader, so applying it is a pure function of the command and the state before it.
+
+use std::fmt;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde::Serialize;
+
+use crate::metadata::GroupConfig;
+use crate::metadata::QueueOffset;
+use crate::metadata::TopicConfig;
+
+openraft::declare_raft_types!(
+    /// Raft types of a broker group: standard Raft leader ids (the term alone is committed),
+    /// node ids are `u64` and a node is known by its gRPC address.
+    pub TypeConfig:
+        D = Command,
+        R = CommandResult,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        Term = u64,
+        LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
+);
+
+/// The node id of a broker node within its group.
+pub type NodeId = u64;
+pub type Raft = openraft::Raft<TypeConfig, crate::raft::state_machine::StateMachine>;
+pub type Entry = <TypeConfig as openraft::RaftTypeConfig>::Entry;
+pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
+pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
+pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
+pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
+pub type Snapshot =
+    openraft::type_config::alias::SnapshotOf<TypeConfig, crate::raft::snapshot::SnapshotData>;
+
+/// A replicated change to a broker group's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Messages encoded as store records (queue and commitlog offsets still zero),
+    /// concatenated; each gets its offsets when applied.
+    Append {
+        records: Bytes,
+    },
+    /// Consumer progress of one group.
+    CommitOffsets {
+        group: String,
+        offsets: Vec<QueueOffset>,
+    },
+    UpsertTopic(TopicConfig),
+    DeleteTopic {
+        name: String,
+    },
+    UpsertGroup(GroupConfig),
+    /// Due delayed messages restored to their real topic (encoded records, as in `Append`),
+    /// together with the schedule progress of their level: both land or neither does.
+    DeliverDelayed {
+        level: u32,
+        next_offset: i64,
+        records: Bytes,
+    },
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Command::Append { records } => write!(f, "Append({} bytes)", records.len()),
+            Command::CommitOffsets { group, offsets } => {
+                write!(f, "CommitOffsets({group}, {} queues)", offsets.len())
+            }
+            Command::UpsertTopic(topic) => write!(f, "UpsertTopic({})", topic.name),
+            Command::DeleteTopic { name } => write!(f, "DeleteTopic({name})"),
+            Command::UpsertGroup(group) => write!(f, "UpsertGroup({})", group.name),
+            Command::DeliverDelayed {
+                level,
+                next_offset,
+                records,
+            } => write!(
+                f,
+                "DeliverDelayed(level {level}, next {next_offset}, {} bytes)",
+                records.len()
+            ),
+        }
+    }
+}
+
+/// Where one appended message landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendedMessage {
+    pub queue_id: i32,
+    pub queue_offset: i64,
+    pub commit_log_offset: i64,
+    pub size: i32,
+}
+
+/// The result of applying one [`Command`] on the leader.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum CommandResult {
+    /// Blank and membership entries, and commands with nothing to report.
+    #[default]
+    Done,
+    /// One element per record of an `Append` or `DeliverDelayed`, in record order.
+    Appended(Vec<AppendedMessage>),
+}

@@ -1,0 +1,187 @@
+//! `Send`: validates a batch of messages at the edge, stamps what the leader must stamp
+//! (store time and host), encodes the records and hands them to group commit.
+//!
+//! Only the leader accepts sends; nothing reaches the Raft log that would fail to apply.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+use std::time::SystemTime;
+use std::time::UNIX_EPOCH;
+
+use rocketraft_proto::broker as pb;
+use rocketraft_proto::common as common_pb;
+
+use crate::error::BrokerError;
+use crate::service::BrokerService;
+use crate::store::properties::Properties;
+use crate::store::record::MessageRecord;
+use crate::topic::QUEUE_COUNT_MAX;
+use crate::topic::is_system_topic;
+use crate::topic::validate_topic_name;
+
+/// Messages in one `Send` at most.
+pub const SEND_BATCH_COUNT_MAX: usize = 1024;
+/// Sum of the bodies of one `Send` at most (RocketMQ's batch limit).
+pub const SEND_BATCH_BODY_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// How long a send waits for its batch to commit before it reports `REPLICATION_TIMEOUT`.
+/// Clients wait longer than this, so they learn the outcome rather than time out blind.
+pub const SEND_COMMIT_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl BrokerService {
+    pub(super) async fn handle_send(
+        &self,
+        request: pb::SendRequest,
+    ) -> Result<pb::SendResponse, BrokerError> {
+        self.ensure_leader()?;
+        let (records, message_count) = self.encode_send(&request)?;
+        let appended = tokio::time::timeout(
+            SEND_COMMIT_TIMEOUT,
+            self.group_commit.append(records, message_count),
+        )
+        .await
+        .map_err(|_| {
+            BrokerError::ReplicationFailed(format!(
+                "not committed within {SEND_COMMIT_TIMEOUT:?}; it may still commit"
+            ))
+        })??;
+        let results = appended
+            .into_iter()
+            .map(|message| pb::SendResult {
+                queue_id: message.queue_id,
+                queue_offset: message.queue_offset,
+                commit_log_offset: message.commit_log_offset,
+                offset_msg_id: offset_msg_id(self.store_host, message.commit_log_offset),
+            })
+            .collect();
+        Ok(pb::SendResponse { results })
+    }
+
+    /// Validates the request and encodes its messages as store records, concatenated.
+    fn encode_send(&self, request: &pb::SendRequest) -> Result<(Vec<u8>, usize), BrokerError> {
+        validate_topic_name(&request.topic).map_err(BrokerError::TopicIllegal)?;
+        if is_system_topic(&request.topic) {
+            return Err(BrokerError::TopicIllegal(format!(
+                "{} is a system topic",
+                request.topic
+            )));
+        }
+        if request.queue_id < 0 || request.queue_id >= QUEUE_COUNT_MAX as i32 {
+            return Err(BrokerError::QueueIllegal {
+                queue_id: request.queue_id,
+                reason: format!("must be 0 to {}", QUEUE_COUNT_MAX - 1),
+            });
+        }
+        validate_batch_size(&request.messages)?;
+        let born_host = parse_born_host(&request.born_host)?;
+        let store_timestamp_ms = now_ms();
+        let mut records = Vec::new();
+        for message in &request.messages {
+            if !message.topic.is_empty() && message.topic != request.topic {
+                return Err(BrokerError::MessageIllegal(format!(
+                    "a batch goes to one topic: {} in a send to {}",
+                    message.topic, request.topic
+                )));
+            }
+            let mut properties = Properties::new();
+            for (key, value) in &message.properties {
+                properties
+                    .insert(key, value)
+                    .map_err(|e| BrokerError::MessageIllegal(e.to_string()))?;
+            }
+            let record = MessageRecord {
+                queue_id: request.queue_id,
+                flag: message.flag,
+                queue_offset: 0,
+                physical_offset: 0,
+                sys_flag: 0,
+                born_timestamp_ms: request.born_timestamp_ms,
+                born_host,
+                store_timestamp_ms,
+                store_host: self.store_host,
+                reconsume_times: 0,
+                prepared_transaction_offset: 0,
+                body: message.body.clone(),
+                topic: request.topic.clone(),
+                properties,
+            };
+            let encoded = record
+                .encode()
+                .map_err(|error| BrokerError::MessageIllegal(error.to_string()))?;
+            records.extend_from_slice(&encoded);
+        }
+        Ok((records, request.messages.len()))
+    }
+}
+
+fn validate_batch_size(messages: &[common_pb::Message]) -> Result<(), BrokerError> {
+    if messages.is_empty() {
+        return Err(BrokerError::BadRequest(
+            "a send carries at least one message".into(),
+        ));
+    }
+    if messages.len() > SEND_BATCH_COUNT_MAX {
+        return Err(BrokerError::MessageIllegal(format!(
+            "a batch has at most {SEND_BATCH_COUNT_MAX} messages, got {}",
+            messages.len()
+        )));
+    }
+    let body_bytes: usize = messages.iter().map(|message| message.body.len()).sum();
+    if body_bytes > SEND_BATCH_BODY_BYTES_MAX {
+        return Err(BrokerError::MessageIllegal(format!(
+            "a batch has at most {SEND_BATCH_BODY_BYTES_MAX} body bytes, got {body_bytes}"
+        )));
+    }
+    Ok(())
+}
+
+fn parse_born_host(born_host: &str) -> Result<SocketAddr, BrokerError> {
+    if born_host.is_empty() {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], 0)));
+    }
+    born_host.parse().map_err(|_| {
+        BrokerError::BadRequest(format!("born_host {born_host:?} is not an ip:port address"))
+    })
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
+
+/// RocketMQ's offset message id: store host (IPv4 + port, or IPv6 + port) and the commitlog
+/// offset, as upper-case hex.
+pub fn offset_msg_id(store_host: SocketAddr, commit_log_offset: i64) -> String {
+    let mut bytes = Vec::with_capacity(28);
+    match store_host {
+        SocketAddr::V4(addr) => bytes.extend_from_slice(&addr.ip().octets()),
+        SocketAddr::V6(addr) => bytes.extend_from_slice(&addr.ip().octets()),
+    }
+    bytes.extend_from_slice(&i32::from(store_host.port()).to_be_bytes());
+    bytes.extend_from_slice(&commit_log_offset.to_be_bytes());
+    bytes.iter().map(|byte| format!("{byte:02X}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_msg_id_matches_rocketmq_layout() {
+        let id = offset_msg_id("10.1.2.3:10911".parse().expect("addr"), 0x1234);
+        assert_eq!(id, "0A01020300002A9F0000000000001234");
+    }
+
+    #[test]
+    fn batch_limits_at_the_boundary() {
+        let message = |size: usize| common_pb::Message {
+            body: vec![0u8; size].into(),
+            ..Default::default()
+        };
+        assert!(validate_batch_size(&vec![message(1); SEND_BATCH_COUNT_MAX]).is_ok());
+        assert!(validate_batch_size(&vec![message(1); SEND_BATCH_COUNT_MAX + 1]).is_err());
+        assert!(validate_batch_size(&[message(SEND_BATCH_BODY_BYTES_MAX)]).is_ok());
+        assert!(validate_batch_size(&[message(SEND_BATCH_BODY_BYTES_MAX + 1)]).is_err());
+        assert!(validate_batch_size(&[]).is_err());
+    }
+}
