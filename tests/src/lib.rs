@@ -1,1 +1,313 @@
-//! Multi-node test harness.
+//! Test harness for multi-node rocketraft tests: real broker nodes with real files, talking
+//! real gRPC on 127.0.0.1 ports the OS picks, with short Raft timings and an optional seeded
+//! fault plan on the Raft transport.
+//!
+//! Everything waits on conditions with deadlines; nothing sleeps for a fixed time to "let
+//! things settle".
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use anyhow::bail;
+use rocketraft_broker::config::BrokerConfig;
+use rocketraft_broker::config::FlushKind;
+use rocketraft_broker::config::RaftTimings;
+use rocketraft_broker::config::StoreSizes;
+use rocketraft_broker::node::BrokerNode;
+use rocketraft_broker::node::NodeOptions;
+use rocketraft_broker::raft::faults::FaultPlan;
+use rocketraft_proto::broker as pb;
+use rocketraft_proto::broker::broker_client::BrokerClient;
+use rocketraft_proto::common as common_pb;
+use tempfile::TempDir;
+use tokio::net::TcpListener;
+use tonic::transport::Channel;
+
+/// Raft timings for tests: fast elections, still well above a loaded 2-core machine's jitter.
+pub fn test_timings() -> RaftTimings {
+    RaftTimings {
+        heartbeat_interval_ms: 50,
+        election_timeout_min_ms: 400,
+        election_timeout_max_ms: 800,
+    }
+}
+
+/// Sets up `tracing` output once per test binary (`RUST_LOG` to see more).
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,broker_group=info,rocketraft_tests=info".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// Polls `condition` until it yields `Some` or `timeout` passes.
+pub async fn wait_for<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut condition: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = condition().await {
+            return Ok(value);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A broker group of real nodes in this process.
+pub struct TestGroup {
+    dir: TempDir,
+    configs: BTreeMap<u64, BrokerConfig>,
+    nodes: BTreeMap<u64, BrokerNode>,
+    pub faults: Arc<FaultPlan>,
+}
+
+impl TestGroup {
+    /// Starts `size` nodes; node 1 founds the group. `tune` adjusts every node's config.
+    pub async fn start(
+        size: u64,
+        seed: u64,
+        tune: impl Fn(&mut BrokerConfig),
+    ) -> anyhow::Result<TestGroup> {
+        let dir = tempfile::tempdir()?;
+        let mut listeners = BTreeMap::new();
+        for id in 1..=size {
+            let listener = TcpListener::bind("127.0.0.1:0").await?;
+            listeners.insert(id, listener);
+        }
+        let peers: BTreeMap<String, String> = listeners
+            .iter()
+            .map(|(id, listener)| Ok((id.to_string(), listener.local_addr()?.to_string())))
+            .collect::<anyhow::Result<_>>()?;
+        let faults = Arc::new(FaultPlan::new(seed));
+        let mut group = TestGroup {
+            configs: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            faults,
+            dir,
+        };
+        for (id, listener) in listeners {
+            let mut config = BrokerConfig {
+                cluster: "TestCluster".into(),
+                group: "broker-a".into(),
+                node_id: id,
+                listen: listener.local_addr()?,
+                peers: peers.clone(),
+                namesrv: Vec::new(),
+                data_dir: group.dir.path().join(format!("node-{id}")),
+                flush: FlushKind::Sync,
+                async_flush_interval_ms: 100,
+                bootstrap: id == 1,
+                raft: test_timings(),
+                store: StoreSizes::default(),
+            };
+            config.store.commit_log_segment_bytes = 1024 * 1024;
+            config.store.consume_queue_units_per_segment = 1024;
+            config.store.raft_log_segment_bytes = 1024 * 1024;
+            tune(&mut config);
+            let node = BrokerNode::start_on(config.clone(), listener, group.node_options()).await?;
+            group.nodes.insert(id, node);
+            group.configs.insert(id, config);
+        }
+        Ok(group)
+    }
+
+    fn node_options(&self) -> NodeOptions {
+        NodeOptions {
+            faults: Some(self.faults.clone()),
+        }
+    }
+
+    pub fn node(&self, id: u64) -> &BrokerNode {
+        &self.nodes[&id]
+    }
+
+    pub fn running(&self) -> impl Iterator<Item = &BrokerNode> {
+        self.nodes.values()
+    }
+
+    pub fn addr(&self, id: u64) -> SocketAddr {
+        self.configs[&id].listen
+    }
+
+    pub fn data_dir(&self, id: u64) -> PathBuf {
+        self.configs[&id].data_dir.clone()
+    }
+
+    /// Waits until one running node is leader and every running node agrees on it.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> anyhow::Result<u64> {
+        wait_for("an agreed leader", timeout, || async {
+            let mut leaders = Vec::new();
+            for node in self.nodes.values() {
+                let status = self.status(node.node_id()).await.ok()?;
+                leaders.push(status.leader_id?);
+            }
+            let first = *leaders.first()?;
+            let agreed = leaders.iter().all(|leader| *leader == first);
+            let leader_running = self.nodes.contains_key(&first);
+            (agreed && leader_running && self.status(first).await.ok()?.role == "leader")
+                .then_some(first)
+        })
+        .await
+    }
+
+    pub async fn client(&self, id: u64) -> anyhow::Result<BrokerClient<Channel>> {
+        connect(self.addr(id)).await
+    }
+
+    pub async fn status(&self, id: u64) -> anyhow::Result<pb::NodeStatusResponse> {
+        let mut client = self.client(id).await?;
+        Ok(client
+            .node_status(pb::NodeStatusRequest {})
+            .await?
+            .into_inner())
+    }
+
+    /// A client of the whole group that follows its leader.
+    pub fn group_client(&self) -> GroupClient {
+        GroupClient {
+            addrs: self.configs.values().map(|config| config.listen).collect(),
+        }
+    }
+
+    /// Stops a node as a crash would leave it: nothing is flushed on the way out.
+    pub async fn stop(&mut self, id: u64) {
+        if let Some(node) = self.nodes.remove(&id) {
+            node.shutdown().await;
+        }
+    }
+
+    /// Starts a stopped node again on its old address and data.
+    pub async fn restart(&mut self, id: u64) -> anyhow::Result<()> {
+        let mut config = self.configs[&id].clone();
+        config.bootstrap = false;
+        let node = BrokerNode::start(config, self.node_options())
+            .await
+            .with_context(|| format!("restart node {id}"))?;
+        self.nodes.insert(id, node);
+        Ok(())
+    }
+
+    /// Deletes a stopped node's data, as if its disk were replaced.
+    pub fn wipe(&self, id: u64) -> anyhow::Result<()> {
+        assert!(!self.nodes.contains_key(&id), "wipe a stopped node only");
+        std::fs::remove_dir_all(self.data_dir(id))?;
+        Ok(())
+    }
+
+    pub async fn shutdown(mut self) {
+        let ids: Vec<u64> = self.nodes.keys().copied().collect();
+        for id in ids {
+            self.stop(id).await;
+        }
+    }
+}
+
+/// A send of `bodies` to one queue, as the producer SDK will issue it.
+pub fn send_request(
+    topic: &str,
+    queue_id: i32,
+    bodies: impl IntoIterator<Item = Vec<u8>>,
+) -> pb::SendRequest {
+    pb::SendRequest {
+        topic: topic.to_owned(),
+        queue_id,
+        messages: bodies
+            .into_iter()
+            .map(|body| common_pb::Message {
+                topic: topic.to_owned(),
+                body: body.into(),
+                ..Default::default()
+            })
+            .collect(),
+        born_timestamp_ms: 1_700_000_000_000,
+        born_host: "127.0.0.1:40000".to_owned(),
+    }
+}
+
+async fn connect(addr: SocketAddr) -> anyhow::Result<BrokerClient<Channel>> {
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    Ok(BrokerClient::new(channel)
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20))
+}
+
+/// Sends to a group through whichever node leads it, as a producer does: a send that fails
+/// with `NOT_LEADER` or an unreachable node is retried on the leader (at least once).
+#[derive(Clone)]
+pub struct GroupClient {
+    addrs: Vec<SocketAddr>,
+}
+
+impl GroupClient {
+    /// The leader of the highest term any node knows of: an isolated old leader still
+    /// believes it leads, but only in an older term.
+    async fn find_leader(&self) -> Option<SocketAddr> {
+        let mut best: Option<(u64, SocketAddr)> = None;
+        for addr in &self.addrs {
+            let Ok(mut client) = connect(*addr).await else {
+                continue;
+            };
+            let Ok(status) = client.node_status(pb::NodeStatusRequest {}).await else {
+                continue;
+            };
+            let status = status.into_inner();
+            let leader = if status.role == "leader" {
+                Some(*addr)
+            } else {
+                status.leader_addr.parse().ok()
+            };
+            if let Some(leader) = leader
+                && best.is_none_or(|(term, _)| status.term > term)
+            {
+                best = Some((status.term, leader));
+            }
+        }
+        best.map(|(_, leader)| leader)
+    }
+
+    pub async fn send(
+        &self,
+        request: pb::SendRequest,
+        timeout: Duration,
+    ) -> anyhow::Result<pb::SendResponse> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let leader_tried = self.find_leader().await;
+            let error = match leader_tried {
+                None => anyhow::anyhow!("no leader known"),
+                Some(leader) => match connect(leader).await {
+                    Ok(mut client) => match client.send(request.clone()).await {
+                        Ok(response) => return Ok(response.into_inner()),
+                        Err(status) if status.code() == tonic::Code::Unavailable => status.into(),
+                        Err(status) => return Err(status.into()),
+                    },
+                    Err(error) => error,
+                },
+            };
+            if tokio::time::Instant::now() >= deadline {
+                return Err(error.context(format!("send not accepted within {timeout:?}")));
+            }
+            tracing::info!(%error, ?leader_tried, "send failed, retrying on the current leader");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! A broker group of real nodes agrees on one CommitLog through Raft.
+//!
+//! Each test starts nodes on 127.0.0.1 port 0 with real files under a temp dir and talks to
+//! them over real gRPC; the Raft transport carries a seeded fault plan (printed at start).
+
+use std::time::Duration;
+
+use rocketraft_broker::node::BrokerNode;
+use rocketraft_proto::LEADER_ADDR_HEADER;
+use rocketraft_proto::RESPONSE_CODE_HEADER;
+use rocketraft_proto::broker as pb;
+use rocketraft_proto::common::ResponseCode;
+use rocketraft_tests::TestGroup;
+use rocketraft_tests::init_tracing;
+use rocketraft_tests::send_request;
+use rocketraft_tests::wait_for;
+use tracing::info;
+
+const LEADER_TIMEOUT: Duration = Duration::from_secs(20);
+const CONVERGE_TIMEOUT: Duration = Duration::from_secs(60);
+const SEND_TIMEOUT: Duration = Duration::from_secs(20);
+const TOPIC: &str = "TopicTest";
+const QUEUES: i32 = 4;
+
+/// Sends `count` 1 KiB-ish messages to the leader from `concurrency` tasks, one message per
+/// send, so group commit has concurrent sends to coalesce. Returns the results.
+async fn send_many(
+    group: &TestGroup,
+    count: usize,
+    concurrency: usize,
+) -> anyhow::Result<Vec<pb::SendResult>> {
+    let mut tasks = Vec::new();
+    for task in 0..concurrency {
+        let group = group.group_client();
+        tasks.push(tokio::spawn(async move {
+            let mut results = Vec::new();
+            for i in (task..count).step_by(concurrency) {
+                let body = format!("message {i:06} ").repeat(64).into_bytes();
+                let request = send_request(TOPIC, (i % QUEUES as usize) as i32, [body]);
+                results.extend(group.send(request, SEND_TIMEOUT).await?.results);
+            }
+            anyhow::Ok(results)
+        }));
+    }
+    let mut results = Vec::new();
+    for task in tasks {
+        results.extend(task.await??);
+    }
+    Ok(results)
+}
+
+/// The whole CommitLog of a node.
+fn commit_log_bytes(node: &BrokerNode) -> anyhow::Result<Vec<u8>> {
+    let store = node.group().store();
+    let end = store.commit_log_max_offset();
+    let mut bytes = Vec::new();
+    while (bytes.len() as i64) < end {
+        let chunk = store.read_commit_log(
+            bytes.len() as i64,
+            (end as usize - bytes.len()).min(1 << 20),
+        )?;
+        anyhow::ensure!(!chunk.is_empty(), "no CommitLog bytes at {}", bytes.len());
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+fn consume_queues(node: &BrokerNode) -> Vec<Vec<(i64, i32, i64)>> {
+    let store = node.group().store();
+    (0..QUEUES)
+        .map(|queue| {
+            store
+                .read_consume_queue(TOPIC, queue, 0, usize::MAX)
+                .into_iter()
+                .map(|unit| (unit.commit_log_offset, unit.size, unit.tags_code))
+                .collect()
+        })
+        .collect()
+}
+
+/// Waits until every running node holds the leader's CommitLog end, then checks bytes and
+/// consume queues are identical.
+async fn assert_converged(group: &TestGroup, leader: u64) -> anyhow::Result<()> {
+    let target = group.node(leader).group().store().commit_log_max_offset();
+    wait_for(
+        "every node to apply the leader's CommitLog",
+        CONVERGE_TIMEOUT,
+        || async {
+            group
+                .running()
+                .all(|node| node.group().store().commit_log_max_offset() == target)
+                .then_some(())
+        },
+    )
+    .await?;
+    let reference = commit_log_bytes(group.node(leader))?;
+    let reference_queues = consume_queues(group.node(leader));
+    for node in group.running() {
+        assert_eq!(
+            commit_log_bytes(node)?,
+            reference,
+            "CommitLog of node {} differs",
+            node.node_id()
+        );
+        assert_eq!(
+            consume_queues(node),
+            reference_queues,
+            "ConsumeQueues of node {} differ",
+            node.node_id()
+        );
+    }
+    Ok(())
+}
+
+fn assert_offsets_dense(results: &[pb::SendResult], per_queue: usize) {
+    for queue in 0..QUEUES {
+        let mut offsets: Vec<i64> = results
+            .iter()
+            .filter(|r| r.queue_id == queue)
+            .map(|r| r.queue_offset)
+            .collect();
+        offsets.sort_unstable();
+        let expected: Vec<i64> = (0..per_queue as i64).collect();
+        assert_eq!(
+            offsets, expected,
+            "queue {queue} offsets are not 0..{per_queue}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_three_nodes_when_ten_thousand_appends_should_hold_identical_commit_logs()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_0001, |_| {}).await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    info!(leader, "--- send 10,000 messages through the leader");
+    let results = send_many(&group, 10_000, 32).await?;
+    assert_eq!(results.len(), 10_000);
+    assert_offsets_dense(&results, 2_500);
+    info!("--- every node ends with the same bytes");
+    assert_converged(&group, leader).await?;
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_follower_when_sending_should_reject_with_leader_address() -> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_0002, |_| {}).await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let mut client = group.client(follower).await?;
+    let status = client
+        .send(send_request(TOPIC, 0, [b"hello".to_vec()]))
+        .await
+        .expect_err("a follower must refuse");
+    let code = status
+        .metadata()
+        .get(RESPONSE_CODE_HEADER)
+        .and_then(|v| v.to_str().ok());
+    assert_eq!(
+        code,
+        Some((ResponseCode::NotLeader as i32).to_string().as_str())
+    );
+    let leader_addr = status
+        .metadata()
+        .get(LEADER_ADDR_HEADER)
+        .and_then(|v| v.to_str().ok());
+    assert_eq!(leader_addr, Some(group.addr(leader).to_string().as_str()));
+    assert_eq!(
+        group.node(follower).group().store().commit_log_max_offset(),
+        0,
+        "nothing was written"
+    );
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_follower_stopped_when_restarted_should_catch_up() -> anyhow::Result<()> {
+    init_tracing();
+    let mut group = TestGroup::start(3, 0x5EED_0003, |_| {}).await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    send_many(&group, 400, 8).await?;
+    info!(follower, "--- stop a follower, keep sending");
+    group.stop(follower).await;
+    send_many(&group, 800, 8).await?;
+    info!(follower, "--- restart it");
+    group.restart(follower).await?;
+    assert_converged(&group, leader).await?;
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_log_purged_when_wiped_node_restarts_should_be_rebuilt_by_snapshot()
+-> anyhow::Result<()> {
+    init_tracing();
+    let mut group = TestGroup::start(3, 0x5EED_0004, |_| {}).await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    send_many(&group, 600, 8).await?;
+    info!(follower, "--- stop and wipe a follower");
+    group.stop(follower).await;
+    group.wipe(follower)?;
+    send_many(&group, 200, 4).await?;
+    info!("--- snapshot and purge the leader's log");
+    let purged_upto = group
+        .node(leader)
+        .snapshot_and_purge(LEADER_TIMEOUT)
+        .await?;
+    assert!(purged_upto > 0, "the log was purged");
+    info!(
+        follower,
+        "--- restart the wiped follower: only a snapshot can rebuild it"
+    );
+    group.restart(follower).await?;
+    assert_converged(&group, leader).await?;
+    send_many(&group, 100, 4).await?;
+    assert_converged(&group, leader).await?;
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_leader_partitioned_when_healed_should_converge_on_new_leader() -> anyhow::Result<()>
+{
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_0005, |_| {}).await?;
+    println!("SEED={:#x}", group.faults.seed());
+    let old_leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    send_many(&group, 200, 4).await?;
+    info!(old_leader, "--- isolate the leader");
+    group.faults.isolate(old_leader);
+    let others: Vec<u64> = (1..=3).filter(|id| *id != old_leader).collect();
+    let new_leader = wait_for(
+        "a new leader among the majority",
+        LEADER_TIMEOUT,
+        || async {
+            for id in &others {
+                let status = group.status(*id).await.ok()?;
+                if status.role == "leader" {
+                    return Some(*id);
+                }
+            }
+            None
+        },
+    )
+    .await?;
+    send_many(&group, 200, 4).await?;
+    info!(new_leader, "--- heal with lossy links");
+    group.faults.heal();
+    group.faults.set_lossy(50_000, Duration::from_millis(3));
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    group.faults.heal();
+    assert_converged(&group, leader).await?;
+    group.shutdown().await;
+    Ok(())
+}
