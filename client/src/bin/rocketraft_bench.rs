@@ -1,0 +1,167 @@
+//! `rocketraft-bench`: append throughput and latency of a running broker group.
+//!
+//! Workload W1 of `shared/peers`: `--size`-byte messages, `--producers` connections, each
+//! keeping `--inflight` sends outstanding, one message per send (the broker's group commit
+//! does the batching). Finds the leader through `NodeStatus` of the given node.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Parser;
+use rocketraft_proto::broker as pb;
+use rocketraft_proto::broker::broker_client::BrokerClient;
+use rocketraft_proto::common as common_pb;
+use tokio::sync::Semaphore;
+use tonic::transport::Channel;
+
+#[derive(Parser)]
+#[command(about = "append benchmark against a running rocketraft broker group")]
+struct Args {
+    /// Any node of the group.
+    #[arg(long, default_value = "127.0.0.1:10911")]
+    broker: String,
+    #[arg(short = 'n', long, default_value_t = 200_000)]
+    messages: u64,
+    #[arg(short = 's', long, default_value_t = 1024)]
+    size: usize,
+    #[arg(short = 'c', long, default_value_t = 4)]
+    producers: usize,
+    #[arg(long, default_value_t = 256)]
+    inflight: usize,
+    #[arg(long, default_value = "BenchTopic")]
+    topic: String,
+    #[arg(long, default_value_t = 8)]
+    queues: i32,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let leader = find_leader(&args.broker).await?;
+    println!(
+        "leader {leader}; {} messages of {} bytes, {} producers x {} in flight",
+        args.messages, args.size, args.producers, args.inflight
+    );
+    let body = vec![b'x'; args.size];
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.producers {
+        let client = connect(&leader).await?;
+        tasks.push(tokio::spawn(produce(
+            client,
+            next.clone(),
+            args.messages,
+            args.inflight,
+            args.topic.clone(),
+            args.queues,
+            body.clone(),
+        )));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    let elapsed = started.elapsed();
+    latencies.sort_unstable();
+    let percentile = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    println!(
+        "sent {} in {:.2} s: {:.0} msg/s, {:.1} MB/s; ack latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        latencies.len(),
+        elapsed.as_secs_f64(),
+        latencies.len() as f64 / elapsed.as_secs_f64(),
+        (latencies.len() * args.size) as f64 / elapsed.as_secs_f64() / 1e6,
+        ms(percentile(0.50)),
+        ms(percentile(0.99)),
+        ms(latencies.last().copied().unwrap_or_default()),
+    );
+    Ok(())
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+async fn connect(addr: &str) -> anyhow::Result<BrokerClient<Channel>> {
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await
+        .with_context(|| format!("connect {addr}"))?;
+    Ok(BrokerClient::new(channel)
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20))
+}
+
+async fn find_leader(addr: &str) -> anyhow::Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = connect(addr)
+            .await?
+            .node_status(pb::NodeStatusRequest {})
+            .await?
+            .into_inner();
+        if status.role == "leader" {
+            return Ok(addr.to_owned());
+        }
+        if !status.leader_addr.is_empty() {
+            return Ok(status.leader_addr);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "no leader elected within 30 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn produce(
+    client: BrokerClient<Channel>,
+    next: Arc<AtomicU64>,
+    total: u64,
+    inflight: usize,
+    topic: String,
+    queues: i32,
+    body: Vec<u8>,
+) -> anyhow::Result<Vec<Duration>> {
+    let permits = Arc::new(Semaphore::new(inflight));
+    let mut sends = tokio::task::JoinSet::new();
+    let mut latencies = Vec::new();
+    loop {
+        let permit = permits.clone().acquire_owned().await?;
+        let sequence = next.fetch_add(1, Ordering::Relaxed);
+        if sequence >= total {
+            break;
+        }
+        let mut client = client.clone();
+        let request = pb::SendRequest {
+            topic: topic.clone(),
+            queue_id: (sequence % queues as u64) as i32,
+            messages: vec![common_pb::Message {
+                topic: topic.clone(),
+                body: body.clone().into(),
+                ..Default::default()
+            }],
+            born_timestamp_ms: 0,
+            born_host: String::new(),
+        };
+        sends.spawn(async move {
+            let started = Instant::now();
+            let result = client.send(request).await;
+            drop(permit);
+            result.map(|_| started.elapsed())
+        });
+        while let Some(done) = sends.try_join_next() {
+            latencies.push(done??);
+        }
+    }
+    while let Some(done) = sends.join_next().await {
+        latencies.push(done??);
+    }
+    Ok(latencies)
+}
