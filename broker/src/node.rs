@@ -19,6 +19,7 @@ use rocketraft_proto::raft::raft_server::RaftServer;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::TcpIncoming;
 
 use crate::config::BrokerConfig;
 use crate::group_state::GroupState;
@@ -128,7 +129,6 @@ impl BrokerNode {
             shutdown.clone(),
         );
         let server = tonic::transport::Server::builder()
-            .tcp_nodelay(true)
             .add_service(
                 BrokerServer::new(broker)
                     .max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX)
@@ -140,7 +140,10 @@ impl BrokerNode {
                     .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX),
             )
             .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                // Nagle's algorithm would hold back small replication frames until the
+                // peer's delayed ACK (40 ms); the builder's `tcp_nodelay` does not reach
+                // connections from an incoming stream, so set it here.
+                TcpIncoming::from(listener).with_nodelay(Some(true)),
                 shutdown.clone().cancelled_owned(),
             );
         let server = tokio::spawn(server);

@@ -139,6 +139,11 @@ impl MappedFile {
         // slices, so no reference outlives the map.
         let mmap = unsafe { MmapMut::map_mut(file) }
             .map_err(|e| StoreError::io("mmap segment", &path, e))?;
+        // Appends fault pages in one at a time; kernel readahead would instead zero-fill
+        // a large window of the sparse file on every fault (measured: a fifth of the CPU
+        // of a 3-node group under load).
+        mmap.advise(memmap2::Advice::Random)
+            .map_err(|e| StoreError::io("madvise segment", &path, e))?;
         Ok(MappedFile {
             path,
             start_offset,
