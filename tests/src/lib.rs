@@ -21,6 +21,8 @@ use rocketraft_broker::config::StoreSizes;
 use rocketraft_broker::node::BrokerNode;
 use rocketraft_broker::node::NodeOptions;
 use rocketraft_broker::raft::faults::FaultPlan;
+use rocketraft_client::group::BrokerGroupClient;
+use rocketraft_client::group::connect;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::common as common_pb;
@@ -168,7 +170,7 @@ impl TestGroup {
     }
 
     pub async fn client(&self, id: u64) -> anyhow::Result<BrokerClient<Channel>> {
-        connect(self.addr(id)).await
+        Ok(connect(self.addr(id)).await?)
     }
 
     pub async fn status(&self, id: u64) -> anyhow::Result<pb::NodeStatusResponse> {
@@ -180,10 +182,8 @@ impl TestGroup {
     }
 
     /// A client of the whole group that follows its leader.
-    pub fn group_client(&self) -> GroupClient {
-        GroupClient {
-            addrs: self.configs.values().map(|config| config.listen).collect(),
-        }
+    pub fn group_client(&self) -> BrokerGroupClient {
+        BrokerGroupClient::new(self.configs.values().map(|config| config.listen).collect())
     }
 
     /// Stops a node as a crash would leave it: nothing is flushed on the way out.
@@ -238,76 +238,5 @@ pub fn send_request(
             .collect(),
         born_timestamp_ms: 1_700_000_000_000,
         born_host: "127.0.0.1:40000".to_owned(),
-    }
-}
-
-async fn connect(addr: SocketAddr) -> anyhow::Result<BrokerClient<Channel>> {
-    let channel = Channel::from_shared(format!("http://{addr}"))?
-        .connect()
-        .await?;
-    Ok(BrokerClient::new(channel)
-        .max_decoding_message_size(64 << 20)
-        .max_encoding_message_size(64 << 20))
-}
-
-/// Sends to a group through whichever node leads it, as a producer does: a send that fails
-/// with `NOT_LEADER` or an unreachable node is retried on the leader (at least once).
-#[derive(Clone)]
-pub struct GroupClient {
-    addrs: Vec<SocketAddr>,
-}
-
-impl GroupClient {
-    /// The leader of the highest term any node knows of: an isolated old leader still
-    /// believes it leads, but only in an older term.
-    async fn find_leader(&self) -> Option<SocketAddr> {
-        let mut best: Option<(u64, SocketAddr)> = None;
-        for addr in &self.addrs {
-            let Ok(mut client) = connect(*addr).await else {
-                continue;
-            };
-            let Ok(status) = client.node_status(pb::NodeStatusRequest {}).await else {
-                continue;
-            };
-            let status = status.into_inner();
-            let leader = if status.role == "leader" {
-                Some(*addr)
-            } else {
-                status.leader_addr.parse().ok()
-            };
-            if let Some(leader) = leader
-                && best.is_none_or(|(term, _)| status.term > term)
-            {
-                best = Some((status.term, leader));
-            }
-        }
-        best.map(|(_, leader)| leader)
-    }
-
-    pub async fn send(
-        &self,
-        request: pb::SendRequest,
-        timeout: Duration,
-    ) -> anyhow::Result<pb::SendResponse> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let leader_tried = self.find_leader().await;
-            let error = match leader_tried {
-                None => anyhow::anyhow!("no leader known"),
-                Some(leader) => match connect(leader).await {
-                    Ok(mut client) => match client.send(request.clone()).await {
-                        Ok(response) => return Ok(response.into_inner()),
-                        Err(status) if status.code() == tonic::Code::Unavailable => status.into(),
-                        Err(status) => return Err(status.into()),
-                    },
-                    Err(error) => error,
-                },
-            };
-            if tokio::time::Instant::now() >= deadline {
-                return Err(error.context(format!("send not accepted within {timeout:?}")));
-            }
-            tracing::info!(%error, ?leader_tried, "send failed, retrying on the current leader");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
     }
 }

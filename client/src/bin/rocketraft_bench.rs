@@ -10,20 +10,25 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
-use anyhow::Context;
 use clap::Parser;
+use rocketraft_client::group::BrokerGroupClient;
+use rocketraft_client::group::connect;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::common as common_pb;
+use std::net::SocketAddr;
 use tokio::sync::Semaphore;
 use tonic::transport::Channel;
+
+/// How long to wait for the group to have a leader.
+const LEADER_WAIT: Duration = Duration::from_secs(30);
 
 #[derive(Parser)]
 #[command(about = "append benchmark against a running rocketraft broker group")]
 struct Args {
     /// Any node of the group.
     #[arg(long, default_value = "127.0.0.1:10911")]
-    broker: String,
+    broker: SocketAddr,
     #[arg(short = 'n', long, default_value_t = 200_000)]
     messages: u64,
     #[arg(short = 's', long, default_value_t = 1024)]
@@ -41,7 +46,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let leader = find_leader(&args.broker).await?;
+    let leader = find_leader(args.broker).await?;
     println!(
         "leader {leader}; {} messages of {} bytes, {} producers x {} in flight",
         args.messages, args.size, args.producers, args.inflight
@@ -51,7 +56,7 @@ async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..args.producers {
-        let client = connect(&leader).await?;
+        let client = connect(leader).await?;
         tasks.push(tokio::spawn(produce(
             client,
             next.clone(),
@@ -91,31 +96,18 @@ fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
-async fn connect(addr: &str) -> anyhow::Result<BrokerClient<Channel>> {
-    let channel = Channel::from_shared(format!("http://{addr}"))?
-        .connect()
-        .await
-        .with_context(|| format!("connect {addr}"))?;
-    Ok(BrokerClient::new(channel)
-        .max_decoding_message_size(64 << 20)
-        .max_encoding_message_size(64 << 20))
-}
-
-async fn find_leader(addr: &str) -> anyhow::Result<String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+/// Waits until the node at `addr` knows its group's leader.
+async fn find_leader(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+    let group = BrokerGroupClient::new(vec![addr]);
+    let deadline = Instant::now() + LEADER_WAIT;
     loop {
-        let status = connect(addr)
-            .await?
-            .node_status(pb::NodeStatusRequest {})
-            .await?
-            .into_inner();
-        if status.role == "leader" {
-            return Ok(addr.to_owned());
+        if let Some(leader) = group.find_leader().await {
+            return Ok(leader);
         }
-        if !status.leader_addr.is_empty() {
-            return Ok(status.leader_addr);
-        }
-        anyhow::ensure!(Instant::now() < deadline, "no leader elected within 30 s");
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no leader known to {addr} within {LEADER_WAIT:?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -1,0 +1,199 @@
+//! A connection to one broker group that follows its leader.
+//!
+//! Writes go to the leader; a node that is not the leader answers `NOT_LEADER`, and a dead
+//! node does not answer at all. Both mean "find the leader again and retry": the leader is
+//! the one of the highest term any node reports, since an isolated old leader still
+//! believes it leads, but only in an older term. Retrying a send may store it twice (at
+//! least once delivery); an acknowledged send is never lost.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rocketraft_proto::RESPONSE_CODE_HEADER;
+use rocketraft_proto::broker as pb;
+use rocketraft_proto::broker::broker_client::BrokerClient;
+use rocketraft_proto::common::ResponseCode;
+use tonic::transport::Channel;
+
+/// Messages up to the broker's 4 MiB body limit plus framing must fit a gRPC message.
+pub const GRPC_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Pause between attempts while a group has no reachable leader.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// How long to wait for a connection to a node.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    #[error("{addr} does not form a gRPC endpoint URI")]
+    InvalidAddress { addr: SocketAddr },
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        addr: SocketAddr,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("the broker rejected the request: {0}")]
+    Rejected(#[source] tonic::Status),
+    #[error("no leader accepted the request within {timeout:?}; last error: {last_error}")]
+    Timeout {
+        timeout: Duration,
+        last_error: String,
+    },
+}
+
+/// Connects to one broker node's API.
+pub async fn connect(addr: SocketAddr) -> Result<BrokerClient<Channel>, GroupError> {
+    let endpoint = Channel::from_shared(format!("http://{addr}"))
+        .map_err(|_| GroupError::InvalidAddress { addr })?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true);
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|source| GroupError::Connect { addr, source })?;
+    Ok(BrokerClient::new(channel)
+        .max_decoding_message_size(GRPC_MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(GRPC_MESSAGE_BYTES_MAX))
+}
+
+#[derive(Debug, Clone)]
+pub struct BrokerGroupClient {
+    nodes: Vec<SocketAddr>,
+}
+
+impl BrokerGroupClient {
+    /// A client of the group whose nodes listen on `nodes`.
+    pub fn new(nodes: Vec<SocketAddr>) -> BrokerGroupClient {
+        BrokerGroupClient { nodes }
+    }
+
+    pub async fn node_status(
+        &self,
+        addr: SocketAddr,
+    ) -> Result<pb::NodeStatusResponse, GroupError> {
+        let mut client = connect(addr).await?;
+        let response = client
+            .node_status(pb::NodeStatusRequest {})
+            .await
+            .map_err(GroupError::Rejected)?;
+        Ok(response.into_inner())
+    }
+
+    /// The address of the leader of the highest term any reachable node reports.
+    pub async fn find_leader(&self) -> Option<SocketAddr> {
+        let mut best: Option<(u64, SocketAddr)> = None;
+        for addr in &self.nodes {
+            let Ok(status) = self.node_status(*addr).await else {
+                continue;
+            };
+            let leader = if status.role == "leader" {
+                Some(*addr)
+            } else {
+                status.leader_addr.parse().ok()
+            };
+            if let Some(leader) = leader
+                && best.is_none_or(|(term, _)| status.term > term)
+            {
+                best = Some((status.term, leader));
+            }
+        }
+        best.map(|(_, leader)| leader)
+    }
+
+    /// Sends to the leader, following leader changes until `timeout`. A rejection of the
+    /// request itself (a message over a limit, a bad topic) returns at once.
+    pub async fn send(
+        &self,
+        request: pb::SendRequest,
+        timeout: Duration,
+    ) -> Result<pb::SendResponse, GroupError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let last_error = match self.find_leader().await {
+                None => "no node knows a leader".to_owned(),
+                Some(leader) => match connect(leader).await {
+                    Ok(mut client) => match client.send(request.clone()).await {
+                        Ok(response) => return Ok(response.into_inner()),
+                        Err(status) if is_retryable(&status) => status.to_string(),
+                        Err(status) => return Err(GroupError::Rejected(status)),
+                    },
+                    Err(error) => error.to_string(),
+                },
+            };
+            if tokio::time::Instant::now() >= deadline {
+                return Err(GroupError::Timeout {
+                    timeout,
+                    last_error,
+                });
+            }
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+}
+
+/// Whether a failed call may succeed on the (possibly new) leader: the broker said it is not
+/// the leader, could not confirm replication, or is unavailable; or the call failed in
+/// transport (the node died mid-call), when its outcome is unknown.
+pub fn is_retryable(status: &tonic::Status) -> bool {
+    let broker_code = status
+        .metadata()
+        .get(RESPONSE_CODE_HEADER)
+        .and_then(|value| value.to_str().ok()?.parse::<i32>().ok())
+        .and_then(|code| ResponseCode::try_from(code).ok());
+    match broker_code {
+        Some(code) => matches!(
+            code,
+            ResponseCode::NotLeader
+                | ResponseCode::ReplicationTimeout
+                | ResponseCode::ServiceUnavailable
+        ),
+        None => matches!(
+            status.code(),
+            tonic::Code::Unavailable
+                | tonic::Code::Unknown
+                | tonic::Code::Cancelled
+                | tonic::Code::DeadlineExceeded
+                | tonic::Code::Aborted
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_code(status: tonic::Code, code: ResponseCode) -> tonic::Status {
+        let mut status = tonic::Status::new(status, "x");
+        status
+            .metadata_mut()
+            .insert(RESPONSE_CODE_HEADER, (code as i32).into());
+        status
+    }
+
+    #[test]
+    fn retry_follows_the_broker_code_then_the_transport() {
+        assert!(is_retryable(&with_code(
+            tonic::Code::Unavailable,
+            ResponseCode::NotLeader
+        )));
+        assert!(is_retryable(&with_code(
+            tonic::Code::DeadlineExceeded,
+            ResponseCode::ReplicationTimeout
+        )));
+        assert!(!is_retryable(&with_code(
+            tonic::Code::InvalidArgument,
+            ResponseCode::MessageIllegal
+        )));
+        assert!(!is_retryable(&with_code(
+            tonic::Code::InvalidArgument,
+            ResponseCode::TopicIllegal
+        )));
+        assert!(is_retryable(&tonic::Status::unknown(
+            "transport error: broken pipe"
+        )));
+        assert!(is_retryable(&tonic::Status::unavailable(
+            "connection refused"
+        )));
+        assert!(!is_retryable(&tonic::Status::invalid_argument("bad")));
+    }
+}
