@@ -11,10 +11,19 @@ use serde::Deserialize;
 use crate::raft::log_store::FlushMode;
 use crate::raft::log_store::LOG_SEGMENT_SIZE_BYTES_DEFAULT;
 use crate::raft::types::NodeId;
+use crate::store::record::END_FILE_MIN_BLANK_LENGTH;
+use crate::store::record::RECORD_SIZE_MAX;
 
 /// Group sizes a broker group may have: one node for development, or 3 or 5 to survive the
 /// loss of 1 or 2 (an even size adds no fault tolerance).
 pub const GROUP_SIZES: [usize; 3] = [1, 3, 5];
+/// The smallest CommitLog segment a broker accepts: the largest record the broker API lets
+/// through, plus the end-of-segment filler, rounded up to whole pages. A smaller segment
+/// could not store a message that passed every check at the edge, and a Raft entry that
+/// cannot be applied would stop every node of the group on the same entry.
+pub const COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER: u64 =
+    ((RECORD_SIZE_MAX + END_FILE_MIN_BLANK_LENGTH) as u64).next_multiple_of(4096);
+
 /// Default interval between fsyncs of the Raft log in `flush = "async"` mode.
 pub const ASYNC_FLUSH_INTERVAL_DEFAULT: Duration = Duration::from_millis(500);
 
@@ -205,6 +214,14 @@ impl BrokerConfig {
         self.store_config()
             .validate()
             .map_err(|error| ConfigError::new("store", error.to_string()))?;
+        if self.store.commit_log_segment_bytes < COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER {
+            return Err(ConfigError::new(
+                "store.commit_log_segment_bytes",
+                format!(
+                    "must be at least {COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER} to hold the largest message"
+                ),
+            ));
+        }
         if self.store.raft_log_segment_bytes < 4096 {
             return Err(ConfigError::new(
                 "store.raft_log_segment_bytes",
@@ -286,6 +303,15 @@ mod tests {
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");
         config.peers.remove("3");
         assert_eq!(config.validate().expect_err("even group").key, "peers");
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.store.commit_log_segment_bytes = COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
+        config.validate().expect("the minimum segment is accepted");
+        config.store.commit_log_segment_bytes = COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER - 4096;
+        assert_eq!(
+            config.validate().expect_err("small segment").key,
+            "store.commit_log_segment_bytes"
+        );
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");
         config.raft.election_timeout_max_ms = config.raft.election_timeout_min_ms;

@@ -84,7 +84,7 @@ fn write_config(
     let config = format!(
         "group = \"broker-a\"\nnode_id = {node_id}\nlisten = \"{}\"\ndata_dir = \"{}\"\nflush = \"sync\"\n\
          [raft]\nheartbeat_interval_ms = 50\nelection_timeout_min_ms = 400\nelection_timeout_max_ms = 800\n\
-         [store]\ncommit_log_segment_bytes = 1048576\nconsume_queue_units_per_segment = 4096\n\
+         [store]\ncommit_log_segment_bytes = 8388608\nconsume_queue_units_per_segment = 4096\n\
          raft_log_segment_bytes = 1048576\n[peers]\n{peers}",
         addrs[node_id - 1],
         dir.join(format!("node-{node_id}")).display(),

@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use anyhow::bail;
 use rocketraft_broker::config::BrokerConfig;
+use rocketraft_broker::config::COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
 use rocketraft_broker::config::FlushKind;
 use rocketraft_broker::config::RaftTimings;
 use rocketraft_broker::config::StoreSizes;
@@ -119,7 +120,7 @@ impl TestGroup {
                 raft: test_timings(),
                 store: StoreSizes::default(),
             };
-            config.store.commit_log_segment_bytes = 1024 * 1024;
+            config.store.commit_log_segment_bytes = COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
             config.store.consume_queue_units_per_segment = 1024;
             config.store.raft_log_segment_bytes = 1024 * 1024;
             tune(&mut config);

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use rocketraft_broker::node::BrokerNode;
+use rocketraft_broker::store::record::MESSAGE_BODY_SIZE_MAX;
 use rocketraft_proto::LEADER_ADDR_HEADER;
 use rocketraft_proto::RESPONSE_CODE_HEADER;
 use rocketraft_proto::broker as pb;
@@ -256,6 +257,44 @@ async fn given_leader_partitioned_when_healed_should_converge_on_new_leader() ->
     let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
     group.faults.heal();
     assert_converged(&group, leader).await?;
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_largest_message_when_sent_should_replicate_and_one_byte_more_should_be_refused()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_0006, |_| {}).await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let client = group.group_client();
+    info!("--- a body of exactly the maximum is stored on every node");
+    let largest = send_request(TOPIC, 0, [vec![7u8; MESSAGE_BODY_SIZE_MAX]]);
+    let result = client.send(largest, SEND_TIMEOUT).await?;
+    assert_eq!(result.results.len(), 1);
+    assert_converged(&group, leader).await?;
+    info!("--- one byte more is refused with MESSAGE_ILLEGAL and stores nothing");
+    let end_before = group.node(leader).group().store().commit_log_max_offset();
+    let too_large = send_request(TOPIC, 0, [vec![7u8; MESSAGE_BODY_SIZE_MAX + 1]]);
+    let status = group
+        .client(leader)
+        .await?
+        .send(too_large)
+        .await
+        .expect_err("over the limit");
+    let code = status
+        .metadata()
+        .get(RESPONSE_CODE_HEADER)
+        .and_then(|v| v.to_str().ok());
+    assert_eq!(
+        code,
+        Some((ResponseCode::MessageIllegal as i32).to_string().as_str()),
+        "{status}"
+    );
+    assert_eq!(
+        group.node(leader).group().store().commit_log_max_offset(),
+        end_before
+    );
     group.shutdown().await;
     Ok(())
 }
