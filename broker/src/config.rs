@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::raft::compaction::COMPACTION_INTERVAL_DEFAULT;
+use crate::raft::compaction::RETAINED_ENTRIES_DEFAULT;
 use crate::raft::log_store::FlushMode;
 use crate::raft::log_store::LOG_SEGMENT_SIZE_BYTES_DEFAULT;
 use crate::raft::types::NodeId;
@@ -73,6 +75,10 @@ pub struct RaftTimings {
     pub heartbeat_interval_ms: u64,
     pub election_timeout_min_ms: u64,
     pub election_timeout_max_ms: u64,
+    /// Period of Raft log compaction (snapshot, then purge behind it).
+    pub log_compaction_interval_ms: u64,
+    /// Entries kept behind the snapshot when the log is purged.
+    pub log_retained_entries: u64,
 }
 
 impl Default for RaftTimings {
@@ -81,6 +87,8 @@ impl Default for RaftTimings {
             heartbeat_interval_ms: 100,
             election_timeout_min_ms: 1000,
             election_timeout_max_ms: 2000,
+            log_compaction_interval_ms: COMPACTION_INTERVAL_DEFAULT.as_millis() as u64,
+            log_retained_entries: RETAINED_ENTRIES_DEFAULT,
         }
     }
 }
@@ -243,6 +251,12 @@ impl BrokerConfig {
             return Err(ConfigError::new(
                 "raft.election_timeout_min_ms",
                 "must exceed twice raft.heartbeat_interval_ms, or followers time out between heartbeats",
+            ));
+        }
+        if timings.log_compaction_interval_ms == 0 {
+            return Err(ConfigError::new(
+                "raft.log_compaction_interval_ms",
+                "must be positive",
             ));
         }
         if timings.election_timeout_max_ms <= timings.election_timeout_min_ms {

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use openraft::BasicNode;
 use openraft::SnapshotPolicy;
-use openraft::async_runtime::watch::WatchReceiver;
 use rocketraft_proto::broker::broker_server::BrokerServer;
 use rocketraft_proto::raft::raft_server::RaftServer;
 use tokio::net::TcpListener;
@@ -23,6 +22,9 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::config::BrokerConfig;
 use crate::group_state::GroupState;
+use crate::raft::compaction::CompactionError;
+use crate::raft::compaction::compact_log;
+use crate::raft::compaction::run_compaction;
 use crate::raft::faults::FaultPlan;
 use crate::raft::log_store::LogStore;
 use crate::raft::log_store::LogStoreConfig;
@@ -64,15 +66,6 @@ pub enum StartError {
     },
     #[error("start raft: {0}")]
     Raft(String),
-}
-
-/// An operation on a running node failed.
-#[derive(Debug, thiserror::Error)]
-pub enum NodeError {
-    #[error("raft: {0}")]
-    Raft(String),
-    #[error("timed out waiting for the {0}")]
-    Timeout(&'static str),
 }
 
 pub struct BrokerNode {
@@ -147,6 +140,12 @@ impl BrokerNode {
                 shutdown.clone().cancelled_owned(),
             );
         let server = tokio::spawn(server);
+        tokio::spawn(run_compaction(
+            raft.clone(),
+            Duration::from_millis(config.raft.log_compaction_interval_ms),
+            config.raft.log_retained_entries,
+            shutdown.clone(),
+        ));
         if config.bootstrap {
             bootstrap(&raft, &peers).await?;
         }
@@ -177,46 +176,14 @@ impl BrokerNode {
         &self.group
     }
 
-    /// Takes a snapshot and purges the Raft log up to it, as retention will; returns the
-    /// last purged log index. A follower that needs a purged entry is sent the snapshot.
-    pub async fn snapshot_and_purge(&self, timeout: Duration) -> Result<u64, NodeError> {
-        let raft_error = |error: &dyn std::fmt::Display| NodeError::Raft(error.to_string());
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut metrics = self.raft.metrics();
-        let applied = metrics
-            .borrow_watched()
-            .last_applied
-            .map_or(0, |log_id| log_id.index);
-        self.raft
-            .trigger()
-            .snapshot()
-            .await
-            .map_err(|e| raft_error(&e))?;
-        let snapshot_index = loop {
-            let snapshot = metrics.borrow_watched().snapshot;
-            if let Some(log_id) = snapshot.filter(|log_id| log_id.index >= applied) {
-                break log_id.index;
-            }
-            tokio::time::timeout_at(deadline, metrics.changed())
-                .await
-                .map_err(|_| NodeError::Timeout("snapshot"))?
-                .map_err(|e| raft_error(&e))?;
-        };
-        self.raft
-            .trigger()
-            .purge_log(snapshot_index)
-            .await
-            .map_err(|e| raft_error(&e))?;
-        loop {
-            let purged = metrics.borrow_watched().purged;
-            if purged.is_some_and(|log_id| log_id.index >= snapshot_index) {
-                return Ok(snapshot_index);
-            }
-            tokio::time::timeout_at(deadline, metrics.changed())
-                .await
-                .map_err(|_| NodeError::Timeout("purge"))?
-                .map_err(|e| raft_error(&e))?;
-        }
+    /// Takes a snapshot and purges the whole Raft log behind it, as compaction does with
+    /// a retained tail; returns the index purged up to. A follower that needs a purged
+    /// entry is sent the snapshot.
+    pub async fn snapshot_and_purge(
+        &self,
+        timeout: Duration,
+    ) -> Result<Option<u64>, CompactionError> {
+        compact_log(&self.raft, 0, timeout).await
     }
 
     /// Stops serving, stops Raft and flushes nothing more: what was acknowledged is already

@@ -1,7 +1,8 @@
 //! Durability with real processes: three `broker` processes form a group, a producer keeps
 //! sending, and the leader is killed with SIGKILL mid-traffic. Every acknowledged send must
 //! be in the consume queue of every node afterwards, at the offset it was acknowledged with,
-//! including the killed node once it restarts.
+//! including the killed node once it restarts. Log compaction runs every 300 ms, so the
+//! restarted node recovers from its checkpoint with most of its Raft log purged.
 //!
 //! Nodes listen on loopback ports picked by the OS; each process is killed when the test
 //! ends, pass or fail.
@@ -83,7 +84,7 @@ fn write_config(
         .collect();
     let config = format!(
         "group = \"broker-a\"\nnode_id = {node_id}\nlisten = \"{}\"\ndata_dir = \"{}\"\nflush = \"sync\"\n\
-         [raft]\nheartbeat_interval_ms = 50\nelection_timeout_min_ms = 400\nelection_timeout_max_ms = 800\n\
+         [raft]\nheartbeat_interval_ms = 50\nelection_timeout_min_ms = 400\nelection_timeout_max_ms = 800\nlog_compaction_interval_ms = 300\nlog_retained_entries = 16\n\
          [store]\ncommit_log_segment_bytes = 8388608\nconsume_queue_units_per_segment = 4096\n\
          raft_log_segment_bytes = 1048576\n[peers]\n{peers}",
         addrs[node_id - 1],

@@ -37,6 +37,7 @@ pub fn test_timings() -> RaftTimings {
         heartbeat_interval_ms: 50,
         election_timeout_min_ms: 400,
         election_timeout_max_ms: 800,
+        ..RaftTimings::default()
     }
 }
 

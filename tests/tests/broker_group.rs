@@ -212,7 +212,10 @@ async fn given_log_purged_when_wiped_node_restarts_should_be_rebuilt_by_snapshot
         .node(leader)
         .snapshot_and_purge(LEADER_TIMEOUT)
         .await?;
-    assert!(purged_upto > 0, "the log was purged");
+    assert!(
+        purged_upto.is_some_and(|index| index > 0),
+        "the log was purged"
+    );
     info!(
         follower,
         "--- restart the wiped follower: only a snapshot can rebuild it"
@@ -295,6 +298,31 @@ async fn given_largest_message_when_sent_should_replicate_and_one_byte_more_shou
         group.node(leader).group().store().commit_log_max_offset(),
         end_before
     );
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_short_compaction_interval_should_purge_every_log_and_keep_serving()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_0007, |config| {
+        config.raft.log_compaction_interval_ms = 200;
+        config.raft.log_retained_entries = 8;
+    })
+    .await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    send_many(&group, 600, 8).await?;
+    info!("--- every node compacts its own log behind its snapshot");
+    for id in 1..=3 {
+        wait_for("the log to be purged", LEADER_TIMEOUT, || async {
+            let status = group.status(id).await.ok()?;
+            (status.last_purged_index? > 0).then_some(())
+        })
+        .await?;
+    }
+    send_many(&group, 100, 4).await?;
+    assert_converged(&group, leader).await?;
     group.shutdown().await;
     Ok(())
 }

@@ -5,9 +5,11 @@
 //! - `log_store` + `log_segment`: the durable Raft log;
 //! - `state_machine` + `snapshot`: applying commands to the store, snapshots;
 //! - `network` (client) and `service` (server): the gRPC transport; `faults`: test faults;
+//! - `compaction`: snapshots and log purge behind them;
 //! - `codec`: the binary encoding of openraft values.
 
 pub mod codec;
+pub mod compaction;
 pub mod faults;
 pub mod log_segment;
 pub mod log_store;

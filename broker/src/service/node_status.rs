@@ -38,6 +38,8 @@ impl BrokerService {
             last_log_index: metrics.last_log_index,
             commit_log_min_offset: store.commit_log_min_offset(),
             commit_log_max_offset: store.commit_log_max_offset(),
+            last_purged_index: metrics.purged.map(|log_id| log_id.index),
+            snapshot_index: metrics.snapshot.map(|log_id| log_id.index),
         }
     }
 }

@@ -1,0 +1,99 @@
+//! Raft log compaction: the Raft log is only needed back to the state machine's last durable
+//! checkpoint (plus a tail for followers that lag a little), so each node periodically takes
+//! a snapshot (a flushed checkpoint) and purges its log behind it.
+//!
+//! openraft's own snapshot policy is off (notes/openraft.md §3); this is the one place that
+//! decides when log entries go. A follower that needs a purged entry is sent a snapshot,
+//! which ships only the CommitLog bytes it lacks.
+
+use std::time::Duration;
+
+use openraft::async_runtime::watch::WatchReceiver;
+use tokio_util::sync::CancellationToken;
+
+use crate::raft::types::Raft;
+
+/// Default period between compactions.
+pub const COMPACTION_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
+/// Default number of entries kept behind the snapshot, so a briefly lagging follower still
+/// catches up from the log.
+pub const RETAINED_ENTRIES_DEFAULT: u64 = 1024;
+/// How long one compaction may wait for its snapshot and purge.
+const COMPACTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompactionError {
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("timed out waiting for the {0}")]
+    Timeout(&'static str),
+}
+
+/// Takes a snapshot of everything applied so far, then purges the log up to `retained`
+/// entries behind it. Returns the index purged up to, if anything was purged.
+pub async fn compact_log(
+    raft: &Raft,
+    retained: u64,
+    timeout: Duration,
+) -> Result<Option<u64>, CompactionError> {
+    let raft_error = |error: &dyn std::fmt::Display| CompactionError::Raft(error.to_string());
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut metrics = raft.metrics();
+    let applied = metrics
+        .borrow_watched()
+        .last_applied
+        .map_or(0, |log_id| log_id.index);
+    raft.trigger()
+        .snapshot()
+        .await
+        .map_err(|e| raft_error(&e))?;
+    let snapshot_index = loop {
+        let snapshot = metrics.borrow_watched().snapshot;
+        if let Some(log_id) = snapshot.filter(|log_id| log_id.index >= applied) {
+            break log_id.index;
+        }
+        tokio::time::timeout_at(deadline, metrics.changed())
+            .await
+            .map_err(|_| CompactionError::Timeout("snapshot"))?
+            .map_err(|e| raft_error(&e))?;
+    };
+    let purge_upto = snapshot_index.saturating_sub(retained);
+    let purged = metrics.borrow_watched().purged.map(|log_id| log_id.index);
+    if purge_upto == 0 || purged >= Some(purge_upto) {
+        return Ok(None);
+    }
+    raft.trigger()
+        .purge_log(purge_upto)
+        .await
+        .map_err(|e| raft_error(&e))?;
+    loop {
+        let purged = metrics.borrow_watched().purged;
+        if purged.is_some_and(|log_id| log_id.index >= purge_upto) {
+            return Ok(Some(purge_upto));
+        }
+        tokio::time::timeout_at(deadline, metrics.changed())
+            .await
+            .map_err(|_| CompactionError::Timeout("purge"))?
+            .map_err(|e| raft_error(&e))?;
+    }
+}
+
+/// Compacts every `interval` until `shutdown`.
+pub async fn run_compaction(
+    raft: Raft,
+    interval: Duration,
+    retained: u64,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        match compact_log(&raft, retained, COMPACTION_TIMEOUT).await {
+            Ok(Some(purged)) => tracing::info!(purged, "raft log compacted"),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, "raft log compaction failed; retrying next round"),
+        }
+    }
+}
