@@ -31,6 +31,7 @@ use serde::Serialize;
 
 use crate::durable_file;
 use crate::raft::codec;
+use crate::raft::entry_cache::EntryCache;
 use crate::raft::log_segment::LogSegment;
 use crate::raft::log_segment::RECORD_HEADER_SIZE;
 use crate::raft::types::Entry;
@@ -72,6 +73,8 @@ struct LogFiles {
     vote: Option<Vote>,
     last_purged: Option<LogId>,
     last_log_id: Option<LogId>,
+    /// The newest entries, so replication reads skip the disk.
+    cache: EntryCache,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -110,6 +113,7 @@ impl LogStore {
             vote,
             last_purged,
             last_log_id: None,
+            cache: EntryCache::default(),
         };
         files.last_log_id = files.read_last_log_id()?;
         tracing::info!(
@@ -131,7 +135,11 @@ impl LogStore {
             .map_err(|_| io::Error::other("raft log lock poisoned"))
     }
 
-    fn append_encoded(&self, entries: Vec<(LogId, Vec<u8>)>) -> io::Result<Option<Arc<File>>> {
+    fn append_encoded(
+        &self,
+        entries: Vec<(LogId, Vec<u8>)>,
+        appended: Vec<(u64, Entry)>,
+    ) -> io::Result<Option<Arc<File>>> {
         let mut files = self.write_files()?;
         let mut expected_index = files.next_index();
         let mut batch: Vec<Vec<u8>> = Vec::new();
@@ -165,6 +173,9 @@ impl LogStore {
         files.flush_batch(&mut batch)?;
         if last_appended.is_some() {
             files.last_log_id = last_appended;
+        }
+        for (encoded_bytes, entry) in appended {
+            files.cache.push(entry, encoded_bytes);
         }
         Ok(files.segments.last().map(|s| s.file().clone()))
     }
@@ -248,12 +259,18 @@ impl LogFiles {
         let mut entries = Vec::new();
         let mut bytes = 0u64;
         for index in start..end {
-            let Some(segment) = self.segment_of(index) else {
-                break;
+            let (entry, len) = match self.cache.get(index) {
+                Some((entry, len)) => (entry.clone(), *len),
+                None => {
+                    let Some(segment) = self.segment_of(index) else {
+                        break;
+                    };
+                    let (entry, len) = segment.read(index)?;
+                    (entry, u64::from(len))
+                }
             };
-            let (entry, len) = segment.read(index)?;
             entries.push(entry);
-            bytes += u64::from(len);
+            bytes += len;
             if bytes >= bytes_max {
                 break;
             }
@@ -264,6 +281,7 @@ impl LogFiles {
     /// Drops every entry after `last_kept` (all entries if `None`).
     fn truncate_after(&mut self, last_kept: Option<&LogId>) -> io::Result<()> {
         let first_dropped = last_kept.map_or(0, |log_id| log_id.index + 1);
+        self.cache.truncate_from(first_dropped);
         while let Some(last) = self.segments.last_mut() {
             if last.first_index() >= first_dropped {
                 if let Some(segment) = self.segments.pop() {
@@ -282,6 +300,7 @@ impl LogFiles {
 
     /// Deletes the segments whose entries are all at or below `upto`.
     fn delete_purged_segments(&mut self, upto: u64) -> io::Result<()> {
+        self.cache.purge_upto(upto);
         while self
             .segments
             .first()
@@ -419,10 +438,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: Send,
     {
         let mut encoded = Vec::new();
+        let mut appended = Vec::new();
         for entry in entries {
-            encoded.push((entry.log_id(), codec::encode("raft log entry", &entry)?));
+            let bytes = codec::encode("raft log entry", &entry)?;
+            appended.push((bytes.len() as u64, entry.clone()));
+            encoded.push((entry.log_id(), bytes));
         }
-        let written_to = self.append_encoded(encoded)?;
+        let written_to = self.append_encoded(encoded, appended)?;
         self.flusher.after_write(written_to, callback);
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! module, so an openraft upgrade touches nothing else (DESIGN §2).
 //!
 //! - `types`: the type config and the replicated [`types::Command`]s;
-//! - `log_store` + `log_segment`: the durable Raft log;
+//! - `log_store` + `log_segment` + `entry_cache`: the durable Raft log;
 //! - `state_machine` + `snapshot`: applying commands to the store, snapshots;
 //! - `network` (client) and `service` (server): the gRPC transport; `faults`: test faults;
 //! - `compaction`: snapshots and log purge behind them;
@@ -10,6 +10,7 @@
 
 pub mod codec;
 pub mod compaction;
+pub mod entry_cache;
 pub mod faults;
 pub mod log_segment;
 pub mod log_store;

@@ -168,20 +168,28 @@ impl StateMachine {
         }
     }
 
-    /// Flushes the store and records the applied state durably.
-    fn write_checkpoint(&mut self) -> io::Result<()> {
-        let checkpoint = {
-            let mut store = self.group.store_mut();
-            store.flush().map_err(store_io_error)?;
-            Checkpoint {
-                last_applied: self.last_applied,
-                last_membership: self.last_membership.clone(),
-                metadata: self.group.metadata().clone(),
-                commit_log_end: store.commit_log_max_offset(),
-            }
-        };
-        let encoded = codec::encode("state machine checkpoint", &checkpoint)?;
-        durable_file::write_atomic(&self.dir.join(CHECKPOINT_FILE), &encoded)?;
+    /// Flushes the store and records the applied state durably, on a blocking thread so
+    /// the fsyncs never stall the async runtime that carries Raft and client traffic.
+    async fn write_checkpoint(&mut self) -> io::Result<()> {
+        let group = self.group.clone();
+        let path = self.dir.join(CHECKPOINT_FILE);
+        let (last_applied, last_membership) = (self.last_applied, self.last_membership.clone());
+        tokio::task::spawn_blocking(move || {
+            let checkpoint = {
+                let mut store = group.store_mut();
+                store.flush().map_err(store_io_error)?;
+                Checkpoint {
+                    last_applied,
+                    last_membership,
+                    metadata: group.metadata().clone(),
+                    commit_log_end: store.commit_log_max_offset(),
+                }
+            };
+            let encoded = codec::encode("state machine checkpoint", &checkpoint)?;
+            durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
+        })
+        .await
+        .map_err(io::Error::other)??;
         self.last_checkpoint_at = Instant::now();
         Ok(())
     }
@@ -374,7 +382,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             }
         }
         if self.last_checkpoint_at.elapsed() >= self.checkpoint_interval {
-            self.write_checkpoint()?;
+            self.write_checkpoint().await?;
         }
         Ok(())
     }
@@ -402,7 +410,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         *self.group.metadata_mut() = state.metadata.clone();
         self.last_applied = state.meta.last_log_id;
         self.last_membership = state.meta.last_membership.clone();
-        self.write_checkpoint()?;
+        self.write_checkpoint().await?;
         let encoded = codec::encode("snapshot", &state)?;
         durable_file::write_atomic(&self.dir.join(SNAPSHOT_FILE), &encoded)?;
         *lock_snapshot(&self.current_snapshot)? = Some(state);
@@ -444,9 +452,15 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         // Everything below commit_log_end must be durable before the snapshot lets the Raft
         // log be purged past it.
-        self.group.store_mut().flush().map_err(store_io_error)?;
+        let group = self.group.clone();
+        let path = self.dir.join(SNAPSHOT_FILE);
         let encoded = codec::encode("snapshot", &self.state)?;
-        durable_file::write_atomic(&self.dir.join(SNAPSHOT_FILE), &encoded)?;
+        tokio::task::spawn_blocking(move || {
+            group.store_mut().flush().map_err(store_io_error)?;
+            durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
+        })
+        .await
+        .map_err(io::Error::other)??;
         *lock_snapshot(&self.current_snapshot)? = Some(self.state.clone());
         tracing::info!(last_log_id = ?self.state.meta.last_log_id, commit_log_end = self.state.commit_log_end, "snapshot built");
         Ok(Snapshot {

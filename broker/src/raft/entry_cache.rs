@@ -1,0 +1,125 @@
+//! The most recently appended Raft log entries, kept in memory up to a byte budget, so that
+//! replicating them to followers (which read what the leader just appended) costs neither a
+//! disk read nor a decode.
+//!
+//! Invariant: the cached entries have consecutive indexes and equal what the log holds at
+//! those indexes; every truncation or purge of the log is mirrored here.
+
+use std::collections::VecDeque;
+
+use openraft::entry::RaftEntry;
+
+use crate::raft::types::Entry;
+
+/// Bytes of encoded entries kept in memory at most.
+pub const ENTRY_CACHE_BYTES_MAX: u64 = 64 * 1024 * 1024;
+
+#[derive(Debug, Default)]
+pub struct EntryCache {
+    /// Entries with their encoded size.
+    entries: VecDeque<(Entry, u64)>,
+    bytes: u64,
+}
+
+impl EntryCache {
+    /// Adds the entry that follows the last cached one (or starts over if it does not),
+    /// then evicts the oldest entries beyond the budget.
+    pub fn push(&mut self, entry: Entry, encoded_bytes: u64) {
+        if self
+            .entries
+            .back()
+            .is_some_and(|(last, _)| last.index() + 1 != entry.index())
+        {
+            self.clear();
+        }
+        self.bytes += encoded_bytes;
+        self.entries.push_back((entry, encoded_bytes));
+        while self.bytes > ENTRY_CACHE_BYTES_MAX && self.entries.len() > 1 {
+            self.pop_front();
+        }
+    }
+
+    /// The entry at `index` and its encoded size, if cached.
+    pub fn get(&self, index: u64) -> Option<&(Entry, u64)> {
+        let first = self.entries.front()?.0.index();
+        self.entries
+            .get(usize::try_from(index.checked_sub(first)?).ok()?)
+    }
+
+    /// Forgets every entry at or after `index`.
+    pub fn truncate_from(&mut self, index: u64) {
+        while self
+            .entries
+            .back()
+            .is_some_and(|(last, _)| last.index() >= index)
+        {
+            if let Some((_, bytes)) = self.entries.pop_back() {
+                self.bytes -= bytes;
+            }
+        }
+    }
+
+    /// Forgets every entry at or before `index`.
+    pub fn purge_upto(&mut self, index: u64) {
+        while self
+            .entries
+            .front()
+            .is_some_and(|(first, _)| first.index() <= index)
+        {
+            self.pop_front();
+        }
+    }
+
+    fn pop_front(&mut self) {
+        if let Some((_, bytes)) = self.entries.pop_front() {
+            self.bytes -= bytes;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::EntryPayload;
+
+    use super::*;
+    use crate::raft::types::LogId;
+
+    fn entry(index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new_term_index(1, index),
+            payload: EntryPayload::Blank,
+        }
+    }
+
+    #[test]
+    fn truncation_and_purge_are_mirrored() {
+        let mut cache = EntryCache::default();
+        for index in 5..10 {
+            cache.push(entry(index), 10);
+        }
+        assert!(cache.get(4).is_none());
+        assert_eq!(cache.get(7).map(|(e, _)| e.index()), Some(7));
+        cache.truncate_from(8);
+        assert!(cache.get(8).is_none());
+        cache.purge_upto(6);
+        assert!(cache.get(6).is_none());
+        assert_eq!(cache.get(7).map(|(e, _)| e.index()), Some(7));
+        assert_eq!(cache.bytes, 10);
+    }
+
+    #[test]
+    fn a_gap_restarts_the_cache_and_the_budget_evicts_the_oldest() {
+        let mut cache = EntryCache::default();
+        cache.push(entry(1), 10);
+        cache.push(entry(3), 10);
+        assert!(cache.get(1).is_none(), "a gap starts over");
+        cache.push(entry(4), ENTRY_CACHE_BYTES_MAX);
+        assert!(cache.get(3).is_none(), "evicted beyond the budget");
+        assert!(cache.get(4).is_some(), "the newest entry always stays");
+    }
+}
