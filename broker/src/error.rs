@@ -89,19 +89,11 @@ mod tests {
         }
         .into();
         assert_eq!(status.code(), tonic::Code::Unavailable);
-        let code = status
-            .metadata()
-            .get(RESPONSE_CODE_HEADER)
-            .and_then(|v| v.to_str().ok());
         assert_eq!(
-            code,
-            Some((ResponseCode::NotLeader as i32).to_string().as_str())
+            rocketraft_proto::response_code(&status),
+            Some(ResponseCode::NotLeader)
         );
-        let leader = status
-            .metadata()
-            .get(LEADER_ADDR_HEADER)
-            .and_then(|v| v.to_str().ok());
-        assert_eq!(leader, Some("127.0.0.1:7"));
+        assert_eq!(rocketraft_proto::leader_addr(&status), Some("127.0.0.1:7"));
         assert!(status.message().contains("the leader is 127.0.0.1:7"));
     }
 }

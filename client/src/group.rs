@@ -9,7 +9,6 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rocketraft_proto::RESPONSE_CODE_HEADER;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::common::ResponseCode;
@@ -135,12 +134,7 @@ impl BrokerGroupClient {
 /// the leader, could not confirm replication, or is unavailable; or the call failed in
 /// transport (the node died mid-call), when its outcome is unknown.
 pub fn is_retryable(status: &tonic::Status) -> bool {
-    let broker_code = status
-        .metadata()
-        .get(RESPONSE_CODE_HEADER)
-        .and_then(|value| value.to_str().ok()?.parse::<i32>().ok())
-        .and_then(|code| ResponseCode::try_from(code).ok());
-    match broker_code {
+    match rocketraft_proto::response_code(status) {
         Some(code) => matches!(
             code,
             ResponseCode::NotLeader
@@ -160,6 +154,8 @@ pub fn is_retryable(status: &tonic::Status) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use rocketraft_proto::RESPONSE_CODE_HEADER;
+
     use super::*;
 
     fn with_code(status: tonic::Code, code: ResponseCode) -> tonic::Status {

@@ -23,3 +23,21 @@ pub mod raft {
 pub const RESPONSE_CODE_HEADER: &str = "rr-code";
 /// gRPC metadata key carrying the leader's address when a follower answers `NOT_LEADER`.
 pub const LEADER_ADDR_HEADER: &str = "rr-leader-addr";
+
+/// The broker's response code of a failed call, if the broker set one (a transport failure
+/// carries none).
+pub fn response_code(status: &tonic::Status) -> Option<common::ResponseCode> {
+    let code = status
+        .metadata()
+        .get(RESPONSE_CODE_HEADER)?
+        .to_str()
+        .ok()?
+        .parse::<i32>()
+        .ok()?;
+    common::ResponseCode::try_from(code).ok()
+}
+
+/// The leader's address a follower named when it answered `NOT_LEADER`.
+pub fn leader_addr(status: &tonic::Status) -> Option<&str> {
+    status.metadata().get(LEADER_ADDR_HEADER)?.to_str().ok()
+}

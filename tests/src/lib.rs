@@ -146,6 +146,12 @@ impl TestGroup {
         self.nodes.values()
     }
 
+    /// Some configured node other than `leader`.
+    pub fn a_follower(&self, leader: u64) -> u64 {
+        let follower = self.configs.keys().copied().find(|id| *id != leader);
+        follower.unwrap_or_else(|| panic!("a group of one node has no follower"))
+    }
+
     pub fn addr(&self, id: u64) -> SocketAddr {
         self.configs[&id].listen
     }

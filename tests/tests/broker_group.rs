@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use rocketraft_broker::node::BrokerNode;
 use rocketraft_broker::store::record::MESSAGE_BODY_SIZE_MAX;
-use rocketraft_proto::LEADER_ADDR_HEADER;
-use rocketraft_proto::RESPONSE_CODE_HEADER;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::ResponseCode;
+use rocketraft_proto::leader_addr;
+use rocketraft_proto::response_code;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
 use rocketraft_tests::send_request;
@@ -150,25 +150,17 @@ async fn given_follower_when_sending_should_reject_with_leader_address() -> anyh
     init_tracing();
     let group = TestGroup::start(3, 0x5EED_0002, |_| {}).await?;
     let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
-    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let follower = group.a_follower(leader);
     let mut client = group.client(follower).await?;
     let status = client
         .send(send_request(TOPIC, 0, [b"hello".to_vec()]))
         .await
         .expect_err("a follower must refuse");
-    let code = status
-        .metadata()
-        .get(RESPONSE_CODE_HEADER)
-        .and_then(|v| v.to_str().ok());
+    assert_eq!(response_code(&status), Some(ResponseCode::NotLeader));
     assert_eq!(
-        code,
-        Some((ResponseCode::NotLeader as i32).to_string().as_str())
+        leader_addr(&status),
+        Some(group.addr(leader).to_string().as_str())
     );
-    let leader_addr = status
-        .metadata()
-        .get(LEADER_ADDR_HEADER)
-        .and_then(|v| v.to_str().ok());
-    assert_eq!(leader_addr, Some(group.addr(leader).to_string().as_str()));
     assert_eq!(
         group.node(follower).group().store().commit_log_max_offset(),
         0,
@@ -183,7 +175,7 @@ async fn given_follower_stopped_when_restarted_should_catch_up() -> anyhow::Resu
     init_tracing();
     let mut group = TestGroup::start(3, 0x5EED_0003, |_| {}).await?;
     let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
-    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let follower = group.a_follower(leader);
     send_many(&group, 400, 8).await?;
     info!(follower, "--- stop a follower, keep sending");
     group.stop(follower).await;
@@ -201,7 +193,7 @@ async fn given_log_purged_when_wiped_node_restarts_should_be_rebuilt_by_snapshot
     init_tracing();
     let mut group = TestGroup::start(3, 0x5EED_0004, |_| {}).await?;
     let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
-    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let follower = group.a_follower(leader);
     send_many(&group, 600, 8).await?;
     info!(follower, "--- stop and wipe a follower");
     group.stop(follower).await;
@@ -285,13 +277,9 @@ async fn given_largest_message_when_sent_should_replicate_and_one_byte_more_shou
         .send(too_large)
         .await
         .expect_err("over the limit");
-    let code = status
-        .metadata()
-        .get(RESPONSE_CODE_HEADER)
-        .and_then(|v| v.to_str().ok());
     assert_eq!(
-        code,
-        Some((ResponseCode::MessageIllegal as i32).to_string().as_str()),
+        response_code(&status),
+        Some(ResponseCode::MessageIllegal),
         "{status}"
     );
     assert_eq!(
