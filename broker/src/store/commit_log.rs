@@ -142,7 +142,7 @@ impl CommitLog {
                 Some(valid_end) => {
                     let mut dropped = segment.recover_to(valid_end) as u64;
                     for later in self.segments.drain(index + 1..) {
-                        dropped += mapped_file::nonzero_len(later.whole()) as u64;
+                        dropped += later.nonzero_span_after(0) as u64;
                         warn!(path = %later.path().display(), "deleting segment after torn tail");
                         later.delete()?;
                     }

@@ -86,6 +86,8 @@ pub struct MappedFile {
     path: PathBuf,
     start_offset: u64,
     mmap: MmapMut,
+    /// Kept open to ask the file system where data lies (holes need no scan).
+    file: File,
     write_pos: usize,
     /// Byte range changed since the last flush.
     dirty: Option<(usize, usize)>,
@@ -106,7 +108,7 @@ impl MappedFile {
             .map_err(|e| StoreError::io("size segment", &path, e))?;
         sync_dir(dir)?;
         debug!(path = %path.display(), size_bytes, "created segment");
-        Self::map(path, &file, start_offset)
+        Self::map(path, file, start_offset)
     }
 
     /// Maps an existing segment, checking its length. The write position starts at 0; the
@@ -128,16 +130,16 @@ impl MappedFile {
                 actual,
             });
         }
-        Self::map(path, &file, start_offset)
+        Self::map(path, file, start_offset)
     }
 
-    fn map(path: PathBuf, file: &File, start_offset: u64) -> Result<Self, StoreError> {
+    fn map(path: PathBuf, file: File, start_offset: u64) -> Result<Self, StoreError> {
         // SAFETY: the segment file is owned exclusively by this process's store (one store per
         // directory, opened by one node), it is never truncated or resized while mapped (its
         // length is fixed by `set_len` before mapping and checked on open), and it is only
         // deleted after the map is dropped. All access goes through this struct's bounds-checked
         // slices, so no reference outlives the map.
-        let mmap = unsafe { MmapMut::map_mut(file) }
+        let mmap = unsafe { MmapMut::map_mut(&file) }
             .map_err(|e| StoreError::io("mmap segment", &path, e))?;
         // Appends fault pages in one at a time; kernel readahead would instead zero-fill
         // a large window of the sparse file on every fault (measured: a fifth of the CPU
@@ -148,6 +150,7 @@ impl MappedFile {
             path,
             start_offset,
             mmap,
+            file,
             write_pos: 0,
             dirty: None,
         })
@@ -243,15 +246,63 @@ impl MappedFile {
     /// (a torn or garbage tail) and sets the write position to `pos`. Returns the garbage
     /// span in bytes (from `pos` to the last non-zero byte).
     pub fn recover_to(&mut self, pos: usize) -> usize {
-        let garbage = nonzero_len(&self.mmap[pos..]);
-        if garbage > 0 {
-            for chunk in self.mmap[pos..pos + garbage].chunks_mut(ZERO_SCAN_CHUNK_BYTES) {
-                chunk.fill(0);
+        let mut garbage_end = pos;
+        for extent in self.data_extents(pos) {
+            let nonzero = nonzero_len(&self.mmap[extent.clone()]);
+            if nonzero > 0 {
+                let end = extent.start + nonzero;
+                for chunk in self.mmap[extent.start..end].chunks_mut(ZERO_SCAN_CHUNK_BYTES) {
+                    chunk.fill(0);
+                }
+                self.mark_dirty(extent.start, end);
+                garbage_end = end;
             }
-            self.mark_dirty(pos, pos + garbage);
         }
         self.write_pos = pos;
-        garbage
+        garbage_end - pos
+    }
+
+    /// Bytes from `pos` to the last non-zero byte of the file (0 if none).
+    pub fn nonzero_span_after(&self, pos: usize) -> usize {
+        let last_end = self.data_extents(pos).into_iter().rev().find_map(|extent| {
+            let nonzero = nonzero_len(&self.mmap[extent.clone()]);
+            (nonzero > 0).then_some(extent.start + nonzero)
+        });
+        last_end.map_or(0, |end| end - pos)
+    }
+
+    /// The ranges at or after `from` that may hold data. Segments are sparse files and a
+    /// hole reads as zeros, so only these need scanning: a 1 GiB segment holding a few
+    /// megabytes is recovered without reading a gigabyte of zeros. If the file system
+    /// cannot tell, the whole rest of the file is one range.
+    fn data_extents(&self, from: usize) -> Vec<std::ops::Range<usize>> {
+        use std::os::fd::AsRawFd;
+        let size = self.mmap.len();
+        let fd = self.file.as_raw_fd();
+        let mut extents = Vec::new();
+        let mut cursor = from;
+        while cursor < size {
+            // SAFETY: lseek on a file descriptor this struct owns; it moves only the offset
+            // of this descriptor, which nothing else reads or writes through.
+            let data = unsafe { libc::lseek(fd, cursor as libc::off_t, libc::SEEK_DATA) };
+            if data < 0 {
+                if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENXIO) {
+                    return std::iter::once(from..size).collect();
+                }
+                break;
+            }
+            // SAFETY: as above.
+            let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+            if hole < 0 {
+                return std::iter::once(from..size).collect();
+            }
+            let (start, end) = ((data as usize).max(cursor), (hole as usize).min(size));
+            if start < end {
+                extents.push(start..end);
+            }
+            cursor = end.max(start + 1);
+        }
+        extents
     }
 
     /// Durably writes the dirty range (`msync` with `MS_SYNC`).
@@ -346,6 +397,30 @@ mod tests {
         assert_eq!(f.recover_to(4), 7);
         assert!(f.whole()[4..].iter().all(|b| *b == 0));
         assert_eq!(f.written(), b"good");
+    }
+
+    #[test]
+    fn garbage_beyond_a_hole_is_found_and_zeroed() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let size = 4 << 20;
+        let path = {
+            let mut f = MappedFile::create(dir.path(), 0, size).expect("create");
+            f.append(b"good").expect("append");
+            f.flush().expect("flush");
+            f.path().to_path_buf()
+        };
+        // Stale bytes 3 MiB in, behind a hole, as a crashed run could leave them.
+        let far = 3 << 20;
+        let file = OpenOptions::new().write(true).open(&path).expect("open");
+        file.write_all_at(b"stale", far as u64).expect("write");
+        file.sync_all().expect("sync");
+
+        let mut f = MappedFile::open(path, 0, size).expect("open");
+        assert_eq!(f.nonzero_span_after(0), far + 5);
+        assert_eq!(f.recover_to(4), far + 5 - 4);
+        assert!(f.whole()[4..].iter().all(|b| *b == 0));
+        assert_eq!(f.nonzero_span_after(4), 0);
     }
 
     #[test]

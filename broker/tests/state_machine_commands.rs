@@ -1,0 +1,191 @@
+//! Every replicated command of DESIGN §2 changes a node's state when applied, and that state
+//! survives a restart (checkpoint) and moves to another node whole (snapshot).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::EntryPayload;
+use openraft::RaftSnapshotBuilder;
+use openraft::storage::RaftStateMachine;
+use rocketraft_broker::group_state::GroupState;
+use rocketraft_broker::metadata::GroupConfig;
+use rocketraft_broker::metadata::Metadata;
+use rocketraft_broker::metadata::QueueOffset;
+use rocketraft_broker::metadata::TopicConfig;
+use rocketraft_broker::raft::state_machine::StateMachine;
+use rocketraft_broker::raft::types::Command;
+use rocketraft_broker::raft::types::Entry;
+use rocketraft_broker::raft::types::LogId;
+use rocketraft_broker::store::MessageStore;
+use rocketraft_broker::store::StoreConfig;
+use rocketraft_broker::store::properties::Properties;
+use rocketraft_broker::store::record::MessageRecord;
+
+const TOPIC: &str = "Orders";
+
+fn open(dir: &Path) -> anyhow::Result<(StateMachine, Arc<GroupState>)> {
+    let (store, _) = MessageStore::open(StoreConfig::new(dir.join("store")))?;
+    // A zero interval checkpoints after every apply.
+    Ok(StateMachine::open(
+        &dir.join("state"),
+        store,
+        Duration::ZERO,
+    )?)
+}
+
+fn record(queue_id: i32, body: &str) -> anyhow::Result<bytes::Bytes> {
+    let host = "127.0.0.1:10911".parse()?;
+    let record = MessageRecord {
+        queue_id,
+        flag: 0,
+        queue_offset: 0,
+        physical_offset: 0,
+        sys_flag: 0,
+        born_timestamp_ms: 1,
+        born_host: host,
+        store_timestamp_ms: 2,
+        store_host: host,
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
+        body: body.as_bytes().to_vec().into(),
+        topic: TOPIC.into(),
+        properties: Properties::new(),
+    };
+    Ok(record.encode()?.into())
+}
+
+fn commands() -> anyhow::Result<Vec<Command>> {
+    let topic = |name: &str| TopicConfig {
+        name: name.into(),
+        read_queue_count: 4,
+        write_queue_count: 4,
+        perm: 6,
+    };
+    Ok(vec![
+        Command::UpsertTopic(topic(TOPIC)),
+        Command::UpsertTopic(topic("Doomed")),
+        Command::UpsertGroup(GroupConfig {
+            name: "billing".into(),
+            retry_max_times: 16,
+            retry_queue_count: 1,
+        }),
+        Command::Append {
+            records: record(0, "first")?,
+        },
+        Command::CommitOffsets {
+            group: "billing".into(),
+            offsets: vec![QueueOffset {
+                topic: TOPIC.into(),
+                queue_id: 0,
+                offset: 1,
+            }],
+        },
+        Command::DeliverDelayed {
+            level: 3,
+            next_offset: 5,
+            records: record(1, "delayed")?,
+        },
+        Command::DeleteTopic {
+            name: "Doomed".into(),
+        },
+    ])
+}
+
+fn expected_metadata() -> Metadata {
+    let mut metadata = Metadata::default();
+    metadata.upsert_topic(TopicConfig {
+        name: TOPIC.into(),
+        read_queue_count: 4,
+        write_queue_count: 4,
+        perm: 6,
+    });
+    metadata.upsert_group(GroupConfig {
+        name: "billing".into(),
+        retry_max_times: 16,
+        retry_queue_count: 1,
+    });
+    metadata.commit_offsets(
+        "billing",
+        &[QueueOffset {
+            topic: TOPIC.into(),
+            queue_id: 0,
+            offset: 1,
+        }],
+    );
+    metadata.set_schedule_progress(3, 5);
+    metadata
+}
+
+fn queue_lengths(group: &GroupState) -> Vec<i64> {
+    (0..2)
+        .map(|queue| group.store().consume_queue_offsets(TOPIC, queue).1)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_every_command_when_applied_should_survive_restart_and_snapshot() -> anyhow::Result<()>
+{
+    let dir = tempfile::tempdir()?;
+    let (mut machine, group) = open(dir.path())?;
+    let entries: Vec<Entry> = commands()?
+        .into_iter()
+        .enumerate()
+        .map(|(i, command)| Entry {
+            log_id: LogId::new_term_index(1, i as u64 + 1),
+            payload: EntryPayload::Normal(command),
+        })
+        .collect();
+    let last = entries.last().map(|entry| entry.log_id);
+    machine
+        .apply(futures::stream::iter(
+            entries.into_iter().map(|entry| Ok((entry, None))),
+        ))
+        .await?;
+    assert_eq!(*group.metadata(), expected_metadata());
+    assert_eq!(
+        queue_lengths(&group),
+        vec![1, 1],
+        "Append and DeliverDelayed each stored one message"
+    );
+    drop((machine, group));
+
+    let (mut machine, group) = open(dir.path())?;
+    assert_eq!(
+        machine.applied_state().await?.0,
+        last,
+        "the checkpoint holds the last applied id"
+    );
+    assert_eq!(
+        *group.metadata(),
+        expected_metadata(),
+        "metadata survives a restart"
+    );
+    assert_eq!(queue_lengths(&group), vec![1, 1]);
+
+    let snapshot = machine
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await?;
+    let other = tempfile::tempdir()?;
+    let (mut receiver, receiver_group) = open(other.path())?;
+    receiver
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await?;
+    assert_eq!(receiver.applied_state().await?.0, last);
+    assert_eq!(
+        *receiver_group.metadata(),
+        expected_metadata(),
+        "a snapshot carries the metadata"
+    );
+    let end = group.store().commit_log_max_offset();
+    assert_eq!(receiver_group.store().commit_log_max_offset(), end);
+    assert_eq!(
+        receiver_group.store().read_commit_log(0, end as usize)?,
+        group.store().read_commit_log(0, end as usize)?,
+        "and the CommitLog bytes"
+    );
+    assert_eq!(queue_lengths(&receiver_group), vec![1, 1]);
+    Ok(())
+}
