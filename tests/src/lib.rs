@@ -99,6 +99,8 @@ impl TestGroup {
             .iter()
             .map(|(id, listener)| Ok((id.to_string(), listener.local_addr()?.to_string())))
             .collect::<anyhow::Result<_>>()?;
+        // Printed so a failing test names the seed that replays its faults.
+        println!("SEED={seed:#x}");
         let faults = Arc::new(FaultPlan::new(seed));
         let mut group = TestGroup {
             configs: BTreeMap::new(),

@@ -225,7 +225,6 @@ async fn given_leader_partitioned_when_healed_should_converge_on_new_leader() ->
 {
     init_tracing();
     let group = TestGroup::start(3, 0x5EED_0005, |_| {}).await?;
-    println!("SEED={:#x}", group.faults.seed());
     let old_leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
     send_many(&group, 200, 4).await?;
     info!(old_leader, "--- isolate the leader");
