@@ -33,7 +33,6 @@ struct Faults {
 /// The faults currently injected into a group's Raft traffic.
 #[derive(Debug)]
 pub struct FaultPlan {
-    seed: u64,
     faults: Mutex<Faults>,
 }
 
@@ -41,16 +40,11 @@ impl FaultPlan {
     pub fn new(seed: u64) -> FaultPlan {
         tracing::info!(seed, "raft fault plan (replay with this seed)");
         FaultPlan {
-            seed,
             faults: Mutex::new(Faults {
                 rng_state: seed,
                 ..Faults::default()
             }),
         }
-    }
-
-    pub fn seed(&self) -> u64 {
-        self.seed
     }
 
     /// Cuts `node` off: RPCs from or to it fail until [`Self::heal`].
