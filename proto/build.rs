@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/common.proto",
         "proto/broker.proto",
         "proto/raft.proto",
+        "proto/nameserver.proto",
     ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");

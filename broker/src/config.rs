@@ -41,9 +41,12 @@ pub struct BrokerConfig {
     pub listen: SocketAddr,
     /// Every node of the group, this one included: node id -> gRPC address.
     pub peers: BTreeMap<String, String>,
-    /// Nameserver addresses (used from the nameserver issue on).
+    /// Nameserver addresses; the node registers with each of them.
     #[serde(default)]
     pub namesrv: Vec<String>,
+    /// Interval between registrations with the nameservers (a role change registers at once).
+    #[serde(default = "default_register_interval_ms")]
+    pub register_interval_ms: u64,
     pub data_dir: PathBuf,
     #[serde(default)]
     pub flush: FlushKind,
@@ -114,6 +117,10 @@ impl Default for StoreSizes {
 
 fn default_cluster() -> String {
     "DefaultCluster".to_owned()
+}
+
+fn default_register_interval_ms() -> u64 {
+    crate::registration::REGISTER_INTERVAL_DEFAULT.as_millis() as u64
 }
 
 fn default_async_flush_interval_ms() -> u64 {
@@ -211,6 +218,9 @@ impl BrokerConfig {
                     format!("{addr:?} is not an ip:port address"),
                 ));
             }
+        }
+        if self.register_interval_ms == 0 {
+            return Err(ConfigError::new("register_interval_ms", "must be positive"));
         }
         if self.flush == FlushKind::Async && self.async_flush_interval_ms == 0 {
             return Err(ConfigError::new(

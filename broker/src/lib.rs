@@ -6,6 +6,7 @@
 //! - [`group_state`] and [`metadata`]: the replicated state a node serves from;
 //! - [`group_commit`]: coalescing concurrent sends into one Raft entry;
 //! - [`service`]: the broker gRPC API; [`error`]: its errors and wire codes;
+//! - [`registration`]: telling the nameservers who this node is and whether it leads;
 //! - [`node`]: wiring one node together; [`config`]: its TOML configuration.
 
 pub mod config;
@@ -16,6 +17,7 @@ pub mod group_state;
 pub mod metadata;
 pub mod node;
 pub mod raft;
+pub mod registration;
 pub mod service;
 pub mod store;
 pub mod topic;

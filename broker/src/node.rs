@@ -35,6 +35,8 @@ use crate::raft::state_machine::CHECKPOINT_INTERVAL_DEFAULT;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
+use crate::registration::Identity;
+use crate::registration::run_registration;
 use crate::service::BrokerService;
 use crate::store::MessageStore;
 
@@ -148,6 +150,26 @@ impl BrokerNode {
         ));
         if config.bootstrap {
             bootstrap(&raft, &peers).await?;
+        }
+        if !config.namesrv.is_empty() {
+            let identity = Identity {
+                cluster: config.cluster.clone(),
+                group: config.group.clone(),
+                node_id: config.node_id,
+                // The address the group's peers reach this node at.
+                addr: peers
+                    .get(&config.node_id)
+                    .cloned()
+                    .unwrap_or_else(|| addr.to_string()),
+            };
+            tokio::spawn(run_registration(
+                raft.clone(),
+                group.clone(),
+                identity,
+                config.namesrv.clone(),
+                Duration::from_millis(config.register_interval_ms),
+                shutdown.clone(),
+            ));
         }
         tracing::info!(node_id = config.node_id, group = %config.group, %addr, "broker node started");
         Ok(BrokerNode {

@@ -1,3 +1,13 @@
-//! rocketraft nameserver: the stateless route registry (topic -> broker groups and their
-//! leaders). Built in issue 3 ("Nameserver, routes, topics and the producer"); this crate holds
-//! its place in the workspace layout of DESIGN §1 until then.
+//! rocketraft nameserver: the stateless route registry (DESIGN §1, §8).
+//!
+//! Broker nodes register with every nameserver on start, periodically and at once on a role
+//! change; a node not heard from within the expiry is dropped. Clients ask which broker
+//! groups serve a topic and who leads each group. Nothing is stored on disk and nameservers
+//! do not talk to each other: after a restart the registry refills from registrations.
+//!
+//! - [`registry`]: the registry itself, with time as an input;
+//! - [`service`]: its gRPC service; [`server`]: serving it and expiring nodes.
+
+pub mod registry;
+pub mod server;
+pub mod service;

@@ -19,6 +19,11 @@ pub mod raft {
     tonic::include_proto!("rocketraft.raft");
 }
 
+/// The route registry: broker registration and topic routes.
+pub mod nameserver {
+    tonic::include_proto!("rocketraft.nameserver");
+}
+
 /// gRPC metadata key carrying the numeric [`common::ResponseCode`] of a failed call.
 pub const RESPONSE_CODE_HEADER: &str = "rr-code";
 /// gRPC metadata key carrying the leader's address when a follower answers `NOT_LEADER`.

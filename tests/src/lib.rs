@@ -116,6 +116,7 @@ impl TestGroup {
                 listen: listener.local_addr()?,
                 peers: peers.clone(),
                 namesrv: Vec::new(),
+                register_interval_ms: 200,
                 data_dir: group.dir.path().join(format!("node-{id}")),
                 flush: FlushKind::Sync,
                 async_flush_interval_ms: 100,

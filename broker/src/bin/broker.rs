@@ -1,6 +1,7 @@
 //! `broker`: runs one broker node from a TOML config (flags override its keys), or
 //! `broker dev`: a whole local broker group in one process for development.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -9,6 +10,8 @@ use clap::Subcommand;
 use rocketraft_broker::config::BrokerConfig;
 use rocketraft_broker::node::BrokerNode;
 use rocketraft_broker::node::NodeOptions;
+use rocketraft_nameserver::server::NameServer;
+use rocketraft_nameserver::server::NameServerConfig;
 
 #[derive(Parser)]
 #[command(name = "broker", about = "rocketraft broker node", version)]
@@ -44,7 +47,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Start a local broker group in this process (data persists across restarts).
+    /// Start a nameserver and a local broker group in this process (data persists across
+    /// restarts).
     Dev {
         #[arg(long, default_value = "./data/dev")]
         data_dir: PathBuf,
@@ -56,6 +60,9 @@ enum Command {
         base_port: u16,
         #[arg(long, default_value = "sync")]
         flush: String,
+        /// Address of the embedded nameserver.
+        #[arg(long, default_value = rocketraft_nameserver::server::LISTEN_DEFAULT)]
+        namesrv_listen: SocketAddr,
     },
 }
 
@@ -74,7 +81,8 @@ async fn main() -> anyhow::Result<()> {
             nodes,
             base_port,
             ref flush,
-        }) => run_dev(data_dir.clone(), nodes, base_port, flush).await,
+            namesrv_listen,
+        }) => run_dev(data_dir.clone(), nodes, base_port, flush, namesrv_listen).await,
         None => run_node(cli).await,
     }
 }
@@ -144,7 +152,17 @@ fn node_config(cli: &Cli) -> anyhow::Result<BrokerConfig> {
     Ok(config)
 }
 
-async fn run_dev(data_dir: PathBuf, nodes: u64, base_port: u16, flush: &str) -> anyhow::Result<()> {
+async fn run_dev(
+    data_dir: PathBuf,
+    nodes: u64,
+    base_port: u16,
+    flush: &str,
+    namesrv_listen: SocketAddr,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(namesrv_listen)
+        .await
+        .with_context(|| format!("bind the nameserver on {namesrv_listen}"))?;
+    let nameserver = NameServer::start_on(listener, NameServerConfig::default())?;
     let addr = |id: u64| format!("127.0.0.1:{}", u64::from(base_port) + id - 1);
     let peers: Vec<String> = (1..=nodes).map(|id| format!("{id}={}", addr(id))).collect();
     let mut started = Vec::new();
@@ -157,7 +175,7 @@ async fn run_dev(data_dir: PathBuf, nodes: u64, base_port: u16, flush: &str) -> 
             node_id: Some(id),
             listen: Some(addr(id)),
             peers: peers.clone(),
-            namesrv: None,
+            namesrv: Some(nameserver.addr().to_string()),
             data_dir: Some(data_dir.join(format!("node-{id}"))),
             flush: Some(flush.to_owned()),
             bootstrap: id == 1,
@@ -169,6 +187,7 @@ async fn run_dev(data_dir: PathBuf, nodes: u64, base_port: u16, flush: &str) -> 
         "rocketraft dev cluster: broker group broker-a, {nodes} node(s), data under {}",
         data_dir.display()
     );
+    println!("  nameserver -> {}", nameserver.addr());
     for node in &started {
         println!("  node {} -> {}", node.node_id(), node.addr());
     }
@@ -177,5 +196,6 @@ async fn run_dev(data_dir: PathBuf, nodes: u64, base_port: u16, flush: &str) -> 
     for node in started {
         node.shutdown().await;
     }
+    nameserver.shutdown().await;
     Ok(())
 }

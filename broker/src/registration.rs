@@ -1,0 +1,124 @@
+//! Registers this node with every nameserver (DESIGN §8): at start, every interval, and at
+//! once when its role or term changes, so clients find a new leader without waiting for the
+//! next interval. A leader also sends its group's topic configs.
+//!
+//! A nameserver that cannot be reached is retried at the next round; registration never
+//! blocks the node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rocketraft_proto::nameserver as pb;
+use rocketraft_proto::nameserver::name_server_client::NameServerClient;
+use tokio_util::sync::CancellationToken;
+
+use crate::group_state::GroupState;
+use crate::raft::role::Role;
+use crate::raft::role::RoleWatch;
+use crate::raft::types::Raft;
+
+/// Default interval between registrations.
+pub const REGISTER_INTERVAL_DEFAULT: Duration = Duration::from_secs(30);
+/// How long one registration call may take.
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Who this node is, as it tells the nameservers.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub cluster: String,
+    pub group: String,
+    pub node_id: u64,
+    pub addr: String,
+}
+
+/// Registers until `shutdown` or until Raft stops.
+pub async fn run_registration(
+    raft: Raft,
+    group: Arc<GroupState>,
+    identity: Identity,
+    nameservers: Vec<String>,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut roles = RoleWatch::new(&raft);
+    let mut role = roles.current();
+    loop {
+        register_everywhere(&identity, role, &group, &nameservers).await;
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+            changed = roles.changed_from(role) => match changed {
+                Some(changed) => {
+                    tracing::info!(?changed, "role changed; registering at once");
+                    role = changed;
+                }
+                None => return,
+            },
+        }
+    }
+}
+
+async fn register_everywhere(
+    identity: &Identity,
+    role: Role,
+    group: &GroupState,
+    nameservers: &[String],
+) {
+    let request = registration(identity, role, group);
+    let calls = nameservers.iter().map(|addr| {
+        let request = request.clone();
+        async move {
+            if let Err(error) = register_once(addr, request).await {
+                tracing::warn!(nameserver = %addr, %error, "registration failed; retrying next round");
+            }
+        }
+    });
+    futures::future::join_all(calls).await;
+}
+
+fn registration(identity: &Identity, role: Role, group: &GroupState) -> pb::RegisterBrokerRequest {
+    let topics = if role.is_leader {
+        group
+            .metadata()
+            .topics
+            .values()
+            .map(|topic| pb::TopicConfig {
+                name: topic.name.clone(),
+                read_queue_count: topic.read_queue_count,
+                write_queue_count: topic.write_queue_count,
+                perm: topic.perm,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    pb::RegisterBrokerRequest {
+        cluster: identity.cluster.clone(),
+        group: identity.group.clone(),
+        node_id: identity.node_id,
+        addr: identity.addr.clone(),
+        role: if role.is_leader {
+            pb::Role::Leader
+        } else {
+            pb::Role::Follower
+        } as i32,
+        term: role.term,
+        topics,
+    }
+}
+
+async fn register_once(addr: &str, request: pb::RegisterBrokerRequest) -> Result<(), String> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|error| format!("bad nameserver address: {error}"))?
+        .connect_timeout(REGISTER_TIMEOUT)
+        .timeout(REGISTER_TIMEOUT);
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|error| error.to_string())?;
+    NameServerClient::new(channel)
+        .register_broker(request)
+        .await
+        .map_err(|status| status.to_string())?;
+    Ok(())
+}

@@ -1,0 +1,228 @@
+//! The route registry: which nodes each broker group has, which of them leads, and which
+//! topics each group serves.
+//!
+//! Invariants: a group's leader is its live node registered as leader with the highest
+//! term (an isolated old leader may still register, but only with an older term); a group's
+//! topics come from the registration of its leader of the highest term seen; a node is live
+//! while its last registration is younger than the expiry. Time is passed in, never read.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+use std::time::Instant;
+
+use rocketraft_proto::nameserver as pb;
+
+#[derive(Debug, Clone)]
+struct NodeEntry {
+    cluster: String,
+    addr: String,
+    role: pb::Role,
+    term: u64,
+    last_seen: Instant,
+}
+
+#[derive(Debug, Default)]
+struct GroupEntry {
+    nodes: BTreeMap<u64, NodeEntry>,
+    topics: BTreeMap<String, pb::TopicConfig>,
+    /// Term of the leader whose topic configs `topics` holds.
+    topics_term: u64,
+}
+
+impl GroupEntry {
+    fn leader(&self) -> Option<(u64, &NodeEntry)> {
+        self.nodes
+            .iter()
+            .filter(|(_, node)| node.role == pb::Role::Leader)
+            .max_by_key(|(_, node)| node.term)
+            .map(|(id, node)| (*id, node))
+    }
+
+    fn route(&self, group: &str) -> pb::GroupRoute {
+        let leader = self.leader();
+        pb::GroupRoute {
+            cluster: self
+                .nodes
+                .values()
+                .next()
+                .map(|node| node.cluster.clone())
+                .unwrap_or_default(),
+            group: group.to_owned(),
+            nodes: self
+                .nodes
+                .iter()
+                .map(|(id, node)| (*id, node.addr.clone()))
+                .collect(),
+            leader_id: leader.map(|(id, _)| id),
+            leader_addr: leader
+                .map(|(_, node)| node.addr.clone())
+                .unwrap_or_default(),
+            term: self.nodes.values().map(|node| node.term).max().unwrap_or(0),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct RouteRegistry {
+    groups: BTreeMap<String, GroupEntry>,
+}
+
+impl RouteRegistry {
+    /// Records a node's registration at `now`.
+    pub fn register(&mut self, registration: pb::RegisterBrokerRequest, now: Instant) {
+        let role = registration.role();
+        let group = self.groups.entry(registration.group.clone()).or_default();
+        if role == pb::Role::Leader && registration.term >= group.topics_term {
+            group.topics = registration
+                .topics
+                .into_iter()
+                .map(|topic| (topic.name.clone(), topic))
+                .collect();
+            group.topics_term = registration.term;
+        }
+        let node = NodeEntry {
+            cluster: registration.cluster,
+            addr: registration.addr,
+            role,
+            term: registration.term,
+            last_seen: now,
+        };
+        group.nodes.insert(registration.node_id, node);
+    }
+
+    /// Drops the nodes not heard from within `expiry` before `now`, and groups left empty.
+    /// Returns how many nodes were dropped.
+    pub fn expire(&mut self, now: Instant, expiry: Duration) -> usize {
+        let mut dropped = 0;
+        for (group_name, group) in &mut self.groups {
+            group.nodes.retain(|node_id, node| {
+                let live = now.saturating_duration_since(node.last_seen) < expiry;
+                if !live {
+                    tracing::info!(group = %group_name, node_id, addr = %node.addr, "broker node expired");
+                    dropped += 1;
+                }
+                live
+            });
+        }
+        self.groups.retain(|_, group| !group.nodes.is_empty());
+        dropped
+    }
+
+    /// The groups serving `topic`, or `None` if no group does.
+    pub fn topic_route(&self, topic: &str) -> Option<pb::TopicRoute> {
+        let mut route = pb::TopicRoute {
+            topic: topic.to_owned(),
+            ..Default::default()
+        };
+        for (name, group) in &self.groups {
+            if let Some(config) = group.topics.get(topic) {
+                route.queues.push(pb::QueueData {
+                    group: name.clone(),
+                    read_queue_count: config.read_queue_count,
+                    write_queue_count: config.write_queue_count,
+                    perm: config.perm,
+                });
+                route.groups.push(group.route(name));
+            }
+        }
+        (!route.groups.is_empty()).then_some(route)
+    }
+
+    pub fn cluster_info(&self) -> pb::ClusterInfo {
+        pb::ClusterInfo {
+            groups: self
+                .groups
+                .iter()
+                .map(|(name, group)| group.route(name))
+                .collect(),
+        }
+    }
+
+    pub fn topic_list(&self) -> pb::TopicList {
+        let mut topics: Vec<String> = self
+            .groups
+            .values()
+            .flat_map(|group| group.topics.keys().cloned())
+            .collect();
+        topics.sort_unstable();
+        topics.dedup();
+        pb::TopicList { topics }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registration(
+        node_id: u64,
+        role: pb::Role,
+        term: u64,
+        topics: &[&str],
+    ) -> pb::RegisterBrokerRequest {
+        pb::RegisterBrokerRequest {
+            cluster: "c".into(),
+            group: "broker-a".into(),
+            node_id,
+            addr: format!("127.0.0.1:{}", 10_000 + node_id),
+            role: role as i32,
+            term,
+            topics: topics
+                .iter()
+                .map(|name| pb::TopicConfig {
+                    name: (*name).into(),
+                    read_queue_count: 4,
+                    write_queue_count: 4,
+                    perm: 6,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_leader_of_the_highest_term_leads_and_owns_the_topics() {
+        let now = Instant::now();
+        let mut registry = RouteRegistry::default();
+        registry.register(registration(1, pb::Role::Leader, 1, &["old"]), now);
+        registry.register(registration(2, pb::Role::Leader, 2, &["new"]), now);
+        // The deposed leader registers again, still believing it leads term 1.
+        registry.register(registration(1, pb::Role::Leader, 1, &["old"]), now);
+        registry.register(registration(3, pb::Role::Follower, 2, &["ignored"]), now);
+        let info = registry.cluster_info();
+        assert_eq!(info.groups.len(), 1);
+        assert_eq!(info.groups[0].leader_id, Some(2));
+        assert_eq!(info.groups[0].nodes.len(), 3);
+        assert!(registry.topic_route("old").is_none());
+        assert!(registry.topic_route("ignored").is_none());
+        let route = registry.topic_route("new").expect("route");
+        assert_eq!(route.groups[0].leader_addr, "127.0.0.1:10002");
+        assert_eq!(route.queues[0].write_queue_count, 4);
+        assert_eq!(registry.topic_list().topics, vec!["new".to_owned()]);
+    }
+
+    #[test]
+    fn silent_nodes_expire_and_empty_groups_go() {
+        let start = Instant::now();
+        let expiry = Duration::from_secs(120);
+        let mut registry = RouteRegistry::default();
+        registry.register(registration(1, pb::Role::Leader, 1, &["t"]), start);
+        registry.register(
+            registration(2, pb::Role::Follower, 1, &[]),
+            start + Duration::from_secs(100),
+        );
+        assert_eq!(
+            registry.expire(start + expiry - Duration::from_millis(1), expiry),
+            0
+        );
+        assert_eq!(registry.expire(start + expiry, expiry), 1);
+        let info = registry.cluster_info();
+        assert_eq!(
+            info.groups[0].nodes.keys().copied().collect::<Vec<_>>(),
+            vec![2]
+        );
+        assert_eq!(info.groups[0].leader_id, None, "the leader expired");
+        assert_eq!(registry.expire(start + Duration::from_secs(300), expiry), 1);
+        assert!(registry.cluster_info().groups.is_empty());
+        assert!(registry.topic_route("t").is_none());
+    }
+}

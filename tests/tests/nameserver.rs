@@ -1,0 +1,121 @@
+//! Nameservers learn broker groups from registrations: every node and the current leader,
+//! a leader change at once, silent nodes dropped after the expiry, each nameserver on its own.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rocketraft_nameserver::server::NameServer;
+use rocketraft_nameserver::server::NameServerConfig;
+use rocketraft_proto::nameserver as pb;
+use rocketraft_proto::nameserver::name_server_client::NameServerClient;
+use rocketraft_tests::TestGroup;
+use rocketraft_tests::init_tracing;
+use rocketraft_tests::wait_for;
+use tracing::info;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+async fn start_nameserver(expiry: Duration) -> anyhow::Result<NameServer> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    Ok(NameServer::start_on(
+        listener,
+        NameServerConfig {
+            broker_expiry: expiry,
+        },
+    )?)
+}
+
+async fn cluster_info(nameserver: SocketAddr) -> Option<pb::ClusterInfo> {
+    let mut client = NameServerClient::connect(format!("http://{nameserver}"))
+        .await
+        .ok()?;
+    Some(
+        client
+            .get_cluster_info(pb::GetClusterInfoRequest {})
+            .await
+            .ok()?
+            .into_inner(),
+    )
+}
+
+/// Waits until `nameserver` sees the group with `nodes` nodes led by `leader`.
+async fn wait_for_view(nameserver: SocketAddr, nodes: usize, leader: u64) -> anyhow::Result<()> {
+    wait_for(
+        &format!("{nameserver} to see {nodes} nodes led by {leader}"),
+        TIMEOUT,
+        || async {
+            let info = cluster_info(nameserver).await?;
+            let group = info.groups.iter().find(|group| group.group == "broker-a")?;
+            (group.nodes.len() == nodes && group.leader_id == Some(leader)).then_some(())
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_two_nameservers_when_leader_changes_should_both_route_to_new_leader()
+-> anyhow::Result<()> {
+    init_tracing();
+    let first = start_nameserver(Duration::from_secs(30)).await?;
+    let second = start_nameserver(Duration::from_secs(30)).await?;
+    let nameservers = vec![first.addr().to_string(), second.addr().to_string()];
+    let group = TestGroup::start(3, 0x5EED_0101, |config| {
+        config.namesrv = nameservers.clone()
+    })
+    .await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    info!(leader, "--- both nameservers see all nodes and the leader");
+    wait_for_view(first.addr(), 3, leader).await?;
+    wait_for_view(second.addr(), 3, leader).await?;
+    let route = cluster_info(first.addr()).await.expect("cluster info");
+    assert_eq!(
+        route.groups[0].nodes[&leader],
+        group.addr(leader).to_string()
+    );
+
+    info!(
+        leader,
+        "--- isolate the leader: the new leader registers at once"
+    );
+    group.faults.isolate(leader);
+    let new_leader = wait_for("a new leader", TIMEOUT, || async {
+        for id in (1..=3).filter(|id| *id != leader) {
+            if group.status(id).await.ok()?.role == "leader" {
+                return Some(id);
+            }
+        }
+        None
+    })
+    .await?;
+    // The isolated node still believes it leads, in an older term; the newer term wins.
+    wait_for_view(first.addr(), 3, new_leader).await?;
+    wait_for_view(second.addr(), 3, new_leader).await?;
+    group.faults.heal();
+    group.shutdown().await;
+    first.shutdown().await;
+    second.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_node_stopped_when_expiry_passes_should_drop_it() -> anyhow::Result<()> {
+    init_tracing();
+    let nameserver = start_nameserver(Duration::from_millis(800)).await?;
+    let addr = nameserver.addr().to_string();
+    let mut group =
+        TestGroup::start(3, 0x5EED_0102, |config| config.namesrv = vec![addr.clone()]).await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    wait_for_view(nameserver.addr(), 3, leader).await?;
+    let follower = group.a_follower(leader);
+    info!(follower, "--- stop a follower; it stops registering");
+    group.stop(follower).await;
+    wait_for_view(nameserver.addr(), 2, leader).await?;
+    let info = cluster_info(nameserver.addr()).await.expect("cluster info");
+    assert!(
+        !info.groups[0].nodes.contains_key(&follower),
+        "the stopped node is gone"
+    );
+    group.shutdown().await;
+    nameserver.shutdown().await;
+    Ok(())
+}
