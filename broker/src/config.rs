@@ -44,6 +44,10 @@ pub struct BrokerConfig {
     /// Nameserver addresses; the node registers with each of them.
     #[serde(default)]
     pub namesrv: Vec<String>,
+    /// Create an unknown topic on its first send (with the default queue count) instead of
+    /// refusing the send with `TOPIC_NOT_EXIST`. On for `broker dev`, off by default.
+    #[serde(default)]
+    pub auto_create_topic: bool,
     /// Interval between registrations with the nameservers (a role change registers at once).
     #[serde(default = "default_register_interval_ms")]
     pub register_interval_ms: u64,

@@ -8,6 +8,8 @@ use rocketraft_proto::LEADER_ADDR_HEADER;
 use rocketraft_proto::RESPONSE_CODE_HEADER;
 use rocketraft_proto::common::ResponseCode;
 
+use crate::raft::propose::ProposeError;
+
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
     #[error("this node is not the leader of its broker group{}", leader_hint(.leader_addr))]
@@ -16,6 +18,8 @@ pub enum BrokerError {
     MessageIllegal(String),
     #[error("topic rejected: {0}")]
     TopicIllegal(String),
+    #[error("topic {0:?} does not exist in this broker group")]
+    TopicNotExist(String),
     #[error("queue id {queue_id} rejected: {reason}")]
     QueueIllegal { queue_id: i32, reason: String },
     #[error("bad request: {0}")]
@@ -35,12 +39,23 @@ fn leader_hint(leader_addr: &Option<String>) -> String {
     )
 }
 
+impl From<ProposeError> for BrokerError {
+    fn from(error: ProposeError) -> Self {
+        match error {
+            ProposeError::NotLeader { leader_addr } => BrokerError::NotLeader { leader_addr },
+            ProposeError::Unknown(reason) => BrokerError::ReplicationFailed(reason),
+            ProposeError::Stopped(reason) => BrokerError::Unavailable(reason),
+        }
+    }
+}
+
 impl BrokerError {
     pub fn code(&self) -> ResponseCode {
         match self {
             BrokerError::NotLeader { .. } => ResponseCode::NotLeader,
             BrokerError::MessageIllegal(_) => ResponseCode::MessageIllegal,
             BrokerError::TopicIllegal(_) => ResponseCode::TopicIllegal,
+            BrokerError::TopicNotExist(_) => ResponseCode::TopicNotExist,
             BrokerError::QueueIllegal { .. } => ResponseCode::QueueIllegal,
             BrokerError::BadRequest(_) => ResponseCode::BadRequest,
             BrokerError::ReplicationFailed(_) => ResponseCode::ReplicationTimeout,
@@ -52,6 +67,7 @@ impl BrokerError {
     fn grpc_code(&self) -> tonic::Code {
         match self {
             BrokerError::NotLeader { .. } | BrokerError::Unavailable(_) => tonic::Code::Unavailable,
+            BrokerError::TopicNotExist(_) => tonic::Code::NotFound,
             BrokerError::MessageIllegal(_)
             | BrokerError::TopicIllegal(_)
             | BrokerError::QueueIllegal { .. }

@@ -10,13 +10,12 @@
 
 use std::sync::Arc;
 
-use openraft::errors::ClientWriteError;
-use openraft::impls::ProgressResponder;
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 
 use crate::error::BrokerError;
+use crate::raft::propose::propose;
 use crate::raft::types::AppendedMessage;
 use crate::raft::types::Command;
 use crate::raft::types::CommandResult;
@@ -91,40 +90,25 @@ async fn run(raft: Raft, mut queue: mpsc::Receiver<PendingSend>) {
             message_count += next.message_count;
             sends.push((next.message_count, next.reply));
         }
-        let (responder, committed) = ProgressResponder::complete_only();
         let command = Command::Append {
             records: records.into(),
         };
-        if let Err(fatal) = raft.client_write_ff(command, Some(responder)).await {
-            reply_all(sends, || {
-                BrokerError::Unavailable(format!("raft stopped: {fatal}"))
-            });
-            continue;
-        }
+        let applied = match propose(&raft, command).await {
+            Ok(applied) => applied,
+            Err(error) => {
+                reply_all(sends, || error.clone().into());
+                continue;
+            }
+        };
         tokio::spawn(async move {
-            let result = committed.await;
+            let result = applied.await;
             drop(permit);
             match result {
-                Ok(Ok(response)) => match response.data {
-                    CommandResult::Appended(appended) => distribute(sends, appended),
-                    CommandResult::Done => reply_all(sends, || {
-                        BrokerError::Store("append applied without results".into())
-                    }),
-                },
-                Ok(Err(ClientWriteError::ForwardToLeader(forward))) => {
-                    let leader_addr = forward.leader_node.map(|node| node.addr);
-                    reply_all(sends, || BrokerError::NotLeader {
-                        leader_addr: leader_addr.clone(),
-                    });
-                }
-                Ok(Err(error)) => {
-                    reply_all(sends, || BrokerError::ReplicationFailed(error.to_string()))
-                }
-                Err(_) => reply_all(sends, || {
-                    BrokerError::ReplicationFailed(
-                        "leadership lost before the batch committed".into(),
-                    )
+                Ok(CommandResult::Appended(appended)) => distribute(sends, appended),
+                Ok(CommandResult::Done) => reply_all(sends, || {
+                    BrokerError::Store("append applied without results".into())
                 }),
+                Err(error) => reply_all(sends, || error.clone().into()),
             }
         });
     }

@@ -7,12 +7,16 @@ use std::sync::RwLock;
 use std::sync::RwLockReadGuard;
 use std::sync::RwLockWriteGuard;
 
+use tokio::sync::watch;
+
 use crate::metadata::Metadata;
 use crate::store::MessageStore;
 
 pub struct GroupState {
     store: RwLock<MessageStore>,
     metadata: RwLock<Metadata>,
+    /// Bumped whenever the topic table changes, so the leader re-registers its routes.
+    topics_version: watch::Sender<u64>,
 }
 
 impl GroupState {
@@ -20,6 +24,7 @@ impl GroupState {
         GroupState {
             store: RwLock::new(store),
             metadata: RwLock::new(metadata),
+            topics_version: watch::Sender::new(0),
         }
     }
 
@@ -47,5 +52,14 @@ impl GroupState {
         self.metadata
             .write()
             .unwrap_or_else(|_| panic!("metadata lock poisoned"))
+    }
+
+    /// Tells watchers the topic table changed.
+    pub fn topics_changed(&self) {
+        self.topics_version.send_modify(|version| *version += 1);
+    }
+
+    pub fn watch_topics(&self) -> watch::Receiver<u64> {
+        self.topics_version.subscribe()
     }
 }

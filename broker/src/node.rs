@@ -116,7 +116,13 @@ impl BrokerNode {
         })?;
         let (raft, group) = open_raft(&config, options.faults).await?;
         let shutdown = CancellationToken::new();
-        let broker = BrokerService::new(raft.clone(), group.clone(), config.group.clone(), addr);
+        let broker = BrokerService::new(
+            raft.clone(),
+            group.clone(),
+            config.group.clone(),
+            addr,
+            config.auto_create_topic,
+        );
         let raft_service = RaftService::new(
             raft.clone(),
             group.clone(),

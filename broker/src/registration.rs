@@ -1,6 +1,7 @@
 //! Registers this node with every nameserver (DESIGN §8): at start, every interval, and at
 //! once when its role or term changes, so clients find a new leader without waiting for the
-//! next interval. A leader also sends its group's topic configs.
+//! next interval. A leader also sends its group's topic configs, and registers again at once
+//! when they change.
 //!
 //! A nameserver that cannot be reached is retried at the next round; registration never
 //! blocks the node.
@@ -42,6 +43,7 @@ pub async fn run_registration(
 ) {
     let mut roles = RoleWatch::new(&raft);
     let mut role = roles.current();
+    let mut topics = group.watch_topics();
     loop {
         register_everywhere(&identity, role, &group, &nameservers).await;
         tokio::select! {
@@ -54,6 +56,8 @@ pub async fn run_registration(
                 }
                 None => return,
             },
+            // A leader publishes a topic change at once; a follower has no topics to send.
+            changed = topics.changed() => if changed.is_err() { return },
         }
     }
 }

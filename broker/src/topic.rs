@@ -13,12 +13,22 @@ pub const QUEUE_COUNT_MAX: u32 = 1024;
 
 /// Checks a topic name: 1 to [`TOPIC_NAME_LEN_MAX`] characters of `[A-Za-z0-9_%|-]`.
 pub fn validate_topic_name(name: &str) -> Result<(), String> {
+    validate_name("topic", name)
+}
+
+/// Checks a consumer or producer group name, by the same rule as topic names (a group
+/// names its `%RETRY%` and `%DLQ%` topics).
+pub fn validate_group_name(name: &str) -> Result<(), String> {
+    validate_name("group", name)
+}
+
+fn validate_name(kind: &str, name: &str) -> Result<(), String> {
     if name.is_empty() {
-        return Err("the topic name is empty".to_owned());
+        return Err(format!("the {kind} name is empty"));
     }
     if name.len() > TOPIC_NAME_LEN_MAX {
         return Err(format!(
-            "the topic name has {} characters, at most {TOPIC_NAME_LEN_MAX} are allowed",
+            "the {kind} name has {} characters, at most {TOPIC_NAME_LEN_MAX} are allowed",
             name.len()
         ));
     }
@@ -27,7 +37,7 @@ pub fn validate_topic_name(name: &str) -> Result<(), String> {
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '%' | '|' | '-')))
     {
         Some(bad) => Err(format!(
-            "the topic name {name:?} contains {bad:?}; allowed are A-Z a-z 0-9 _ % | -"
+            "the {kind} name {name:?} contains {bad:?}; allowed are A-Z a-z 0-9 _ % | -"
         )),
         None => Ok(()),
     }

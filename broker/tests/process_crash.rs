@@ -83,7 +83,7 @@ fn write_config(
         .map(|(i, addr)| format!("{} = \"{addr}\"\n", i + 1))
         .collect();
     let config = format!(
-        "group = \"broker-a\"\nnode_id = {node_id}\nlisten = \"{}\"\ndata_dir = \"{}\"\nflush = \"sync\"\n\
+        "group = \"broker-a\"\nnode_id = {node_id}\nlisten = \"{}\"\ndata_dir = \"{}\"\nflush = \"sync\"\nauto_create_topic = true\n\
          [raft]\nheartbeat_interval_ms = 50\nelection_timeout_min_ms = 400\nelection_timeout_max_ms = 800\nlog_compaction_interval_ms = 300\nlog_retained_entries = 16\n\
          [store]\ncommit_log_segment_bytes = 8388608\nconsume_queue_units_per_segment = 4096\n\
          raft_log_segment_bytes = 1048576\n[peers]\n{peers}",

@@ -117,6 +117,7 @@ impl TestGroup {
                 peers: peers.clone(),
                 namesrv: Vec::new(),
                 register_interval_ms: 200,
+                auto_create_topic: true,
                 data_dir: group.dir.path().join(format!("node-{id}")),
                 flush: FlushKind::Sync,
                 async_flush_interval_ms: 100,

@@ -313,3 +313,82 @@ async fn given_short_compaction_interval_should_purge_every_log_and_keep_serving
     group.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_auto_create_off_should_send_only_to_created_topics_and_queues() -> anyhow::Result<()>
+{
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_0008, |config| config.auto_create_topic = false).await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let mut client = group.client(leader).await?;
+    let code_of = |status: tonic::Status| response_code(&status);
+    let send = |queue_id| send_request("Orders", queue_id, [b"x".to_vec()]);
+
+    info!("--- an unknown topic is refused");
+    assert_eq!(
+        code_of(client.send(send(0)).await.expect_err("unknown")),
+        Some(ResponseCode::TopicNotExist)
+    );
+
+    info!("--- once created, its queues take sends and others are refused");
+    let create = pb::CreateTopicRequest {
+        topic: "Orders".into(),
+        read_queue_count: 2,
+        write_queue_count: 2,
+        perm: 0,
+    };
+    let follower = group.a_follower(leader);
+    let refused = group
+        .client(follower)
+        .await?
+        .create_topic(create.clone())
+        .await
+        .expect_err("follower");
+    assert_eq!(code_of(refused), Some(ResponseCode::NotLeader));
+    client.create_topic(create).await?;
+    assert_eq!(
+        client.send(send(1)).await?.into_inner().results[0].queue_offset,
+        0
+    );
+    assert_eq!(
+        code_of(client.send(send(2)).await.expect_err("queue 2")),
+        Some(ResponseCode::QueueIllegal)
+    );
+
+    info!("--- system topics cannot be created or sent to");
+    let system = pb::CreateTopicRequest {
+        topic: "%RETRY%g".into(),
+        read_queue_count: 1,
+        write_queue_count: 1,
+        perm: 0,
+    };
+    assert_eq!(
+        code_of(client.create_topic(system).await.expect_err("system")),
+        Some(ResponseCode::TopicIllegal)
+    );
+    let to_system = send_request("SCHEDULE_TOPIC_XXXX", 0, [b"x".to_vec()]);
+    assert_eq!(
+        code_of(client.send(to_system).await.expect_err("system")),
+        Some(ResponseCode::TopicIllegal)
+    );
+
+    info!("--- the topic config is replicated, and deleting it refuses sends again");
+    wait_for("every node to know the topic", LEADER_TIMEOUT, || async {
+        group
+            .running()
+            .all(|node| node.group().metadata().topics.contains_key("Orders"))
+            .then_some(())
+    })
+    .await?;
+    client
+        .delete_topic(pb::DeleteTopicRequest {
+            topic: "Orders".into(),
+        })
+        .await?;
+    assert_eq!(
+        code_of(client.send(send(0)).await.expect_err("deleted")),
+        Some(ResponseCode::TopicNotExist)
+    );
+    group.shutdown().await;
+    Ok(())
+}

@@ -119,3 +119,74 @@ async fn given_node_stopped_when_expiry_passes_should_drop_it() -> anyhow::Resul
     nameserver.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_topic_created_should_be_routed_by_the_nameserver_until_deleted() -> anyhow::Result<()>
+{
+    init_tracing();
+    let nameserver = start_nameserver(Duration::from_secs(30)).await?;
+    let addr = nameserver.addr().to_string();
+    let group = TestGroup::start(3, 0x5EED_0103, |config| {
+        config.namesrv = vec![addr.clone()];
+        // Long enough that only the change itself can publish the topic in time.
+        config.register_interval_ms = 60_000;
+    })
+    .await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let create = rocketraft_proto::broker::CreateTopicRequest {
+        topic: "Orders".into(),
+        read_queue_count: 8,
+        write_queue_count: 8,
+        perm: 0,
+    };
+    group.client(leader).await?.create_topic(create).await?;
+    let mut client = NameServerClient::connect(format!("http://{addr}")).await?;
+    let route = wait_for("the topic's route", TIMEOUT, || {
+        let mut client = client.clone();
+        async move {
+            let request = pb::GetTopicRouteRequest {
+                topic: "Orders".into(),
+            };
+            client
+                .get_topic_route(request)
+                .await
+                .ok()
+                .map(|route| route.into_inner())
+        }
+    })
+    .await?;
+    assert_eq!(route.queues.len(), 1);
+    assert_eq!(
+        (route.queues[0].write_queue_count, route.queues[0].perm),
+        (8, 6)
+    );
+    assert_eq!(route.groups[0].leader_addr, group.addr(leader).to_string());
+    let topics = client
+        .get_topic_list(pb::GetTopicListRequest {})
+        .await?
+        .into_inner()
+        .topics;
+    assert_eq!(topics, vec!["Orders".to_owned()]);
+
+    group
+        .client(leader)
+        .await?
+        .delete_topic(rocketraft_proto::broker::DeleteTopicRequest {
+            topic: "Orders".into(),
+        })
+        .await?;
+    wait_for("the route to go", TIMEOUT, || {
+        let mut client = client.clone();
+        async move {
+            let request = pb::GetTopicRouteRequest {
+                topic: "Orders".into(),
+            };
+            let status = client.get_topic_route(request).await.err()?;
+            (status.code() == tonic::Code::NotFound).then_some(())
+        }
+    })
+    .await?;
+    group.shutdown().await;
+    nameserver.shutdown().await;
+    Ok(())
+}

@@ -43,6 +43,9 @@ struct Cli {
     /// Found a new group on this node's first start (one node, first start only).
     #[arg(long)]
     bootstrap: bool,
+    /// Create unknown topics on their first send.
+    #[arg(long)]
+    auto_create_topic: bool,
 }
 
 #[derive(Subcommand)]
@@ -129,6 +132,10 @@ fn node_config(cli: &Cli) -> anyhow::Result<BrokerConfig> {
     set("flush", cli.flush.clone().map(Into::into));
     set("bootstrap", cli.bootstrap.then_some(true.into()));
     set(
+        "auto_create_topic",
+        cli.auto_create_topic.then_some(true.into()),
+    );
+    set(
         "namesrv",
         cli.namesrv.as_ref().map(|list| {
             list.split(',')
@@ -179,6 +186,7 @@ async fn run_dev(
             data_dir: Some(data_dir.join(format!("node-{id}"))),
             flush: Some(flush.to_owned()),
             bootstrap: id == 1,
+            auto_create_topic: true,
         };
         let node = BrokerNode::start(node_config(&cli)?, NodeOptions::default()).await?;
         started.push(node);

@@ -5,7 +5,7 @@
 //! - `log_store` + `log_segment` + `entry_cache`: the durable Raft log;
 //! - `state_machine` + `snapshot`: applying commands to the store, snapshots;
 //! - `network` (client) and `service` (server): the gRPC transport; `faults`: test faults;
-//! - `role`: this node's role, watched;
+//! - `propose`: submitting commands and mapping their outcome; `role`: this node's role;
 //! - `compaction`: snapshots and log purge behind them;
 //! - `codec`: the binary encoding of openraft values.
 
@@ -16,6 +16,7 @@ pub mod faults;
 pub mod log_segment;
 pub mod log_store;
 pub mod network;
+pub mod propose;
 pub mod role;
 pub mod service;
 pub mod snapshot;

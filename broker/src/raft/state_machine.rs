@@ -155,10 +155,12 @@ impl StateMachine {
             }
             Command::UpsertTopic(topic) => {
                 self.group.metadata_mut().upsert_topic(topic);
+                self.group.topics_changed();
                 Ok(CommandResult::Done)
             }
             Command::DeleteTopic { name } => {
                 self.group.metadata_mut().delete_topic(&name);
+                self.group.topics_changed();
                 Ok(CommandResult::Done)
             }
             Command::UpsertGroup(group) => {
@@ -408,6 +410,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         };
         self.install_commit_log(&state, snapshot.commit_log)?;
         *self.group.metadata_mut() = state.metadata.clone();
+        self.group.topics_changed();
         self.last_applied = state.meta.last_log_id;
         self.last_membership = state.meta.last_membership.clone();
         self.write_checkpoint().await?;

@@ -1,5 +1,6 @@
 //! The broker API (proto `rocketraft.broker.Broker`): one file per RPC, this one wires them.
 
+mod admin;
 mod node_status;
 mod read_consume_queue;
 mod send;
@@ -24,6 +25,8 @@ pub struct BrokerService {
     group_name: String,
     /// Stamped into every record as its store host.
     store_host: SocketAddr,
+    /// Create an unknown topic on its first send instead of refusing it.
+    auto_create_topic: bool,
 }
 
 impl BrokerService {
@@ -32,6 +35,7 @@ impl BrokerService {
         group: Arc<GroupState>,
         group_name: String,
         store_host: SocketAddr,
+        auto_create_topic: bool,
     ) -> BrokerService {
         let group_commit = GroupCommit::start(raft.clone());
         BrokerService {
@@ -40,17 +44,13 @@ impl BrokerService {
             group_commit,
             group_name,
             store_host,
+            auto_create_topic,
         }
     }
 
     /// Fails with `NOT_LEADER` (and the leader's address, if known) unless this node leads.
     fn ensure_leader(&self) -> Result<(), BrokerError> {
-        self.raft
-            .as_leader()
-            .map(|_| ())
-            .map_err(|forward| BrokerError::NotLeader {
-                leader_addr: forward.leader_node.map(|node| node.addr),
-            })
+        Ok(crate::raft::propose::ensure_leader(&self.raft)?)
     }
 }
 
@@ -68,6 +68,30 @@ impl pb::broker_server::Broker for BrokerService {
         _request: Request<pb::NodeStatusRequest>,
     ) -> Result<Response<pb::NodeStatusResponse>, Status> {
         Ok(Response::new(self.handle_node_status()))
+    }
+
+    async fn create_topic(
+        &self,
+        request: Request<pb::CreateTopicRequest>,
+    ) -> Result<Response<pb::CreateTopicResponse>, Status> {
+        self.handle_create_topic(request.into_inner()).await?;
+        Ok(Response::new(pb::CreateTopicResponse {}))
+    }
+
+    async fn delete_topic(
+        &self,
+        request: Request<pb::DeleteTopicRequest>,
+    ) -> Result<Response<pb::DeleteTopicResponse>, Status> {
+        self.handle_delete_topic(request.into_inner()).await?;
+        Ok(Response::new(pb::DeleteTopicResponse {}))
+    }
+
+    async fn upsert_group(
+        &self,
+        request: Request<pb::UpsertGroupRequest>,
+    ) -> Result<Response<pb::UpsertGroupResponse>, Status> {
+        self.handle_upsert_group(request.into_inner()).await?;
+        Ok(Response::new(pb::UpsertGroupResponse {}))
     }
 
     async fn read_consume_queue(

@@ -12,13 +12,15 @@ use rocketraft_proto::broker as pb;
 use rocketraft_proto::common as common_pb;
 
 use crate::error::BrokerError;
+use crate::metadata::PERM_WRITE;
 use crate::service::BrokerService;
 use crate::store::properties::Properties;
 use crate::store::record::MessageRecord;
-use crate::topic::QUEUE_COUNT_MAX;
 use crate::topic::is_system_topic;
 use crate::topic::validate_topic_name;
 
+/// Queues of a topic created by its first send (RocketMQ's `defaultTopicQueueNums`).
+pub const AUTO_CREATED_QUEUE_COUNT: u32 = 4;
 /// Messages in one `Send` at most.
 pub const SEND_BATCH_COUNT_MAX: usize = 1024;
 /// Sum of the bodies of one `Send` at most (RocketMQ's batch limit).
@@ -33,6 +35,7 @@ impl BrokerService {
         request: pb::SendRequest,
     ) -> Result<pb::SendResponse, BrokerError> {
         self.ensure_leader()?;
+        self.check_queue(&request.topic, request.queue_id).await?;
         let (records, message_count) = self.encode_send(&request)?;
         let appended = tokio::time::timeout(
             SEND_COMMIT_TIMEOUT,
@@ -56,21 +59,44 @@ impl BrokerService {
         Ok(pb::SendResponse { results })
     }
 
-    /// Validates the request and encodes its messages as store records, concatenated.
-    fn encode_send(&self, request: &pb::SendRequest) -> Result<(Vec<u8>, usize), BrokerError> {
-        validate_topic_name(&request.topic).map_err(BrokerError::TopicIllegal)?;
-        if is_system_topic(&request.topic) {
+    /// Checks that `queue_id` is a writable queue of `topic`, creating the topic first if it
+    /// is unknown and auto-creation is on.
+    async fn check_queue(&self, topic: &str, queue_id: i32) -> Result<(), BrokerError> {
+        validate_topic_name(topic).map_err(BrokerError::TopicIllegal)?;
+        if is_system_topic(topic) {
             return Err(BrokerError::TopicIllegal(format!(
-                "{} is a system topic",
-                request.topic
+                "{topic} is a system topic"
             )));
         }
-        if request.queue_id < 0 || request.queue_id >= QUEUE_COUNT_MAX as i32 {
+        let known = self.group.metadata().topics.get(topic).cloned();
+        let config = match known {
+            Some(config) => config,
+            None if self.auto_create_topic => {
+                self.auto_create_topic(topic, AUTO_CREATED_QUEUE_COUNT)
+                    .await?
+            }
+            None => return Err(BrokerError::TopicNotExist(topic.to_owned())),
+        };
+        if config.perm & PERM_WRITE == 0 {
+            return Err(BrokerError::TopicIllegal(format!(
+                "{topic} is not writable (perm {})",
+                config.perm
+            )));
+        }
+        if queue_id < 0 || queue_id >= config.write_queue_count as i32 {
             return Err(BrokerError::QueueIllegal {
-                queue_id: request.queue_id,
-                reason: format!("must be 0 to {}", QUEUE_COUNT_MAX - 1),
+                queue_id,
+                reason: format!(
+                    "{topic} has write queues 0 to {}",
+                    config.write_queue_count - 1
+                ),
             });
         }
+        Ok(())
+    }
+
+    /// Validates the request and encodes its messages as store records, concatenated.
+    fn encode_send(&self, request: &pb::SendRequest) -> Result<(Vec<u8>, usize), BrokerError> {
         validate_batch_size(&request.messages)?;
         let born_host = parse_born_host(&request.born_host)?;
         let store_timestamp_ms = now_ms();

@@ -39,8 +39,9 @@ struct Args {
     inflight: usize,
     #[arg(long, default_value = "BenchTopic")]
     topic: String,
+    /// Queues of the topic, created (or updated) before the run.
     #[arg(long, default_value_t = 8)]
-    queues: i32,
+    queues: u32,
 }
 
 #[tokio::main]
@@ -51,6 +52,13 @@ async fn main() -> anyhow::Result<()> {
         "leader {leader}; {} messages of {} bytes, {} producers x {} in flight",
         args.messages, args.size, args.producers, args.inflight
     );
+    let create = pb::CreateTopicRequest {
+        topic: args.topic.clone(),
+        read_queue_count: args.queues,
+        write_queue_count: args.queues,
+        perm: 0,
+    };
+    connect(leader).await?.create_topic(create).await?;
     let body = vec![b'x'; args.size];
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -118,7 +126,7 @@ async fn produce(
     total: u64,
     inflight: usize,
     topic: String,
-    queues: i32,
+    queues: u32,
     body: Vec<u8>,
 ) -> anyhow::Result<Vec<Duration>> {
     let permits = Arc::new(Semaphore::new(inflight));
@@ -133,7 +141,7 @@ async fn produce(
         let mut client = client.clone();
         let request = pb::SendRequest {
             topic: topic.clone(),
-            queue_id: (sequence % queues as u64) as i32,
+            queue_id: (sequence % u64::from(queues)) as i32,
             messages: vec![common_pb::Message {
                 topic: topic.clone(),
                 body: body.clone().into(),

@@ -1,0 +1,59 @@
+//! Proposing commands to the group's Raft log and learning their outcome, in the broker's
+//! own terms: the rest of the broker never sees an openraft error type.
+
+use std::future::Future;
+
+use openraft::errors::ClientWriteError;
+use openraft::impls::ProgressResponder;
+
+use crate::raft::types::Command;
+use crate::raft::types::CommandResult;
+use crate::raft::types::Raft;
+
+/// Why a proposed command has no result.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProposeError {
+    /// This node does not lead; `leader_addr` names the leader if one is known.
+    #[error("not the leader")]
+    NotLeader { leader_addr: Option<String> },
+    /// The command's fate is unknown: it may still commit.
+    #[error("outcome unknown: {0}")]
+    Unknown(String),
+    /// Raft has stopped on this node.
+    #[error("raft stopped: {0}")]
+    Stopped(String),
+}
+
+/// Submits `command` now, in submission order with other proposals, and returns a future
+/// of its applied result, so the caller can keep proposing while earlier ones commit.
+pub async fn propose(
+    raft: &Raft,
+    command: Command,
+) -> Result<impl Future<Output = Result<CommandResult, ProposeError>> + Send + 'static, ProposeError>
+{
+    let (responder, applied) = ProgressResponder::complete_only();
+    raft.client_write_ff(command, Some(responder))
+        .await
+        .map_err(|fatal| ProposeError::Stopped(fatal.to_string()))?;
+    Ok(async move {
+        match applied.await {
+            Ok(Ok(response)) => Ok(response.data),
+            Ok(Err(ClientWriteError::ForwardToLeader(forward))) => Err(ProposeError::NotLeader {
+                leader_addr: forward.leader_node.map(|node| node.addr),
+            }),
+            Ok(Err(error)) => Err(ProposeError::Unknown(error.to_string())),
+            Err(_) => Err(ProposeError::Unknown(
+                "leadership lost before the command committed".into(),
+            )),
+        }
+    })
+}
+
+/// Fails with [`ProposeError::NotLeader`] unless this node leads its group.
+pub fn ensure_leader(raft: &Raft) -> Result<(), ProposeError> {
+    raft.as_leader()
+        .map(|_| ())
+        .map_err(|forward| ProposeError::NotLeader {
+            leader_addr: forward.leader_node.map(|node| node.addr),
+        })
+}

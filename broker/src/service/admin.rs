@@ -1,0 +1,181 @@
+//! Admin writes of the broker API: create, update and delete topics, upsert subscription
+//! groups. The leader validates each request at the edge and replicates it as one command;
+//! the call returns once the command is applied.
+
+use rocketraft_proto::broker as pb;
+
+use crate::error::BrokerError;
+use crate::metadata::GroupConfig;
+use crate::metadata::PERM_READ;
+use crate::metadata::PERM_WRITE;
+use crate::metadata::TopicConfig;
+use crate::raft::propose::propose;
+use crate::raft::types::Command;
+use crate::service::BrokerService;
+use crate::topic::QUEUE_COUNT_MAX;
+use crate::topic::is_system_topic;
+use crate::topic::validate_group_name;
+use crate::topic::validate_topic_name;
+
+/// Retries of a group's messages before they go to its dead-letter topic (RocketMQ default).
+pub const RETRY_MAX_TIMES_DEFAULT: u32 = 16;
+/// Retry queues of a group by default.
+pub const RETRY_QUEUE_COUNT_DEFAULT: u32 = 1;
+/// The most retries a group may configure.
+pub const RETRY_MAX_TIMES_MAX: u32 = 64;
+
+impl BrokerService {
+    pub(super) async fn handle_create_topic(
+        &self,
+        request: pb::CreateTopicRequest,
+    ) -> Result<(), BrokerError> {
+        let topic = topic_config(request)?;
+        self.replicate(Command::UpsertTopic(topic)).await
+    }
+
+    pub(super) async fn handle_delete_topic(
+        &self,
+        request: pb::DeleteTopicRequest,
+    ) -> Result<(), BrokerError> {
+        validate_user_topic(&request.topic)?;
+        if !self.group.metadata().topics.contains_key(&request.topic) {
+            return Err(BrokerError::TopicNotExist(request.topic));
+        }
+        self.replicate(Command::DeleteTopic {
+            name: request.topic,
+        })
+        .await
+    }
+
+    pub(super) async fn handle_upsert_group(
+        &self,
+        request: pb::UpsertGroupRequest,
+    ) -> Result<(), BrokerError> {
+        validate_group_name(&request.group).map_err(BrokerError::BadRequest)?;
+        let retry_max_times = match request.retry_max_times {
+            0 => RETRY_MAX_TIMES_DEFAULT,
+            times if times <= RETRY_MAX_TIMES_MAX => times,
+            times => {
+                return Err(BrokerError::BadRequest(format!(
+                    "retry_max_times is at most {RETRY_MAX_TIMES_MAX}, got {times}"
+                )));
+            }
+        };
+        let retry_queue_count = match request.retry_queue_count {
+            0 => RETRY_QUEUE_COUNT_DEFAULT,
+            count => queue_count("retry_queue_count", count)?,
+        };
+        let group = GroupConfig {
+            name: request.group,
+            retry_max_times,
+            retry_queue_count,
+        };
+        self.replicate(Command::UpsertGroup(group)).await
+    }
+
+    /// Creates `topic` with `queue_count` read and write queues, as a first send does when
+    /// auto-creation is on. Concurrent creations of one topic are harmless (an upsert).
+    pub(super) async fn auto_create_topic(
+        &self,
+        topic: &str,
+        queue_count: u32,
+    ) -> Result<TopicConfig, BrokerError> {
+        let config = TopicConfig {
+            name: topic.to_owned(),
+            read_queue_count: queue_count,
+            write_queue_count: queue_count,
+            perm: PERM_READ | PERM_WRITE,
+        };
+        tracing::info!(topic, queue_count, "auto-creating topic on first send");
+        self.replicate(Command::UpsertTopic(config.clone())).await?;
+        Ok(config)
+    }
+
+    /// Proposes `command` as the leader and waits until it is applied.
+    async fn replicate(&self, command: Command) -> Result<(), BrokerError> {
+        self.ensure_leader()?;
+        let applied = propose(&self.raft, command).await?;
+        applied.await?;
+        Ok(())
+    }
+}
+
+fn validate_user_topic(topic: &str) -> Result<(), BrokerError> {
+    validate_topic_name(topic).map_err(BrokerError::TopicIllegal)?;
+    if is_system_topic(topic) {
+        return Err(BrokerError::TopicIllegal(format!(
+            "{topic} is a system topic"
+        )));
+    }
+    Ok(())
+}
+
+fn queue_count(field: &str, count: u32) -> Result<u32, BrokerError> {
+    if count == 0 || count > QUEUE_COUNT_MAX {
+        return Err(BrokerError::BadRequest(format!(
+            "{field} must be 1 to {QUEUE_COUNT_MAX}, got {count}"
+        )));
+    }
+    Ok(count)
+}
+
+/// The topic config a create request asks for, checked.
+fn topic_config(request: pb::CreateTopicRequest) -> Result<TopicConfig, BrokerError> {
+    validate_user_topic(&request.topic)?;
+    let perm = match request.perm {
+        0 => PERM_READ | PERM_WRITE,
+        perm if perm & !(PERM_READ | PERM_WRITE) == 0 => perm,
+        perm => {
+            return Err(BrokerError::BadRequest(format!(
+                "perm {perm} has bits other than read (4) and write (2)"
+            )));
+        }
+    };
+    Ok(TopicConfig {
+        name: request.topic,
+        read_queue_count: queue_count("read_queue_count", request.read_queue_count)?,
+        write_queue_count: queue_count("write_queue_count", request.write_queue_count)?,
+        perm,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(queues: u32, perm: u32) -> pb::CreateTopicRequest {
+        pb::CreateTopicRequest {
+            topic: "Orders".into(),
+            read_queue_count: queues,
+            write_queue_count: queues,
+            perm,
+        }
+    }
+
+    #[test]
+    fn queue_counts_at_the_limits() {
+        assert!(topic_config(request(1, 0)).is_ok());
+        assert!(topic_config(request(QUEUE_COUNT_MAX, 0)).is_ok());
+        assert!(topic_config(request(0, 0)).is_err());
+        assert!(topic_config(request(QUEUE_COUNT_MAX + 1, 0)).is_err());
+    }
+
+    #[test]
+    fn perm_defaults_to_read_write_and_rejects_unknown_bits() {
+        assert_eq!(topic_config(request(4, 0)).map(|t| t.perm).ok(), Some(6));
+        assert_eq!(topic_config(request(4, 4)).map(|t| t.perm).ok(), Some(4));
+        assert!(topic_config(request(4, 1)).is_err());
+    }
+
+    #[test]
+    fn system_topics_cannot_be_created() {
+        for name in ["SCHEDULE_TOPIC_XXXX", "%RETRY%g", "%DLQ%g"] {
+            let mut system = request(4, 0);
+            system.topic = name.into();
+            assert!(
+                matches!(topic_config(system), Err(BrokerError::TopicIllegal(_))),
+                "{name}"
+            );
+        }
+    }
+}
