@@ -5,14 +5,11 @@
 //! Raft replays the log into it, and the listener is bound before Raft starts so peers can
 //! reach a node as soon as it can vote.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::BasicNode;
-use openraft::SnapshotPolicy;
 use rocketraft_proto::broker::broker_server::BrokerServer;
 use rocketraft_proto::raft::raft_server::RaftServer;
 use tokio::net::TcpListener;
@@ -28,9 +25,10 @@ use crate::raft::compaction::run_compaction;
 use crate::raft::faults::FaultPlan;
 use crate::raft::log_store::LogStore;
 use crate::raft::log_store::LogStoreConfig;
-use crate::raft::network::NetworkFactory;
 use crate::raft::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
 use crate::raft::service::RaftService;
+use crate::raft::setup::bootstrap;
+use crate::raft::setup::start_raft;
 use crate::raft::state_machine::CHECKPOINT_INTERVAL_DEFAULT;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::types::NodeId;
@@ -155,7 +153,7 @@ impl BrokerNode {
             shutdown.clone(),
         ));
         if config.bootstrap {
-            bootstrap(&raft, &peers).await?;
+            bootstrap(&raft, &peers).await.map_err(StartError::Raft)?;
         }
         if !config.namesrv.is_empty() {
             let identity = Identity {
@@ -259,58 +257,8 @@ async fn open_raft(
         flush: config.flush_mode(),
     })
     .map_err(raft_error)?;
-    let raft_config = raft_config(config).map_err(|error| StartError::Raft(error.to_string()))?;
-    let network = NetworkFactory::new(config.node_id, faults);
-    let raft = Raft::new(
-        config.node_id,
-        Arc::new(raft_config),
-        network,
-        log_store,
-        state_machine,
-    )
-    .await
-    .map_err(|error| StartError::Raft(error.to_string()))?;
+    let raft = start_raft(config, log_store, state_machine, faults)
+        .await
+        .map_err(StartError::Raft)?;
     Ok((raft, group))
-}
-
-/// openraft settings for a broker (notes/openraft.md §3).
-fn raft_config(config: &BrokerConfig) -> Result<openraft::Config, openraft::ConfigError> {
-    let timings = &config.raft;
-    openraft::Config {
-        cluster_name: format!("{}/{}", config.cluster, config.group),
-        heartbeat_interval: timings.heartbeat_interval_ms,
-        election_timeout_min: timings.election_timeout_min_ms,
-        election_timeout_max: timings.election_timeout_max_ms,
-        enable_pre_vote: Some(true),
-        // A restarted node must win an election before it leads again.
-        enable_leader_restore: Some(false),
-        // Snapshots are taken and the log purged by retention, not by entry count.
-        snapshot_policy: SnapshotPolicy::Never,
-        max_in_snapshot_log_to_keep: u64::MAX,
-        // A lagging follower catches up from the log while the log still has what it needs.
-        replication_lag_threshold: 1 << 40,
-        max_payload_entries: 1024,
-        install_snapshot_timeout: 60_000,
-        ..Default::default()
-    }
-    .validate()
-}
-
-/// Founds the group on its first start; a node that is already part of a group skips it.
-async fn bootstrap(raft: &Raft, peers: &BTreeMap<NodeId, String>) -> Result<(), StartError> {
-    let initialized = raft
-        .is_initialized()
-        .await
-        .map_err(|error| StartError::Raft(error.to_string()))?;
-    if initialized {
-        return Ok(());
-    }
-    let members: BTreeMap<NodeId, BasicNode> = peers
-        .iter()
-        .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
-        .collect();
-    tracing::info!(?peers, "bootstrapping a new broker group");
-    raft.initialize(members)
-        .await
-        .map_err(|error| StartError::Raft(format!("initialize: {error}")))
 }

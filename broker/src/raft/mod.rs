@@ -7,6 +7,7 @@
 //! - `network` (client) and `service` (server): the gRPC transport; `faults`: test faults;
 //! - `propose`: submitting commands and mapping their outcome; `role`: this node's role;
 //! - `compaction`: snapshots and log purge behind them;
+//! - `setup`: openraft's settings for a broker, founding a group;
 //! - `codec`: the binary encoding of openraft values.
 
 pub mod codec;
@@ -19,6 +20,7 @@ pub mod network;
 pub mod propose;
 pub mod role;
 pub mod service;
+pub mod setup;
 pub mod snapshot;
 pub mod state_machine;
 pub mod types;

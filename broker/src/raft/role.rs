@@ -1,7 +1,8 @@
-//! This node's role in its group, watched without exposing openraft's metrics types.
+//! This node's role in its group, watched, and its Raft status, without exposing openraft's
+//! metrics types.
 //!
-//! Built on openraft's server metrics, which change only with the vote, the server state or
-//! the membership, not with every applied entry.
+//! The role watch is built on openraft's server metrics, which change only with the vote, the
+//! server state or the membership, not with every applied entry.
 
 use openraft::ServerState;
 use openraft::async_runtime::watch::WatchReceiver;
@@ -47,5 +48,53 @@ impl RoleWatch {
                 return Some(role);
             }
         }
+    }
+}
+
+/// A snapshot of this node's Raft state, for status reports.
+#[derive(Debug, Clone)]
+pub struct RaftStatus {
+    pub node_id: u64,
+    /// "leader", "follower", "candidate", "learner" or "shutdown".
+    pub role: &'static str,
+    pub leader_id: Option<u64>,
+    /// Empty when no leader is known.
+    pub leader_addr: String,
+    pub term: u64,
+    pub last_applied_index: Option<u64>,
+    pub last_log_index: Option<u64>,
+    pub last_purged_index: Option<u64>,
+    pub snapshot_index: Option<u64>,
+}
+
+pub fn raft_status(raft: &Raft) -> RaftStatus {
+    // Clone at once: the metrics guard must not be held (it blocks the Raft core).
+    let metrics = raft.metrics().borrow_watched().clone();
+    let leader_addr = metrics
+        .current_leader
+        .and_then(|leader| {
+            metrics
+                .membership_config
+                .get_node(&leader)
+                .map(|node| node.addr.clone())
+        })
+        .unwrap_or_default();
+    let role = match metrics.state {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    };
+    RaftStatus {
+        node_id: metrics.id,
+        role,
+        leader_id: metrics.current_leader,
+        leader_addr,
+        term: metrics.current_term,
+        last_applied_index: metrics.last_applied.map(|log_id| log_id.index),
+        last_log_index: metrics.last_log_index,
+        last_purged_index: metrics.purged.map(|log_id| log_id.index),
+        snapshot_index: metrics.snapshot.map(|log_id| log_id.index),
     }
 }

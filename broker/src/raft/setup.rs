@@ -1,0 +1,78 @@
+//! Starting openraft for a broker node: the settings a broker needs (notes/openraft.md §3)
+//! and founding a new group.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use openraft::BasicNode;
+use openraft::SnapshotPolicy;
+
+use crate::config::BrokerConfig;
+use crate::raft::faults::FaultPlan;
+use crate::raft::log_store::LogStore;
+use crate::raft::network::NetworkFactory;
+use crate::raft::state_machine::StateMachine;
+use crate::raft::types::NodeId;
+use crate::raft::types::Raft;
+
+/// Starts Raft over the node's opened log and state machine.
+pub async fn start_raft(
+    config: &BrokerConfig,
+    log_store: LogStore,
+    state_machine: StateMachine,
+    faults: Option<Arc<FaultPlan>>,
+) -> Result<Raft, String> {
+    let raft_config = raft_config(config).map_err(|error| error.to_string())?;
+    let network = NetworkFactory::new(config.node_id, faults);
+    Raft::new(
+        config.node_id,
+        Arc::new(raft_config),
+        network,
+        log_store,
+        state_machine,
+    )
+    .await
+    .map_err(|error| error.to_string())
+}
+
+/// openraft settings for a broker (notes/openraft.md §3).
+fn raft_config(config: &BrokerConfig) -> Result<openraft::Config, openraft::ConfigError> {
+    let timings = &config.raft;
+    openraft::Config {
+        cluster_name: format!("{}/{}", config.cluster, config.group),
+        heartbeat_interval: timings.heartbeat_interval_ms,
+        election_timeout_min: timings.election_timeout_min_ms,
+        election_timeout_max: timings.election_timeout_max_ms,
+        enable_pre_vote: Some(true),
+        // A restarted node must win an election before it leads again.
+        enable_leader_restore: Some(false),
+        // Snapshots are taken and the log purged by retention, not by entry count.
+        snapshot_policy: SnapshotPolicy::Never,
+        max_in_snapshot_log_to_keep: u64::MAX,
+        // A lagging follower catches up from the log while the log still has what it needs.
+        replication_lag_threshold: 1 << 40,
+        max_payload_entries: 1024,
+        install_snapshot_timeout: 60_000,
+        ..Default::default()
+    }
+    .validate()
+}
+
+/// Founds the group on its first start; a node that is already part of a group skips it.
+pub async fn bootstrap(raft: &Raft, peers: &BTreeMap<NodeId, String>) -> Result<(), String> {
+    let initialized = raft
+        .is_initialized()
+        .await
+        .map_err(|error| error.to_string())?;
+    if initialized {
+        return Ok(());
+    }
+    let members: BTreeMap<NodeId, BasicNode> = peers
+        .iter()
+        .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
+        .collect();
+    tracing::info!(?peers, "bootstrapping a new broker group");
+    raft.initialize(members)
+        .await
+        .map_err(|error| format!("initialize: {error}"))
+}
