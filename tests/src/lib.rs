@@ -45,8 +45,9 @@ pub fn test_timings() -> RaftTimings {
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,broker_group=info,rocketraft_tests=info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                "warn,broker_group=info,nameserver=info,producer=info,rocketraft_tests=info".into()
+            }),
         )
         .with_test_writer()
         .try_init();

@@ -1,0 +1,349 @@
+//! The producer: sends messages to the writable queues of a topic across broker groups,
+//! following routes from the nameservers.
+//!
+//! - Queues are chosen round-robin over every group's write queues, or by a key's hash for
+//!   ordered sends (same key, same queue, in send order).
+//! - A send is retried (default 2 more times) after `NOT_LEADER`, an unavailable node or a
+//!   transport failure: a leader hint is followed at once, otherwise the route is refreshed
+//!   and another group is preferred. Ordered sends stay on their queue.
+//! - A send reported OK is committed by a majority of its group; a retried send may be
+//!   stored twice (at least once). Every attempt shares one deadline (default 3 s, longer
+//!   than the broker's own commit timeout, so the broker reports its outcome first).
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::hash::Hasher;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use rocketraft_proto::broker as pb;
+use rocketraft_proto::broker::broker_client::BrokerClient;
+use tonic::transport::Channel;
+
+use crate::error::ProducerError;
+use crate::group::connect;
+use crate::group::is_retryable;
+use crate::message::Message;
+use crate::route::ROUTE_TTL_DEFAULT;
+use crate::route::RouteCache;
+use crate::route::TopicRoute;
+use crate::unique_id::UniqueIdGenerator;
+
+/// How long a send may take, all retries included.
+pub const SEND_TIMEOUT_DEFAULT: Duration = Duration::from_secs(3);
+/// Retries after the first attempt.
+pub const SEND_RETRIES_DEFAULT: u32 = 2;
+
+/// Where one sent message was stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendResult {
+    /// The message's `UNIQ_KEY`.
+    pub msg_id: String,
+    pub topic: String,
+    pub group: String,
+    pub queue_id: i32,
+    pub queue_offset: i64,
+    pub commit_log_offset: i64,
+    /// RocketMQ's offset message id (store host and commitlog offset).
+    pub offset_msg_id: String,
+}
+
+pub struct ProducerBuilder {
+    nameservers: Vec<String>,
+    group: String,
+    send_timeout: Duration,
+    retries: u32,
+    route_ttl: Duration,
+}
+
+impl ProducerBuilder {
+    pub fn send_timeout(mut self, timeout: Duration) -> ProducerBuilder {
+        self.send_timeout = timeout;
+        self
+    }
+
+    pub fn retries(mut self, retries: u32) -> ProducerBuilder {
+        self.retries = retries;
+        self
+    }
+
+    pub fn route_ttl(mut self, ttl: Duration) -> ProducerBuilder {
+        self.route_ttl = ttl;
+        self
+    }
+
+    pub fn build(self) -> Result<Producer, ProducerError> {
+        if self.nameservers.is_empty() {
+            return Err(ProducerError::InvalidRequest(
+                "a producer needs at least one nameserver".into(),
+            ));
+        }
+        Ok(Producer {
+            inner: Arc::new(Inner {
+                group: self.group,
+                routes: RouteCache::new(self.nameservers, self.route_ttl),
+                ids: UniqueIdGenerator::new(),
+                next_queue: AtomicUsize::new(0),
+                send_timeout: self.send_timeout,
+                retries: self.retries,
+                clients: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+}
+
+/// A producer; cheap to clone, and many sends may be in flight at once.
+#[derive(Clone)]
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    group: String,
+    routes: RouteCache,
+    ids: UniqueIdGenerator,
+    next_queue: AtomicUsize,
+    send_timeout: Duration,
+    retries: u32,
+    clients: Mutex<HashMap<SocketAddr, BrokerClient<Channel>>>,
+}
+
+/// How a send picks its queue.
+#[derive(Clone, Copy)]
+enum Choice {
+    RoundRobin,
+    /// A key's hash: the same queue every time, never moved to another group.
+    Keyed(u64),
+}
+
+impl Producer {
+    pub fn builder(nameservers: Vec<String>, group: impl Into<String>) -> ProducerBuilder {
+        ProducerBuilder {
+            nameservers,
+            group: group.into(),
+            send_timeout: SEND_TIMEOUT_DEFAULT,
+            retries: SEND_RETRIES_DEFAULT,
+            route_ttl: ROUTE_TTL_DEFAULT,
+        }
+    }
+
+    pub fn group(&self) -> &str {
+        &self.inner.group
+    }
+
+    /// Sends one message and waits until a majority of its group has it.
+    pub async fn send(&self, message: Message) -> Result<SendResult, ProducerError> {
+        let mut results = self.deliver(vec![message], Choice::RoundRobin).await?;
+        results
+            .pop()
+            .ok_or_else(|| ProducerError::InvalidRequest("the broker returned no result".into()))
+    }
+
+    /// Sends to the queue `key` hashes to, so messages with one key stay in order.
+    pub async fn send_ordered(
+        &self,
+        message: Message,
+        key: &str,
+    ) -> Result<SendResult, ProducerError> {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        key.hash(&mut hasher);
+        let mut results = self
+            .deliver(vec![message], Choice::Keyed(hasher.finish()))
+            .await?;
+        results
+            .pop()
+            .ok_or_else(|| ProducerError::InvalidRequest("the broker returned no result".into()))
+    }
+
+    /// Sends messages of one topic together, to one queue, in one Raft entry.
+    pub async fn send_batch(
+        &self,
+        messages: Vec<Message>,
+    ) -> Result<Vec<SendResult>, ProducerError> {
+        let Some(first) = messages.first() else {
+            return Err(ProducerError::InvalidRequest(
+                "a batch holds at least one message".into(),
+            ));
+        };
+        if messages.iter().any(|message| message.topic != first.topic) {
+            return Err(ProducerError::InvalidRequest(
+                "a batch goes to one topic".into(),
+            ));
+        }
+        self.deliver(messages, Choice::RoundRobin).await
+    }
+
+    /// Sends without waiting for the outcome; a failure is only logged.
+    pub fn send_oneway(&self, message: Message) {
+        let producer = self.clone();
+        tokio::spawn(async move {
+            if let Err(error) = producer.send(message).await {
+                tracing::warn!(%error, "one-way send failed");
+            }
+        });
+    }
+
+    async fn deliver(
+        &self,
+        messages: Vec<Message>,
+        choice: Choice,
+    ) -> Result<Vec<SendResult>, ProducerError> {
+        let inner = &self.inner;
+        let topic = messages[0].topic.clone();
+        let ids: Vec<String> = messages.iter().map(|_| inner.ids.next_id()).collect();
+        let wire = messages
+            .iter()
+            .zip(&ids)
+            .map(|(message, id)| message.to_wire(id))
+            .collect::<Vec<_>>();
+        let deadline = tokio::time::Instant::now() + inner.send_timeout;
+        let mut avoid_group: Option<String> = None;
+        let mut last_error = String::new();
+        let attempts = inner.retries + 1;
+        for _ in 0..attempts {
+            let route = inner.routes.route(&topic).await?;
+            let (group_index, queue_id) =
+                pick_queue(&route, choice, avoid_group.as_deref(), &inner.next_queue).ok_or_else(
+                    || ProducerError::NoRoute {
+                        topic: topic.clone(),
+                    },
+                )?;
+            let group = &route.groups[group_index];
+            let request = pb::SendRequest {
+                topic: topic.clone(),
+                queue_id,
+                messages: wire.clone(),
+                born_timestamp_ms: now_ms(),
+                born_host: String::new(),
+            };
+            let mut target = group.leader;
+            // One hop to a leader a follower names does not count as a retry.
+            for _hop in 0..2 {
+                let Some(addr) = target else {
+                    last_error = format!("group {} has no known leader", group.group);
+                    break;
+                };
+                match self.call(addr, request.clone(), deadline).await {
+                    Ok(response) => return Ok(to_results(response, &ids, &topic, &group.group)),
+                    Err(status) if !is_retryable(&status) => {
+                        return Err(ProducerError::from_rejection(&status, &topic, &group.group));
+                    }
+                    Err(status) => {
+                        last_error = format!("{}: {status}", group.group);
+                        target = rocketraft_proto::leader_addr(&status)
+                            .and_then(|hint| hint.parse().ok());
+                    }
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            avoid_group = Some(group.group.clone());
+            inner.routes.refresh(&topic).await?;
+        }
+        Err(ProducerError::AllGroupsUnavailable {
+            attempts,
+            last_error,
+        })
+    }
+
+    async fn call(
+        &self,
+        addr: SocketAddr,
+        request: pb::SendRequest,
+        deadline: tokio::time::Instant,
+    ) -> Result<pb::SendResponse, tonic::Status> {
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if remaining.is_zero() {
+            return Err(tonic::Status::deadline_exceeded("the send timed out"));
+        }
+        let mut client = self
+            .client(addr)
+            .await
+            .map_err(|error| tonic::Status::unavailable(error.to_string()))?;
+        let mut request = tonic::Request::new(request);
+        request.set_timeout(remaining);
+        match tokio::time::timeout(remaining, client.send(request)).await {
+            Ok(result) => result.map(tonic::Response::into_inner),
+            Err(_) => Err(tonic::Status::deadline_exceeded("the send timed out")),
+        }
+    }
+
+    async fn client(
+        &self,
+        addr: SocketAddr,
+    ) -> Result<BrokerClient<Channel>, crate::group::GroupError> {
+        let cached = self.lock_clients().get(&addr).cloned();
+        if let Some(client) = cached {
+            return Ok(client);
+        }
+        let client = connect(addr).await?;
+        self.lock_clients().insert(addr, client.clone());
+        Ok(client)
+    }
+
+    fn lock_clients(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, BrokerClient<Channel>>> {
+        self.inner
+            .clients
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The queue to send to: round-robin over all write queues, skipping `avoid_group` while
+/// another group has queues; or the queue a key hashes to.
+fn pick_queue(
+    route: &TopicRoute,
+    choice: Choice,
+    avoid_group: Option<&str>,
+    next_queue: &AtomicUsize,
+) -> Option<(usize, i32)> {
+    let queues = route.write_queues();
+    if queues.is_empty() {
+        return None;
+    }
+    match choice {
+        Choice::Keyed(hash) => queues.get((hash % queues.len() as u64) as usize).copied(),
+        Choice::RoundRobin => {
+            let start = next_queue.fetch_add(1, Ordering::Relaxed);
+            (0..queues.len())
+                .map(|step| queues[(start + step) % queues.len()])
+                .find(|(group, _)| Some(route.groups[*group].group.as_str()) != avoid_group)
+                .or_else(|| queues.get(start % queues.len()).copied())
+        }
+    }
+}
+
+fn to_results(
+    response: pb::SendResponse,
+    ids: &[String],
+    topic: &str,
+    group: &str,
+) -> Vec<SendResult> {
+    response
+        .results
+        .into_iter()
+        .zip(ids)
+        .map(|(result, id)| SendResult {
+            msg_id: id.clone(),
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            queue_id: result.queue_id,
+            queue_offset: result.queue_offset,
+            commit_log_offset: result.commit_log_offset,
+            offset_msg_id: result.offset_msg_id,
+        })
+        .collect()
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+}

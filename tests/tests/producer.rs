@@ -1,0 +1,268 @@
+//! The producer against a real cluster: a nameserver and two 3-node broker groups on
+//! loopback, topics created in both groups.
+
+use std::time::Duration;
+
+use rocketraft_client::error::ProducerError;
+use rocketraft_client::message::Message;
+use rocketraft_client::producer::Producer;
+use rocketraft_client::producer::SendResult;
+use rocketraft_client::route::RouteCache;
+use rocketraft_nameserver::server::NameServer;
+use rocketraft_nameserver::server::NameServerConfig;
+use rocketraft_proto::broker as pb;
+use rocketraft_tests::TestGroup;
+use rocketraft_tests::init_tracing;
+use rocketraft_tests::wait_for;
+use tracing::info;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+const TOPIC: &str = "Orders";
+const QUEUES: u32 = 4;
+const GROUPS: [&str; 2] = ["broker-a", "broker-b"];
+
+struct Cluster {
+    nameserver: NameServer,
+    groups: Vec<TestGroup>,
+}
+
+impl Cluster {
+    /// A nameserver and two groups that serve `TOPIC` with `QUEUES` queues each.
+    async fn start(seed: u64) -> anyhow::Result<Cluster> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let nameserver = NameServer::start_on(listener, NameServerConfig::default())?;
+        let addr = nameserver.addr().to_string();
+        let mut groups = Vec::new();
+        for (index, name) in GROUPS.iter().enumerate() {
+            let group = TestGroup::start(3, seed + index as u64, |config| {
+                config.group = (*name).to_owned();
+                config.namesrv = vec![addr.clone()];
+                config.auto_create_topic = false;
+            })
+            .await?;
+            let leader = group.wait_for_leader(TIMEOUT).await?;
+            let create = pb::CreateTopicRequest {
+                topic: TOPIC.into(),
+                read_queue_count: QUEUES,
+                write_queue_count: QUEUES,
+                perm: 0,
+            };
+            group.client(leader).await?.create_topic(create).await?;
+            groups.push(group);
+        }
+        Ok(Cluster { nameserver, groups })
+    }
+
+    fn producer(&self) -> anyhow::Result<Producer> {
+        Ok(Producer::builder(vec![self.nameserver.addr().to_string()], "test-producer").build()?)
+    }
+
+    /// Waits until the nameserver routes the topic to both groups with their leaders.
+    async fn wait_for_route(&self) -> anyhow::Result<()> {
+        let routes = RouteCache::new(vec![self.nameserver.addr().to_string()], Duration::ZERO);
+        wait_for("a route over both groups", TIMEOUT, || async {
+            let route = routes.refresh(TOPIC).await.ok()?;
+            (route.groups.len() == 2 && route.groups.iter().all(|g| g.leader.is_some()))
+                .then_some(())
+        })
+        .await
+    }
+
+    fn group(&self, name: &str) -> &TestGroup {
+        &self.groups[GROUPS
+            .iter()
+            .position(|g| *g == name)
+            .expect("a known group")]
+    }
+
+    /// The commitlog offsets of a queue on the group's leader.
+    async fn queue(&self, group: &str, queue_id: i32) -> anyhow::Result<Vec<i64>> {
+        let group = self.group(group);
+        let leader = group.wait_for_leader(TIMEOUT).await?;
+        let request = pb::ReadConsumeQueueRequest {
+            topic: TOPIC.into(),
+            queue_id,
+            from_queue_offset: 0,
+            max_units: 4096,
+        };
+        let units = group
+            .client(leader)
+            .await?
+            .read_consume_queue(request)
+            .await?
+            .into_inner()
+            .units;
+        Ok(units.iter().map(|unit| unit.commit_log_offset).collect())
+    }
+
+    async fn assert_stored(&self, results: &[SendResult]) -> anyhow::Result<()> {
+        for result in results {
+            let queue = self.queue(&result.group, result.queue_id).await?;
+            assert_eq!(
+                queue.get(result.queue_offset as usize),
+                Some(&result.commit_log_offset),
+                "{result:?} is not where the send said"
+            );
+        }
+        Ok(())
+    }
+
+    async fn shutdown(self) {
+        for group in self.groups {
+            group.shutdown().await;
+        }
+        self.nameserver.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_two_groups_should_spread_order_and_batch_sends() -> anyhow::Result<()> {
+    init_tracing();
+    let cluster = Cluster::start(0x5EED_0201).await?;
+    let producer = cluster.producer()?;
+    cluster.wait_for_route().await?;
+
+    info!("--- round-robin sends reach every queue of both groups");
+    let mut sent = Vec::new();
+    for i in 0..32 {
+        sent.push(
+            producer
+                .send(Message::new(TOPIC, format!("m{i}")).with_tags("TagA"))
+                .await?,
+        );
+    }
+    for group in GROUPS {
+        for queue in 0..QUEUES as i32 {
+            assert!(
+                sent.iter().any(|r| r.group == group && r.queue_id == queue),
+                "{group}/{queue} got nothing"
+            );
+        }
+    }
+    cluster.assert_stored(&sent).await?;
+    let mut ids: Vec<&String> = sent.iter().map(|r| &r.msg_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), sent.len(), "every message has its own id");
+
+    info!("--- sends with one key land in one queue, in order");
+    let ordered: Vec<SendResult> = {
+        let mut results = Vec::new();
+        for i in 0..10 {
+            results.push(
+                producer
+                    .send_ordered(Message::new(TOPIC, format!("o{i}")), "order-7")
+                    .await?,
+            );
+        }
+        results
+    };
+    assert!(
+        ordered
+            .windows(2)
+            .all(|w| w[0].group == w[1].group && w[0].queue_id == w[1].queue_id)
+    );
+    assert!(
+        ordered
+            .windows(2)
+            .all(|w| w[1].queue_offset == w[0].queue_offset + 1),
+        "in send order"
+    );
+
+    info!("--- a batch lands together");
+    let batch = producer
+        .send_batch(
+            (0..10)
+                .map(|i| Message::new(TOPIC, format!("b{i}")))
+                .collect(),
+        )
+        .await?;
+    assert_eq!(batch.len(), 10);
+    assert!(
+        batch
+            .windows(2)
+            .all(|w| w[1].queue_offset == w[0].queue_offset + 1 && w[0].queue_id == w[1].queue_id)
+    );
+    cluster.assert_stored(&batch).await?;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_bad_sends_should_fail_clearly_and_store_nothing() -> anyhow::Result<()> {
+    init_tracing();
+    let cluster = Cluster::start(0x5EED_0203).await?;
+    let producer = cluster.producer()?;
+    cluster.wait_for_route().await?;
+    let before = (
+        cluster.queue("broker-a", 0).await?,
+        cluster.queue("broker-b", 0).await?,
+    );
+
+    let oversized = Message::new(TOPIC, vec![0u8; 4 * 1024 * 1024 + 1]);
+    let error = producer.send(oversized).await.expect_err("over the limit");
+    assert!(matches!(error, ProducerError::MessageIllegal(_)), "{error}");
+    let error = producer
+        .send(Message::new("NoSuchTopic", "x"))
+        .await
+        .expect_err("no route");
+    assert!(matches!(error, ProducerError::NoRoute { .. }), "{error}");
+    let mixed = vec![Message::new(TOPIC, "a"), Message::new("Other", "b")];
+    assert!(matches!(
+        producer.send_batch(mixed).await,
+        Err(ProducerError::InvalidRequest(_))
+    ));
+
+    let after = (
+        cluster.queue("broker-a", 0).await?,
+        cluster.queue("broker-b", 0).await?,
+    );
+    assert_eq!(before, after, "nothing was stored");
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_leader_isolated_mid_sends_should_never_report_a_lost_send() -> anyhow::Result<()> {
+    init_tracing();
+    let cluster = Cluster::start(0x5EED_0205).await?;
+    let producer = cluster.producer()?;
+    cluster.wait_for_route().await?;
+    let group_a = cluster.group("broker-a");
+    let leader = group_a.wait_for_leader(TIMEOUT).await?;
+
+    let sender = {
+        let producer = producer.clone();
+        tokio::spawn(async move {
+            let mut outcomes = Vec::new();
+            for i in 0..200 {
+                outcomes.push(producer.send(Message::new(TOPIC, format!("f{i}"))).await);
+            }
+            outcomes
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    info!(
+        leader,
+        "--- isolate broker-a's leader while sends are in flight"
+    );
+    group_a.faults.isolate(leader);
+    let outcomes = sender.await?;
+    group_a.faults.heal();
+    let acknowledged: Vec<SendResult> = outcomes
+        .iter()
+        .filter_map(|o| o.as_ref().ok().cloned())
+        .collect();
+    info!(
+        acknowledged = acknowledged.len(),
+        failed = outcomes.len() - acknowledged.len(),
+        "--- check"
+    );
+    assert!(
+        acknowledged.len() >= 150,
+        "most sends succeed by retrying on broker-b or a new leader"
+    );
+    cluster.assert_stored(&acknowledged).await?;
+    cluster.shutdown().await;
+    Ok(())
+}
