@@ -197,6 +197,12 @@ async fn given_log_purged_when_wiped_node_restarts_should_be_rebuilt_by_snapshot
     send_many(&group, 600, 8).await?;
     info!(follower, "--- stop and wipe a follower");
     group.stop(follower).await;
+    let request = pb::PrepareNodeReplacementRequest { node_id: follower };
+    group
+        .client(leader)
+        .await?
+        .prepare_node_replacement(request)
+        .await?;
     group.wipe(follower)?;
     send_many(&group, 200, 4).await?;
     info!("--- snapshot and purge the leader's log");

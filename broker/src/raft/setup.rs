@@ -1,5 +1,5 @@
-//! Starting openraft for a broker node: the settings a broker needs (notes/openraft.md §3)
-//! and founding a new group.
+//! Starting openraft for a broker node: the settings a broker needs (notes/openraft.md §3),
+//! founding a new group, and letting a node with a replaced disk rejoin.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -75,4 +75,15 @@ pub async fn bootstrap(raft: &Raft, peers: &BTreeMap<NodeId, String>) -> Result<
     raft.initialize(members)
         .await
         .map_err(|error| format!("initialize: {error}"))
+}
+
+/// On the leader: lets the follower `node` come back with an empty log (its disk replaced),
+/// to be rebuilt from the leader's log or snapshot. Without this, a follower whose log went
+/// backwards is treated as a bug. Call it after stopping the node and before restarting it.
+pub async fn allow_empty_rejoin(raft: &Raft, node: NodeId) -> Result<(), String> {
+    raft.trigger()
+        .allow_next_revert(&node, true)
+        .await
+        .map_err(|fatal| fatal.to_string())?
+        .map_err(|error| error.to_string())
 }

@@ -1,5 +1,5 @@
 //! Admin writes of the broker API: create, update and delete topics, upsert subscription
-//! groups. The leader validates each request at the edge and replicates it as one command;
+//! groups, prepare the replacement of a node's disk. The leader validates each request at the edge and replicates it as one command;
 //! the call returns once the command is applied.
 
 use rocketraft_proto::broker as pb;
@@ -10,6 +10,7 @@ use crate::metadata::PERM_READ;
 use crate::metadata::PERM_WRITE;
 use crate::metadata::TopicConfig;
 use crate::raft::propose::propose;
+use crate::raft::setup::allow_empty_rejoin;
 use crate::raft::types::Command;
 use crate::service::BrokerService;
 use crate::topic::QUEUE_COUNT_MAX;
@@ -71,6 +72,18 @@ impl BrokerService {
             retry_queue_count,
         };
         self.replicate(Command::UpsertGroup(group)).await
+    }
+
+    pub(super) async fn handle_prepare_node_replacement(
+        &self,
+        node_id: u64,
+    ) -> Result<(), BrokerError> {
+        self.ensure_leader()?;
+        allow_empty_rejoin(&self.raft, node_id)
+            .await
+            .map_err(BrokerError::BadRequest)?;
+        tracing::warn!(node_id, "node may rejoin with an empty log (replaced disk)");
+        Ok(())
     }
 
     /// Creates `topic` with `queue_count` read and write queues, as a first send does when

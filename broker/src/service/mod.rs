@@ -94,6 +94,15 @@ impl pb::broker_server::Broker for BrokerService {
         Ok(Response::new(pb::UpsertGroupResponse {}))
     }
 
+    async fn prepare_node_replacement(
+        &self,
+        request: Request<pb::PrepareNodeReplacementRequest>,
+    ) -> Result<Response<pb::PrepareNodeReplacementResponse>, Status> {
+        self.handle_prepare_node_replacement(request.into_inner().node_id)
+            .await?;
+        Ok(Response::new(pb::PrepareNodeReplacementResponse {}))
+    }
+
     async fn read_consume_queue(
         &self,
         request: Request<pb::ReadConsumeQueueRequest>,
