@@ -37,6 +37,7 @@ use crate::registration::Identity;
 use crate::registration::run_registration;
 use crate::service::BrokerService;
 use crate::store::MessageStore;
+use crate::topic::AUTO_CREATED_QUEUE_COUNT;
 
 /// How long a stopping node lets open calls finish before it closes them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -165,6 +166,11 @@ impl BrokerNode {
                     .get(&config.node_id)
                     .cloned()
                     .unwrap_or_else(|| addr.to_string()),
+                auto_create_queue_count: if config.auto_create_topic {
+                    AUTO_CREATED_QUEUE_COUNT
+                } else {
+                    0
+                },
             };
             tokio::spawn(run_registration(
                 raft.clone(),

@@ -30,6 +30,8 @@ pub struct Identity {
     pub group: String,
     pub node_id: u64,
     pub addr: String,
+    /// Queues of a topic this group creates on first send; 0 if auto-creation is off.
+    pub auto_create_queue_count: u32,
 }
 
 /// Registers until `shutdown` or until Raft stops.
@@ -108,6 +110,7 @@ fn registration(identity: &Identity, role: Role, group: &GroupState) -> pb::Regi
         } as i32,
         term: role.term,
         topics,
+        auto_create_queue_count: identity.auto_create_queue_count,
     }
 }
 

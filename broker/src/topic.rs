@@ -8,6 +8,8 @@ pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
 pub const RETRY_TOPIC_PREFIX: &str = "%RETRY%";
 /// Prefix of a consumer group's dead-letter topic: `%DLQ%<group>`.
 pub const DLQ_TOPIC_PREFIX: &str = "%DLQ%";
+/// Queues of a topic created by its first send (RocketMQ's `defaultTopicQueueNums`).
+pub const AUTO_CREATED_QUEUE_COUNT: u32 = 4;
 /// Queues one topic may have in one broker group.
 pub const QUEUE_COUNT_MAX: u32 = 1024;
 

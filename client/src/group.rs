@@ -31,6 +31,8 @@ pub enum GroupError {
         #[source]
         source: tonic::transport::Error,
     },
+    #[error("no node of the group knows a leader")]
+    NoLeader,
     #[error("the broker rejected the request: {0}")]
     Rejected(#[source] tonic::Status),
     #[error("no leader accepted the request within {timeout:?}; last error: {last_error}")]
@@ -97,6 +99,12 @@ impl BrokerGroupClient {
             }
         }
         best.map(|(_, leader)| leader)
+    }
+
+    /// A connection to the current leader.
+    pub async fn leader(&self) -> Result<BrokerClient<Channel>, GroupError> {
+        let leader = self.find_leader().await.ok_or(GroupError::NoLeader)?;
+        connect(leader).await
     }
 
     /// Sends to the leader, following leader changes until `timeout`. A rejection of the

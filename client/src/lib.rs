@@ -4,10 +4,12 @@
 //! - [`message`]: the message type and its core properties; [`unique_id`]: `UNIQ_KEY`s;
 //! - [`route`]: topic routes from the nameservers, cached;
 //! - [`group`]: a leader-following connection to one broker group (tools and tests);
+//! - [`admin`]: cluster administration (what `mqadmin` does);
 //! - [`error`]: what can go wrong, in the application's terms.
 //!
-//! The crate also carries the append benchmark, `rocketraft-bench`.
+//! Binaries: `mqadmin` (admin CLI) and `rocketraft-bench` (append benchmark).
 
+pub mod admin;
 pub mod error;
 pub mod group;
 pub mod message;

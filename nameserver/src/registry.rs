@@ -12,6 +12,9 @@ use std::time::Instant;
 
 use rocketraft_proto::nameserver as pb;
 
+/// RocketMQ permission bits read (4) and write (2).
+const PERM_READ_WRITE: u32 = 6;
+
 #[derive(Debug, Clone)]
 struct NodeEntry {
     cluster: String,
@@ -27,6 +30,8 @@ struct GroupEntry {
     topics: BTreeMap<String, pb::TopicConfig>,
     /// Term of the leader whose topic configs `topics` holds.
     topics_term: u64,
+    /// Queues of a topic the group creates on first send; 0 if it does not.
+    auto_create_queue_count: u32,
 }
 
 impl GroupEntry {
@@ -72,6 +77,7 @@ impl RouteRegistry {
     pub fn register(&mut self, registration: pb::RegisterBrokerRequest, now: Instant) {
         let role = registration.role();
         let group = self.groups.entry(registration.group.clone()).or_default();
+        group.auto_create_queue_count = registration.auto_create_queue_count;
         if role == pb::Role::Leader && registration.term >= group.topics_term {
             group.topics = registration
                 .topics
@@ -108,7 +114,8 @@ impl RouteRegistry {
         dropped
     }
 
-    /// The groups serving `topic`, or `None` if no group does.
+    /// The groups serving `topic`; for a topic no group has, the groups that create topics
+    /// on first send (RocketMQ's `TBW102` route); `None` if neither exists.
     pub fn topic_route(&self, topic: &str) -> Option<pb::TopicRoute> {
         let mut route = pb::TopicRoute {
             topic: topic.to_owned(),
@@ -121,6 +128,21 @@ impl RouteRegistry {
                     read_queue_count: config.read_queue_count,
                     write_queue_count: config.write_queue_count,
                     perm: config.perm,
+                });
+                route.groups.push(group.route(name));
+            }
+        }
+        if route.groups.is_empty() {
+            for (name, group) in self
+                .groups
+                .iter()
+                .filter(|(_, group)| group.auto_create_queue_count > 0)
+            {
+                route.queues.push(pb::QueueData {
+                    group: name.clone(),
+                    read_queue_count: group.auto_create_queue_count,
+                    write_queue_count: group.auto_create_queue_count,
+                    perm: PERM_READ_WRITE,
                 });
                 route.groups.push(group.route(name));
             }
@@ -167,6 +189,7 @@ mod tests {
             addr: format!("127.0.0.1:{}", 10_000 + node_id),
             role: role as i32,
             term,
+            auto_create_queue_count: 0,
             topics: topics
                 .iter()
                 .map(|name| pb::TopicConfig {
@@ -198,6 +221,31 @@ mod tests {
         assert_eq!(route.groups[0].leader_addr, "127.0.0.1:10002");
         assert_eq!(route.queues[0].write_queue_count, 4);
         assert_eq!(registry.topic_list().topics, vec!["new".to_owned()]);
+    }
+
+    #[test]
+    fn unknown_topics_route_to_groups_that_create_on_first_send() {
+        let now = Instant::now();
+        let mut registry = RouteRegistry::default();
+        registry.register(registration(1, pb::Role::Leader, 1, &["known"]), now);
+        assert!(registry.topic_route("fresh").is_none());
+        let mut auto = registration(1, pb::Role::Leader, 1, &["known"]);
+        auto.auto_create_queue_count = 4;
+        registry.register(auto, now);
+        let route = registry.topic_route("fresh").expect("an auto-create route");
+        assert_eq!(
+            (route.queues[0].write_queue_count, route.queues[0].perm),
+            (4, 6)
+        );
+        assert_eq!(
+            registry.topic_route("known").expect("route").queues[0].write_queue_count,
+            4
+        );
+        assert_eq!(
+            registry.topic_list().topics,
+            vec!["known".to_owned()],
+            "not listed as a topic"
+        );
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! fault plan on the Raft transport.
 //!
 //! Everything waits on conditions with deadlines; nothing sleeps for a fixed time to "let
-//! things settle".
+//! things settle". [`cluster`] adds a nameserver and a second group for SDK tests.
+
+pub mod cluster;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -130,6 +130,8 @@ async fn given_topic_created_should_be_routed_by_the_nameserver_until_deleted() 
         config.namesrv = vec![addr.clone()];
         // Long enough that only the change itself can publish the topic in time.
         config.register_interval_ms = 60_000;
+        // Otherwise an unknown topic routes to this group for auto-creation.
+        config.auto_create_topic = false;
     })
     .await?;
     let leader = group.wait_for_leader(TIMEOUT).await?;

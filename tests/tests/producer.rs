@@ -7,120 +7,40 @@ use rocketraft_client::error::ProducerError;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::producer::SendResult;
-use rocketraft_client::route::RouteCache;
-use rocketraft_nameserver::server::NameServer;
-use rocketraft_nameserver::server::NameServerConfig;
-use rocketraft_proto::broker as pb;
-use rocketraft_tests::TestGroup;
+use rocketraft_tests::cluster::GROUPS;
+use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::init_tracing;
-use rocketraft_tests::wait_for;
 use tracing::info;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 const TOPIC: &str = "Orders";
 const QUEUES: u32 = 4;
-const GROUPS: [&str; 2] = ["broker-a", "broker-b"];
 
-struct Cluster {
-    nameserver: NameServer,
-    groups: Vec<TestGroup>,
+/// Both groups serve `TOPIC` with `QUEUES` queues each; the producer finds them.
+async fn start(seed: u64) -> anyhow::Result<(TestCluster, Producer)> {
+    let cluster = TestCluster::start(seed).await?;
+    cluster.create_topic(TOPIC, QUEUES).await?;
+    cluster.wait_for_route(TOPIC).await?;
+    let producer = Producer::builder(cluster.nameservers(), "test-producer").build()?;
+    Ok((cluster, producer))
 }
 
-impl Cluster {
-    /// A nameserver and two groups that serve `TOPIC` with `QUEUES` queues each.
-    async fn start(seed: u64) -> anyhow::Result<Cluster> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let nameserver = NameServer::start_on(listener, NameServerConfig::default())?;
-        let addr = nameserver.addr().to_string();
-        let mut groups = Vec::new();
-        for (index, name) in GROUPS.iter().enumerate() {
-            let group = TestGroup::start(3, seed + index as u64, |config| {
-                config.group = (*name).to_owned();
-                config.namesrv = vec![addr.clone()];
-                config.auto_create_topic = false;
-            })
-            .await?;
-            let leader = group.wait_for_leader(TIMEOUT).await?;
-            let create = pb::CreateTopicRequest {
-                topic: TOPIC.into(),
-                read_queue_count: QUEUES,
-                write_queue_count: QUEUES,
-                perm: 0,
-            };
-            group.client(leader).await?.create_topic(create).await?;
-            groups.push(group);
-        }
-        Ok(Cluster { nameserver, groups })
+async fn assert_stored(cluster: &TestCluster, results: &[SendResult]) -> anyhow::Result<()> {
+    for result in results {
+        let queue = cluster.queue(&result.group, TOPIC, result.queue_id).await?;
+        assert_eq!(
+            queue.get(result.queue_offset as usize),
+            Some(&result.commit_log_offset),
+            "{result:?} is not where the send said"
+        );
     }
-
-    fn producer(&self) -> anyhow::Result<Producer> {
-        Ok(Producer::builder(vec![self.nameserver.addr().to_string()], "test-producer").build()?)
-    }
-
-    /// Waits until the nameserver routes the topic to both groups with their leaders.
-    async fn wait_for_route(&self) -> anyhow::Result<()> {
-        let routes = RouteCache::new(vec![self.nameserver.addr().to_string()], Duration::ZERO);
-        wait_for("a route over both groups", TIMEOUT, || async {
-            let route = routes.refresh(TOPIC).await.ok()?;
-            (route.groups.len() == 2 && route.groups.iter().all(|g| g.leader.is_some()))
-                .then_some(())
-        })
-        .await
-    }
-
-    fn group(&self, name: &str) -> &TestGroup {
-        &self.groups[GROUPS
-            .iter()
-            .position(|g| *g == name)
-            .expect("a known group")]
-    }
-
-    /// The commitlog offsets of a queue on the group's leader.
-    async fn queue(&self, group: &str, queue_id: i32) -> anyhow::Result<Vec<i64>> {
-        let group = self.group(group);
-        let leader = group.wait_for_leader(TIMEOUT).await?;
-        let request = pb::ReadConsumeQueueRequest {
-            topic: TOPIC.into(),
-            queue_id,
-            from_queue_offset: 0,
-            max_units: 4096,
-        };
-        let units = group
-            .client(leader)
-            .await?
-            .read_consume_queue(request)
-            .await?
-            .into_inner()
-            .units;
-        Ok(units.iter().map(|unit| unit.commit_log_offset).collect())
-    }
-
-    async fn assert_stored(&self, results: &[SendResult]) -> anyhow::Result<()> {
-        for result in results {
-            let queue = self.queue(&result.group, result.queue_id).await?;
-            assert_eq!(
-                queue.get(result.queue_offset as usize),
-                Some(&result.commit_log_offset),
-                "{result:?} is not where the send said"
-            );
-        }
-        Ok(())
-    }
-
-    async fn shutdown(self) {
-        for group in self.groups {
-            group.shutdown().await;
-        }
-        self.nameserver.shutdown().await;
-    }
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_two_groups_should_spread_order_and_batch_sends() -> anyhow::Result<()> {
     init_tracing();
-    let cluster = Cluster::start(0x5EED_0201).await?;
-    let producer = cluster.producer()?;
-    cluster.wait_for_route().await?;
+    let (cluster, producer) = start(0x5EED_0201).await?;
 
     info!("--- round-robin sends reach every queue of both groups");
     let mut sent = Vec::new();
@@ -139,7 +59,7 @@ async fn given_two_groups_should_spread_order_and_batch_sends() -> anyhow::Resul
             );
         }
     }
-    cluster.assert_stored(&sent).await?;
+    assert_stored(&cluster, &sent).await?;
     let mut ids: Vec<&String> = sent.iter().map(|r| &r.msg_id).collect();
     ids.sort_unstable();
     ids.dedup();
@@ -183,7 +103,7 @@ async fn given_two_groups_should_spread_order_and_batch_sends() -> anyhow::Resul
             .windows(2)
             .all(|w| w[1].queue_offset == w[0].queue_offset + 1 && w[0].queue_id == w[1].queue_id)
     );
-    cluster.assert_stored(&batch).await?;
+    assert_stored(&cluster, &batch).await?;
     cluster.shutdown().await;
     Ok(())
 }
@@ -191,12 +111,10 @@ async fn given_two_groups_should_spread_order_and_batch_sends() -> anyhow::Resul
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_bad_sends_should_fail_clearly_and_store_nothing() -> anyhow::Result<()> {
     init_tracing();
-    let cluster = Cluster::start(0x5EED_0203).await?;
-    let producer = cluster.producer()?;
-    cluster.wait_for_route().await?;
+    let (cluster, producer) = start(0x5EED_0203).await?;
     let before = (
-        cluster.queue("broker-a", 0).await?,
-        cluster.queue("broker-b", 0).await?,
+        cluster.queue("broker-a", TOPIC, 0).await?,
+        cluster.queue("broker-b", TOPIC, 0).await?,
     );
 
     let oversized = Message::new(TOPIC, vec![0u8; 4 * 1024 * 1024 + 1]);
@@ -214,8 +132,8 @@ async fn given_bad_sends_should_fail_clearly_and_store_nothing() -> anyhow::Resu
     ));
 
     let after = (
-        cluster.queue("broker-a", 0).await?,
-        cluster.queue("broker-b", 0).await?,
+        cluster.queue("broker-a", TOPIC, 0).await?,
+        cluster.queue("broker-b", TOPIC, 0).await?,
     );
     assert_eq!(before, after, "nothing was stored");
     cluster.shutdown().await;
@@ -225,9 +143,7 @@ async fn given_bad_sends_should_fail_clearly_and_store_nothing() -> anyhow::Resu
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_leader_isolated_mid_sends_should_never_report_a_lost_send() -> anyhow::Result<()> {
     init_tracing();
-    let cluster = Cluster::start(0x5EED_0205).await?;
-    let producer = cluster.producer()?;
-    cluster.wait_for_route().await?;
+    let (cluster, producer) = start(0x5EED_0205).await?;
     let group_a = cluster.group("broker-a");
     let leader = group_a.wait_for_leader(TIMEOUT).await?;
 
@@ -262,7 +178,42 @@ async fn given_leader_isolated_mid_sends_should_never_report_a_lost_send() -> an
         acknowledged.len() >= 150,
         "most sends succeed by retrying on broker-b or a new leader"
     );
-    cluster.assert_stored(&acknowledged).await?;
+    assert_stored(&cluster, &acknowledged).await?;
     cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_auto_creating_group_should_route_and_accept_the_first_send_to_a_new_topic()
+-> anyhow::Result<()> {
+    init_tracing();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let nameserver =
+        rocketraft_nameserver::server::NameServer::start_on(listener, Default::default())?;
+    let addr = nameserver.addr().to_string();
+    let group = rocketraft_tests::TestGroup::start(3, 0x5EED_0207, |config| {
+        config.namesrv = vec![addr.clone()];
+        config.auto_create_topic = true;
+    })
+    .await?;
+    group.wait_for_leader(TIMEOUT).await?;
+    let producer = Producer::builder(vec![addr.clone()], "auto").build()?;
+    let first = rocketraft_tests::wait_for("an auto-create route", TIMEOUT, || async {
+        producer.send(Message::new("Fresh", "first")).await.ok()
+    })
+    .await?;
+    assert_eq!(first.group, "broker-a");
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    assert!(
+        group
+            .node(leader)
+            .group()
+            .metadata()
+            .topics
+            .contains_key("Fresh"),
+        "the send created the topic"
+    );
+    group.shutdown().await;
+    nameserver.shutdown().await;
     Ok(())
 }

@@ -16,11 +16,10 @@ use crate::metadata::PERM_WRITE;
 use crate::service::BrokerService;
 use crate::store::properties::Properties;
 use crate::store::record::MessageRecord;
+use crate::topic::AUTO_CREATED_QUEUE_COUNT;
 use crate::topic::is_system_topic;
 use crate::topic::validate_topic_name;
 
-/// Queues of a topic created by its first send (RocketMQ's `defaultTopicQueueNums`).
-pub const AUTO_CREATED_QUEUE_COUNT: u32 = 4;
 /// Messages in one `Send` at most.
 pub const SEND_BATCH_COUNT_MAX: usize = 1024;
 /// Sum of the bodies of one `Send` at most (RocketMQ's batch limit).

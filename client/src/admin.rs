@@ -1,0 +1,221 @@
+//! Cluster administration through the nameservers and the group leaders: what `mqadmin`
+//! does, as a library so tools and tests share it.
+
+use rocketraft_proto::broker as broker_pb;
+use rocketraft_proto::nameserver as pb;
+use rocketraft_proto::nameserver::name_server_client::NameServerClient;
+use serde::Serialize;
+
+use crate::group::BrokerGroupClient;
+use crate::group::GroupError;
+
+/// How long one nameserver query may take.
+const QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("no nameserver answered: {last_error}")]
+    NameserversUnavailable { last_error: String },
+    #[error("no broker group serves topic {0:?}")]
+    NoRoute(String),
+    #[error("no broker group named {0:?} is registered")]
+    UnknownGroup(String),
+    #[error("broker group {group}: {source}")]
+    Group {
+        group: String,
+        #[source]
+        source: GroupError,
+    },
+    #[error("broker group {group} refused: {status}")]
+    Refused {
+        group: String,
+        status: tonic::Status,
+    },
+}
+
+/// Min and max offset of one queue of a topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueStatus {
+    pub group: String,
+    pub queue_id: i32,
+    pub min_offset: i64,
+    pub max_offset: i64,
+}
+
+pub struct Admin {
+    nameservers: Vec<String>,
+}
+
+impl Admin {
+    pub fn new(nameservers: Vec<String>) -> Admin {
+        Admin { nameservers }
+    }
+
+    pub async fn cluster_info(&self) -> Result<pb::ClusterInfo, AdminError> {
+        self.ask(
+            |mut client| async move { client.get_cluster_info(pb::GetClusterInfoRequest {}).await },
+        )
+        .await
+    }
+
+    pub async fn topic_list(&self) -> Result<Vec<String>, AdminError> {
+        Ok(self
+            .ask(
+                |mut client| async move { client.get_topic_list(pb::GetTopicListRequest {}).await },
+            )
+            .await?
+            .topics)
+    }
+
+    pub async fn topic_route(&self, topic: &str) -> Result<pb::TopicRoute, AdminError> {
+        let request = pb::GetTopicRouteRequest {
+            topic: topic.to_owned(),
+        };
+        match self
+            .ask(|mut client| {
+                let request = request.clone();
+                async move { client.get_topic_route(request).await }
+            })
+            .await
+        {
+            Err(AdminError::Refused { status, .. }) if status.code() == tonic::Code::NotFound => {
+                Err(AdminError::NoRoute(topic.to_owned()))
+            }
+            other => other,
+        }
+    }
+
+    /// Creates (or updates) `topic` with `queues` read and write queues in `group`, or in
+    /// every registered group; returns the groups it was created in.
+    pub async fn create_topic(
+        &self,
+        topic: &str,
+        queues: u32,
+        group: Option<&str>,
+    ) -> Result<Vec<String>, AdminError> {
+        let info = self.cluster_info().await?;
+        let targets: Vec<&pb::GroupRoute> = info
+            .groups
+            .iter()
+            .filter(|route| group.is_none_or(|name| route.group == name))
+            .collect();
+        if targets.is_empty() {
+            return Err(AdminError::UnknownGroup(
+                group.unwrap_or("<any>").to_owned(),
+            ));
+        }
+        let mut created = Vec::new();
+        for route in targets {
+            let mut leader =
+                group_client(route)
+                    .leader()
+                    .await
+                    .map_err(|source| AdminError::Group {
+                        group: route.group.clone(),
+                        source,
+                    })?;
+            let request = broker_pb::CreateTopicRequest {
+                topic: topic.to_owned(),
+                read_queue_count: queues,
+                write_queue_count: queues,
+                perm: 0,
+            };
+            leader
+                .create_topic(request)
+                .await
+                .map_err(|status| AdminError::Refused {
+                    group: route.group.clone(),
+                    status,
+                })?;
+            created.push(route.group.clone());
+        }
+        Ok(created)
+    }
+
+    /// The min and max offset of every queue of `topic`, read from each group's leader.
+    pub async fn topic_status(&self, topic: &str) -> Result<Vec<QueueStatus>, AdminError> {
+        let route = self.topic_route(topic).await?;
+        let mut statuses = Vec::new();
+        for queues in &route.queues {
+            let Some(group_route) = route.groups.iter().find(|g| g.group == queues.group) else {
+                continue;
+            };
+            let group_error = |source| AdminError::Group {
+                group: queues.group.clone(),
+                source,
+            };
+            let mut leader = group_client(group_route)
+                .leader()
+                .await
+                .map_err(group_error)?;
+            for queue_id in 0..queues.read_queue_count.max(queues.write_queue_count) as i32 {
+                let request = broker_pb::ReadConsumeQueueRequest {
+                    topic: topic.to_owned(),
+                    queue_id,
+                    from_queue_offset: 0,
+                    max_units: 1,
+                };
+                let response = leader
+                    .read_consume_queue(request)
+                    .await
+                    .map_err(|status| AdminError::Refused {
+                        group: queues.group.clone(),
+                        status,
+                    })?
+                    .into_inner();
+                statuses.push(QueueStatus {
+                    group: queues.group.clone(),
+                    queue_id,
+                    min_offset: response.min_queue_offset,
+                    max_offset: response.max_queue_offset,
+                });
+            }
+        }
+        Ok(statuses)
+    }
+
+    /// Asks the nameservers in order until one answers.
+    async fn ask<T, F, Fut>(&self, call: F) -> Result<T, AdminError>
+    where
+        F: Fn(NameServerClient<tonic::transport::Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut last_error = String::from("no nameserver configured");
+        for nameserver in &self.nameservers {
+            let endpoint =
+                match tonic::transport::Endpoint::from_shared(format!("http://{nameserver}")) {
+                    Ok(endpoint) => endpoint
+                        .connect_timeout(QUERY_TIMEOUT)
+                        .timeout(QUERY_TIMEOUT),
+                    Err(error) => {
+                        last_error = format!("{nameserver}: {error}");
+                        continue;
+                    }
+                };
+            match endpoint.connect().await {
+                Ok(channel) => match call(NameServerClient::new(channel)).await {
+                    Ok(response) => return Ok(response.into_inner()),
+                    Err(status) if status.code() == tonic::Code::NotFound => {
+                        return Err(AdminError::Refused {
+                            group: nameserver.clone(),
+                            status,
+                        });
+                    }
+                    Err(status) => last_error = format!("{nameserver}: {status}"),
+                },
+                Err(error) => last_error = format!("{nameserver}: {error}"),
+            }
+        }
+        Err(AdminError::NameserversUnavailable { last_error })
+    }
+}
+
+fn group_client(route: &pb::GroupRoute) -> BrokerGroupClient {
+    BrokerGroupClient::new(
+        route
+            .nodes
+            .values()
+            .filter_map(|addr| addr.parse().ok())
+            .collect(),
+    )
+}

@@ -1,0 +1,105 @@
+//! A whole cluster for SDK and admin tests: one nameserver and two 3-node broker groups
+//! (`broker-a`, `broker-b`) on loopback, topics created on demand.
+
+use std::time::Duration;
+
+use rocketraft_client::route::RouteCache;
+use rocketraft_nameserver::server::NameServer;
+use rocketraft_nameserver::server::NameServerConfig;
+use rocketraft_proto::broker as pb;
+
+use crate::TestGroup;
+use crate::wait_for;
+
+pub const GROUPS: [&str; 2] = ["broker-a", "broker-b"];
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+pub struct TestCluster {
+    pub nameserver: NameServer,
+    pub groups: Vec<TestGroup>,
+}
+
+impl TestCluster {
+    /// Starts the nameserver and both groups (auto-creation off), waiting for their leaders.
+    pub async fn start(seed: u64) -> anyhow::Result<TestCluster> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let nameserver = NameServer::start_on(listener, NameServerConfig::default())?;
+        let addr = nameserver.addr().to_string();
+        let mut groups = Vec::new();
+        for (index, name) in GROUPS.iter().enumerate() {
+            let group = TestGroup::start(3, seed + index as u64, |config| {
+                config.group = (*name).to_owned();
+                config.namesrv = vec![addr.clone()];
+                config.auto_create_topic = false;
+            })
+            .await?;
+            group.wait_for_leader(TIMEOUT).await?;
+            groups.push(group);
+        }
+        Ok(TestCluster { nameserver, groups })
+    }
+
+    pub fn nameservers(&self) -> Vec<String> {
+        vec![self.nameserver.addr().to_string()]
+    }
+
+    /// Creates `topic` with `queues` queues in both groups, through their leaders.
+    pub async fn create_topic(&self, topic: &str, queues: u32) -> anyhow::Result<()> {
+        for group in &self.groups {
+            let leader = group.wait_for_leader(TIMEOUT).await?;
+            let request = pb::CreateTopicRequest {
+                topic: topic.into(),
+                read_queue_count: queues,
+                write_queue_count: queues,
+                perm: 0,
+            };
+            group.client(leader).await?.create_topic(request).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until the nameserver routes `topic` to both groups with their leaders.
+    pub async fn wait_for_route(&self, topic: &str) -> anyhow::Result<()> {
+        let routes = RouteCache::new(self.nameservers(), Duration::ZERO);
+        wait_for("a route over both groups", TIMEOUT, || async {
+            let route = routes.refresh(topic).await.ok()?;
+            (route.groups.len() == GROUPS.len() && route.groups.iter().all(|g| g.leader.is_some()))
+                .then_some(())
+        })
+        .await
+    }
+
+    pub fn group(&self, name: &str) -> &TestGroup {
+        &self.groups[GROUPS
+            .iter()
+            .position(|g| *g == name)
+            .expect("a known group")]
+    }
+
+    /// The commitlog offsets of a queue, read on the group's leader.
+    pub async fn queue(&self, group: &str, topic: &str, queue_id: i32) -> anyhow::Result<Vec<i64>> {
+        let group = self.group(group);
+        let leader = group.wait_for_leader(TIMEOUT).await?;
+        let request = pb::ReadConsumeQueueRequest {
+            topic: topic.into(),
+            queue_id,
+            from_queue_offset: 0,
+            max_units: 4096,
+        };
+        let units = group
+            .client(leader)
+            .await?
+            .read_consume_queue(request)
+            .await?
+            .into_inner()
+            .units;
+        Ok(units.iter().map(|unit| unit.commit_log_offset).collect())
+    }
+
+    pub async fn shutdown(self) {
+        for group in self.groups {
+            group.shutdown().await;
+        }
+        self.nameserver.shutdown().await;
+    }
+}
