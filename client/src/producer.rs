@@ -22,6 +22,8 @@ use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
+use rocketraft_proto::names::validate_group_name;
+use rocketraft_proto::names::validate_topic_name;
 use tonic::transport::Channel;
 
 use crate::error::ProducerError;
@@ -77,6 +79,7 @@ impl ProducerBuilder {
     }
 
     pub fn build(self) -> Result<Producer, ProducerError> {
+        validate_group_name(&self.group).map_err(ProducerError::InvalidRequest)?;
         if self.nameservers.is_empty() {
             return Err(ProducerError::InvalidRequest(
                 "a producer needs at least one nameserver".into(),
@@ -194,6 +197,7 @@ impl Producer {
     ) -> Result<Vec<SendResult>, ProducerError> {
         let inner = &self.inner;
         let topic = messages[0].topic.clone();
+        validate_topic_name(&topic).map_err(ProducerError::TopicIllegal)?;
         let ids: Vec<String> = messages.iter().map(|_| inner.ids.next_id()).collect();
         let wire = messages
             .iter()

@@ -4,6 +4,8 @@
 //! The code is generated at build time from `proto/*.proto` (see `build.rs`). Response codes are
 //! one table (`ResponseCode`); a retired code stays reserved and is never reused.
 
+pub mod names;
+
 /// Message types and response codes shared by every service.
 pub mod common {
     tonic::include_proto!("rocketraft.common");

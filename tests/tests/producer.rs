@@ -125,6 +125,11 @@ async fn given_bad_sends_should_fail_clearly_and_store_nothing() -> anyhow::Resu
         .await
         .expect_err("no route");
     assert!(matches!(error, ProducerError::NoRoute { .. }), "{error}");
+    let error = producer
+        .send(Message::new("bad topic!", "x"))
+        .await
+        .expect_err("bad name");
+    assert!(matches!(error, ProducerError::TopicIllegal(_)), "{error}");
     let mixed = vec![Message::new(TOPIC, "a"), Message::new("Other", "b")];
     assert!(matches!(
         producer.send_batch(mixed).await,
@@ -215,5 +220,34 @@ async fn given_auto_creating_group_should_route_and_accept_the_first_send_to_a_n
     );
     group.shutdown().await;
     nameserver.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_every_group_down_should_fail_within_the_timeout() -> anyhow::Result<()> {
+    init_tracing();
+    let (mut cluster, _) = start(0x5EED_0209).await?;
+    let producer = Producer::builder(cluster.nameservers(), "doomed")
+        .send_timeout(Duration::from_secs(1))
+        .build()?;
+    for group in &mut cluster.groups {
+        for id in 1..=3 {
+            group.stop(id).await;
+        }
+    }
+    let started = std::time::Instant::now();
+    let error = producer
+        .send(Message::new(TOPIC, "x"))
+        .await
+        .expect_err("nobody serves");
+    assert!(
+        matches!(error, ProducerError::AllGroupsUnavailable { .. }),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bounded by the send timeout"
+    );
+    cluster.shutdown().await;
     Ok(())
 }

@@ -2,7 +2,8 @@
 //!
 //! Workload W1 of `shared/peers`: `--size`-byte messages, `--producers` connections, each
 //! keeping `--inflight` sends outstanding, one message per send (the broker's group commit
-//! does the batching). Finds the leader through `NodeStatus` of the given node.
+//! does the batching). Either straight to the leader of `--broker`'s group (found through
+//! `NodeStatus`), or through the producer SDK with `--namesrv`.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -11,8 +12,11 @@ use std::time::Duration;
 use std::time::Instant;
 
 use clap::Parser;
+use rocketraft_client::admin::Admin;
 use rocketraft_client::group::BrokerGroupClient;
 use rocketraft_client::group::connect;
+use rocketraft_client::message::Message;
+use rocketraft_client::producer::Producer;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::common as common_pb;
@@ -42,36 +46,112 @@ struct Args {
     /// Queues of the topic, created (or updated) before the run.
     #[arg(long, default_value_t = 8)]
     queues: u32,
+    /// Send through the producer SDK, routed by these nameservers (comma separated),
+    /// instead of straight to the leader of `--broker`'s group.
+    #[arg(long, value_delimiter = ',')]
+    namesrv: Vec<String>,
+}
+
+/// How a benchmark producer sends one message.
+#[derive(Clone)]
+enum Sender {
+    /// Straight to the group leader's broker API, queues chosen round-robin.
+    Direct {
+        client: BrokerClient<Channel>,
+        queues: u32,
+    },
+    /// Through the SDK: route lookup, queue selection and retries included.
+    Sdk(Producer),
+}
+
+impl Sender {
+    async fn send(self, topic: String, body: Vec<u8>, sequence: u64) -> anyhow::Result<()> {
+        match self {
+            Sender::Direct { mut client, queues } => {
+                let request = pb::SendRequest {
+                    topic: topic.clone(),
+                    queue_id: (sequence % u64::from(queues)) as i32,
+                    messages: vec![common_pb::Message {
+                        topic,
+                        body: body.into(),
+                        ..Default::default()
+                    }],
+                    born_timestamp_ms: 0,
+                    born_host: String::new(),
+                };
+                client.send(request).await?;
+            }
+            Sender::Sdk(producer) => {
+                producer.send(Message::new(topic, body)).await?;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let leader = find_leader(args.broker).await?;
     println!(
-        "leader {leader}; {} messages of {} bytes, {} producers x {} in flight",
-        args.messages, args.size, args.producers, args.inflight
+        "{} messages of {} bytes, {} producers x {} in flight, {}",
+        args.messages,
+        args.size,
+        args.producers,
+        args.inflight,
+        if args.namesrv.is_empty() {
+            "straight to the leader"
+        } else {
+            "through the producer SDK"
+        }
     );
-    let create = pb::CreateTopicRequest {
-        topic: args.topic.clone(),
-        read_queue_count: args.queues,
-        write_queue_count: args.queues,
-        perm: 0,
-    };
-    connect(leader).await?.create_topic(create).await?;
+    let mut senders = Vec::new();
+    if args.namesrv.is_empty() {
+        let leader = find_leader(args.broker).await?;
+        let create = pb::CreateTopicRequest {
+            topic: args.topic.clone(),
+            read_queue_count: args.queues,
+            write_queue_count: args.queues,
+            perm: 0,
+        };
+        connect(leader).await?.create_topic(create).await?;
+        for _ in 0..args.producers {
+            senders.push(Sender::Direct {
+                client: connect(leader).await?,
+                queues: args.queues,
+            });
+        }
+    } else {
+        Admin::new(args.namesrv.clone())
+            .create_topic(&args.topic, args.queues, None)
+            .await?;
+        for _ in 0..args.producers {
+            senders.push(Sender::Sdk(
+                Producer::builder(args.namesrv.clone(), "bench").build()?,
+            ));
+        }
+        // The nameserver learns the new topic from the leader's next registration.
+        let probe = Producer::builder(args.namesrv.clone(), "bench").build()?;
+        let deadline = Instant::now() + LEADER_WAIT;
+        while let Err(error) = probe.send(Message::new(args.topic.clone(), "probe")).await {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "no route to {}: {error}",
+                args.topic
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     let body = vec![b'x'; args.size];
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..args.producers {
-        let client = connect(leader).await?;
+    for sender in senders {
         tasks.push(tokio::spawn(produce(
-            client,
+            sender,
             next.clone(),
             args.messages,
             args.inflight,
             args.topic.clone(),
-            args.queues,
             body.clone(),
         )));
     }
@@ -121,12 +201,11 @@ async fn find_leader(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
 }
 
 async fn produce(
-    client: BrokerClient<Channel>,
+    sender: Sender,
     next: Arc<AtomicU64>,
     total: u64,
     inflight: usize,
     topic: String,
-    queues: u32,
     body: Vec<u8>,
 ) -> anyhow::Result<Vec<Duration>> {
     let permits = Arc::new(Semaphore::new(inflight));
@@ -138,23 +217,12 @@ async fn produce(
         if sequence >= total {
             break;
         }
-        let mut client = client.clone();
-        let request = pb::SendRequest {
-            topic: topic.clone(),
-            queue_id: (sequence % u64::from(queues)) as i32,
-            messages: vec![common_pb::Message {
-                topic: topic.clone(),
-                body: body.clone().into(),
-                ..Default::default()
-            }],
-            born_timestamp_ms: 0,
-            born_host: String::new(),
-        };
+        let send = sender.clone().send(topic.clone(), body.clone(), sequence);
         sends.spawn(async move {
             let started = Instant::now();
-            let result = client.send(request).await;
+            let result = send.await;
             drop(permit);
-            result.map(|_| started.elapsed())
+            result.map(|()| started.elapsed())
         });
         while let Some(done) = sends.try_join_next() {
             latencies.push(done??);

@@ -1,0 +1,59 @@
+//! Names shared by brokers and clients: what a valid topic or group name is, so a client can
+//! refuse a bad name with the same words the broker would use.
+
+/// Characters in a topic or group name at most (RocketMQ: the record's 1-byte topic length).
+pub const NAME_LEN_MAX: usize = 127;
+
+/// Checks a topic name: 1 to [`NAME_LEN_MAX`] characters of `[A-Za-z0-9_%|-]`.
+pub fn validate_topic_name(name: &str) -> Result<(), String> {
+    validate_name("topic", name)
+}
+
+/// Checks a consumer or producer group name, by the same rule as topic names (a group
+/// names its `%RETRY%` and `%DLQ%` topics).
+pub fn validate_group_name(name: &str) -> Result<(), String> {
+    validate_name("group", name)
+}
+
+fn validate_name(kind: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err(format!("the {kind} name is empty"));
+    }
+    if name.len() > NAME_LEN_MAX {
+        return Err(format!(
+            "the {kind} name has {} characters, at most {NAME_LEN_MAX} are allowed",
+            name.len()
+        ));
+    }
+    match name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '%' | '|' | '-')))
+    {
+        Some(bad) => Err(format!(
+            "the {kind} name {name:?} contains {bad:?}; allowed are A-Z a-z 0-9 _ % | -"
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_at_the_length_limit() {
+        assert!(validate_topic_name(&"a".repeat(NAME_LEN_MAX)).is_ok());
+        let too_long = validate_topic_name(&"a".repeat(NAME_LEN_MAX + 1)).expect_err("too long");
+        assert!(too_long.contains("at most 127"), "{too_long}");
+        assert!(validate_topic_name("").is_err());
+        assert!(validate_group_name(&"g".repeat(NAME_LEN_MAX + 1)).is_err());
+    }
+
+    #[test]
+    fn allowed_and_rejected_characters() {
+        assert!(validate_topic_name("Order_Topic-1|%x").is_ok());
+        for bad in ["a b", "a.b", "a/b", "topic\u{e9}"] {
+            assert!(validate_topic_name(bad).is_err(), "{bad}");
+        }
+    }
+}
