@@ -10,6 +10,7 @@ use rocketraft_client::producer::SendResult;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::init_tracing;
+use rocketraft_tests::wait_for;
 use tracing::info;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -104,6 +105,20 @@ async fn given_two_groups_should_spread_order_and_batch_sends() -> anyhow::Resul
             .all(|w| w[1].queue_offset == w[0].queue_offset + 1 && w[0].queue_id == w[1].queue_id)
     );
     assert_stored(&cluster, &batch).await?;
+
+    info!("--- a one-way send is stored without anyone waiting for it");
+    producer.send_oneway(Message::new(TOPIC, "fire-and-forget").with_keys(["oneway-1"]));
+    let stored_before: usize = sent.len() + ordered.len() + batch.len();
+    wait_for("the one-way message", Duration::from_secs(20), || async {
+        let mut stored = 0;
+        for group in GROUPS {
+            for queue in 0..QUEUES as i32 {
+                stored += cluster.queue(group, TOPIC, queue).await.ok()?.len();
+            }
+        }
+        (stored == stored_before + 1).then_some(())
+    })
+    .await?;
     cluster.shutdown().await;
     Ok(())
 }
