@@ -17,6 +17,8 @@ pub struct GroupState {
     metadata: RwLock<Metadata>,
     /// Bumped whenever the topic table changes, so the leader re-registers its routes.
     topics_version: watch::Sender<u64>,
+    /// Bumped whenever messages are applied, so held pulls look again.
+    messages_version: watch::Sender<u64>,
 }
 
 impl GroupState {
@@ -25,6 +27,7 @@ impl GroupState {
             store: RwLock::new(store),
             metadata: RwLock::new(metadata),
             topics_version: watch::Sender::new(0),
+            messages_version: watch::Sender::new(0),
         }
     }
 
@@ -61,5 +64,14 @@ impl GroupState {
 
     pub fn watch_topics(&self) -> watch::Receiver<u64> {
         self.topics_version.subscribe()
+    }
+
+    /// Tells held pulls that messages were applied.
+    pub fn messages_arrived(&self) {
+        self.messages_version.send_modify(|version| *version += 1);
+    }
+
+    pub fn watch_messages(&self) -> watch::Receiver<u64> {
+        self.messages_version.subscribe()
     }
 }

@@ -318,6 +318,8 @@ fn append_records(group: &GroupState, records: &[u8]) -> io::Result<Vec<Appended
         });
         position += size;
     }
+    drop(store);
+    group.messages_arrived();
     Ok(appended)
 }
 
@@ -410,6 +412,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         };
         self.install_commit_log(&state, snapshot.commit_log)?;
         *self.group.metadata_mut() = state.metadata.clone();
+        self.group.messages_arrived();
         self.group.topics_changed();
         self.last_applied = state.meta.last_log_id;
         self.last_membership = state.meta.last_membership.clone();

@@ -2,6 +2,7 @@
 
 mod admin;
 mod node_status;
+mod pull;
 mod read_consume_queue;
 mod send;
 
@@ -101,6 +102,13 @@ impl pb::broker_server::Broker for BrokerService {
         self.handle_prepare_node_replacement(request.into_inner().node_id)
             .await?;
         Ok(Response::new(pb::PrepareNodeReplacementResponse {}))
+    }
+
+    async fn pull(
+        &self,
+        request: Request<pb::PullRequest>,
+    ) -> Result<Response<pb::PullResponse>, Status> {
+        Ok(Response::new(self.handle_pull(request.into_inner()).await?))
     }
 
     async fn read_consume_queue(

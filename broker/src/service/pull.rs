@@ -1,0 +1,182 @@
+//! `Pull`: messages of one queue from an offset, filtered by the subscription's tags hash
+//! codes, with long polling (DESIGN §6).
+//!
+//! Any node serves pulls: the store holds only committed, applied messages, so a follower
+//! may lag but never shows a message the group could lose. An empty pull waits until a
+//! message is applied (or its wait runs out) and then looks again.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use rocketraft_proto::broker as pb;
+
+use crate::error::BrokerError;
+use crate::service::BrokerService;
+use crate::store::record::MessageRecord;
+use crate::store::tags::tags_code;
+use crate::topic::validate_group_name;
+use crate::topic::validate_topic_name;
+
+/// Messages one pull returns at most.
+pub const PULL_BATCH_COUNT_MAX: u32 = 1024;
+/// Consume-queue units one pull scans at most while filtering, so a pull whose tags match
+/// nothing returns `NO_MATCHED_MESSAGE` promptly instead of scanning a whole queue.
+pub const PULL_SCAN_UNITS_MAX: usize = 4096;
+/// How long an empty pull may be held (RocketMQ's long-polling default).
+pub const PULL_HOLD_MS_MAX: u32 = 15_000;
+/// The subscription expression that takes every message.
+const SUBSCRIBE_ALL: &str = "*";
+
+impl BrokerService {
+    pub(super) async fn handle_pull(
+        &self,
+        request: pb::PullRequest,
+    ) -> Result<pb::PullResponse, BrokerError> {
+        validate_pull(&request)?;
+        let tags: Option<HashSet<i64>> = (!request.tags.is_empty()
+            && !request.tags.iter().any(|t| t == SUBSCRIBE_ALL))
+        .then(|| request.tags.iter().map(|tag| tags_code(tag)).collect());
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(u64::from(request.max_wait_ms));
+        let mut arrivals = self.group.watch_messages();
+        loop {
+            // Mark the current version seen before reading, so an append between the read
+            // and the wait still wakes this pull.
+            arrivals.borrow_and_update();
+            let response = self.read_queue(&request, tags.as_ref())?;
+            if response.status != pb::PullStatus::NoNewMessage as i32 {
+                return Ok(response);
+            }
+            match tokio::time::timeout_at(deadline, arrivals.changed()).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(_)) | Err(_) => return Ok(response),
+            }
+        }
+    }
+
+    fn read_queue(
+        &self,
+        request: &pb::PullRequest,
+        tags: Option<&HashSet<i64>>,
+    ) -> Result<pb::PullResponse, BrokerError> {
+        let store = self.group.store();
+        let (min_offset, max_offset) =
+            store.consume_queue_offsets(&request.topic, request.queue_id);
+        let answer = |status: pb::PullStatus, messages, next_offset| pb::PullResponse {
+            status: status as i32,
+            messages,
+            next_offset,
+            min_offset,
+            max_offset,
+        };
+        if request.queue_offset < min_offset || request.queue_offset > max_offset {
+            let nearest = request.queue_offset.clamp(min_offset, max_offset);
+            return Ok(answer(pb::PullStatus::OffsetIllegal, Vec::new(), nearest));
+        }
+        if request.queue_offset == max_offset {
+            return Ok(answer(pb::PullStatus::NoNewMessage, Vec::new(), max_offset));
+        }
+        let units = store.read_consume_queue(
+            &request.topic,
+            request.queue_id,
+            request.queue_offset,
+            PULL_SCAN_UNITS_MAX,
+        );
+        let mut messages = Vec::new();
+        let mut next_offset = request.queue_offset;
+        for unit in units {
+            if messages.len() >= request.max_messages as usize {
+                break;
+            }
+            let queue_offset = next_offset;
+            next_offset += 1;
+            if tags.is_some_and(|codes| !codes.contains(&unit.tags_code)) {
+                continue;
+            }
+            let record = store
+                .read_message(unit.commit_log_offset)
+                .map_err(|error| BrokerError::Store(error.to_string()))?;
+            messages.push(to_pulled(record, queue_offset, unit.commit_log_offset));
+        }
+        let status = if messages.is_empty() {
+            pb::PullStatus::NoMatchedMessage
+        } else {
+            pb::PullStatus::Found
+        };
+        Ok(answer(status, messages, next_offset))
+    }
+}
+
+fn validate_pull(request: &pb::PullRequest) -> Result<(), BrokerError> {
+    validate_topic_name(&request.topic).map_err(BrokerError::TopicIllegal)?;
+    validate_group_name(&request.group).map_err(BrokerError::BadRequest)?;
+    if request.max_messages == 0 || request.max_messages > PULL_BATCH_COUNT_MAX {
+        return Err(BrokerError::BadRequest(format!(
+            "max_messages must be 1 to {PULL_BATCH_COUNT_MAX}, got {}",
+            request.max_messages
+        )));
+    }
+    if request.max_wait_ms > PULL_HOLD_MS_MAX {
+        return Err(BrokerError::BadRequest(format!(
+            "max_wait_ms is at most {PULL_HOLD_MS_MAX}, got {}",
+            request.max_wait_ms
+        )));
+    }
+    if request.tags.iter().any(|tag| tag.trim().is_empty()) {
+        return Err(BrokerError::BadRequest(
+            "a subscription tag is empty".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn to_pulled(
+    record: MessageRecord,
+    queue_offset: i64,
+    commit_log_offset: i64,
+) -> pb::PulledMessage {
+    pb::PulledMessage {
+        topic: record.topic,
+        queue_id: record.queue_id,
+        queue_offset,
+        commit_log_offset,
+        properties: record
+            .properties
+            .iter()
+            .map(|(key, value)| (key.to_owned(), value.to_owned()))
+            .collect(),
+        body: record.body,
+        flag: record.flag,
+        reconsume_times: record.reconsume_times,
+        born_timestamp_ms: record.born_timestamp_ms,
+        store_timestamp_ms: record.store_timestamp_ms,
+        born_host: record.born_host.to_string(),
+        store_host: record.store_host.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(max_messages: u32, max_wait_ms: u32, tags: &[&str]) -> pb::PullRequest {
+        pb::PullRequest {
+            group: "g".into(),
+            topic: "t".into(),
+            queue_id: 0,
+            queue_offset: 0,
+            max_messages,
+            tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            max_wait_ms,
+        }
+    }
+
+    #[test]
+    fn limits_at_the_boundary() {
+        assert!(validate_pull(&request(PULL_BATCH_COUNT_MAX, PULL_HOLD_MS_MAX, &[])).is_ok());
+        assert!(validate_pull(&request(PULL_BATCH_COUNT_MAX + 1, 0, &[])).is_err());
+        assert!(validate_pull(&request(0, 0, &[])).is_err());
+        assert!(validate_pull(&request(1, PULL_HOLD_MS_MAX + 1, &[])).is_err());
+        assert!(validate_pull(&request(1, 0, &["TagA", " "])).is_err());
+    }
+}

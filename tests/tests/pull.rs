@@ -1,0 +1,163 @@
+//! Pulls from a 3-node group: long polling, tag filtering by hash, offset checks, and
+//! followers serving committed messages.
+
+use std::time::Duration;
+use std::time::Instant;
+
+use rocketraft_proto::broker as pb;
+use rocketraft_proto::common as common_pb;
+use rocketraft_tests::TestGroup;
+use rocketraft_tests::init_tracing;
+use rocketraft_tests::wait_for;
+use tracing::info;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+const TOPIC: &str = "PullTopic";
+
+fn pull(queue_offset: i64, tags: &[&str], max_wait_ms: u32) -> pb::PullRequest {
+    pb::PullRequest {
+        group: "readers".into(),
+        topic: TOPIC.into(),
+        queue_id: 0,
+        queue_offset,
+        max_messages: 32,
+        tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+        max_wait_ms,
+    }
+}
+
+fn tagged(tag: &str, body: &str) -> pb::SendRequest {
+    let mut message = common_pb::Message {
+        topic: TOPIC.into(),
+        body: body.as_bytes().to_vec().into(),
+        ..Default::default()
+    };
+    message.properties.insert("TAGS".into(), tag.into());
+    pb::SendRequest {
+        topic: TOPIC.into(),
+        queue_id: 0,
+        messages: vec![message],
+        born_timestamp_ms: 1,
+        born_host: String::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_held_pull_when_message_arrives_should_answer_at_once() -> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_0401, |_| {}).await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let mut client = group.client(leader).await?;
+    client.send(tagged("TagA", "first")).await?;
+
+    info!("--- an empty pull without a wait answers NO_NEW_MESSAGE at once");
+    let empty = client.pull(pull(1, &[], 0)).await?.into_inner();
+    assert_eq!(
+        (empty.status(), empty.next_offset),
+        (pb::PullStatus::NoNewMessage, 1)
+    );
+
+    info!("--- a held pull is answered as soon as a message is applied");
+    let mut held_client = client.clone();
+    let held = tokio::spawn(async move {
+        let started = Instant::now();
+        let response = held_client
+            .pull(pull(1, &[], 10_000))
+            .await
+            .map(tonic::Response::into_inner);
+        (response, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent_at = Instant::now();
+    client.send(tagged("TagA", "second")).await?;
+    let (response, waited) = held.await?;
+    let response = response?;
+    assert_eq!(response.status(), pb::PullStatus::Found);
+    assert_eq!(response.messages[0].body.as_ref(), b"second");
+    assert_eq!(response.next_offset, 2);
+    assert!(
+        waited < Duration::from_secs(5),
+        "held until the message came, not the full wait"
+    );
+    info!(
+        after_send_ms = sent_at.elapsed().as_millis() as u64,
+        "--- delivered"
+    );
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_tags_should_filter_by_hash_and_check_offsets_on_any_node() -> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_0402, |_| {}).await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let mut client = group.client(leader).await?;
+    for (tag, body) in [
+        ("TagA", "a1"),
+        ("Aa", "aa"),
+        ("TagB", "b1"),
+        ("BB", "bb"),
+        ("TagA", "a2"),
+    ] {
+        client.send(tagged(tag, body)).await?;
+    }
+
+    let bodies = |response: &pb::PullResponse| -> Vec<String> {
+        response
+            .messages
+            .iter()
+            .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+            .collect()
+    };
+    let only_a = client.pull(pull(0, &["TagA"], 0)).await?.into_inner();
+    assert_eq!(bodies(&only_a), ["a1", "a2"]);
+    assert_eq!(only_a.next_offset, 5);
+    // "Aa" and "BB" share a Java hash code: the broker returns both; consumers re-filter.
+    let colliding = client.pull(pull(0, &["Aa"], 0)).await?.into_inner();
+    assert_eq!(bodies(&colliding), ["aa", "bb"]);
+    assert_eq!(
+        bodies(&client.pull(pull(0, &["*"], 0)).await?.into_inner()).len(),
+        5
+    );
+    let none = client.pull(pull(0, &["TagZ"], 0)).await?.into_inner();
+    assert_eq!(
+        (none.status(), none.next_offset),
+        (pb::PullStatus::NoMatchedMessage, 5)
+    );
+
+    let beyond = client.pull(pull(9, &[], 0)).await?.into_inner();
+    assert_eq!(
+        (beyond.status(), beyond.next_offset),
+        (pb::PullStatus::OffsetIllegal, 5)
+    );
+
+    info!("--- a follower serves the same committed messages");
+    let follower = group.a_follower(leader);
+    let mut follower_client = group.client(follower).await?;
+    let from_follower = wait_for("the follower to apply", TIMEOUT, || {
+        let mut follower_client = follower_client.clone();
+        async move {
+            let response = follower_client
+                .pull(pull(0, &["TagA"], 0))
+                .await
+                .ok()?
+                .into_inner();
+            (response.messages.len() == 2).then_some(response)
+        }
+    })
+    .await?;
+    assert_eq!(bodies(&from_follower), ["a1", "a2"]);
+    let bad = follower_client
+        .pull(pb::PullRequest {
+            max_messages: 0,
+            ..pull(0, &[], 0)
+        })
+        .await;
+    assert_eq!(
+        bad.expect_err("zero messages").code(),
+        tonic::Code::InvalidArgument
+    );
+    group.shutdown().await;
+    Ok(())
+}
