@@ -57,3 +57,25 @@ pub fn ensure_leader(raft: &Raft) -> Result<(), ProposeError> {
             leader_addr: forward.leader_node.map(|node| node.addr),
         })
 }
+
+/// Waits until this leader has applied everything committed before the call (a ReadIndex
+/// round), so a read of the state machine that follows cannot see an older state than a
+/// previous leader acknowledged. A new leader's state machine may still lag right after an
+/// election; this closes that window.
+pub async fn linearizable_read(raft: &Raft) -> Result<(), ProposeError> {
+    use openraft::errors::LinearizableReadError;
+    use openraft::errors::RaftError;
+    match raft
+        .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(forward))) => {
+            Err(ProposeError::NotLeader {
+                leader_addr: forward.leader_node.map(|node| node.addr),
+            })
+        }
+        Err(RaftError::APIError(error)) => Err(ProposeError::Unknown(error.to_string())),
+        Err(RaftError::Fatal(fatal)) => Err(ProposeError::Stopped(fatal.to_string())),
+    }
+}

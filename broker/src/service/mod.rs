@@ -2,6 +2,7 @@
 
 mod admin;
 mod node_status;
+mod offsets;
 mod pull;
 mod read_consume_queue;
 mod send;
@@ -109,6 +110,22 @@ impl pb::broker_server::Broker for BrokerService {
         request: Request<pb::PullRequest>,
     ) -> Result<Response<pb::PullResponse>, Status> {
         Ok(Response::new(self.handle_pull(request.into_inner()).await?))
+    }
+
+    async fn commit_offsets(
+        &self,
+        request: Request<pb::CommitOffsetsRequest>,
+    ) -> Result<Response<pb::CommitOffsetsResponse>, Status> {
+        self.handle_commit_offsets(request.into_inner()).await?;
+        Ok(Response::new(pb::CommitOffsetsResponse {}))
+    }
+
+    async fn query_offset(
+        &self,
+        request: Request<pb::QueryOffsetRequest>,
+    ) -> Result<Response<pb::QueryOffsetResponse>, Status> {
+        let offset = self.handle_query_offset(request.into_inner()).await?;
+        Ok(Response::new(pb::QueryOffsetResponse { offset }))
     }
 
     async fn read_consume_queue(
