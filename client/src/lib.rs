@@ -2,7 +2,7 @@
 //!
 //! - [`producer`]: sending messages across broker groups by topic route;
 //! - [`message`]: the message type and its core properties; [`unique_id`]: `UNIQ_KEY`s;
-//! - [`route`]: topic routes from the nameservers, cached;
+//! - [`route`]: topic routes from the nameservers, cached; [`subscription`]: tag expressions;
 //! - [`group`]: a leader-following connection to one broker group (tools and tests);
 //! - [`admin`]: cluster administration (what `mqadmin` does);
 //! - [`error`]: what can go wrong, in the application's terms.
@@ -15,4 +15,5 @@ pub mod group;
 pub mod message;
 pub mod producer;
 pub mod route;
+pub mod subscription;
 pub mod unique_id;

@@ -3,8 +3,10 @@
 
 use rocketraft_client::admin::Admin;
 use rocketraft_client::admin::AdminError;
+use rocketraft_client::admin::ConsumeFrom;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
+use rocketraft_client::subscription::Subscription;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::init_tracing;
@@ -84,6 +86,125 @@ async fn given_two_groups_admin_should_create_route_and_report_topics() -> anyho
         "every message counted once"
     );
     assert!(status.iter().all(|s| s.min_offset == 0));
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_messages_consume_should_filter_by_tag_string_and_resume_from_commits()
+-> anyhow::Result<()> {
+    init_tracing();
+    let cluster = TestCluster::start(0x5EED_0303).await?;
+    cluster.create_topic("Orders", 2).await?;
+    cluster.wait_for_route("Orders").await?;
+    let admin = Admin::new(cluster.nameservers());
+    let producer = Producer::builder(cluster.nameservers(), "admin-test").build()?;
+    for (i, tag) in ["TagA", "TagB", "Aa", "BB", "TagA", "TagA"]
+        .iter()
+        .enumerate()
+    {
+        producer
+            .send(Message::new("Orders", format!("m{i}")).with_tags(*tag))
+            .await?;
+    }
+    let timeout = Duration::from_millis(800);
+    let tag = |expr: &str| Subscription::parse(expr).expect("valid expression");
+
+    let first = admin
+        .consume(
+            "Orders",
+            "inspect",
+            &tag("TagA"),
+            ConsumeFrom::First,
+            100,
+            timeout,
+        )
+        .await?;
+    let mut bodies: Vec<&str> = first.iter().map(|m| m.body.as_str()).collect();
+    bodies.sort_unstable();
+    assert_eq!(bodies, ["m0", "m4", "m5"]);
+    assert!(
+        first
+            .iter()
+            .all(|m| m.tags.as_deref() == Some("TagA") && m.msg_id.len() == 48)
+    );
+
+    // "Aa" and "BB" share a hash: the broker returns both, the tag string decides.
+    let colliding = admin
+        .consume(
+            "Orders",
+            "collide",
+            &tag("Aa"),
+            ConsumeFrom::First,
+            100,
+            timeout,
+        )
+        .await?;
+    assert_eq!(
+        colliding
+            .iter()
+            .map(|m| m.body.as_str())
+            .collect::<Vec<_>>(),
+        ["m2"]
+    );
+
+    let again = admin
+        .consume(
+            "Orders",
+            "inspect",
+            &tag("TagA"),
+            ConsumeFrom::First,
+            100,
+            timeout,
+        )
+        .await?;
+    assert!(
+        again.is_empty(),
+        "the group resumes after what it committed"
+    );
+    let late = admin
+        .consume("Orders", "late", &tag("*"), ConsumeFrom::Last, 100, timeout)
+        .await?;
+    assert!(
+        late.is_empty(),
+        "a new group from the last offset sees nothing old"
+    );
+    producer
+        .send(Message::new("Orders", "m6").with_tags("TagA"))
+        .await?;
+    let next = admin
+        .consume(
+            "Orders",
+            "inspect",
+            &tag("TagA"),
+            ConsumeFrom::First,
+            100,
+            timeout,
+        )
+        .await?;
+    assert_eq!(
+        next.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(),
+        ["m6"]
+    );
+
+    let limited = admin
+        .consume("Orders", "fresh", &tag("*"), ConsumeFrom::First, 2, timeout)
+        .await?;
+    let rest = admin
+        .consume(
+            "Orders",
+            "fresh",
+            &tag("*"),
+            ConsumeFrom::First,
+            100,
+            timeout,
+        )
+        .await?;
+    assert_eq!(
+        limited.len() + rest.len(),
+        7,
+        "stopping at --count skips nothing"
+    );
     cluster.shutdown().await;
     Ok(())
 }

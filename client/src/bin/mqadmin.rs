@@ -8,8 +8,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use clap::Subcommand;
 use rocketraft_client::admin::Admin;
+use rocketraft_client::admin::ConsumeFrom;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
+use rocketraft_client::subscription::Subscription;
 use serde_json::json;
 
 #[derive(Parser)]
@@ -54,6 +56,24 @@ enum Command {
     TopicStatus {
         #[arg(long)]
         topic: String,
+    },
+    /// Read messages as a consumer group (from its committed offsets, or `--from` where it
+    /// has none), print one JSON object per message, and commit how far it read.
+    Consume {
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        group: String,
+        /// `*` or `TagA || TagB`.
+        #[arg(long, default_value = "*")]
+        expr: String,
+        /// `first` or `last`.
+        #[arg(long, default_value = "first")]
+        from: String,
+        #[arg(long, default_value_t = 32)]
+        count: usize,
+        #[arg(long, default_value_t = 5000)]
+        timeout_ms: u64,
     },
     /// Send messages; prints one JSON object per message sent.
     Send {
@@ -168,6 +188,31 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         status.group, status.queue_id, status.min_offset, status.max_offset
                     );
                 }
+            }
+        }
+        Command::Consume {
+            topic,
+            group,
+            expr,
+            from,
+            count,
+            timeout_ms,
+        } => {
+            let subscription =
+                Subscription::parse(&expr).map_err(|reason| anyhow::anyhow!(reason))?;
+            let from = match from.as_str() {
+                "first" => ConsumeFrom::First,
+                "last" => ConsumeFrom::Last,
+                other => anyhow::bail!(
+                    "--from {other:?}: expected first or last (timestamps are not supported yet)"
+                ),
+            };
+            let timeout = std::time::Duration::from_millis(timeout_ms);
+            for message in admin
+                .consume(&topic, &group, &subscription, from, count, timeout)
+                .await?
+            {
+                println!("{}", serde_json::to_string(&message)?);
             }
         }
         Command::Send {
