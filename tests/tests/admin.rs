@@ -90,6 +90,27 @@ async fn given_two_groups_admin_should_create_route_and_report_topics() -> anyho
     Ok(())
 }
 
+/// The bodies `group` consumes from "Orders" with `expr` (in pull order).
+async fn consume(
+    admin: &Admin,
+    group: &str,
+    expr: &str,
+    from: ConsumeFrom,
+    count: usize,
+) -> anyhow::Result<Vec<String>> {
+    let subscription = Subscription::parse(expr).map_err(anyhow::Error::msg)?;
+    let timeout = Duration::from_millis(800);
+    let messages = admin
+        .consume("Orders", group, &subscription, from, count, timeout)
+        .await?;
+    assert!(
+        messages
+            .iter()
+            .all(|m| m.msg_id.len() == 48 && subscription.matches(m.tags.as_deref()))
+    );
+    Ok(messages.into_iter().map(|m| m.body).collect())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_messages_consume_should_filter_by_tag_string_and_resume_from_commits()
 -> anyhow::Result<()> {
@@ -107,103 +128,41 @@ async fn given_messages_consume_should_filter_by_tag_string_and_resume_from_comm
             .send(Message::new("Orders", format!("m{i}")).with_tags(*tag))
             .await?;
     }
-    let timeout = Duration::from_millis(800);
-    let tag = |expr: &str| Subscription::parse(expr).expect("valid expression");
 
-    let first = admin
-        .consume(
-            "Orders",
-            "inspect",
-            &tag("TagA"),
-            ConsumeFrom::First,
-            100,
-            timeout,
-        )
-        .await?;
-    let mut bodies: Vec<&str> = first.iter().map(|m| m.body.as_str()).collect();
-    bodies.sort_unstable();
-    assert_eq!(bodies, ["m0", "m4", "m5"]);
-    assert!(
-        first
-            .iter()
-            .all(|m| m.tags.as_deref() == Some("TagA") && m.msg_id.len() == 48)
-    );
-
+    let mut first = consume(&admin, "inspect", "TagA", ConsumeFrom::First, 100).await?;
+    first.sort_unstable();
+    assert_eq!(first, ["m0", "m4", "m5"]);
     // "Aa" and "BB" share a hash: the broker returns both, the tag string decides.
-    let colliding = admin
-        .consume(
-            "Orders",
-            "collide",
-            &tag("Aa"),
-            ConsumeFrom::First,
-            100,
-            timeout,
-        )
-        .await?;
     assert_eq!(
-        colliding
-            .iter()
-            .map(|m| m.body.as_str())
-            .collect::<Vec<_>>(),
+        consume(&admin, "collide", "Aa", ConsumeFrom::First, 100).await?,
         ["m2"]
     );
-
-    let again = admin
-        .consume(
-            "Orders",
-            "inspect",
-            &tag("TagA"),
-            ConsumeFrom::First,
-            100,
-            timeout,
-        )
-        .await?;
     assert!(
-        again.is_empty(),
-        "the group resumes after what it committed"
+        consume(&admin, "inspect", "TagA", ConsumeFrom::First, 100)
+            .await?
+            .is_empty(),
+        "resumes after its commit"
     );
-    let late = admin
-        .consume("Orders", "late", &tag("*"), ConsumeFrom::Last, 100, timeout)
-        .await?;
     assert!(
-        late.is_empty(),
-        "a new group from the last offset sees nothing old"
+        consume(&admin, "late", "*", ConsumeFrom::Last, 100)
+            .await?
+            .is_empty(),
+        "a new group from the last offset"
     );
     producer
         .send(Message::new("Orders", "m6").with_tags("TagA"))
         .await?;
-    let next = admin
-        .consume(
-            "Orders",
-            "inspect",
-            &tag("TagA"),
-            ConsumeFrom::First,
-            100,
-            timeout,
-        )
-        .await?;
     assert_eq!(
-        next.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(),
+        consume(&admin, "inspect", "TagA", ConsumeFrom::First, 100).await?,
         ["m6"]
     );
 
-    let limited = admin
-        .consume("Orders", "fresh", &tag("*"), ConsumeFrom::First, 2, timeout)
-        .await?;
-    let rest = admin
-        .consume(
-            "Orders",
-            "fresh",
-            &tag("*"),
-            ConsumeFrom::First,
-            100,
-            timeout,
-        )
-        .await?;
+    let limited = consume(&admin, "fresh", "*", ConsumeFrom::First, 2).await?;
+    let rest = consume(&admin, "fresh", "*", ConsumeFrom::First, 100).await?;
     assert_eq!(
         limited.len() + rest.len(),
         7,
-        "stopping at --count skips nothing"
+        "stopping at the count skips nothing"
     );
     cluster.shutdown().await;
     Ok(())
