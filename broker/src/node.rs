@@ -200,10 +200,6 @@ impl BrokerNode {
         self.addr
     }
 
-    pub fn raft(&self) -> &Raft {
-        &self.raft
-    }
-
     pub fn group(&self) -> &Arc<GroupState> {
         &self.group
     }
