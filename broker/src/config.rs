@@ -48,6 +48,9 @@ pub struct BrokerConfig {
     /// refusing the send with `TOPIC_NOT_EXIST`. On for `broker dev`, off by default.
     #[serde(default)]
     pub auto_create_topic: bool,
+    /// A consumer not heard from for this long leaves its group.
+    #[serde(default = "default_client_expiry_ms")]
+    pub client_expiry_ms: u64,
     /// Interval between registrations with the nameservers (a role change registers at once).
     #[serde(default = "default_register_interval_ms")]
     pub register_interval_ms: u64,
@@ -121,6 +124,10 @@ impl Default for StoreSizes {
 
 fn default_cluster() -> String {
     "DefaultCluster".to_owned()
+}
+
+fn default_client_expiry_ms() -> u64 {
+    crate::consumer_registry::CLIENT_EXPIRY_DEFAULT.as_millis() as u64
 }
 
 fn default_register_interval_ms() -> u64 {
@@ -222,6 +229,9 @@ impl BrokerConfig {
                     format!("{addr:?} is not an ip:port address"),
                 ));
             }
+        }
+        if self.client_expiry_ms == 0 {
+            return Err(ConfigError::new("client_expiry_ms", "must be positive"));
         }
         if self.register_interval_ms == 0 {
             return Err(ConfigError::new("register_interval_ms", "must be positive"));

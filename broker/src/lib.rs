@@ -4,12 +4,14 @@
 //! - [`store`]: CommitLog (mmap segments), ConsumeQueues and the message index (DESIGN §3);
 //! - [`raft`]: the Raft log, state machine and transport of a broker group (DESIGN §2);
 //! - [`group_state`] and [`metadata`]: the replicated state a node serves from;
+//! - [`consumer_registry`]: live consumers from heartbeats (leader only);
 //! - [`group_commit`]: coalescing concurrent sends into one Raft entry;
 //! - [`service`]: the broker gRPC API; [`error`]: its errors and wire codes;
 //! - [`registration`]: telling the nameservers who this node is and whether it leads;
 //! - [`node`]: wiring one node together; [`config`]: its TOML configuration.
 
 pub mod config;
+pub mod consumer_registry;
 pub mod durable_file;
 pub mod error;
 pub mod group_commit;

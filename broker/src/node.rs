@@ -18,6 +18,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
 
 use crate::config::BrokerConfig;
+use crate::consumer_registry::ConsumerRegistry;
+use crate::consumer_registry::run_consumer_registry;
 use crate::group_state::GroupState;
 use crate::raft::compaction::CompactionError;
 use crate::raft::compaction::compact_log;
@@ -115,12 +117,20 @@ impl BrokerNode {
         })?;
         let (raft, group) = open_raft(&config, options.faults).await?;
         let shutdown = CancellationToken::new();
+        let consumers = Arc::new(ConsumerRegistry::default());
+        tokio::spawn(run_consumer_registry(
+            raft.clone(),
+            consumers.clone(),
+            Duration::from_millis(config.client_expiry_ms),
+            shutdown.clone(),
+        ));
         let broker = BrokerService::new(
             raft.clone(),
             group.clone(),
             config.group.clone(),
             addr,
             config.auto_create_topic,
+            consumers,
         );
         let raft_service = RaftService::new(
             raft.clone(),

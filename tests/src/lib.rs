@@ -121,6 +121,7 @@ impl TestGroup {
                 namesrv: Vec::new(),
                 register_interval_ms: 200,
                 auto_create_topic: true,
+                client_expiry_ms: 120_000,
                 data_dir: group.dir.path().join(format!("node-{id}")),
                 flush: FlushKind::Sync,
                 async_flush_interval_ms: 100,

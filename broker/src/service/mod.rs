@@ -1,6 +1,7 @@
 //! The broker API (proto `rocketraft.broker.Broker`): one file per RPC, this one wires them.
 
 mod admin;
+mod consumers;
 mod node_status;
 mod offsets;
 mod pull;
@@ -15,6 +16,7 @@ use tonic::Request;
 use tonic::Response;
 use tonic::Status;
 
+use crate::consumer_registry::ConsumerRegistry;
 use crate::error::BrokerError;
 use crate::group_commit::GroupCommit;
 use crate::group_state::GroupState;
@@ -29,6 +31,8 @@ pub struct BrokerService {
     store_host: SocketAddr,
     /// Create an unknown topic on its first send instead of refusing it.
     auto_create_topic: bool,
+    /// Live consumers, from heartbeats (leader only).
+    consumers: Arc<ConsumerRegistry>,
 }
 
 impl BrokerService {
@@ -38,6 +42,7 @@ impl BrokerService {
         group_name: String,
         store_host: SocketAddr,
         auto_create_topic: bool,
+        consumers: Arc<ConsumerRegistry>,
     ) -> BrokerService {
         let group_commit = GroupCommit::start(raft.clone());
         BrokerService {
@@ -47,6 +52,7 @@ impl BrokerService {
             group_name,
             store_host,
             auto_create_topic,
+            consumers,
         }
     }
 
@@ -126,6 +132,23 @@ impl pb::broker_server::Broker for BrokerService {
     ) -> Result<Response<pb::QueryOffsetResponse>, Status> {
         let offset = self.handle_query_offset(request.into_inner()).await?;
         Ok(Response::new(pb::QueryOffsetResponse { offset }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        self.handle_heartbeat(request.into_inner())?;
+        Ok(Response::new(pb::HeartbeatResponse {}))
+    }
+
+    async fn list_consumers(
+        &self,
+        request: Request<pb::ListConsumersRequest>,
+    ) -> Result<Response<pb::ListConsumersResponse>, Status> {
+        Ok(Response::new(
+            self.handle_list_consumers(&request.into_inner().group)?,
+        ))
     }
 
     async fn read_consume_queue(

@@ -1,0 +1,208 @@
+//! The consumer registry of a broker group's leader (DESIGN §6): which clients of each
+//! consumer group are alive, from their heartbeats, and what each subscribes to.
+//!
+//! It is leader-only, in memory and not replicated: after a failover clients heartbeat the
+//! new leader, which rebuilds it. Each member keeps its own subscription, so members that
+//! disagree are detected (RocketMQ lets them silently overwrite each other). Time is an
+//! input; nothing here reads the clock.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+use std::time::Instant;
+
+/// A member is dropped after this long without a heartbeat (RocketMQ's default).
+pub const CLIENT_EXPIRY_DEFAULT: Duration = Duration::from_secs(120);
+/// Subscriptions one heartbeat may carry at most.
+pub const HEARTBEAT_SUBSCRIPTIONS_MAX: usize = 1024;
+
+/// topic -> subscription expression.
+pub type Subscriptions = BTreeMap<String, String>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub client_id: String,
+    pub subscriptions: Subscriptions,
+    pub idle: Duration,
+}
+
+#[derive(Debug)]
+struct Entry {
+    subscriptions: Subscriptions,
+    last_seen: Instant,
+}
+
+#[derive(Debug, Default)]
+pub struct ConsumerRegistry {
+    /// group -> client id -> entry.
+    groups: Mutex<BTreeMap<String, BTreeMap<String, Entry>>>,
+}
+
+impl ConsumerRegistry {
+    pub fn heartbeat(
+        &self,
+        group: &str,
+        client_id: &str,
+        subscriptions: Subscriptions,
+        now: Instant,
+    ) {
+        let mut groups = self.lock();
+        let members = groups.entry(group.to_owned()).or_default();
+        if !members.contains_key(client_id) {
+            tracing::info!(group, client_id, "consumer joined");
+        }
+        members.insert(
+            client_id.to_owned(),
+            Entry {
+                subscriptions,
+                last_seen: now,
+            },
+        );
+    }
+
+    /// Drops members silent for `expiry`; returns the groups whose membership changed.
+    pub fn expire(&self, now: Instant, expiry: Duration) -> Vec<String> {
+        let mut changed = Vec::new();
+        let mut groups = self.lock();
+        for (group, members) in groups.iter_mut() {
+            let before = members.len();
+            members.retain(|client_id, entry| {
+                let live = now.saturating_duration_since(entry.last_seen) < expiry;
+                if !live {
+                    tracing::info!(group = %group, client_id = %client_id, "consumer expired");
+                }
+                live
+            });
+            if members.len() != before {
+                changed.push(group.clone());
+            }
+        }
+        groups.retain(|_, members| !members.is_empty());
+        changed
+    }
+
+    /// The live members of `group`, sorted by client id.
+    pub fn members(&self, group: &str, now: Instant) -> Vec<Member> {
+        let groups = self.lock();
+        let Some(members) = groups.get(group) else {
+            return Vec::new();
+        };
+        members
+            .iter()
+            .map(|(client_id, entry)| Member {
+                client_id: client_id.clone(),
+                subscriptions: entry.subscriptions.clone(),
+                idle: now.saturating_duration_since(entry.last_seen),
+            })
+            .collect()
+    }
+
+    /// True when every member of `group` subscribes to the same topics with the same
+    /// expressions.
+    pub fn subscriptions_consistent(&self, group: &str) -> bool {
+        let groups = self.lock();
+        let Some(members) = groups.get(group) else {
+            return true;
+        };
+        let mut subscriptions = members.values().map(|entry| &entry.subscriptions);
+        let first = subscriptions.next();
+        subscriptions.all(|other| Some(other) == first)
+    }
+
+    /// Forgets everyone: this node stopped leading.
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeMap<String, Entry>>> {
+        self.groups
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Expires silent members a few times per expiry period, and forgets everyone when this
+/// node stops leading (the next leader rebuilds from heartbeats).
+pub async fn run_consumer_registry(
+    raft: crate::raft::types::Raft,
+    registry: std::sync::Arc<ConsumerRegistry>,
+    expiry: Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut roles = crate::raft::role::RoleWatch::new(&raft);
+    let mut role = roles.current();
+    let period = (expiry / 4).max(Duration::from_millis(10));
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(period) => {
+                registry.expire(Instant::now(), expiry);
+            }
+            changed = roles.changed_from(role) => match changed {
+                Some(changed) => {
+                    if role.is_leader && !changed.is_leader {
+                        registry.clear();
+                    }
+                    role = changed;
+                }
+                None => return,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subscription(topic: &str, expression: &str) -> Subscriptions {
+        [(topic.to_owned(), expression.to_owned())].into()
+    }
+
+    #[test]
+    fn members_expire_and_disagreements_are_seen() {
+        let start = Instant::now();
+        let registry = ConsumerRegistry::default();
+        registry.heartbeat("g", "c2", subscription("t", "A"), start);
+        registry.heartbeat(
+            "g",
+            "c1",
+            subscription("t", "A"),
+            start + Duration::from_secs(50),
+        );
+        assert!(registry.subscriptions_consistent("g"));
+        let ids: Vec<String> = registry
+            .members("g", start)
+            .into_iter()
+            .map(|m| m.client_id)
+            .collect();
+        assert_eq!(ids, ["c1", "c2"], "sorted by client id");
+
+        registry.heartbeat(
+            "g",
+            "c3",
+            subscription("t", "B"),
+            start + Duration::from_secs(60),
+        );
+        assert!(!registry.subscriptions_consistent("g"));
+
+        let expiry = Duration::from_secs(100);
+        assert!(
+            registry
+                .expire(start + Duration::from_secs(99), expiry)
+                .is_empty()
+        );
+        assert_eq!(
+            registry.expire(start + Duration::from_secs(100), expiry),
+            ["g"]
+        );
+        assert_eq!(
+            registry
+                .members("g", start + Duration::from_secs(100))
+                .len(),
+            2
+        );
+        registry.clear();
+        assert!(registry.members("g", start).is_empty());
+    }
+}

@@ -1,0 +1,124 @@
+//! The leader's consumer registry: members from heartbeats, sorted, with disagreeing
+//! subscriptions detected; silent members expire; followers refuse; a new leader rebuilds
+//! the registry from heartbeats.
+
+use std::time::Duration;
+
+use rocketraft_proto::broker as pb;
+use rocketraft_proto::common::ResponseCode;
+use rocketraft_proto::response_code;
+use rocketraft_tests::TestGroup;
+use rocketraft_tests::init_tracing;
+use rocketraft_tests::wait_for;
+use tracing::info;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+fn heartbeat(client_id: &str, expression: &str) -> pb::HeartbeatRequest {
+    pb::HeartbeatRequest {
+        client_id: client_id.into(),
+        group: "billing".into(),
+        subscriptions: vec![pb::SubscriptionData {
+            topic: "Orders".into(),
+            expression: expression.into(),
+        }],
+    }
+}
+
+fn list() -> pb::ListConsumersRequest {
+    pb::ListConsumersRequest {
+        group: "billing".into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_heartbeats_the_leader_should_track_members_and_forget_the_silent()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_0601, |config| config.client_expiry_ms = 600).await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let mut client = group.client(leader).await?;
+    client.heartbeat(heartbeat("client-b", "TagA")).await?;
+    client.heartbeat(heartbeat("client-a", "TagA")).await?;
+    let members = client.list_consumers(list()).await?.into_inner();
+    let ids: Vec<&str> = members
+        .members
+        .iter()
+        .map(|m| m.client_id.as_str())
+        .collect();
+    assert_eq!(ids, ["client-a", "client-b"]);
+    assert!(members.subscriptions_consistent);
+
+    client.heartbeat(heartbeat("client-c", "TagB")).await?;
+    assert!(
+        !client
+            .list_consumers(list())
+            .await?
+            .into_inner()
+            .subscriptions_consistent,
+        "TagA vs TagB"
+    );
+
+    let follower = group.a_follower(leader);
+    let refused = group
+        .client(follower)
+        .await?
+        .heartbeat(heartbeat("client-a", "TagA"))
+        .await
+        .expect_err("follower");
+    assert_eq!(response_code(&refused), Some(ResponseCode::NotLeader));
+    let bad = client
+        .heartbeat(heartbeat("", "TagA"))
+        .await
+        .expect_err("no client id");
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+
+    info!("--- only client-a keeps heartbeating; the others expire");
+    wait_for("b and c to expire", TIMEOUT, || {
+        let mut client = client.clone();
+        async move {
+            client.heartbeat(heartbeat("client-a", "TagA")).await.ok()?;
+            let members = client.list_consumers(list()).await.ok()?.into_inner();
+            (members.members.len() == 1 && members.subscriptions_consistent).then_some(())
+        }
+    })
+    .await?;
+
+    info!(
+        leader,
+        "--- a new leader starts empty and fills from heartbeats"
+    );
+    group.faults.isolate(leader);
+    let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let new_leader = wait_for("a new leader", TIMEOUT, || async {
+        for id in &others {
+            if group.status(*id).await.ok()?.role == "leader" {
+                return Some(*id);
+            }
+        }
+        None
+    })
+    .await?;
+    let mut new_client = group.client(new_leader).await?;
+    assert!(
+        new_client
+            .list_consumers(list())
+            .await?
+            .into_inner()
+            .members
+            .is_empty()
+    );
+    new_client.heartbeat(heartbeat("client-a", "TagA")).await?;
+    assert_eq!(
+        new_client
+            .list_consumers(list())
+            .await?
+            .into_inner()
+            .members
+            .len(),
+        1
+    );
+    group.faults.heal();
+    group.shutdown().await;
+    Ok(())
+}
