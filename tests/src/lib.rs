@@ -185,6 +185,28 @@ impl TestGroup {
         .await
     }
 
+    /// Cuts `leader` off from the rest of the group and waits until another node leads
+    /// (the isolated node may still believe it leads, in an older term). Returns the new
+    /// leader.
+    pub async fn isolate_leader(&self, leader: u64, timeout: Duration) -> anyhow::Result<u64> {
+        self.faults.isolate(leader);
+        let others: Vec<u64> = self
+            .configs
+            .keys()
+            .copied()
+            .filter(|id| *id != leader)
+            .collect();
+        wait_for("a new leader among the others", timeout, || async {
+            for id in &others {
+                if self.status(*id).await.ok()?.role == "leader" {
+                    return Some(*id);
+                }
+            }
+            None
+        })
+        .await
+    }
+
     pub async fn client(&self, id: u64) -> anyhow::Result<BrokerClient<Channel>> {
         Ok(connect(self.addr(id)).await?)
     }

@@ -234,22 +234,7 @@ async fn given_leader_partitioned_when_healed_should_converge_on_new_leader() ->
     let old_leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
     send_many(&group, 200, 4).await?;
     info!(old_leader, "--- isolate the leader");
-    group.faults.isolate(old_leader);
-    let others: Vec<u64> = (1..=3).filter(|id| *id != old_leader).collect();
-    let new_leader = wait_for(
-        "a new leader among the majority",
-        LEADER_TIMEOUT,
-        || async {
-            for id in &others {
-                let status = group.status(*id).await.ok()?;
-                if status.role == "leader" {
-                    return Some(*id);
-                }
-            }
-            None
-        },
-    )
-    .await?;
+    let new_leader = group.isolate_leader(old_leader, LEADER_TIMEOUT).await?;
     send_many(&group, 200, 4).await?;
     info!(new_leader, "--- heal with lossy links");
     group.faults.heal();

@@ -88,17 +88,7 @@ async fn given_heartbeats_the_leader_should_track_members_and_forget_the_silent(
         leader,
         "--- a new leader starts empty and fills from heartbeats"
     );
-    group.faults.isolate(leader);
-    let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
-    let new_leader = wait_for("a new leader", TIMEOUT, || async {
-        for id in &others {
-            if group.status(*id).await.ok()?.role == "leader" {
-                return Some(*id);
-            }
-        }
-        None
-    })
-    .await?;
+    let new_leader = group.isolate_leader(leader, TIMEOUT).await?;
     let mut new_client = group.client(new_leader).await?;
     assert!(
         new_client

@@ -77,16 +77,7 @@ async fn given_two_nameservers_when_leader_changes_should_both_route_to_new_lead
         leader,
         "--- isolate the leader: the new leader registers at once"
     );
-    group.faults.isolate(leader);
-    let new_leader = wait_for("a new leader", TIMEOUT, || async {
-        for id in (1..=3).filter(|id| *id != leader) {
-            if group.status(id).await.ok()?.role == "leader" {
-                return Some(id);
-            }
-        }
-        None
-    })
-    .await?;
+    let new_leader = group.isolate_leader(leader, TIMEOUT).await?;
     // The isolated node still believes it leads, in an older term; the newer term wins.
     wait_for_view(first.addr(), 3, new_leader).await?;
     wait_for_view(second.addr(), 3, new_leader).await?;

@@ -8,7 +8,6 @@ use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::response_code;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
-use rocketraft_tests::wait_for;
 use tracing::info;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -77,17 +76,7 @@ async fn given_committed_offsets_when_leader_changes_should_not_rewind() -> anyh
         leader,
         "--- isolate the leader; the new one reports the same offsets"
     );
-    group.faults.isolate(leader);
-    let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
-    let new_leader = wait_for("a new leader", TIMEOUT, || async {
-        for id in &others {
-            if group.status(*id).await.ok()?.role == "leader" {
-                return Some(*id);
-            }
-        }
-        None
-    })
-    .await?;
+    let new_leader = group.isolate_leader(leader, TIMEOUT).await?;
     let mut new_client = group.client(new_leader).await?;
     assert_eq!(
         new_client.query_offset(query(0)).await?.into_inner().offset,
