@@ -3,18 +3,25 @@
 //!
 //! It is leader-only, in memory and not replicated: after a failover clients heartbeat the
 //! new leader, which rebuilds it. Each member keeps its own subscription, so members that
-//! disagree are detected (RocketMQ lets them silently overwrite each other). Time is an
-//! input; nothing here reads the clock.
+//! disagree are detected (RocketMQ lets them silently overwrite each other). Every change of
+//! a group's membership is published as a [`MembershipEvent`], so its clients rebalance at
+//! once. Time is an input; nothing here reads the clock.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 use std::time::Instant;
 
+use tokio::sync::broadcast;
+
 /// A member is dropped after this long without a heartbeat (RocketMQ's default).
 pub const CLIENT_EXPIRY_DEFAULT: Duration = Duration::from_secs(120);
 /// Subscriptions one heartbeat may carry at most.
 pub const HEARTBEAT_SUBSCRIPTIONS_MAX: usize = 1024;
+
+/// Membership events buffered for slow watchers; one that falls behind is told every group
+/// may have changed.
+const MEMBERSHIP_EVENTS_BUFFERED: usize = 1024;
 
 /// topic -> subscription expression.
 pub type Subscriptions = BTreeMap<String, String>;
@@ -32,10 +39,29 @@ struct Entry {
     last_seen: Instant,
 }
 
-#[derive(Debug, Default)]
+/// What watchers of the registry are told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MembershipEvent {
+    /// A member joined or left this group.
+    GroupChanged(String),
+    /// This node stopped leading: the registry is empty until it leads again.
+    LeadershipLost,
+}
+
+#[derive(Debug)]
 pub struct ConsumerRegistry {
     /// group -> client id -> entry.
     groups: Mutex<BTreeMap<String, BTreeMap<String, Entry>>>,
+    events: broadcast::Sender<MembershipEvent>,
+}
+
+impl Default for ConsumerRegistry {
+    fn default() -> Self {
+        ConsumerRegistry {
+            groups: Mutex::default(),
+            events: broadcast::channel(MEMBERSHIP_EVENTS_BUFFERED).0,
+        }
+    }
 }
 
 impl ConsumerRegistry {
@@ -46,18 +72,50 @@ impl ConsumerRegistry {
         subscriptions: Subscriptions,
         now: Instant,
     ) {
-        let mut groups = self.lock();
-        let members = groups.entry(group.to_owned()).or_default();
-        if !members.contains_key(client_id) {
+        let joined = {
+            let mut groups = self.lock();
+            let members = groups.entry(group.to_owned()).or_default();
+            members
+                .insert(
+                    client_id.to_owned(),
+                    Entry {
+                        subscriptions,
+                        last_seen: now,
+                    },
+                )
+                .is_none()
+        };
+        if joined {
             tracing::info!(group, client_id, "consumer joined");
+            self.publish(MembershipEvent::GroupChanged(group.to_owned()));
         }
-        members.insert(
-            client_id.to_owned(),
-            Entry {
-                subscriptions,
-                last_seen: now,
-            },
-        );
+    }
+
+    /// Removes a member that leaves gracefully; false if it was not a member.
+    pub fn unregister(&self, group: &str, client_id: &str) -> bool {
+        let left = {
+            let mut groups = self.lock();
+            let left = groups
+                .get_mut(group)
+                .is_some_and(|members| members.remove(client_id).is_some());
+            groups.retain(|_, members| !members.is_empty());
+            left
+        };
+        if left {
+            tracing::info!(group, client_id, "consumer left");
+            self.publish(MembershipEvent::GroupChanged(group.to_owned()));
+        }
+        left
+    }
+
+    /// Membership events from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<MembershipEvent> {
+        self.events.subscribe()
+    }
+
+    fn publish(&self, event: MembershipEvent) {
+        // No watcher is not an error.
+        let _ = self.events.send(event);
     }
 
     /// Drops members silent for `expiry`; returns the groups whose membership changed.
@@ -78,6 +136,10 @@ impl ConsumerRegistry {
             }
         }
         groups.retain(|_, members| !members.is_empty());
+        drop(groups);
+        for group in &changed {
+            self.publish(MembershipEvent::GroupChanged(group.clone()));
+        }
         changed
     }
 
@@ -112,6 +174,7 @@ impl ConsumerRegistry {
     /// Forgets everyone: this node stopped leading.
     pub fn clear(&self) {
         self.lock().clear();
+        self.publish(MembershipEvent::LeadershipLost);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeMap<String, Entry>>> {
@@ -163,6 +226,8 @@ mod tests {
     fn members_expire_and_disagreements_are_seen() {
         let start = Instant::now();
         let registry = ConsumerRegistry::default();
+        let mut events = registry.subscribe();
+        registry.heartbeat("g", "c2", subscription("t", "A"), start);
         registry.heartbeat("g", "c2", subscription("t", "A"), start);
         registry.heartbeat(
             "g",
@@ -202,7 +267,26 @@ mod tests {
                 .len(),
             2
         );
+        assert!(registry.unregister("g", "c1"));
+        assert!(!registry.unregister("g", "c1"), "already gone");
         registry.clear();
         assert!(registry.members("g", start).is_empty());
+
+        let changed = MembershipEvent::GroupChanged("g".into());
+        let mut seen = Vec::new();
+        while let Ok(event) = events.try_recv() {
+            seen.push(event);
+        }
+        assert_eq!(
+            seen,
+            [
+                changed.clone(), // c2 joined; its second heartbeat is no change
+                changed.clone(), // c1 joined
+                changed.clone(), // c3 joined
+                changed.clone(), // c2 expired
+                changed,         // c1 left
+                MembershipEvent::LeadershipLost,
+            ]
+        );
     }
 }

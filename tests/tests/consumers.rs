@@ -38,7 +38,19 @@ async fn given_heartbeats_the_leader_should_track_members_and_forget_the_silent(
     let group = TestGroup::start(3, 0x5EED_0601, |config| config.client_expiry_ms = 600).await?;
     let leader = group.wait_for_leader(TIMEOUT).await?;
     let mut client = group.client(leader).await?;
+    let mut watch = client
+        .watch_consumers(pb::WatchConsumersRequest {
+            group: "billing".into(),
+        })
+        .await?
+        .into_inner();
     client.heartbeat(heartbeat("client-b", "TagA")).await?;
+    let changed = tokio::time::timeout(TIMEOUT, watch.message()).await??;
+    assert_eq!(
+        changed.map(|c| c.group).as_deref(),
+        Some("billing"),
+        "join pushed"
+    );
     client.heartbeat(heartbeat("client-a", "TagA")).await?;
     let members = client.list_consumers(list()).await?.into_inner();
     let ids: Vec<&str> = members
@@ -60,6 +72,15 @@ async fn given_heartbeats_the_leader_should_track_members_and_forget_the_silent(
     );
 
     let follower = group.a_follower(leader);
+    let watch_refused = group
+        .client(follower)
+        .await?
+        .watch_consumers(pb::WatchConsumersRequest {
+            group: "billing".into(),
+        })
+        .await
+        .expect_err("follower");
+    assert_eq!(response_code(&watch_refused), Some(ResponseCode::NotLeader));
     let refused = group
         .client(follower)
         .await?
@@ -108,7 +129,49 @@ async fn given_heartbeats_the_leader_should_track_members_and_forget_the_silent(
             .len(),
         1
     );
+
+    info!("--- healed, the old leader steps down and ends its watch streams");
     group.faults.heal();
+    let ended = loop {
+        match tokio::time::timeout(TIMEOUT, watch.message()).await? {
+            Ok(Some(_)) => continue,
+            Ok(None) => anyhow::bail!("the watch ended without saying why"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(
+        response_code(&ended),
+        Some(ResponseCode::NotLeader),
+        "{ended}"
+    );
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_member_leaving_the_watch_should_tell_at_once() -> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_0602, |_| {}).await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let mut client = group.client(leader).await?;
+    client.heartbeat(heartbeat("client-a", "TagA")).await?;
+    client.heartbeat(heartbeat("client-b", "TagA")).await?;
+    let mut watch = client
+        .watch_consumers(pb::WatchConsumersRequest {
+            group: "billing".into(),
+        })
+        .await?
+        .into_inner();
+    let leave = pb::UnregisterConsumerRequest {
+        client_id: "client-a".into(),
+        group: "billing".into(),
+    };
+    client.unregister_consumer(leave).await?;
+    let changed = tokio::time::timeout(TIMEOUT, watch.message()).await??;
+    assert_eq!(changed.map(|c| c.group).as_deref(), Some("billing"));
+    let members = client.list_consumers(list()).await?.into_inner().members;
+    assert_eq!(members.len(), 1);
+    assert_eq!(members[0].client_id, "client-b");
     group.shutdown().await;
     Ok(())
 }

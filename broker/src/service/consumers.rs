@@ -1,10 +1,15 @@
-//! `Heartbeat` and `ListConsumers`: the leader's consumer registry, fed by heartbeats.
+//! `Heartbeat`, `UnregisterConsumer`, `ListConsumers` and `WatchConsumers`: the leader's
+//! consumer registry, fed by heartbeats, and its membership events.
 
+use std::pin::Pin;
 use std::time::Instant;
 
+use futures::Stream;
 use rocketraft_proto::broker as pb;
+use tokio::sync::broadcast::error::RecvError;
 
 use crate::consumer_registry::HEARTBEAT_SUBSCRIPTIONS_MAX;
+use crate::consumer_registry::MembershipEvent;
 use crate::consumer_registry::Subscriptions;
 use crate::error::BrokerError;
 use crate::service::BrokerService;
@@ -21,11 +26,7 @@ impl BrokerService {
     ) -> Result<(), BrokerError> {
         self.ensure_leader()?;
         validate_group_name(&request.group).map_err(BrokerError::BadRequest)?;
-        if request.client_id.is_empty() || request.client_id.len() > CLIENT_ID_LEN_MAX {
-            return Err(BrokerError::BadRequest(format!(
-                "a client id has 1 to {CLIENT_ID_LEN_MAX} characters"
-            )));
-        }
+        validate_client_id(&request.client_id)?;
         if request.subscriptions.len() > HEARTBEAT_SUBSCRIPTIONS_MAX {
             return Err(BrokerError::BadRequest(format!(
                 "a heartbeat carries at most {HEARTBEAT_SUBSCRIPTIONS_MAX} subscriptions"
@@ -43,6 +44,60 @@ impl BrokerService {
             Instant::now(),
         );
         Ok(())
+    }
+
+    pub(super) fn handle_unregister_consumer(
+        &self,
+        request: pb::UnregisterConsumerRequest,
+    ) -> Result<(), BrokerError> {
+        self.ensure_leader()?;
+        validate_group_name(&request.group).map_err(BrokerError::BadRequest)?;
+        validate_client_id(&request.client_id)?;
+        self.consumers
+            .unregister(&request.group, &request.client_id);
+        Ok(())
+    }
+
+    /// Membership changes of one group, until this node stops leading. A watcher that fell
+    /// behind is told the group changed (it rebalances, which is always safe).
+    pub(super) fn handle_watch_consumers(
+        &self,
+        group: String,
+    ) -> Result<MembershipStream, BrokerError> {
+        validate_group_name(&group).map_err(BrokerError::BadRequest)?;
+        // Subscribe before checking the role, so a leadership loss in between is seen.
+        let events = self.consumers.subscribe();
+        self.ensure_leader()?;
+        let raft = self.raft.clone();
+        let stream = futures::stream::unfold(Some(events), move |events| {
+            let group = group.clone();
+            let raft = raft.clone();
+            async move {
+                let mut events = events?;
+                loop {
+                    let changed = match events.recv().await {
+                        Ok(MembershipEvent::GroupChanged(changed)) => changed == group,
+                        Err(RecvError::Lagged(_)) => true,
+                        Ok(MembershipEvent::LeadershipLost) | Err(RecvError::Closed) => {
+                            let not_leader = crate::raft::propose::ensure_leader(&raft)
+                                .err()
+                                .map(BrokerError::from)
+                                .unwrap_or(BrokerError::Unavailable(
+                                    "the consumer registry was reset".into(),
+                                ));
+                            return Some((Err(not_leader.into()), None));
+                        }
+                    };
+                    if changed {
+                        let event = pb::ConsumerGroupChanged {
+                            group: group.clone(),
+                        };
+                        return Some((Ok(event), Some(events)));
+                    }
+                }
+            }
+        });
+        Ok(Box::pin(stream))
     }
 
     pub(super) fn handle_list_consumers(
@@ -70,4 +125,17 @@ impl BrokerService {
             subscriptions_consistent: self.consumers.subscriptions_consistent(group),
         })
     }
+}
+
+/// The stream `WatchConsumers` answers with.
+pub type MembershipStream =
+    Pin<Box<dyn Stream<Item = Result<pb::ConsumerGroupChanged, tonic::Status>> + Send>>;
+
+fn validate_client_id(client_id: &str) -> Result<(), BrokerError> {
+    if client_id.is_empty() || client_id.len() > CLIENT_ID_LEN_MAX {
+        return Err(BrokerError::BadRequest(format!(
+            "a client id has 1 to {CLIENT_ID_LEN_MAX} characters"
+        )));
+    }
+    Ok(())
 }

@@ -6,6 +6,7 @@ mod node_status;
 mod offsets;
 mod pull;
 mod read_consume_queue;
+mod search_offset;
 mod send;
 
 use std::net::SocketAddr;
@@ -149,6 +150,33 @@ impl pb::broker_server::Broker for BrokerService {
         Ok(Response::new(
             self.handle_list_consumers(&request.into_inner().group)?,
         ))
+    }
+
+    async fn unregister_consumer(
+        &self,
+        request: Request<pb::UnregisterConsumerRequest>,
+    ) -> Result<Response<pb::UnregisterConsumerResponse>, Status> {
+        self.handle_unregister_consumer(request.into_inner())?;
+        Ok(Response::new(pb::UnregisterConsumerResponse {}))
+    }
+
+    type WatchConsumersStream = consumers::MembershipStream;
+
+    async fn watch_consumers(
+        &self,
+        request: Request<pb::WatchConsumersRequest>,
+    ) -> Result<Response<Self::WatchConsumersStream>, Status> {
+        Ok(Response::new(
+            self.handle_watch_consumers(request.into_inner().group)?,
+        ))
+    }
+
+    async fn search_offset(
+        &self,
+        request: Request<pb::SearchOffsetRequest>,
+    ) -> Result<Response<pb::SearchOffsetResponse>, Status> {
+        let offset = self.handle_search_offset(request.into_inner())?;
+        Ok(Response::new(pb::SearchOffsetResponse { offset }))
     }
 
     async fn read_consume_queue(

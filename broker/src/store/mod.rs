@@ -305,6 +305,38 @@ impl MessageStore {
             .map_or((0, 0), |q| (q.min_offset() as i64, q.max_offset() as i64))
     }
 
+    /// The first queue offset of a queue whose message was stored at or after
+    /// `timestamp_ms`, or the max offset when all are older. Store timestamps grow with the
+    /// queue offset (one leader stamps them in log order), so a binary search finds it.
+    pub fn search_offset_by_time(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        timestamp_ms: i64,
+    ) -> Result<i64, StoreError> {
+        let (mut low, mut high) = self.consume_queue_offsets(topic, queue_id);
+        while low < high {
+            let middle = low + (high - low) / 2;
+            let Some(unit) = self
+                .read_consume_queue(topic, queue_id, middle, 1)
+                .into_iter()
+                .next()
+            else {
+                break;
+            };
+            if self
+                .read_message(unit.commit_log_offset)?
+                .store_timestamp_ms
+                < timestamp_ms
+            {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        Ok(low)
+    }
+
     /// The message record at CommitLog `commit_log_offset`.
     pub fn read_message(&self, commit_log_offset: i64) -> Result<MessageRecord, StoreError> {
         let offset = to_offset(commit_log_offset, &self.commit_log)?;

@@ -390,3 +390,32 @@ fn tags_code_fn_is_used_for_append_and_rebuild() {
     assert!(units.iter().all(|u| u.tags_code == expected));
     assert_eq!(store.read_consume_queue("TopicA", 2, 0, 10).len(), 1);
 }
+
+#[test]
+fn search_by_time_finds_the_first_message_stored_at_or_after() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    // Queue offsets 0..10 stored at 1000, 1010, ..., 1090.
+    for i in 0..10 {
+        let mut record = sample("TopicT", 0, b"x");
+        record.store_timestamp_ms = 1000 + 10 * i;
+        store
+            .append(&mut record.encode().expect("encode"))
+            .expect("append");
+    }
+    let search = |ts| {
+        store
+            .search_offset_by_time("TopicT", 0, ts)
+            .expect("search")
+    };
+    assert_eq!(search(0), 0, "older than all: the first");
+    assert_eq!(search(1000), 0);
+    assert_eq!(search(1001), 1, "between two: the later one");
+    assert_eq!(search(1050), 5);
+    assert_eq!(search(1090), 9);
+    assert_eq!(search(1091), 10, "newer than all: the max offset");
+    assert_eq!(
+        store.search_offset_by_time("Nope", 0, 5).expect("search"),
+        0
+    );
+}
