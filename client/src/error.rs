@@ -2,6 +2,8 @@
 
 use rocketraft_proto::common::ResponseCode;
 
+use crate::route::RouteError;
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ProducerError {
     #[error("no broker group serves topic {topic:?} (create it first, or enable auto-creation)")]
@@ -39,6 +41,17 @@ impl ProducerError {
                 ProducerError::TopicIllegal(status.message().to_owned())
             }
             _ => ProducerError::InvalidRequest(status.message().to_owned()),
+        }
+    }
+}
+
+impl From<RouteError> for ProducerError {
+    fn from(error: RouteError) -> Self {
+        match error {
+            RouteError::NoRoute { topic } => ProducerError::NoRoute { topic },
+            RouteError::NameserversUnavailable { last_error } => {
+                ProducerError::NameserversUnavailable { last_error }
+            }
         }
     }
 }

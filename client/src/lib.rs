@@ -1,15 +1,19 @@
 //! rocketraft client SDK.
 //!
 //! - [`producer`]: sending messages across broker groups by topic route;
+//! - [`consumer`]: the push consumer (rebalance, long-polling pull loops, offsets);
 //! - [`message`]: the message type and its core properties; [`unique_id`]: `UNIQ_KEY`s;
 //! - [`route`]: topic routes from the nameservers, cached; [`subscription`]: tag expressions;
 //! - [`group`]: a leader-following connection to one broker group (tools and tests);
+//! - [`clients`]: cached connections to broker nodes;
 //! - [`admin`]: cluster administration (what `mqadmin` does);
 //! - [`error`]: what can go wrong, in the application's terms.
 //!
 //! Binaries: `mqadmin` (admin CLI) and `rocketraft-bench` (append benchmark).
 
 pub mod admin;
+pub mod clients;
+pub mod consumer;
 pub mod error;
 pub mod group;
 pub mod message;

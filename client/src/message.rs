@@ -1,9 +1,11 @@
-//! A message as an application builds it, and its wire form with the core properties of
-//! DESIGN §4 (`TAGS`, `KEYS`, `UNIQ_KEY`, `DELAY`).
+//! A message as an application builds it ([`Message`]) and as a consumer receives it
+//! ([`MessageExt`]), with the core properties of DESIGN §4 (`TAGS`, `KEYS`, `UNIQ_KEY`,
+//! `DELAY`).
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use rocketraft_proto::broker::PulledMessage;
 use rocketraft_proto::common as pb;
 
 /// Property names the broker understands (RocketMQ's spellings).
@@ -86,6 +88,63 @@ impl Message {
             body: self.body.clone(),
             properties,
             flag: 0,
+        }
+    }
+}
+
+/// A stored message as a consumer receives it: the message and where it is stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageExt {
+    pub topic: String,
+    /// The broker group that stores it.
+    pub group: String,
+    pub queue_id: i32,
+    pub queue_offset: i64,
+    pub commit_log_offset: i64,
+    /// The `UNIQ_KEY` the producer gave it (empty if it had none).
+    pub msg_id: String,
+    pub tags: Option<String>,
+    pub keys: Vec<String>,
+    pub body: Bytes,
+    /// Every property, the core ones included.
+    pub properties: BTreeMap<String, String>,
+    pub reconsume_times: i32,
+    pub born_timestamp_ms: i64,
+    pub store_timestamp_ms: i64,
+    pub born_host: String,
+    pub store_host: String,
+}
+
+impl MessageExt {
+    pub fn from_pulled(message: PulledMessage, group: &str) -> MessageExt {
+        let properties: BTreeMap<String, String> = message.properties.into_iter().collect();
+        MessageExt {
+            msg_id: properties
+                .get(property::UNIQ_KEY)
+                .cloned()
+                .unwrap_or_default(),
+            tags: properties.get(property::TAGS).cloned(),
+            keys: properties
+                .get(property::KEYS)
+                .map(|keys| {
+                    keys.split(KEY_SEPARATOR)
+                        .filter(|key| !key.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            topic: message.topic,
+            group: group.to_owned(),
+            queue_id: message.queue_id,
+            queue_offset: message.queue_offset,
+            commit_log_offset: message.commit_log_offset,
+            body: message.body,
+            properties,
+            reconsume_times: message.reconsume_times,
+            born_timestamp_ms: message.born_timestamp_ms,
+            store_timestamp_ms: message.store_timestamp_ms,
+            born_host: message.born_host,
+            store_host: message.store_host,
         }
     }
 }

@@ -10,24 +10,20 @@
 //!   stored twice (at least once). Every attempt shares one deadline (default 3 s, longer
 //!   than the broker's own commit timeout, so the broker reports its outcome first).
 
-use std::collections::HashMap;
 use std::hash::Hash;
 use std::hash::Hasher;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
-use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::names::validate_group_name;
 use rocketraft_proto::names::validate_topic_name;
-use tonic::transport::Channel;
 
+use crate::clients::BrokerClients;
 use crate::error::ProducerError;
-use crate::group::connect;
 use crate::group::is_retryable;
 use crate::message::Message;
 use crate::route::ROUTE_TTL_DEFAULT;
@@ -93,7 +89,7 @@ impl ProducerBuilder {
                 next_queue: AtomicUsize::new(0),
                 send_timeout: self.send_timeout,
                 retries: self.retries,
-                clients: Mutex::new(HashMap::new()),
+                clients: BrokerClients::default(),
             }),
         })
     }
@@ -112,7 +108,7 @@ struct Inner {
     next_queue: AtomicUsize,
     send_timeout: Duration,
     retries: u32,
-    clients: Mutex<HashMap<SocketAddr, BrokerClient<Channel>>>,
+    clients: BrokerClients,
 }
 
 /// How a send picks its queue.
@@ -266,7 +262,9 @@ impl Producer {
             return Err(tonic::Status::deadline_exceeded("the send timed out"));
         }
         let mut client = self
-            .client(addr)
+            .inner
+            .clients
+            .get(addr)
             .await
             .map_err(|error| tonic::Status::unavailable(error.to_string()))?;
         let mut request = tonic::Request::new(request);
@@ -275,28 +273,6 @@ impl Producer {
             Ok(result) => result.map(tonic::Response::into_inner),
             Err(_) => Err(tonic::Status::deadline_exceeded("the send timed out")),
         }
-    }
-
-    async fn client(
-        &self,
-        addr: SocketAddr,
-    ) -> Result<BrokerClient<Channel>, crate::group::GroupError> {
-        let cached = self.lock_clients().get(&addr).cloned();
-        if let Some(client) = cached {
-            return Ok(client);
-        }
-        let client = connect(addr).await?;
-        self.lock_clients().insert(addr, client.clone());
-        Ok(client)
-    }
-
-    fn lock_clients(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, BrokerClient<Channel>>> {
-        self.inner
-            .clients
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

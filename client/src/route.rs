@@ -1,6 +1,6 @@
 //! Topic routes from the nameservers, cached: which broker groups serve a topic, their
-//! write queues and their leaders. A route is refreshed when it is older than its time to
-//! live, and at once when a send hits `NOT_LEADER` or a dead node.
+//! queues, nodes and leaders. A route is refreshed when it is older than its time to live,
+//! and at once when a call hits `NOT_LEADER` or a dead node.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -12,26 +12,56 @@ use std::time::Instant;
 use rocketraft_proto::nameserver as pb;
 use rocketraft_proto::nameserver::name_server_client::NameServerClient;
 
-use crate::error::ProducerError;
-
 /// How long a cached route is used before it is fetched again (RocketMQ's default).
 pub const ROUTE_TTL_DEFAULT: Duration = Duration::from_secs(30);
 /// How long one nameserver query may take.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(3);
 /// RocketMQ permission bit: the topic's queues in a group may be written.
 const PERM_WRITE: u32 = 2;
+/// RocketMQ permission bit: the topic's queues in a group may be read.
+const PERM_READ: u32 = 4;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error("no broker group serves topic {topic:?} (create it first, or enable auto-creation)")]
+    NoRoute { topic: String },
+    #[error("no nameserver answered: {last_error}")]
+    NameserversUnavailable { last_error: String },
+}
+
+/// One queue of a topic in one broker group. The order (topic, group, queue id) is the
+/// order rebalancing allocates in.
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct MessageQueue {
+    pub topic: String,
+    pub group: String,
+    pub queue_id: i32,
+}
+
+impl std::fmt::Display for MessageQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}#{}", self.topic, self.group, self.queue_id)
+    }
+}
 
 /// One broker group's part of a topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupQueues {
     pub group: String,
     pub leader: Option<SocketAddr>,
+    /// Every live node of the group.
+    pub nodes: Vec<SocketAddr>,
+    pub read_queue_count: u32,
     pub write_queue_count: u32,
+    pub perm: u32,
 }
 
 #[derive(Debug, Clone)]
 pub struct TopicRoute {
-    /// Groups whose queues of the topic are writable, ordered by name.
+    pub topic: String,
+    /// Every group serving the topic, ordered by name.
     pub groups: Vec<GroupQueues>,
     fetched_at: Instant,
 }
@@ -42,10 +72,29 @@ impl TopicRoute {
         self.groups
             .iter()
             .enumerate()
+            .filter(|(_, group)| group.perm & PERM_WRITE != 0)
             .flat_map(|(index, group)| {
                 (0..group.write_queue_count as i32).map(move |queue| (index, queue))
             })
             .collect()
+    }
+
+    /// Every readable queue, sorted.
+    pub fn read_queues(&self) -> Vec<MessageQueue> {
+        let mut queues: Vec<MessageQueue> = self
+            .groups
+            .iter()
+            .filter(|group| group.perm & PERM_READ != 0)
+            .flat_map(|group| {
+                (0..group.read_queue_count as i32).map(|queue_id| MessageQueue {
+                    topic: self.topic.clone(),
+                    group: group.group.clone(),
+                    queue_id,
+                })
+            })
+            .collect();
+        queues.sort();
+        queues
     }
 }
 
@@ -65,7 +114,7 @@ impl RouteCache {
     }
 
     /// The cached route of `topic`, fetched if missing or stale.
-    pub async fn route(&self, topic: &str) -> Result<Arc<TopicRoute>, ProducerError> {
+    pub async fn route(&self, topic: &str) -> Result<Arc<TopicRoute>, RouteError> {
         let cached = self.lock().get(topic).cloned();
         match cached {
             Some(route) if route.fetched_at.elapsed() < self.ttl => Ok(route),
@@ -74,7 +123,7 @@ impl RouteCache {
     }
 
     /// Fetches `topic`'s route from the first nameserver that answers.
-    pub async fn refresh(&self, topic: &str) -> Result<Arc<TopicRoute>, ProducerError> {
+    pub async fn refresh(&self, topic: &str) -> Result<Arc<TopicRoute>, RouteError> {
         let mut last_error = String::from("no nameserver configured");
         for nameserver in &self.nameservers {
             match query(nameserver, topic).await {
@@ -84,14 +133,14 @@ impl RouteCache {
                     return Ok(route);
                 }
                 Err(QueryError::NotFound) => {
-                    return Err(ProducerError::NoRoute {
+                    return Err(RouteError::NoRoute {
                         topic: topic.to_owned(),
                     });
                 }
                 Err(QueryError::Failed(error)) => last_error = format!("{nameserver}: {error}"),
             }
         }
-        Err(ProducerError::NameserversUnavailable { last_error })
+        Err(RouteError::NameserversUnavailable { last_error })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<TopicRoute>>> {
@@ -132,19 +181,30 @@ fn to_route(route: pb::TopicRoute) -> TopicRoute {
     let mut groups: Vec<GroupQueues> = route
         .queues
         .iter()
-        .filter(|queues| queues.perm & PERM_WRITE != 0 && queues.write_queue_count > 0)
-        .map(|queues| GroupQueues {
-            group: queues.group.clone(),
-            leader: route
+        .map(|queues| {
+            let group = route
                 .groups
                 .iter()
-                .find(|group| group.group == queues.group)
-                .and_then(|group| group.leader_addr.parse().ok()),
-            write_queue_count: queues.write_queue_count,
+                .find(|group| group.group == queues.group);
+            GroupQueues {
+                group: queues.group.clone(),
+                leader: group.and_then(|group| group.leader_addr.parse().ok()),
+                nodes: group.map_or_else(Vec::new, |group| {
+                    group
+                        .nodes
+                        .values()
+                        .filter_map(|addr| addr.parse().ok())
+                        .collect()
+                }),
+                read_queue_count: queues.read_queue_count,
+                write_queue_count: queues.write_queue_count,
+                perm: queues.perm,
+            }
         })
         .collect();
     groups.sort_by(|a, b| a.group.cmp(&b.group));
     TopicRoute {
+        topic: route.topic,
         groups,
         fetched_at: Instant::now(),
     }

@@ -1,10 +1,19 @@
 //! Cluster administration through the nameservers and the group leaders: what `mqadmin`
-//! does, as a library so tools and tests share it.
+//! does, as a library so tools and tests share it. [`consumer_groups`]: members and
+//! progress of consumer groups.
+
+mod consumer_groups;
+
+pub use consumer_groups::GroupMember;
+pub use consumer_groups::GroupMembers;
+pub use consumer_groups::QueueProgress;
 
 use rocketraft_proto::broker as broker_pb;
+use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::nameserver as pb;
 use rocketraft_proto::nameserver::name_server_client::NameServerClient;
 use serde::Serialize;
+use tonic::transport::Channel;
 
 use crate::group::BrokerGroupClient;
 use crate::group::GroupError;
@@ -19,6 +28,8 @@ pub enum AdminError {
     NameserversUnavailable { last_error: String },
     #[error("no broker group serves topic {0:?}")]
     NoRoute(String),
+    #[error("consumer group {0:?} has no live member; name the topic to inspect")]
+    NoMembers(String),
     #[error("no broker group named {0:?} is registered")]
     UnknownGroup(String),
     #[error("broker group {group}: {source}")]
@@ -211,7 +222,7 @@ impl Admin {
     }
 }
 
-fn group_client(route: &pb::GroupRoute) -> BrokerGroupClient {
+pub(crate) fn group_client(route: &pb::GroupRoute) -> BrokerGroupClient {
     BrokerGroupClient::new(
         route
             .nodes
@@ -221,12 +232,7 @@ fn group_client(route: &pb::GroupRoute) -> BrokerGroupClient {
     )
 }
 
-/// Where a group with no committed offset starts reading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConsumeFrom {
-    First,
-    Last,
-}
+pub use crate::consumer::ConsumeFrom;
 
 /// A consumed message, as `mqadmin consume` prints it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -296,24 +302,9 @@ impl Admin {
                     .offset;
                 let offset = match committed {
                     Some(offset) => offset,
-                    None => {
-                        let request = broker_pb::ReadConsumeQueueRequest {
-                            topic: topic.to_owned(),
-                            queue_id,
-                            from_queue_offset: 0,
-                            max_units: 1,
-                        };
-                        let bounds = client
-                            .read_consume_queue(request)
-                            .await
-                            .map_err(refused)?
-                            .into_inner();
-                        if from == ConsumeFrom::First {
-                            bounds.min_queue_offset
-                        } else {
-                            bounds.max_queue_offset
-                        }
-                    }
+                    None => start_offset(&mut client, topic, queue_id, from)
+                        .await
+                        .map_err(refused)?,
                 };
                 cursors.push((queues.group.clone(), client, queue_id, offset));
             }
@@ -380,6 +371,35 @@ impl Admin {
         }
         Ok(consumed)
     }
+}
+
+/// Where a group with no committed offset starts reading a queue.
+async fn start_offset(
+    client: &mut BrokerClient<Channel>,
+    topic: &str,
+    queue_id: i32,
+    from: ConsumeFrom,
+) -> Result<i64, tonic::Status> {
+    if let ConsumeFrom::Timestamp(timestamp_ms) = from {
+        let request = broker_pb::SearchOffsetRequest {
+            topic: topic.to_owned(),
+            queue_id,
+            timestamp_ms,
+        };
+        return Ok(client.search_offset(request).await?.into_inner().offset);
+    }
+    let request = broker_pb::ReadConsumeQueueRequest {
+        topic: topic.to_owned(),
+        queue_id,
+        from_queue_offset: 0,
+        max_units: 1,
+    };
+    let bounds = client.read_consume_queue(request).await?.into_inner();
+    Ok(if from == ConsumeFrom::First {
+        bounds.min_queue_offset
+    } else {
+        bounds.max_queue_offset
+    })
 }
 
 fn to_consumed(

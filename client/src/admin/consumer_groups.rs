@@ -1,0 +1,151 @@
+//! Consumer groups seen from the cluster: who is in a group (`consumer-list`) and how far
+//! it has consumed each queue (`consumer-progress`).
+
+use std::collections::BTreeSet;
+
+use rocketraft_proto::broker as broker_pb;
+use serde::Serialize;
+
+use crate::admin::Admin;
+use crate::admin::AdminError;
+use crate::admin::group_client;
+
+/// One live member of a consumer group, as one broker group's leader sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupMember {
+    /// The broker group whose registry reported it.
+    pub broker_group: String,
+    pub client_id: String,
+    /// topic -> expression.
+    pub subscriptions: Vec<(String, String)>,
+    pub idle_ms: u64,
+}
+
+/// The members of a consumer group, and whether their subscriptions agree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupMembers {
+    pub members: Vec<GroupMember>,
+    /// False when members subscribe differently (some messages may go to no one).
+    pub subscriptions_consistent: bool,
+}
+
+/// How far a consumer group has consumed one queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueProgress {
+    pub topic: String,
+    pub broker_group: String,
+    pub queue_id: i32,
+    pub max_offset: i64,
+    /// `None` when the group never committed an offset for this queue.
+    pub committed_offset: Option<i64>,
+    /// Messages not yet consumed (from the committed offset, or the whole queue).
+    pub lag: i64,
+}
+
+impl Admin {
+    /// The members of `consumer_group` on every broker group's leader.
+    pub async fn consumer_list(&self, consumer_group: &str) -> Result<GroupMembers, AdminError> {
+        let info = self.cluster_info().await?;
+        let mut members = Vec::new();
+        let mut subscriptions_consistent = true;
+        for route in &info.groups {
+            let refused = |status| AdminError::Refused {
+                group: route.group.clone(),
+                status,
+            };
+            let mut leader =
+                group_client(route)
+                    .leader()
+                    .await
+                    .map_err(|source| AdminError::Group {
+                        group: route.group.clone(),
+                        source,
+                    })?;
+            let request = broker_pb::ListConsumersRequest {
+                group: consumer_group.to_owned(),
+            };
+            let listed = leader
+                .list_consumers(request)
+                .await
+                .map_err(refused)?
+                .into_inner();
+            subscriptions_consistent &= listed.subscriptions_consistent;
+            members.extend(listed.members.into_iter().map(|member| {
+                GroupMember {
+                    broker_group: route.group.clone(),
+                    client_id: member.client_id,
+                    subscriptions: member
+                        .subscriptions
+                        .into_iter()
+                        .map(|s| (s.topic, s.expression))
+                        .collect(),
+                    idle_ms: member.idle_ms,
+                }
+            }));
+        }
+        Ok(GroupMembers {
+            members,
+            subscriptions_consistent,
+        })
+    }
+
+    /// Per queue of the topics `consumer_group` subscribes (its live members'
+    /// subscriptions, or `topic` if given): the max offset, the committed offset and lag.
+    pub async fn consumer_progress(
+        &self,
+        consumer_group: &str,
+        topic: Option<&str>,
+    ) -> Result<Vec<QueueProgress>, AdminError> {
+        let topics: BTreeSet<String> = match topic {
+            Some(topic) => [topic.to_owned()].into(),
+            None => self
+                .consumer_list(consumer_group)
+                .await?
+                .members
+                .into_iter()
+                .flat_map(|member| member.subscriptions.into_iter().map(|(topic, _)| topic))
+                .collect(),
+        };
+        if topics.is_empty() {
+            return Err(AdminError::NoMembers(consumer_group.to_owned()));
+        }
+        let mut progress = Vec::new();
+        for topic in topics {
+            let route = self.topic_route(&topic).await?;
+            for queue in self.topic_status(&topic).await? {
+                let Some(group_route) = route.groups.iter().find(|g| g.group == queue.group) else {
+                    continue;
+                };
+                let mut leader = group_client(group_route).leader().await.map_err(|source| {
+                    AdminError::Group {
+                        group: queue.group.clone(),
+                        source,
+                    }
+                })?;
+                let request = broker_pb::QueryOffsetRequest {
+                    group: consumer_group.to_owned(),
+                    topic: topic.clone(),
+                    queue_id: queue.queue_id,
+                };
+                let committed_offset = leader
+                    .query_offset(request)
+                    .await
+                    .map_err(|status| AdminError::Refused {
+                        group: queue.group.clone(),
+                        status,
+                    })?
+                    .into_inner()
+                    .offset;
+                progress.push(QueueProgress {
+                    lag: queue.max_offset - committed_offset.unwrap_or(queue.min_offset),
+                    topic: topic.clone(),
+                    broker_group: queue.group,
+                    queue_id: queue.queue_id,
+                    max_offset: queue.max_offset,
+                    committed_offset,
+                });
+            }
+        }
+        Ok(progress)
+    }
+}

@@ -1,0 +1,168 @@
+//! A consumer's way to the broker groups: topic routes from the nameservers, and calls to a
+//! group's leader by group name that follow leader changes.
+//!
+//! A group's leader comes from its route, from a `NOT_LEADER` hint, or, when neither is
+//! known (the leader died), from asking the group's nodes; calls are retried with a growing
+//! pause until their deadline, so a leaderless group is waited out without a busy loop.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rocketraft_proto::broker::broker_client::BrokerClient;
+use tonic::transport::Channel;
+
+use crate::clients::BrokerClients;
+use crate::consumer::ConsumerError;
+use crate::group::BrokerGroupClient;
+use crate::group::is_retryable;
+use crate::route::RouteCache;
+use crate::route::RouteError;
+use crate::route::TopicRoute;
+
+/// First pause between attempts while a group has no reachable leader; it doubles up to
+/// [`RETRY_PAUSE_MAX`].
+const RETRY_PAUSE_MIN: Duration = Duration::from_millis(50);
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Default, Clone)]
+struct GroupNodes {
+    leader: Option<SocketAddr>,
+    nodes: Vec<SocketAddr>,
+}
+
+pub struct Brokers {
+    routes: RouteCache,
+    clients: BrokerClients,
+    groups: Mutex<HashMap<String, GroupNodes>>,
+}
+
+impl Brokers {
+    pub fn new(routes: RouteCache) -> Brokers {
+        Brokers {
+            routes,
+            clients: BrokerClients::default(),
+            groups: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The route of `topic` (cached); learns its groups' nodes and leaders.
+    pub async fn route(&self, topic: &str) -> Result<Arc<TopicRoute>, RouteError> {
+        let route = self.routes.route(topic).await?;
+        self.learn(&route);
+        Ok(route)
+    }
+
+    /// Every broker group seen in a route so far, sorted.
+    pub fn known_groups(&self) -> Vec<String> {
+        let mut groups: Vec<String> = self.lock().keys().cloned().collect();
+        groups.sort();
+        groups
+    }
+
+    /// Runs `call` against the leader of `group` until it succeeds, fails for good, or
+    /// `timeout` passes.
+    pub async fn on_leader<T, F, Fut>(
+        &self,
+        group: &str,
+        timeout: Duration,
+        call: F,
+    ) -> Result<T, ConsumerError>
+    where
+        F: Fn(BrokerClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<T, tonic::Status>>,
+    {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut pause = RETRY_PAUSE_MIN;
+        loop {
+            let last_error = match self.leader(group).await {
+                None => "no node knows a leader".to_owned(),
+                Some(leader) => match self.clients.get(leader).await {
+                    Err(error) => {
+                        self.forget_leader(group, leader);
+                        error.to_string()
+                    }
+                    Ok(client) => match call(client).await {
+                        Ok(value) => return Ok(value),
+                        Err(status) if is_retryable(&status) => {
+                            self.leader_failed(group, &status);
+                            status.to_string()
+                        }
+                        Err(status) => {
+                            return Err(ConsumerError::Broker {
+                                group: group.to_owned(),
+                                status,
+                            });
+                        }
+                    },
+                },
+            };
+            if tokio::time::Instant::now() + pause >= deadline {
+                return Err(ConsumerError::GroupUnavailable {
+                    group: group.to_owned(),
+                    timeout,
+                    last_error,
+                });
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RETRY_PAUSE_MAX);
+        }
+    }
+
+    /// The leader of `group` calls go to now, if one is known.
+    pub fn known_leader(&self, group: &str) -> Option<SocketAddr> {
+        self.lock().get(group).and_then(|known| known.leader)
+    }
+
+    /// A call to `group`'s leader failed with `status`: follow its leader hint, or find
+    /// the leader again on the next call.
+    pub fn leader_failed(&self, group: &str, status: &tonic::Status) {
+        let hint = rocketraft_proto::leader_addr(status).and_then(|hint| hint.parse().ok());
+        self.set_leader(group, hint);
+    }
+
+    /// The known leader of `group`, or the one its nodes report.
+    async fn leader(&self, group: &str) -> Option<SocketAddr> {
+        let known = self.lock().get(group).cloned().unwrap_or_default();
+        if known.leader.is_some() {
+            return known.leader;
+        }
+        let found = BrokerGroupClient::new(known.nodes).find_leader().await;
+        self.set_leader(group, found);
+        found
+    }
+
+    fn learn(&self, route: &TopicRoute) {
+        let mut groups = self.lock();
+        for group in &route.groups {
+            let known = groups.entry(group.group.clone()).or_default();
+            known.nodes.clone_from(&group.nodes);
+            // The nameserver names the leader of the highest term it heard of; a wrong one
+            // is corrected by the next NOT_LEADER hint.
+            if group.leader.is_some() {
+                known.leader = group.leader;
+            }
+        }
+    }
+
+    fn set_leader(&self, group: &str, leader: Option<SocketAddr>) {
+        self.lock().entry(group.to_owned()).or_default().leader = leader;
+    }
+
+    fn forget_leader(&self, group: &str, leader: SocketAddr) {
+        if let Some(known) = self.lock().get_mut(group)
+            && known.leader == Some(leader)
+        {
+            known.leader = None;
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, GroupNodes>> {
+        self.groups
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}

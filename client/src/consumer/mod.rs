@@ -1,0 +1,476 @@
+//! The push consumer (DESIGN §6): an application subscribes topics with tag expressions and
+//! gets a listener called with the messages; the consumer pulls, rebalances and commits
+//! offsets itself.
+//!
+//! - [`rebalance`]: which queues this client owns (allocate averagely, or all when
+//!   broadcasting), and starting/stopping their pull loops;
+//! - [`pull_loop`]: one long-polling loop per owned queue, with flow control;
+//! - [`consume`]: the listener, called concurrently with batches;
+//! - [`process_queue`]: one queue's local buffer, which defines its committable offset;
+//! - [`offset_store`]: committed offsets, on the brokers or in a local file;
+//! - [`membership`]: heartbeats and membership watches; [`brokers`]: leader-following
+//!   calls; [`allocate`]: the allocation strategy; [`listener`]: the application's side.
+//!
+//! Delivery is at least once: a message is consumed again only if a client died or a queue
+//! moved before its offset was committed; the committed offset never passes a message the
+//! listener has not consumed.
+
+mod allocate;
+mod brokers;
+mod consume;
+pub mod listener;
+mod membership;
+mod offset_store;
+mod process_queue;
+mod pull_loop;
+mod rebalance;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rocketraft_proto::names::validate_group_name;
+use rocketraft_proto::names::validate_topic_name;
+use tokio::sync::Notify;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use crate::consumer::allocate::allocate_averagely;
+use crate::consumer::brokers::Brokers;
+pub use crate::consumer::listener::ConsumeContext;
+pub use crate::consumer::listener::ConsumeResult;
+pub use crate::consumer::listener::MessageListener;
+use crate::consumer::offset_store::OffsetBackend;
+use crate::consumer::offset_store::OffsetStore;
+use crate::consumer::rebalance::Assignment;
+use crate::consumer::rebalance::run_rebalance_loop;
+use crate::route::MessageQueue;
+use crate::route::ROUTE_TTL_DEFAULT;
+use crate::route::RouteCache;
+use crate::route::RouteError;
+use crate::subscription::Subscription;
+use crate::unique_id::UniqueIdGenerator;
+
+/// How often a client heartbeats its broker groups (RocketMQ's default).
+pub const HEARTBEAT_INTERVAL_DEFAULT: Duration = Duration::from_secs(30);
+/// How often a client rebalances without being told to.
+pub const REBALANCE_INTERVAL_DEFAULT: Duration = Duration::from_secs(20);
+/// How often consumed offsets are committed.
+pub const PERSIST_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
+/// How long an empty pull is held by the broker (its maximum).
+pub const PULL_HOLD_DEFAULT: Duration = Duration::from_secs(15);
+/// The longest hold a pull may ask for (the broker's limit).
+pub const PULL_HOLD_MAX: Duration = Duration::from_secs(15);
+/// Messages one pull asks for.
+pub const PULL_BATCH_SIZE_DEFAULT: u32 = 32;
+/// The most messages one pull may ask for (the broker's limit).
+pub const PULL_BATCH_SIZE_MAX: u32 = 1024;
+/// A queue's buffer holds at most this many messages before pulling pauses.
+pub const QUEUE_BUFFER_COUNT_DEFAULT: usize = 1000;
+/// A queue's buffer holds at most this many body bytes before pulling pauses.
+pub const QUEUE_BUFFER_BYTES_DEFAULT: usize = 100 * 1024 * 1024;
+/// Batches the listener may work on at once.
+pub const CONSUME_CONCURRENCY_DEFAULT: usize = 20;
+/// Messages per listener call.
+pub const CONSUME_BATCH_MAX_SIZE_DEFAULT: usize = 1;
+/// The most messages per listener call.
+pub const CONSUME_BATCH_MAX_SIZE_MAX: usize = 1024;
+/// A listener call that takes longer counts as failed (RocketMQ's default).
+pub const CONSUME_TIMEOUT_DEFAULT: Duration = Duration::from_secs(15 * 60);
+/// Topics one consumer may subscribe at most (a heartbeat carries them all).
+pub const SUBSCRIPTIONS_MAX: usize = 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumerError {
+    #[error("invalid consumer configuration: {0}")]
+    InvalidConfig(String),
+    #[error("invalid subscription: {0}")]
+    InvalidSubscription(String),
+    #[error(transparent)]
+    Route(#[from] RouteError),
+    #[error("no broker group serves topic {topic:?}")]
+    NoBrokerGroup { topic: String },
+    #[error("broker group {group} refused: {status}")]
+    Broker {
+        group: String,
+        status: tonic::Status,
+    },
+    #[error("broker group {group} had no reachable leader within {timeout:?}: {last_error}")]
+    GroupUnavailable {
+        group: String,
+        timeout: Duration,
+        last_error: String,
+    },
+    #[error("offset file {path:?}: {reason}")]
+    OffsetFile { path: PathBuf, reason: String },
+}
+
+/// How a group's members share messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageModel {
+    /// Each message goes to one member of the group; offsets live on the brokers.
+    Clustering,
+    /// Each member gets every message; each keeps its offsets in a local file.
+    Broadcasting,
+}
+
+/// Where a group with no committed offset for a queue starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumeFrom {
+    /// The oldest message still stored.
+    First,
+    /// After the newest message (only what is sent from now on).
+    Last,
+    /// The first message stored at or after this time (ms since the epoch).
+    Timestamp(i64),
+}
+
+/// A push consumer's settings; see the builder's methods.
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    pub nameservers: Vec<String>,
+    pub group: String,
+    /// topic -> subscription expression.
+    pub subscriptions: BTreeMap<String, String>,
+    pub message_model: MessageModel,
+    pub consume_from: ConsumeFrom,
+    pub consume_concurrency: usize,
+    pub consume_batch_max_size: usize,
+    pub consume_timeout: Duration,
+    pub pull_batch_size: u32,
+    pub pull_hold: Duration,
+    pub queue_buffer_count: usize,
+    pub queue_buffer_bytes: usize,
+    pub heartbeat_interval: Duration,
+    pub rebalance_interval: Duration,
+    pub persist_interval: Duration,
+    pub route_ttl: Duration,
+    /// Broadcasting only: where this client's offset file lives.
+    pub offset_dir: PathBuf,
+    /// Distinguishes clients of one process; part of the client id.
+    pub instance_name: String,
+}
+
+pub struct PushConsumerBuilder {
+    config: ConsumerConfig,
+    errors: Vec<String>,
+}
+
+impl PushConsumerBuilder {
+    /// Subscribes `topic` with `"*"` or `"TagA || TagB"`.
+    pub fn subscribe(mut self, topic: &str, expression: &str) -> PushConsumerBuilder {
+        if let Err(error) = validate_topic_name(topic) {
+            self.errors.push(error);
+        }
+        if let Err(error) = Subscription::parse(expression) {
+            self.errors.push(error);
+        }
+        self.config
+            .subscriptions
+            .insert(topic.to_owned(), expression.trim().to_owned());
+        self
+    }
+
+    pub fn message_model(mut self, model: MessageModel) -> PushConsumerBuilder {
+        self.config.message_model = model;
+        self
+    }
+
+    pub fn consume_from(mut self, from: ConsumeFrom) -> PushConsumerBuilder {
+        self.config.consume_from = from;
+        self
+    }
+
+    pub fn consume_concurrency(mut self, batches: usize) -> PushConsumerBuilder {
+        self.config.consume_concurrency = batches;
+        self
+    }
+
+    pub fn consume_batch_max_size(mut self, messages: usize) -> PushConsumerBuilder {
+        self.config.consume_batch_max_size = messages;
+        self
+    }
+
+    pub fn consume_timeout(mut self, timeout: Duration) -> PushConsumerBuilder {
+        self.config.consume_timeout = timeout;
+        self
+    }
+
+    pub fn pull_batch_size(mut self, messages: u32) -> PushConsumerBuilder {
+        self.config.pull_batch_size = messages;
+        self
+    }
+
+    pub fn pull_hold(mut self, hold: Duration) -> PushConsumerBuilder {
+        self.config.pull_hold = hold;
+        self
+    }
+
+    /// Pulling a queue pauses while its buffer holds `count` messages or `bytes` bytes.
+    pub fn queue_buffer(mut self, count: usize, bytes: usize) -> PushConsumerBuilder {
+        self.config.queue_buffer_count = count;
+        self.config.queue_buffer_bytes = bytes;
+        self
+    }
+
+    pub fn heartbeat_interval(mut self, interval: Duration) -> PushConsumerBuilder {
+        self.config.heartbeat_interval = interval;
+        self
+    }
+
+    pub fn rebalance_interval(mut self, interval: Duration) -> PushConsumerBuilder {
+        self.config.rebalance_interval = interval;
+        self
+    }
+
+    pub fn persist_interval(mut self, interval: Duration) -> PushConsumerBuilder {
+        self.config.persist_interval = interval;
+        self
+    }
+
+    pub fn route_ttl(mut self, ttl: Duration) -> PushConsumerBuilder {
+        self.config.route_ttl = ttl;
+        self
+    }
+
+    pub fn offset_dir(mut self, dir: impl Into<PathBuf>) -> PushConsumerBuilder {
+        self.config.offset_dir = dir.into();
+        self
+    }
+
+    pub fn instance_name(mut self, name: impl Into<String>) -> PushConsumerBuilder {
+        self.config.instance_name = name.into();
+        self
+    }
+
+    /// Starts consuming with `listener`. Fails only on invalid settings; a cluster that is
+    /// not reachable yet is retried in the background.
+    pub async fn start(
+        self,
+        listener: impl MessageListener,
+    ) -> Result<PushConsumer, ConsumerError> {
+        if let Some(error) = self.errors.first() {
+            return Err(ConsumerError::InvalidSubscription(error.clone()));
+        }
+        let config = self.config;
+        validate(&config)?;
+        let client_id = format!(
+            "{}@{}",
+            config.instance_name,
+            UniqueIdGenerator::new().next_id()
+        );
+        let backend = match config.message_model {
+            MessageModel::Clustering => OffsetBackend::Broker {
+                consumer_group: config.group.clone(),
+            },
+            MessageModel::Broadcasting => OffsetBackend::LocalFile {
+                path: config
+                    .offset_dir
+                    .join(&config.instance_name)
+                    .join(&config.group)
+                    .join("offsets.json"),
+            },
+        };
+        let subscriptions = config
+            .subscriptions
+            .iter()
+            .map(|(topic, expression)| {
+                Subscription::parse(expression)
+                    .map(|parsed| (topic.clone(), parsed))
+                    .map_err(ConsumerError::InvalidSubscription)
+            })
+            .collect::<Result<_, _>>()?;
+        let shared = Arc::new(Shared {
+            brokers: Brokers::new(RouteCache::new(
+                config.nameservers.clone(),
+                config.route_ttl,
+            )),
+            offsets: OffsetStore::open(backend)?,
+            consume_permits: Arc::new(Semaphore::new(config.consume_concurrency)),
+            listener: Arc::new(listener),
+            client_id,
+            subscriptions,
+            rebalance_now: Notify::new(),
+            shutdown: CancellationToken::new(),
+            consume_tasks: TaskTracker::new(),
+            assigned: std::sync::Mutex::default(),
+            config,
+        });
+        tracing::info!(
+            client_id = shared.client_id,
+            group = shared.config.group,
+            "push consumer starting"
+        );
+        let rebalancer = tokio::spawn(run_rebalance_loop(shared.clone(), Assignment::default()));
+        tokio::spawn(membership::run_heartbeats(shared.clone()));
+        tokio::spawn(run_offset_persister(shared.clone()));
+        Ok(PushConsumer { shared, rebalancer })
+    }
+}
+
+fn validate(config: &ConsumerConfig) -> Result<(), ConsumerError> {
+    let invalid = |reason: String| Err(ConsumerError::InvalidConfig(reason));
+    validate_group_name(&config.group).map_err(ConsumerError::InvalidConfig)?;
+    if config.nameservers.is_empty() {
+        return invalid("a consumer needs at least one nameserver".into());
+    }
+    if config.subscriptions.is_empty() {
+        return Err(ConsumerError::InvalidSubscription(
+            "subscribe to at least one topic before starting".into(),
+        ));
+    }
+    if config.subscriptions.len() > SUBSCRIPTIONS_MAX {
+        return Err(ConsumerError::InvalidSubscription(format!(
+            "at most {SUBSCRIPTIONS_MAX} topics per consumer"
+        )));
+    }
+    if config.consume_concurrency == 0 {
+        return invalid("consume_concurrency must be at least 1".into());
+    }
+    if !(1..=CONSUME_BATCH_MAX_SIZE_MAX).contains(&config.consume_batch_max_size) {
+        return invalid(format!(
+            "consume_batch_max_size must be 1 to {CONSUME_BATCH_MAX_SIZE_MAX}"
+        ));
+    }
+    if !(1..=PULL_BATCH_SIZE_MAX).contains(&config.pull_batch_size) {
+        return invalid(format!(
+            "pull_batch_size must be 1 to {PULL_BATCH_SIZE_MAX}"
+        ));
+    }
+    if config.pull_hold > PULL_HOLD_MAX {
+        return invalid(format!("pull_hold is at most {PULL_HOLD_MAX:?}"));
+    }
+    if config.queue_buffer_count == 0 || config.queue_buffer_bytes == 0 {
+        return invalid("a queue buffer holds at least one message and one byte".into());
+    }
+    for (name, interval) in [
+        ("heartbeat_interval", config.heartbeat_interval),
+        ("rebalance_interval", config.rebalance_interval),
+        ("persist_interval", config.persist_interval),
+        ("consume_timeout", config.consume_timeout),
+    ] {
+        if interval.is_zero() {
+            return invalid(format!("{name} must be more than zero"));
+        }
+    }
+    if config.instance_name.is_empty()
+        || !config
+            .instance_name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return invalid(format!(
+            "instance_name {:?} must be non-empty [A-Za-z0-9_.-]",
+            config.instance_name
+        ));
+    }
+    Ok(())
+}
+
+/// What the consumer's tasks share.
+struct Shared {
+    config: ConsumerConfig,
+    client_id: String,
+    /// topic -> parsed subscription.
+    subscriptions: BTreeMap<String, Subscription>,
+    brokers: Brokers,
+    offsets: OffsetStore,
+    listener: Arc<dyn MessageListener>,
+    consume_permits: Arc<Semaphore>,
+    /// Set when a membership watch reports a change.
+    rebalance_now: Notify,
+    shutdown: CancellationToken,
+    /// Listener calls in flight, waited for on shutdown.
+    consume_tasks: TaskTracker,
+    /// The queues the last rebalance assigned, for [`PushConsumer::assigned_queues`].
+    assigned: std::sync::Mutex<Vec<MessageQueue>>,
+}
+
+/// A running push consumer. Call [`PushConsumer::shutdown`] to stop it gracefully.
+pub struct PushConsumer {
+    shared: Arc<Shared>,
+    rebalancer: JoinHandle<Assignment>,
+}
+
+impl PushConsumer {
+    pub fn builder(nameservers: Vec<String>, group: impl Into<String>) -> PushConsumerBuilder {
+        PushConsumerBuilder {
+            config: ConsumerConfig {
+                nameservers,
+                group: group.into(),
+                subscriptions: BTreeMap::new(),
+                message_model: MessageModel::Clustering,
+                consume_from: ConsumeFrom::Last,
+                consume_concurrency: CONSUME_CONCURRENCY_DEFAULT,
+                consume_batch_max_size: CONSUME_BATCH_MAX_SIZE_DEFAULT,
+                consume_timeout: CONSUME_TIMEOUT_DEFAULT,
+                pull_batch_size: PULL_BATCH_SIZE_DEFAULT,
+                pull_hold: PULL_HOLD_DEFAULT,
+                queue_buffer_count: QUEUE_BUFFER_COUNT_DEFAULT,
+                queue_buffer_bytes: QUEUE_BUFFER_BYTES_DEFAULT,
+                heartbeat_interval: HEARTBEAT_INTERVAL_DEFAULT,
+                rebalance_interval: REBALANCE_INTERVAL_DEFAULT,
+                persist_interval: PERSIST_INTERVAL_DEFAULT,
+                route_ttl: ROUTE_TTL_DEFAULT,
+                offset_dir: PathBuf::from(".rocketraft_offsets"),
+                instance_name: "DEFAULT".into(),
+            },
+            errors: Vec::new(),
+        }
+    }
+
+    /// This client's id in its group.
+    pub fn client_id(&self) -> &str {
+        &self.shared.client_id
+    }
+
+    /// The queues this client consumes now, sorted.
+    pub fn assigned_queues(&self) -> Vec<MessageQueue> {
+        self.shared
+            .assigned
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Stops pulling, waits for listener calls in flight, commits offsets and leaves the
+    /// group, so the other members take its queues over at once.
+    pub async fn shutdown(self) {
+        let shared = self.shared;
+        shared.shutdown.cancel();
+        let assignment = self.rebalancer.await.unwrap_or_default();
+        shared.consume_tasks.close();
+        shared.consume_tasks.wait().await;
+        for (queue, process) in &assignment.queues {
+            shared.offsets.update(queue, process.commit_offset());
+            process.drop_queue();
+        }
+        if let Err(error) = shared.offsets.persist_all(&shared.brokers).await {
+            tracing::warn!(%error, "offsets not committed at shutdown");
+        }
+        if shared.config.message_model == MessageModel::Clustering {
+            for group in shared.brokers.known_groups() {
+                if let Err(error) = membership::unregister(&shared, &group).await {
+                    tracing::warn!(group, %error, "could not leave the group");
+                }
+            }
+        }
+        tracing::info!(client_id = shared.client_id, "push consumer stopped");
+    }
+}
+
+/// Commits moved offsets every `persist_interval`.
+async fn run_offset_persister(shared: Arc<Shared>) {
+    loop {
+        tokio::select! {
+            () = shared.shutdown.cancelled() => return,
+            () = tokio::time::sleep(shared.config.persist_interval) => {}
+        }
+        if let Err(error) = shared.offsets.persist_all(&shared.brokers).await {
+            tracing::warn!(%error, "committing offsets failed; retrying next round");
+        }
+    }
+}

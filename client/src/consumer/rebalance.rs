@@ -1,0 +1,225 @@
+//! Rebalance: which queues this client consumes, and starting and stopping their pull
+//! loops. Runs at start, every `rebalance_interval`, and at once when a membership watch
+//! reports a change.
+//!
+//! Clustering: the queues of each subscribed topic are shared among the group's live
+//! members by [`allocate_averagely`]; broadcasting: every client takes every queue. A queue
+//! that moves away is dropped and its offset committed before it is released; a queue
+//! that arrives starts at its committed offset, or where `consume_from` says for a group
+//! that never committed one. A round that cannot see a topic's route or members keeps
+//! that topic's current queues and tries again next round.
+
+use std::collections::BTreeSet;
+use std::collections::HashMap;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rocketraft_proto::broker as pb;
+
+use crate::consumer::ConsumeFrom;
+use crate::consumer::ConsumerError;
+use crate::consumer::MessageModel;
+use crate::consumer::Shared;
+use crate::consumer::allocate::allocate_averagely;
+use crate::consumer::membership::run_membership_watch;
+use crate::consumer::process_queue::ProcessQueue;
+use crate::consumer::pull_loop::run_pull_loop;
+use crate::route::MessageQueue;
+use crate::route::TopicRoute;
+
+/// How long one admin call of a rebalance (members, offsets) may take, retries included.
+const REBALANCE_CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The queues this client holds, and the broker groups whose membership it watches.
+#[derive(Default)]
+pub struct Assignment {
+    pub queues: HashMap<MessageQueue, Arc<ProcessQueue>>,
+    watched_groups: HashSet<String>,
+}
+
+pub async fn run_rebalance_loop(shared: Arc<Shared>, mut assignment: Assignment) -> Assignment {
+    loop {
+        rebalance(&shared, &mut assignment).await;
+        tokio::select! {
+            () = shared.shutdown.cancelled() => return assignment,
+            () = tokio::time::sleep(shared.config.rebalance_interval) => {}
+            () = shared.rebalance_now.notified() => {}
+        }
+    }
+}
+
+async fn rebalance(shared: &Arc<Shared>, assignment: &mut Assignment) {
+    for topic in shared.config.subscriptions.keys() {
+        let route = match shared.brokers.route(topic).await {
+            Ok(route) => route,
+            Err(error) => {
+                tracing::warn!(topic, %error, "rebalance: no route; keeping current queues");
+                continue;
+            }
+        };
+        watch_new_groups(shared, assignment, &route);
+        let all = route.read_queues();
+        let mine = match shared.config.message_model {
+            MessageModel::Broadcasting => all,
+            MessageModel::Clustering => match members(shared, &route).await {
+                Ok(members) if members.contains(&shared.client_id) => {
+                    allocate_averagely(&all, &members, &shared.client_id)
+                }
+                Ok(_) => {
+                    tracing::debug!(topic, "rebalance: not yet a registered member");
+                    continue;
+                }
+                Err(error) => {
+                    tracing::warn!(topic, %error, "rebalance: no member list; keeping current queues");
+                    continue;
+                }
+            },
+        };
+        update_topic(shared, assignment, topic, mine.into_iter().collect()).await;
+    }
+    let mut assigned: Vec<MessageQueue> = assignment.queues.keys().cloned().collect();
+    assigned.sort();
+    *shared
+        .assigned
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = assigned;
+}
+
+fn watch_new_groups(shared: &Arc<Shared>, assignment: &mut Assignment, route: &TopicRoute) {
+    for group in &route.groups {
+        if assignment.watched_groups.insert(group.group.clone()) {
+            tokio::spawn(run_membership_watch(shared.clone(), group.group.clone()));
+        }
+    }
+}
+
+/// The sorted client ids of this consumer group, from the first broker group that answers.
+async fn members(shared: &Shared, route: &TopicRoute) -> Result<Vec<String>, ConsumerError> {
+    let request = pb::ListConsumersRequest {
+        group: shared.config.group.clone(),
+    };
+    let mut last_error = None;
+    for group in &route.groups {
+        let listed = shared
+            .brokers
+            .on_leader(&group.group, REBALANCE_CALL_TIMEOUT, |mut client| {
+                let request = request.clone();
+                async move { Ok(client.list_consumers(request).await?.into_inner()) }
+            })
+            .await;
+        match listed {
+            Ok(listed) => {
+                return Ok(listed
+                    .members
+                    .into_iter()
+                    .map(|member| member.client_id)
+                    .collect());
+            }
+            Err(error) => last_error = Some(error),
+        }
+    }
+    Err(last_error.unwrap_or(ConsumerError::NoBrokerGroup {
+        topic: route.topic.clone(),
+    }))
+}
+
+async fn update_topic(
+    shared: &Arc<Shared>,
+    assignment: &mut Assignment,
+    topic: &str,
+    wanted: BTreeSet<MessageQueue>,
+) {
+    let lost: Vec<MessageQueue> = assignment
+        .queues
+        .keys()
+        .filter(|queue| queue.topic == topic && !wanted.contains(*queue))
+        .cloned()
+        .collect();
+    for queue in lost {
+        let Some(process) = assignment.queues.remove(&queue) else {
+            continue;
+        };
+        process.drop_queue();
+        let offset = process.commit_offset();
+        match shared
+            .offsets
+            .release(&shared.brokers, &queue, offset)
+            .await
+        {
+            Ok(()) => tracing::info!(%queue, offset, "queue released"),
+            Err(error) => {
+                tracing::warn!(%queue, offset, %error, "queue released without committing its offset")
+            }
+        }
+    }
+    for queue in wanted {
+        if assignment.queues.contains_key(&queue) {
+            continue;
+        }
+        let offset = match start_offset(shared, &queue).await {
+            Ok(offset) => offset,
+            Err(error) => {
+                tracing::warn!(%queue, %error, "cannot start the queue; trying next rebalance");
+                continue;
+            }
+        };
+        tracing::info!(%queue, offset, "queue assigned");
+        shared.offsets.track(&queue, offset);
+        let process = Arc::new(ProcessQueue::new(offset));
+        let subscription = shared.subscriptions[topic].clone();
+        tokio::spawn(run_pull_loop(
+            shared.clone(),
+            queue.clone(),
+            process.clone(),
+            subscription,
+        ));
+        assignment.queues.insert(queue, process);
+    }
+}
+
+/// The committed offset of `queue`, or for a group that has none, where `consume_from` says.
+async fn start_offset(shared: &Shared, queue: &MessageQueue) -> Result<i64, ConsumerError> {
+    if let Some(offset) = shared
+        .offsets
+        .read_committed(&shared.brokers, queue)
+        .await?
+    {
+        return Ok(offset);
+    }
+    let brokers = &shared.brokers;
+    match shared.config.consume_from {
+        ConsumeFrom::Timestamp(timestamp_ms) => {
+            let request = pb::SearchOffsetRequest {
+                topic: queue.topic.clone(),
+                queue_id: queue.queue_id,
+                timestamp_ms,
+            };
+            brokers
+                .on_leader(&queue.group, REBALANCE_CALL_TIMEOUT, |mut client| {
+                    let request = request.clone();
+                    async move { Ok(client.search_offset(request).await?.into_inner().offset) }
+                })
+                .await
+        }
+        from @ (ConsumeFrom::First | ConsumeFrom::Last) => {
+            let request = pb::ReadConsumeQueueRequest {
+                topic: queue.topic.clone(),
+                queue_id: queue.queue_id,
+                from_queue_offset: 0,
+                max_units: 1,
+            };
+            let bounds = brokers
+                .on_leader(&queue.group, REBALANCE_CALL_TIMEOUT, |mut client| {
+                    let request = request.clone();
+                    async move { Ok(client.read_consume_queue(request).await?.into_inner()) }
+                })
+                .await?;
+            Ok(if from == ConsumeFrom::First {
+                bounds.min_queue_offset
+            } else {
+                bounds.max_queue_offset
+            })
+        }
+    }
+}
