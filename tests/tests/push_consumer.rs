@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use rocketraft_client::admin::Admin;
 use rocketraft_client::consumer::ConsumeFrom;
 use rocketraft_client::consumer::ConsumeResult;
 use rocketraft_client::consumer::ConsumerError;
@@ -139,6 +140,15 @@ async fn given_three_consumers_when_one_leaves_should_share_and_take_over_every_
     }
     info!("--- 8 queues over two groups split 3/3/2");
     wait_for_partition(&consumers.iter().collect::<Vec<_>>(), 8).await?;
+    let listed = Admin::new(cluster.nameservers())
+        .consumer_list("billing")
+        .await?;
+    assert_eq!(
+        listed.members.len(),
+        6,
+        "3 members seen by each of 2 groups"
+    );
+    assert!(listed.subscriptions_consistent);
     let first = send(&producer, 300, "TagA").await?;
     deliveries.wait_for_all(&first).await?;
     for (id, consumers) in deliveries.by_message() {
@@ -223,7 +233,7 @@ async fn given_tags_with_one_hash_only_the_subscribed_tag_should_arrive() -> any
     only_aa.wait_for_all(&aa_ids).await?;
     info!("--- let the filtered consumer finish its pulls and commit");
     wait_for("filtered queues committed to the end", TIMEOUT, || async {
-        let status = rocketraft_client::admin::Admin::new(cluster.nameservers())
+        let status = Admin::new(cluster.nameservers())
             .consumer_progress("only-aa", None)
             .await
             .ok()?;

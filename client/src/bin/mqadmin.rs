@@ -67,13 +67,28 @@ enum Command {
         /// `*` or `TagA || TagB`.
         #[arg(long, default_value = "*")]
         expr: String,
-        /// `first` or `last`.
+        /// Where a group without a committed offset starts: `first`, `last` or
+        /// `timestamp:MS`.
         #[arg(long, default_value = "first")]
-        from: String,
+        from: ConsumeFrom,
         #[arg(long, default_value_t = 32)]
         count: usize,
         #[arg(long, default_value_t = 5000)]
         timeout_ms: u64,
+    },
+    /// The live members of a consumer group, per broker group, and whether their
+    /// subscriptions agree.
+    ConsumerList {
+        #[arg(long)]
+        group: String,
+    },
+    /// Per queue: the broker's max offset, the group's committed offset and the lag.
+    ConsumerProgress {
+        #[arg(long)]
+        group: String,
+        /// The topic to inspect; by default the topics the group's live members subscribe.
+        #[arg(long)]
+        topic: Option<String>,
     },
     /// Send messages; prints one JSON object per message sent.
     Send {
@@ -200,19 +215,56 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             let subscription =
                 Subscription::parse(&expr).map_err(|reason| anyhow::anyhow!(reason))?;
-            let from = match from.as_str() {
-                "first" => ConsumeFrom::First,
-                "last" => ConsumeFrom::Last,
-                other => anyhow::bail!(
-                    "--from {other:?}: expected first or last (timestamps are not supported yet)"
-                ),
-            };
             let timeout = std::time::Duration::from_millis(timeout_ms);
             for message in admin
                 .consume(&topic, &group, &subscription, from, count, timeout)
                 .await?
             {
                 println!("{}", serde_json::to_string(&message)?);
+            }
+        }
+        Command::ConsumerList { group } => {
+            let listed = admin.consumer_list(&group).await?;
+            if cli.json {
+                println!("{}", serde_json::to_string(&listed)?);
+            } else {
+                for member in &listed.members {
+                    let subscriptions: Vec<String> = member
+                        .subscriptions
+                        .iter()
+                        .map(|(topic, expression)| format!("{topic}={expression}"))
+                        .collect();
+                    println!(
+                        "{} {} idle {} ms {}",
+                        member.broker_group,
+                        member.client_id,
+                        member.idle_ms,
+                        subscriptions.join(",")
+                    );
+                }
+                if !listed.subscriptions_consistent {
+                    println!("WARNING: members of {group} subscribe differently");
+                }
+            }
+        }
+        Command::ConsumerProgress { group, topic } => {
+            let progress = admin.consumer_progress(&group, topic.as_deref()).await?;
+            if cli.json {
+                println!("{}", serde_json::to_string(&progress)?);
+            } else {
+                for queue in progress {
+                    let committed = queue
+                        .committed_offset
+                        .map_or_else(|| "none".to_owned(), |offset| offset.to_string());
+                    println!(
+                        "{} {} queue {} max {} committed {committed} lag {}",
+                        queue.topic,
+                        queue.broker_group,
+                        queue.queue_id,
+                        queue.max_offset,
+                        queue.lag
+                    );
+                }
             }
         }
         Command::Send {

@@ -128,6 +128,25 @@ pub enum ConsumeFrom {
     Timestamp(i64),
 }
 
+impl std::str::FromStr for ConsumeFrom {
+    type Err = String;
+
+    /// `first`, `last` or `timestamp:MS`.
+    fn from_str(text: &str) -> Result<ConsumeFrom, String> {
+        match text {
+            "first" => Ok(ConsumeFrom::First),
+            "last" => Ok(ConsumeFrom::Last),
+            other => other
+                .strip_prefix("timestamp:")
+                .and_then(|ms| ms.parse().ok())
+                .map(ConsumeFrom::Timestamp)
+                .ok_or_else(|| {
+                    format!("{other:?}: expected first, last or timestamp:MS (ms since the epoch)")
+                }),
+        }
+    }
+}
+
 /// A push consumer's settings; see the builder's methods.
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
@@ -471,6 +490,21 @@ async fn run_offset_persister(shared: Arc<Shared>) {
         }
         if let Err(error) = shared.offsets.persist_all(&shared.brokers).await {
             tracing::warn!(%error, "committing offsets failed; retrying next round");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consume_from_parses_its_three_forms() {
+        assert_eq!("first".parse(), Ok(ConsumeFrom::First));
+        assert_eq!("last".parse(), Ok(ConsumeFrom::Last));
+        assert_eq!("timestamp:1700".parse(), Ok(ConsumeFrom::Timestamp(1700)));
+        for bad in ["", "First", "timestamp:", "timestamp:x", "yesterday"] {
+            assert!(bad.parse::<ConsumeFrom>().is_err(), "{bad:?}");
         }
     }
 }
