@@ -4,6 +4,9 @@
 //! keeping `--inflight` sends outstanding, one message per send (the broker's group commit
 //! does the batching). Either straight to the leader of `--broker`'s group (found through
 //! `NodeStatus`), or through the producer SDK with `--namesrv`.
+//!
+//! With `--consume GROUP` (needs `--namesrv`) a push consumer of that new group then drains
+//! `--messages` messages of the topic from the first offset; `--skip-send` only drains.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -13,9 +16,13 @@ use std::time::Instant;
 
 use clap::Parser;
 use rocketraft_client::admin::Admin;
+use rocketraft_client::consumer::ConsumeFrom;
+use rocketraft_client::consumer::ConsumeResult;
+use rocketraft_client::consumer::PushConsumer;
 use rocketraft_client::group::BrokerGroupClient;
 use rocketraft_client::group::connect;
 use rocketraft_client::message::Message;
+use rocketraft_client::message::MessageExt;
 use rocketraft_client::producer::Producer;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
@@ -26,6 +33,8 @@ use tonic::transport::Channel;
 
 /// How long to wait for the group to have a leader.
 const LEADER_WAIT: Duration = Duration::from_secs(30);
+/// How long draining may take before the run fails.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(Parser)]
 #[command(about = "append benchmark against a running rocketraft broker group")]
@@ -50,6 +59,15 @@ struct Args {
     /// instead of straight to the leader of `--broker`'s group.
     #[arg(long, value_delimiter = ',')]
     namesrv: Vec<String>,
+    /// Drain the topic with a push consumer of this group (from the first offset).
+    #[arg(long)]
+    consume: Option<String>,
+    /// Messages per listener call when draining.
+    #[arg(long, default_value_t = 32)]
+    consume_batch: usize,
+    /// Only drain (the topic was filled before).
+    #[arg(long)]
+    skip_send: bool,
 }
 
 /// How a benchmark producer sends one message.
@@ -92,6 +110,57 @@ impl Sender {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    anyhow::ensure!(
+        args.consume.is_none() || !args.namesrv.is_empty(),
+        "--consume needs --namesrv"
+    );
+    if !args.skip_send {
+        produce_all(&args).await?;
+    }
+    if let Some(group) = &args.consume {
+        drain(&args, group).await?;
+    }
+    Ok(())
+}
+
+/// Drains `--messages` messages of the topic with a push consumer; prints the rate.
+async fn drain(args: &Args, group: &str) -> anyhow::Result<()> {
+    let consumed = Arc::new(AtomicU64::new(0));
+    let counter = consumed.clone();
+    let started = Instant::now();
+    let consumer = PushConsumer::builder(args.namesrv.clone(), group)
+        .subscribe(&args.topic, "*")
+        .consume_from(ConsumeFrom::First)
+        .consume_batch_max_size(args.consume_batch)
+        .start(move |messages: Vec<MessageExt>, _context| {
+            counter.fetch_add(messages.len() as u64, Ordering::Relaxed);
+            async { ConsumeResult::Success }
+        })
+        .await?;
+    let deadline = started + DRAIN_TIMEOUT;
+    while consumed.load(Ordering::Relaxed) < args.messages {
+        if Instant::now() >= deadline {
+            consumer.shutdown().await;
+            anyhow::bail!(
+                "consumed only {} of {} messages within {DRAIN_TIMEOUT:?}",
+                consumed.load(Ordering::Relaxed),
+                args.messages
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let elapsed = started.elapsed();
+    consumer.shutdown().await;
+    let count = consumed.load(Ordering::Relaxed);
+    println!(
+        "consumed {count} in {:.2} s with one push consumer: {:.0} msg/s",
+        elapsed.as_secs_f64(),
+        count as f64 / elapsed.as_secs_f64()
+    );
+    Ok(())
+}
+
+async fn produce_all(args: &Args) -> anyhow::Result<()> {
     println!(
         "{} messages of {} bytes, {} producers x {} in flight, {}",
         args.messages,
