@@ -48,6 +48,13 @@ pub struct BrokerConfig {
     /// refusing the send with `TOPIC_NOT_EXIST`. On for `broker dev`, off by default.
     #[serde(default)]
     pub auto_create_topic: bool,
+    /// Create a consumer group's subscription config (defaults) on its first heartbeat, as
+    /// RocketMQ does; off: groups must be created with `UpsertGroup` first.
+    #[serde(default = "default_true")]
+    pub auto_create_group: bool,
+    /// Delay levels, e.g. `"1s 5s 10s 30s 1m"` (units s, m, h, d); level L is the L-th.
+    #[serde(default = "default_delay_levels")]
+    pub delay_levels: String,
     /// A consumer not heard from for this long leaves its group.
     #[serde(default = "default_client_expiry_ms")]
     pub client_expiry_ms: u64,
@@ -126,6 +133,14 @@ fn default_cluster() -> String {
     "DefaultCluster".to_owned()
 }
 
+fn default_true() -> bool {
+    true
+}
+
+fn default_delay_levels() -> String {
+    crate::delay_levels::DELAY_LEVELS_DEFAULT.to_owned()
+}
+
 fn default_client_expiry_ms() -> u64 {
     crate::consumer_registry::CLIENT_EXPIRY_DEFAULT.as_millis() as u64
 }
@@ -202,7 +217,14 @@ impl BrokerConfig {
         let mut config = crate::store::StoreConfig::new(self.data_dir.join("store"));
         config.commit_log_segment_bytes = self.store.commit_log_segment_bytes;
         config.consume_queue_units_per_segment = self.store.consume_queue_units_per_segment;
+        config.tags_code_fn = crate::schedule::delayed::broker_tags_code;
         config
+    }
+
+    /// The delay levels, parsed.
+    pub fn parsed_delay_levels(&self) -> Result<crate::delay_levels::DelayLevels, ConfigError> {
+        crate::delay_levels::DelayLevels::parse(&self.delay_levels)
+            .map_err(|reason| ConfigError::new("delay_levels", reason))
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -230,6 +252,7 @@ impl BrokerConfig {
                 ));
             }
         }
+        self.parsed_delay_levels()?;
         if self.client_expiry_ms == 0 {
             return Err(ConfigError::new("client_expiry_ms", "must be positive"));
         }

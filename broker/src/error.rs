@@ -20,6 +20,12 @@ pub enum BrokerError {
     TopicIllegal(String),
     #[error("topic {0:?} does not exist in this broker group")]
     TopicNotExist(String),
+    #[error("consumer group {0:?} does not exist in this broker group")]
+    GroupNotExist(String),
+    #[error("no message at CommitLog offset {0}")]
+    MessageNotFound(i64),
+    #[error("no permission: {0}")]
+    NoPermission(String),
     #[error("queue id {queue_id} rejected: {reason}")]
     QueueIllegal { queue_id: i32, reason: String },
     #[error("bad request: {0}")]
@@ -56,6 +62,9 @@ impl BrokerError {
             BrokerError::MessageIllegal(_) => ResponseCode::MessageIllegal,
             BrokerError::TopicIllegal(_) => ResponseCode::TopicIllegal,
             BrokerError::TopicNotExist(_) => ResponseCode::TopicNotExist,
+            BrokerError::GroupNotExist(_) => ResponseCode::SubscriptionGroupNotExist,
+            BrokerError::MessageNotFound(_) => ResponseCode::MessageNotFound,
+            BrokerError::NoPermission(_) => ResponseCode::NoPermission,
             BrokerError::QueueIllegal { .. } => ResponseCode::QueueIllegal,
             BrokerError::BadRequest(_) => ResponseCode::BadRequest,
             BrokerError::ReplicationFailed(_) => ResponseCode::ReplicationTimeout,
@@ -67,7 +76,10 @@ impl BrokerError {
     fn grpc_code(&self) -> tonic::Code {
         match self {
             BrokerError::NotLeader { .. } | BrokerError::Unavailable(_) => tonic::Code::Unavailable,
-            BrokerError::TopicNotExist(_) => tonic::Code::NotFound,
+            BrokerError::TopicNotExist(_)
+            | BrokerError::GroupNotExist(_)
+            | BrokerError::MessageNotFound(_) => tonic::Code::NotFound,
+            BrokerError::NoPermission(_) => tonic::Code::PermissionDenied,
             BrokerError::MessageIllegal(_)
             | BrokerError::TopicIllegal(_)
             | BrokerError::QueueIllegal { .. }

@@ -12,6 +12,7 @@
 
 pub mod config;
 pub mod consumer_registry;
+pub mod delay_levels;
 pub mod durable_file;
 pub mod error;
 pub mod group_commit;
@@ -20,6 +21,7 @@ pub mod metadata;
 pub mod node;
 pub mod raft;
 pub mod registration;
+pub mod schedule;
 pub mod service;
 pub mod store;
 pub mod topic;

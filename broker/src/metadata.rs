@@ -73,6 +73,11 @@ impl Metadata {
         }
     }
 
+    /// The next offset of `level`'s schedule queue to deliver (0 before any delivery).
+    pub fn schedule_progress(&self, level: u32) -> i64 {
+        self.schedule_progress.get(&level).copied().unwrap_or(0)
+    }
+
     pub fn set_schedule_progress(&mut self, level: u32, next_offset: i64) {
         self.schedule_progress.insert(level, next_offset);
     }

@@ -37,7 +37,10 @@ use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 use crate::registration::Identity;
 use crate::registration::run_registration;
+use crate::schedule::service::ScheduleStatus;
+use crate::schedule::service::run_schedule_service;
 use crate::service::BrokerService;
+use crate::service::ServiceOptions;
 use crate::store::MessageStore;
 use crate::topic::AUTO_CREATED_QUEUE_COUNT;
 
@@ -124,13 +127,27 @@ impl BrokerNode {
             Duration::from_millis(config.client_expiry_ms),
             shutdown.clone(),
         ));
+        let delay_levels = config.parsed_delay_levels()?;
+        let schedule = Arc::new(ScheduleStatus::default());
+        tokio::spawn(run_schedule_service(
+            raft.clone(),
+            group.clone(),
+            delay_levels.clone(),
+            schedule.clone(),
+            shutdown.clone(),
+        ));
         let broker = BrokerService::new(
             raft.clone(),
             group.clone(),
-            config.group.clone(),
-            addr,
-            config.auto_create_topic,
-            consumers,
+            ServiceOptions {
+                group_name: config.group.clone(),
+                store_host: addr,
+                auto_create_topic: config.auto_create_topic,
+                auto_create_group: config.auto_create_group,
+                delay_levels,
+                consumers,
+                schedule,
+            },
         );
         let raft_service = RaftService::new(
             raft.clone(),

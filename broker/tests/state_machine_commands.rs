@@ -83,6 +83,14 @@ fn commands() -> anyhow::Result<Vec<Command>> {
         },
         Command::DeliverDelayed {
             level: 3,
+            from_offset: 0,
+            next_offset: 5,
+            records: record(1, "delayed")?,
+        },
+        // The same range again (a retry, or a deposed leader): skipped.
+        Command::DeliverDelayed {
+            level: 3,
+            from_offset: 0,
             next_offset: 5,
             records: record(1, "delayed")?,
         },
@@ -146,7 +154,7 @@ async fn given_every_command_when_applied_should_survive_restart_and_snapshot() 
     assert_eq!(
         queue_lengths(&group),
         vec![1, 1],
-        "Append and DeliverDelayed each stored one message"
+        "Append and the first DeliverDelayed each stored one message; the stale one none"
     );
     drop((machine, group));
 

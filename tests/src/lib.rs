@@ -33,6 +33,9 @@ use tempfile::TempDir;
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
+/// Short delay levels for tests: level L waits L seconds (a few are longer, for clamping).
+pub const TEST_DELAY_LEVELS: &str = "1s 2s 3s 4s 5s 6s";
+
 /// Raft timings for tests: fast elections, still well above a loaded 2-core machine's jitter.
 pub fn test_timings() -> RaftTimings {
     RaftTimings {
@@ -121,6 +124,8 @@ impl TestGroup {
                 namesrv: Vec::new(),
                 register_interval_ms: 200,
                 auto_create_topic: true,
+                auto_create_group: true,
+                delay_levels: TEST_DELAY_LEVELS.into(),
                 client_expiry_ms: 120_000,
                 data_dir: group.dir.path().join(format!("node-{id}")),
                 flush: FlushKind::Sync,

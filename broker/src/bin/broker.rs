@@ -46,6 +46,9 @@ struct Cli {
     /// Create unknown topics on their first send.
     #[arg(long)]
     auto_create_topic: bool,
+    /// Delay levels, e.g. "1s 5s 10s" (units s, m, h, d).
+    #[arg(long)]
+    delay_levels: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -66,6 +69,9 @@ enum Command {
         /// Address of the embedded nameserver.
         #[arg(long, default_value = rocketraft_nameserver::server::LISTEN_DEFAULT)]
         namesrv_listen: SocketAddr,
+        /// Delay levels, e.g. "1s 5s 10s" (units s, m, h, d); RocketMQ's 18 by default.
+        #[arg(long)]
+        delay_levels: Option<String>,
     },
 }
 
@@ -85,7 +91,18 @@ async fn main() -> anyhow::Result<()> {
             base_port,
             ref flush,
             namesrv_listen,
-        }) => run_dev(data_dir.clone(), nodes, base_port, flush, namesrv_listen).await,
+            ref delay_levels,
+        }) => {
+            let dev = DevCluster {
+                data_dir: data_dir.clone(),
+                nodes,
+                base_port,
+                flush: flush.clone(),
+                namesrv_listen,
+                delay_levels: delay_levels.clone(),
+            };
+            run_dev(dev).await
+        }
         None => run_node(cli).await,
     }
 }
@@ -130,6 +147,7 @@ fn node_config(cli: &Cli) -> anyhow::Result<BrokerConfig> {
             .map(|dir| dir.display().to_string().into()),
     );
     set("flush", cli.flush.clone().map(Into::into));
+    set("delay_levels", cli.delay_levels.clone().map(Into::into));
     set("bootstrap", cli.bootstrap.then_some(true.into()));
     set(
         "auto_create_topic",
@@ -159,13 +177,25 @@ fn node_config(cli: &Cli) -> anyhow::Result<BrokerConfig> {
     Ok(config)
 }
 
-async fn run_dev(
+/// What `broker dev` starts.
+struct DevCluster {
     data_dir: PathBuf,
     nodes: u64,
     base_port: u16,
-    flush: &str,
+    flush: String,
     namesrv_listen: SocketAddr,
-) -> anyhow::Result<()> {
+    delay_levels: Option<String>,
+}
+
+async fn run_dev(dev: DevCluster) -> anyhow::Result<()> {
+    let DevCluster {
+        data_dir,
+        nodes,
+        base_port,
+        flush,
+        namesrv_listen,
+        delay_levels,
+    } = dev;
     let listener = tokio::net::TcpListener::bind(namesrv_listen)
         .await
         .with_context(|| format!("bind the nameserver on {namesrv_listen}"))?;
@@ -184,9 +214,10 @@ async fn run_dev(
             peers: peers.clone(),
             namesrv: Some(nameserver.addr().to_string()),
             data_dir: Some(data_dir.join(format!("node-{id}"))),
-            flush: Some(flush.to_owned()),
+            flush: Some(flush.clone()),
             bootstrap: id == 1,
             auto_create_topic: true,
+            delay_levels: delay_levels.clone(),
         };
         let node = BrokerNode::start(node_config(&cli)?, NodeOptions::default()).await?;
         started.push(node);

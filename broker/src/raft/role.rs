@@ -51,6 +51,26 @@ impl RoleWatch {
     }
 }
 
+/// Waits until this node is a leader that may act on the group's state: it leads, and it
+/// has applied an entry of its own term, so everything committed in earlier terms is applied
+/// too. Returns that term; `None` once Raft has stopped.
+pub async fn leader_ready(raft: &Raft) -> Option<u64> {
+    let mut metrics = raft.metrics();
+    loop {
+        {
+            let now = metrics.borrow_watched();
+            let applied_term = now
+                .last_applied
+                .as_ref()
+                .map(|log_id| log_id.committed_leader_id().term);
+            if now.state == ServerState::Leader && applied_term == Some(now.current_term) {
+                return Some(now.current_term);
+            }
+        }
+        metrics.changed().await.ok()?;
+    }
+}
+
 /// A snapshot of this node's Raft state, for status reports.
 #[derive(Debug, Clone)]
 pub struct RaftStatus {

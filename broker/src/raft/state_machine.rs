@@ -140,9 +140,20 @@ impl StateMachine {
             )?)),
             Command::DeliverDelayed {
                 level,
+                from_offset,
                 next_offset,
                 records,
             } => {
+                let progress = self.group.metadata().schedule_progress(level);
+                if progress != from_offset {
+                    tracing::info!(
+                        level,
+                        progress,
+                        from_offset,
+                        "stale delayed delivery skipped: the range was delivered already"
+                    );
+                    return Ok(CommandResult::Done);
+                }
                 let appended = append_records(&self.group, &records)?;
                 self.group
                     .metadata_mut()

@@ -57,9 +57,12 @@ pub enum Command {
     },
     UpsertGroup(GroupConfig),
     /// Due delayed messages restored to their real topic (encoded records, as in `Append`),
-    /// together with the schedule progress of their level: both land or neither does.
+    /// together with the schedule progress of their level: both land or neither does. It
+    /// applies only if the level's progress is still `from_offset` (compare and set), so a
+    /// range is delivered once even if two leaders, or one retrying leader, propose it.
     DeliverDelayed {
         level: u32,
+        from_offset: i64,
         next_offset: i64,
         records: Bytes,
     },
@@ -77,11 +80,12 @@ impl fmt::Display for Command {
             Command::UpsertGroup(group) => write!(f, "UpsertGroup({})", group.name),
             Command::DeliverDelayed {
                 level,
+                from_offset,
                 next_offset,
                 records,
             } => write!(
                 f,
-                "DeliverDelayed(level {level}, next {next_offset}, {} bytes)",
+                "DeliverDelayed(level {level}, {from_offset}..{next_offset}, {} bytes)",
                 records.len()
             ),
         }

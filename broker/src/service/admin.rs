@@ -105,7 +105,7 @@ impl BrokerService {
     }
 
     /// Proposes `command` as the leader and waits until it is applied.
-    async fn replicate(&self, command: Command) -> Result<(), BrokerError> {
+    pub(super) async fn replicate(&self, command: Command) -> Result<(), BrokerError> {
         self.ensure_leader()?;
         let applied = propose(&self.raft, command).await?;
         applied.await?;

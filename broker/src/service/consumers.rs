@@ -20,7 +20,9 @@ use crate::topic::validate_topic_name;
 pub const CLIENT_ID_LEN_MAX: usize = 255;
 
 impl BrokerService {
-    pub(super) fn handle_heartbeat(
+    /// Records a member's heartbeat; a group seen for the first time gets its config (with
+    /// defaults) if auto-creation is on, as RocketMQ does.
+    pub(super) async fn handle_heartbeat(
         &self,
         request: pb::HeartbeatRequest,
     ) -> Result<(), BrokerError> {
@@ -36,6 +38,10 @@ impl BrokerService {
         for subscription in request.subscriptions {
             validate_topic_name(&subscription.topic).map_err(BrokerError::TopicIllegal)?;
             subscriptions.insert(subscription.topic, subscription.expression);
+        }
+        let known = self.group.metadata().groups.contains_key(&request.group);
+        if !known && self.auto_create_group {
+            self.group_config(&request.group).await?;
         }
         self.consumers.heartbeat(
             &request.group,

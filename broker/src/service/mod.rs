@@ -8,6 +8,8 @@ mod pull;
 mod read_consume_queue;
 mod search_offset;
 mod send;
+mod send_back;
+mod system_topics;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,42 +20,56 @@ use tonic::Response;
 use tonic::Status;
 
 use crate::consumer_registry::ConsumerRegistry;
+use crate::delay_levels::DelayLevels;
 use crate::error::BrokerError;
 use crate::group_commit::GroupCommit;
 use crate::group_state::GroupState;
 use crate::raft::types::Raft;
+use crate::schedule::service::ScheduleStatus;
+
+/// What the broker API needs besides the group's Raft and state.
+pub struct ServiceOptions {
+    pub group_name: String,
+    /// Stamped into every record as its store host.
+    pub store_host: SocketAddr,
+    /// Create an unknown topic on its first send instead of refusing it.
+    pub auto_create_topic: bool,
+    /// Create a consumer group's config on its first heartbeat.
+    pub auto_create_group: bool,
+    pub delay_levels: DelayLevels,
+    /// Live consumers, from heartbeats (leader only).
+    pub consumers: Arc<ConsumerRegistry>,
+    /// Whether this node's schedule service runs.
+    pub schedule: Arc<ScheduleStatus>,
+}
 
 pub struct BrokerService {
     raft: Raft,
     group: Arc<GroupState>,
     group_commit: GroupCommit,
     group_name: String,
-    /// Stamped into every record as its store host.
     store_host: SocketAddr,
-    /// Create an unknown topic on its first send instead of refusing it.
     auto_create_topic: bool,
-    /// Live consumers, from heartbeats (leader only).
+    auto_create_group: bool,
+    delay_levels: DelayLevels,
     consumers: Arc<ConsumerRegistry>,
+    schedule: Arc<ScheduleStatus>,
 }
 
 impl BrokerService {
-    pub fn new(
-        raft: Raft,
-        group: Arc<GroupState>,
-        group_name: String,
-        store_host: SocketAddr,
-        auto_create_topic: bool,
-        consumers: Arc<ConsumerRegistry>,
-    ) -> BrokerService {
+    pub fn new(raft: Raft, group: Arc<GroupState>, options: ServiceOptions) -> BrokerService {
         let group_commit = GroupCommit::start(raft.clone());
         BrokerService {
             raft,
             group,
             group_commit,
-            group_name,
-            store_host,
-            auto_create_topic,
-            consumers,
+            group_name: options.group_name,
+            store_host: options.store_host,
+            auto_create_topic: options.auto_create_topic,
+            auto_create_group: options.auto_create_group,
+            delay_levels: options.delay_levels,
+            consumers: options.consumers,
+            schedule: options.schedule,
         }
     }
 
@@ -139,7 +155,7 @@ impl pb::broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        self.handle_heartbeat(request.into_inner())?;
+        self.handle_heartbeat(request.into_inner()).await?;
         Ok(Response::new(pb::HeartbeatResponse {}))
     }
 
@@ -177,6 +193,15 @@ impl pb::broker_server::Broker for BrokerService {
     ) -> Result<Response<pb::SearchOffsetResponse>, Status> {
         let offset = self.handle_search_offset(request.into_inner())?;
         Ok(Response::new(pb::SearchOffsetResponse { offset }))
+    }
+
+    async fn send_message_back(
+        &self,
+        request: Request<pb::SendMessageBackRequest>,
+    ) -> Result<Response<pb::SendMessageBackResponse>, Status> {
+        Ok(Response::new(
+            self.handle_send_message_back(request.into_inner()).await?,
+        ))
     }
 
     async fn read_consume_queue(

@@ -22,6 +22,7 @@ impl BrokerService {
             commit_log_max_offset: store.commit_log_max_offset(),
             last_purged_index: status.last_purged_index,
             snapshot_index: status.snapshot_index,
+            schedule_service_running: self.schedule.is_running(),
         }
     }
 }

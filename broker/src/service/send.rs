@@ -1,7 +1,11 @@
 //! `Send`: validates a batch of messages at the edge, stamps what the leader must stamp
 //! (store time and host), encodes the records and hands them to group commit.
 //!
-//! Only the leader accepts sends; nothing reaches the Raft log that would fail to apply.
+//! Only the leader accepts sends; nothing reaches the Raft log that would fail to apply. A
+//! message with `DELAY = L > 0` is parked in `SCHEDULE_TOPIC_XXXX` (DESIGN §5). Users may not
+//! send to system topics, except a consumer's `%RETRY%<group>`, which its client uses when
+//! `SendMessageBack` fails: such a message carries its reconsume count (`RECONSUME_TIME`) and
+//! goes to `%DLQ%<group>` once that count passes the maximum.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -13,11 +17,21 @@ use rocketraft_proto::common as common_pb;
 
 use crate::error::BrokerError;
 use crate::metadata::PERM_WRITE;
+use crate::raft::types::AppendedMessage;
+use crate::schedule::delayed::park;
+use crate::schedule::delayed::requested_level;
 use crate::service::BrokerService;
+use crate::service::system_topics::DLQ_QUEUE_COUNT;
+use crate::service::system_topics::dlq_topic;
+use crate::store::properties::DELAY;
+use crate::store::properties::MAX_RECONSUME_TIMES;
 use crate::store::properties::Properties;
+use crate::store::properties::RECONSUME_TIME;
 use crate::store::record::MessageRecord;
 use crate::topic::AUTO_CREATED_QUEUE_COUNT;
+use crate::topic::RETRY_TOPIC_PREFIX;
 use crate::topic::is_system_topic;
+use crate::topic::validate_group_name;
 use crate::topic::validate_topic_name;
 
 /// Messages in one `Send` at most.
@@ -28,24 +42,38 @@ pub const SEND_BATCH_BODY_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Clients wait longer than this, so they learn the outcome rather than time out blind.
 pub const SEND_COMMIT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Where one message of a send is stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Placement {
+    topic: String,
+    queue_id: i32,
+    reconsume_times: i32,
+    /// Dead letters are stored at once, never delayed.
+    dead_letter: bool,
+}
+
 impl BrokerService {
     pub(super) async fn handle_send(
         &self,
         request: pb::SendRequest,
     ) -> Result<pb::SendResponse, BrokerError> {
         self.ensure_leader()?;
-        self.check_queue(&request.topic, request.queue_id).await?;
-        let (records, message_count) = self.encode_send(&request)?;
-        let appended = tokio::time::timeout(
-            SEND_COMMIT_TIMEOUT,
-            self.group_commit.append(records, message_count),
-        )
-        .await
-        .map_err(|_| {
-            BrokerError::ReplicationFailed(format!(
-                "not committed within {SEND_COMMIT_TIMEOUT:?}; it may still commit"
-            ))
-        })??;
+        validate_batch_size(&request.messages)?;
+        let placements = match request.topic.strip_prefix(RETRY_TOPIC_PREFIX) {
+            Some(group) => self.place_retries(group, &request).await?,
+            None => {
+                self.check_queue(&request.topic, request.queue_id).await?;
+                let placement = Placement {
+                    topic: request.topic.clone(),
+                    queue_id: request.queue_id,
+                    reconsume_times: 0,
+                    dead_letter: false,
+                };
+                vec![placement; request.messages.len()]
+            }
+        };
+        let (records, message_count) = self.encode_send(&request, &placements)?;
+        let appended = self.commit_records(records, message_count).await?;
         let results = appended
             .into_iter()
             .map(|message| pb::SendResult {
@@ -56,6 +84,69 @@ impl BrokerService {
             })
             .collect();
         Ok(pb::SendResponse { results })
+    }
+
+    /// Appends encoded records through group commit; answers once they are applied.
+    pub(super) async fn commit_records(
+        &self,
+        records: Vec<u8>,
+        message_count: usize,
+    ) -> Result<Vec<AppendedMessage>, BrokerError> {
+        tokio::time::timeout(
+            SEND_COMMIT_TIMEOUT,
+            self.group_commit.append(records, message_count),
+        )
+        .await
+        .map_err(|_| {
+            BrokerError::ReplicationFailed(format!(
+                "not committed within {SEND_COMMIT_TIMEOUT:?}; it may still commit"
+            ))
+        })?
+    }
+
+    /// Where each message of a send to `%RETRY%<group>` goes: the retry topic (created on
+    /// demand), or the dead-letter topic once its `RECONSUME_TIME` passes the maximum
+    /// (`MAX_RECONSUME_TIMES`, else the group's).
+    async fn place_retries(
+        &self,
+        group: &str,
+        request: &pb::SendRequest,
+    ) -> Result<Vec<Placement>, BrokerError> {
+        validate_group_name(group).map_err(BrokerError::TopicIllegal)?;
+        let config = self.group_config_or_default(group);
+        let retry = self
+            .system_topic(&request.topic, config.retry_queue_count)
+            .await?;
+        let mut placements = Vec::with_capacity(request.messages.len());
+        for message in &request.messages {
+            let number = |key: &str, default: i32| -> Result<i32, BrokerError> {
+                message.properties.get(key).map_or(Ok(default), |value| {
+                    value.parse().map_err(|_| {
+                        BrokerError::MessageIllegal(format!("{key} {value:?} is not a number"))
+                    })
+                })
+            };
+            let reconsume_times = number(RECONSUME_TIME, 0)?;
+            let max = number(MAX_RECONSUME_TIMES, config.retry_max_times as i32)?;
+            placements.push(if reconsume_times > max {
+                let dlq = dlq_topic(group);
+                self.system_topic(&dlq, DLQ_QUEUE_COUNT).await?;
+                Placement {
+                    topic: dlq,
+                    queue_id: 0,
+                    reconsume_times,
+                    dead_letter: true,
+                }
+            } else {
+                Placement {
+                    topic: request.topic.clone(),
+                    queue_id: request.queue_id.rem_euclid(retry.write_queue_count as i32),
+                    reconsume_times,
+                    dead_letter: false,
+                }
+            });
+        }
+        Ok(placements)
     }
 
     /// Checks that `queue_id` is a writable queue of `topic`, creating the topic first if it
@@ -94,13 +185,17 @@ impl BrokerService {
         Ok(())
     }
 
-    /// Validates the request and encodes its messages as store records, concatenated.
-    fn encode_send(&self, request: &pb::SendRequest) -> Result<(Vec<u8>, usize), BrokerError> {
-        validate_batch_size(&request.messages)?;
+    /// Validates the request and encodes its messages as store records, concatenated; a
+    /// delayed message is parked in the schedule topic.
+    fn encode_send(
+        &self,
+        request: &pb::SendRequest,
+        placements: &[Placement],
+    ) -> Result<(Vec<u8>, usize), BrokerError> {
         let born_host = parse_born_host(&request.born_host)?;
         let store_timestamp_ms = now_ms();
         let mut records = Vec::new();
-        for message in &request.messages {
+        for (message, placement) in request.messages.iter().zip(placements) {
             if !message.topic.is_empty() && message.topic != request.topic {
                 return Err(BrokerError::MessageIllegal(format!(
                     "a batch goes to one topic: {} in a send to {}",
@@ -113,8 +208,8 @@ impl BrokerService {
                     .insert(key, value)
                     .map_err(|e| BrokerError::MessageIllegal(e.to_string()))?;
             }
-            let record = MessageRecord {
-                queue_id: request.queue_id,
+            let mut record = MessageRecord {
+                queue_id: placement.queue_id,
                 flag: message.flag,
                 queue_offset: 0,
                 physical_offset: 0,
@@ -123,12 +218,20 @@ impl BrokerService {
                 born_host,
                 store_timestamp_ms,
                 store_host: self.store_host,
-                reconsume_times: 0,
+                reconsume_times: placement.reconsume_times,
                 prepared_transaction_offset: 0,
                 body: message.body.clone(),
-                topic: request.topic.clone(),
+                topic: placement.topic.clone(),
                 properties,
             };
+            if placement.dead_letter {
+                record.properties.remove(DELAY);
+            } else if let Some(level) = requested_level(&record, &self.delay_levels)
+                .map_err(|error| BrokerError::MessageIllegal(error.to_string()))?
+            {
+                park(&mut record, level, &self.delay_levels)
+                    .map_err(|error| BrokerError::MessageIllegal(error.to_string()))?;
+            }
             let encoded = record
                 .encode()
                 .map_err(|error| BrokerError::MessageIllegal(error.to_string()))?;
@@ -168,7 +271,7 @@ fn parse_born_host(born_host: &str) -> Result<SocketAddr, BrokerError> {
     })
 }
 
-fn now_ms() -> i64 {
+pub(super) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as i64)

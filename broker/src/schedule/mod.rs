@@ -1,0 +1,5 @@
+//! Delayed delivery (DESIGN §5): [`delayed`] parks and restores delayed messages;
+//! [`service`] is the leader-only ScheduleMessageService that delivers them when due.
+
+pub mod delayed;
+pub mod service;

@@ -1,0 +1,267 @@
+//! The ScheduleMessageService: on the leader only, one task per delay level delivers the due
+//! messages of its `SCHEDULE_TOPIC_XXXX` queue to their real topics.
+//!
+//! Invariants:
+//! - It runs only on a leader that has applied an entry of its own term (so the replicated
+//!   progress includes every delivery an earlier leader committed) and stops the moment the
+//!   node stops leading.
+//! - A task reads its level's queue from the replicated progress and delivers a batch of due
+//!   messages together with the new progress in one `DeliverDelayed` entry, which applies only
+//!   if the progress is still where the task read it: a range is delivered exactly once, even
+//!   when a proposal's outcome was unknown and it is proposed again, or two leaders overlap.
+//! - A head that is not due makes its task sleep until it is; an empty queue makes it wait
+//!   for new messages. A message whose real topic is gone is logged and skipped.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::delay_levels::DelayLevels;
+use crate::group_state::GroupState;
+use crate::metadata::PERM_WRITE;
+use crate::raft::propose::ProposeError;
+use crate::raft::propose::propose;
+use crate::raft::role::Role;
+use crate::raft::role::RoleWatch;
+use crate::raft::role::leader_ready;
+use crate::raft::types::Command;
+use crate::raft::types::Raft;
+use crate::schedule::delayed::restore;
+use crate::topic::SCHEDULE_TOPIC;
+
+/// Messages one `DeliverDelayed` entry carries at most.
+pub const DELIVER_BATCH_MESSAGES_MAX: usize = 1024;
+/// Encoded bytes one `DeliverDelayed` entry carries at most (a single larger message still
+/// goes alone).
+pub const DELIVER_BATCH_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Pause after a delivery whose outcome is unknown, before looking again.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// Whether this node's schedule service is running now (for status and drills).
+#[derive(Debug, Default)]
+pub struct ScheduleStatus {
+    running: AtomicBool,
+}
+
+impl ScheduleStatus {
+    pub fn is_running(&self) -> bool {
+        self.running.load(Ordering::SeqCst)
+    }
+}
+
+/// Runs the service whenever this node is a ready leader, until `shutdown`.
+pub async fn run_schedule_service(
+    raft: Raft,
+    group: Arc<GroupState>,
+    levels: DelayLevels,
+    status: Arc<ScheduleStatus>,
+    shutdown: CancellationToken,
+) {
+    let mut roles = RoleWatch::new(&raft);
+    loop {
+        let term = tokio::select! {
+            () = shutdown.cancelled() => return,
+            term = leader_ready(&raft) => match term {
+                Some(term) => term,
+                None => return,
+            },
+        };
+        let leading = shutdown.child_token();
+        let tasks: Vec<_> = (1..=levels.max_level())
+            .map(|level| {
+                tokio::spawn(run_level(
+                    raft.clone(),
+                    group.clone(),
+                    level,
+                    leading.clone(),
+                ))
+            })
+            .collect();
+        status.running.store(true, Ordering::SeqCst);
+        tracing::info!(
+            term,
+            levels = levels.max_level(),
+            "schedule service started"
+        );
+        let led = Role {
+            is_leader: true,
+            term,
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            _ = roles.changed_from(led) => {}
+        }
+        leading.cancel();
+        for task in tasks {
+            let _ = task.await;
+        }
+        status.running.store(false, Ordering::SeqCst);
+        tracing::info!(term, "schedule service stopped");
+    }
+}
+
+/// What a look at a level's queue found.
+enum Due {
+    /// Deliver these units (`records` may be empty when all were skipped).
+    Batch {
+        from_offset: i64,
+        next_offset: i64,
+        records: Vec<u8>,
+        messages: usize,
+    },
+    /// The head is due at this time (ms since the epoch).
+    NotBefore(i64),
+    /// Nothing is waiting.
+    Empty,
+}
+
+async fn run_level(raft: Raft, group: Arc<GroupState>, level: u32, leading: CancellationToken) {
+    let mut arrivals = group.watch_messages();
+    while !leading.is_cancelled() {
+        arrivals.borrow_and_update();
+        let due = match collect_due(&group, level, now_ms()) {
+            Ok(due) => due,
+            Err(error) => {
+                tracing::error!(level, %error, "reading the schedule queue failed");
+                pause(&leading, RETRY_PAUSE).await;
+                continue;
+            }
+        };
+        match due {
+            Due::Batch {
+                from_offset,
+                next_offset,
+                records,
+                messages,
+            } => {
+                let command = Command::DeliverDelayed {
+                    level,
+                    from_offset,
+                    next_offset,
+                    records: records.into(),
+                };
+                match deliver(&raft, command).await {
+                    Ok(()) => {
+                        tracing::debug!(level, from_offset, next_offset, messages, "delivered")
+                    }
+                    Err(ProposeError::NotLeader { .. } | ProposeError::Stopped(_)) => return,
+                    Err(ProposeError::Unknown(reason)) => {
+                        tracing::warn!(level, %reason, "delivery outcome unknown; looking again");
+                        pause(&leading, RETRY_PAUSE).await;
+                    }
+                }
+            }
+            Due::NotBefore(due_ms) => {
+                let wait = Duration::from_millis((due_ms - now_ms()).max(1) as u64);
+                pause(&leading, wait).await;
+            }
+            Due::Empty => {
+                tokio::select! {
+                    () = leading.cancelled() => return,
+                    _ = arrivals.changed() => {}
+                }
+            }
+        }
+    }
+}
+
+async fn deliver(raft: &Raft, command: Command) -> Result<(), ProposeError> {
+    propose(raft, command).await?.await.map(|_| ())
+}
+
+/// The due head of `level`'s queue from its replicated progress, restored and encoded.
+fn collect_due(group: &GroupState, level: u32, now_ms: i64) -> Result<Due, String> {
+    let from_offset = group.metadata().schedule_progress(level);
+    let queue_id = level as i32 - 1;
+    let store = group.store();
+    let (min_offset, _) = store.consume_queue_offsets(SCHEDULE_TOPIC, queue_id);
+    let start = from_offset.max(min_offset);
+    let units =
+        store.read_consume_queue(SCHEDULE_TOPIC, queue_id, start, DELIVER_BATCH_MESSAGES_MAX);
+    let mut next_offset = start;
+    let mut records = Vec::new();
+    let mut messages = 0;
+    for unit in units {
+        if unit.tags_code > now_ms {
+            if next_offset == start {
+                return Ok(Due::NotBefore(unit.tags_code));
+            }
+            break;
+        }
+        if records.len() >= DELIVER_BATCH_BYTES_MAX {
+            break;
+        }
+        let parked = store
+            .read_message(unit.commit_log_offset)
+            .map_err(|error| error.to_string())?;
+        next_offset += 1;
+        let Some(restored) = restore(parked, now_ms) else {
+            tracing::warn!(
+                level,
+                offset = next_offset - 1,
+                "a parked message without REAL_TOPIC/REAL_QID skipped"
+            );
+            continue;
+        };
+        let Some(writable) = writable_queue(group, &restored.topic, restored.queue_id) else {
+            tracing::warn!(
+                level,
+                topic = restored.topic,
+                "the real topic is gone; delayed message dropped"
+            );
+            continue;
+        };
+        let mut restored = restored;
+        restored.queue_id = writable;
+        match restored.encode() {
+            Ok(encoded) => {
+                records.extend_from_slice(&encoded);
+                messages += 1;
+            }
+            Err(error) => {
+                tracing::warn!(level, %error, "a delayed message cannot be restored; skipped")
+            }
+        }
+    }
+    Ok(if next_offset > start || start > from_offset {
+        Due::Batch {
+            from_offset,
+            next_offset,
+            records,
+            messages,
+        }
+    } else {
+        Due::Empty
+    })
+}
+
+/// The queue to deliver to: `queue_id` if the topic still has it, else one it has.
+fn writable_queue(group: &GroupState, topic: &str, queue_id: i32) -> Option<i32> {
+    let metadata = group.metadata();
+    let config = metadata.topics.get(topic)?;
+    if config.perm & PERM_WRITE == 0 || config.write_queue_count == 0 {
+        return None;
+    }
+    let count = config.write_queue_count as i32;
+    Some(if (0..count).contains(&queue_id) {
+        queue_id
+    } else {
+        queue_id.rem_euclid(count)
+    })
+}
+
+async fn pause(leading: &CancellationToken, duration: Duration) {
+    tokio::select! {
+        () = leading.cancelled() => {}
+        () = tokio::time::sleep(duration) => {}
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
