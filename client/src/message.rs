@@ -14,7 +14,23 @@ pub mod property {
     pub const KEYS: &str = "KEYS";
     pub const UNIQ_KEY: &str = "UNIQ_KEY";
     pub const DELAY: &str = "DELAY";
+    /// The original topic of a retried message.
+    pub const RETRY_TOPIC: &str = "RETRY_TOPIC";
+    /// The id of the message a retry copy was made from.
+    pub const ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
+    /// The reconsume count a client-sent retry copy carries.
+    pub const RECONSUME_TIME: &str = "RECONSUME_TIME";
+    /// The most reconsumes before the dead-letter topic.
+    pub const MAX_RECONSUME_TIMES: &str = "MAX_RECONSUME_TIMES";
+    /// Where a delayed message belongs (set by the broker).
+    pub const REAL_TOPIC: &str = "REAL_TOPIC";
+    pub const REAL_QID: &str = "REAL_QID";
 }
+
+/// Prefix of a consumer group's retry topic.
+pub const RETRY_TOPIC_PREFIX: &str = "%RETRY%";
+/// Prefix of a consumer group's dead-letter topic.
+pub const DLQ_TOPIC_PREFIX: &str = "%DLQ%";
 
 /// Separates keys inside the `KEYS` property.
 pub const KEY_SEPARATOR: char = ' ';
@@ -116,8 +132,13 @@ pub struct MessageExt {
 }
 
 impl MessageExt {
+    /// A pulled message. One from a retry topic shows its original topic (`RETRY_TOPIC`).
     pub fn from_pulled(message: PulledMessage, group: &str) -> MessageExt {
         let properties: BTreeMap<String, String> = message.properties.into_iter().collect();
+        let topic = match properties.get(property::RETRY_TOPIC) {
+            Some(original) if message.topic.starts_with(RETRY_TOPIC_PREFIX) => original.clone(),
+            _ => message.topic,
+        };
         MessageExt {
             msg_id: properties
                 .get(property::UNIQ_KEY)
@@ -133,7 +154,7 @@ impl MessageExt {
                         .collect()
                 })
                 .unwrap_or_default(),
-            topic: message.topic,
+            topic,
             group: group.to_owned(),
             queue_id: message.queue_id,
             queue_offset: message.queue_offset,

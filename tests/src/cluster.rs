@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use rocketraft_broker::config::BrokerConfig;
 use rocketraft_client::route::RouteCache;
 use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::server::NameServerConfig;
@@ -19,9 +20,25 @@ pub struct TestCluster {
     pub groups: Vec<TestGroup>,
 }
 
+fn group_index(name: &str) -> usize {
+    GROUPS
+        .iter()
+        .position(|group| *group == name)
+        .unwrap_or_else(|| panic!("no test group {name}"))
+}
+
 impl TestCluster {
-    /// Starts the nameserver and both groups (auto-creation off), waiting for their leaders.
+    /// Starts the nameserver and both groups (topic auto-creation off), waiting for their
+    /// leaders.
     pub async fn start(seed: u64) -> anyhow::Result<TestCluster> {
+        TestCluster::start_with(seed, |_| {}).await
+    }
+
+    /// [`TestCluster::start`] with every node's config changed by `tune`.
+    pub async fn start_with(
+        seed: u64,
+        tune: impl Fn(&mut BrokerConfig),
+    ) -> anyhow::Result<TestCluster> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let nameserver = NameServer::start_on(listener, NameServerConfig::default())?;
         let addr = nameserver.addr().to_string();
@@ -31,6 +48,7 @@ impl TestCluster {
                 config.group = (*name).to_owned();
                 config.namesrv = vec![addr.clone()];
                 config.auto_create_topic = false;
+                tune(config);
             })
             .await?;
             group.wait_for_leader(TIMEOUT).await?;
@@ -70,10 +88,11 @@ impl TestCluster {
     }
 
     pub fn group(&self, name: &str) -> &TestGroup {
-        &self.groups[GROUPS
-            .iter()
-            .position(|g| *g == name)
-            .expect("a known group")]
+        &self.groups[group_index(name)]
+    }
+
+    pub fn group_mut(&mut self, name: &str) -> &mut TestGroup {
+        &mut self.groups[group_index(name)]
     }
 
     /// The commitlog offsets of a queue, read on the group's leader.

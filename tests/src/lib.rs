@@ -6,6 +6,7 @@
 //! things settle". [`cluster`] adds a nameserver and a second group for SDK tests.
 
 pub mod cluster;
+pub mod deliveries;
 
 use std::collections::BTreeMap;
 use std::future::Future;

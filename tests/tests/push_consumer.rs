@@ -2,10 +2,7 @@
 //! loopback): rebalance across members joining and leaving, long polling, tag filtering,
 //! offsets across restarts and leader changes, broadcasting.
 
-use std::collections::BTreeMap;
 use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use rocketraft_client::admin::Admin;
@@ -20,39 +17,13 @@ use rocketraft_client::message::MessageExt;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::route::MessageQueue;
 use rocketraft_tests::cluster::TestCluster;
+use rocketraft_tests::deliveries::Deliveries;
 use rocketraft_tests::init_tracing;
 use rocketraft_tests::wait_for;
 use tracing::info;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 const TOPIC: &str = "Orders";
-
-/// Every delivery: (consumer name, message).
-#[derive(Clone, Default)]
-struct Deliveries(Arc<Mutex<Vec<(String, MessageExt)>>>);
-
-impl Deliveries {
-    fn all(&self) -> Vec<(String, MessageExt)> {
-        self.0.lock().expect("deliveries").clone()
-    }
-
-    /// msg id -> the consumers that got it, once per delivery.
-    fn by_message(&self) -> BTreeMap<String, Vec<String>> {
-        let mut by_message: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (consumer, message) in self.all() {
-            by_message.entry(message.msg_id).or_default().push(consumer);
-        }
-        by_message
-    }
-
-    async fn wait_for_all(&self, ids: &BTreeSet<String>) -> anyhow::Result<()> {
-        wait_for("every sent message consumed", TIMEOUT, || async {
-            let seen = self.by_message();
-            ids.iter().all(|id| seen.contains_key(id)).then_some(())
-        })
-        .await
-    }
-}
 
 /// Short timings so rebalances and commits happen within a test.
 fn consumer(cluster: &TestCluster, group: &str, expression: &str) -> PushConsumerBuilder {
@@ -76,8 +47,7 @@ async fn start_recording(
         .start(move |messages: Vec<MessageExt>, _context| {
             let (name, deliveries) = (name.clone(), deliveries.clone());
             async move {
-                let mut all = deliveries.0.lock().expect("deliveries");
-                all.extend(messages.into_iter().map(|m| (name.clone(), m)));
+                deliveries.record(&name, &messages);
                 ConsumeResult::Success
             }
         })
@@ -150,7 +120,7 @@ async fn given_three_consumers_when_one_leaves_should_share_and_take_over_every_
     );
     assert!(listed.subscriptions_consistent);
     let first = send(&producer, 300, "TagA").await?;
-    deliveries.wait_for_all(&first).await?;
+    deliveries.wait_for_all(&first, TIMEOUT).await?;
     for (id, consumers) in deliveries.by_message() {
         assert_eq!(consumers.len(), 1, "{id} consumed by {consumers:?}");
     }
@@ -161,7 +131,7 @@ async fn given_three_consumers_when_one_leaves_should_share_and_take_over_every_
     leaving.shutdown().await;
     wait_for_partition(&consumers.iter().collect::<Vec<_>>(), 8).await?;
     let second = send(&producer, 300, "TagB").await?;
-    deliveries.wait_for_all(&second).await?;
+    deliveries.wait_for_all(&second, TIMEOUT).await?;
     let by_message = deliveries.by_message();
     for id in &second {
         let got = &by_message[id];
@@ -171,13 +141,13 @@ async fn given_three_consumers_when_one_leaves_should_share_and_take_over_every_
     let taken_over: BTreeSet<i32> = deliveries
         .all()
         .iter()
-        .filter(|(_, m)| second.contains(&m.msg_id))
-        .filter(|(_, m)| {
+        .filter(|d| second.contains(&d.message.msg_id))
+        .filter(|d| {
             leaving_queues
                 .iter()
-                .any(|q| q.group == m.group && q.queue_id == m.queue_id)
+                .any(|q| q.group == d.message.group && q.queue_id == d.message.queue_id)
         })
-        .map(|(_, m)| m.queue_id)
+        .map(|d| d.message.queue_id)
         .collect();
     assert!(!taken_over.is_empty(), "c3's queues kept delivering");
     for consumer in consumers {
@@ -195,12 +165,12 @@ async fn given_a_held_pull_a_new_message_should_arrive_at_once() -> anyhow::Resu
     let consumer = start_recording(consumer(&cluster, "fast", "*"), "c", &deliveries).await?;
     wait_for_partition(&[&consumer], 4).await?;
     let warm_up = send(&producer, 4, "TagA").await?;
-    deliveries.wait_for_all(&warm_up).await?;
+    deliveries.wait_for_all(&warm_up, TIMEOUT).await?;
     // Every queue's pull is now held by its broker for up to 15 s.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let sent_at = std::time::Instant::now();
     let late = send(&producer, 1, "TagA").await?;
-    deliveries.wait_for_all(&late).await?;
+    deliveries.wait_for_all(&late, TIMEOUT).await?;
     let latency = sent_at.elapsed();
     info!(?latency, "delivered while the pull was held");
     assert!(
@@ -229,8 +199,8 @@ async fn given_tags_with_one_hash_only_the_subscribed_tag_should_arrive() -> any
         .chain(&a_ids)
         .cloned()
         .collect();
-    everything.wait_for_all(&every_id).await?;
-    only_aa.wait_for_all(&aa_ids).await?;
+    everything.wait_for_all(&every_id, TIMEOUT).await?;
+    only_aa.wait_for_all(&aa_ids, TIMEOUT).await?;
     info!("--- let the filtered consumer finish its pulls and commit");
     wait_for("filtered queues committed to the end", TIMEOUT, || async {
         let status = Admin::new(cluster.nameservers())
@@ -243,7 +213,11 @@ async fn given_tags_with_one_hash_only_the_subscribed_tag_should_arrive() -> any
             .then_some(())
     })
     .await?;
-    let received: BTreeSet<String> = only_aa.all().into_iter().map(|(_, m)| m.msg_id).collect();
+    let received: BTreeSet<String> = only_aa
+        .all()
+        .into_iter()
+        .map(|d| d.message.msg_id)
+        .collect();
     assert_eq!(received, aa_ids, "only Aa, never its hash twin BB");
     aa.shutdown().await;
     all.shutdown().await;
@@ -259,7 +233,7 @@ async fn given_committed_offsets_a_restart_and_a_leader_change_should_not_rewind
     let deliveries = Deliveries::default();
     let first_run = start_recording(consumer(&cluster, "ledger", "*"), "run1", &deliveries).await?;
     let first = send(&producer, 100, "TagA").await?;
-    deliveries.wait_for_all(&first).await?;
+    deliveries.wait_for_all(&first, TIMEOUT).await?;
     first_run.shutdown().await;
 
     info!("--- broker-a changes leader while no consumer runs");
@@ -270,12 +244,12 @@ async fn given_committed_offsets_a_restart_and_a_leader_change_should_not_rewind
 
     let second_run =
         start_recording(consumer(&cluster, "ledger", "*"), "run2", &deliveries).await?;
-    deliveries.wait_for_all(&second).await?;
+    deliveries.wait_for_all(&second, TIMEOUT).await?;
     let again: Vec<String> = deliveries
         .all()
         .into_iter()
-        .filter(|(name, m)| name == "run2" && first.contains(&m.msg_id))
-        .map(|(_, m)| m.msg_id)
+        .filter(|d| d.consumer == "run2" && first.contains(&d.message.msg_id))
+        .map(|d| d.message.msg_id)
         .collect();
     assert!(again.is_empty(), "consumed again after restart: {again:?}");
     second_run.shutdown().await;
@@ -299,8 +273,8 @@ async fn given_broadcasting_every_consumer_should_get_every_message() -> anyhow:
     let first = start_recording(broadcast("one"), "one", &one).await?;
     let second = start_recording(broadcast("two"), "two", &two).await?;
     let ids = send(&producer, 50, "TagA").await?;
-    one.wait_for_all(&ids).await?;
-    two.wait_for_all(&ids).await?;
+    one.wait_for_all(&ids, TIMEOUT).await?;
+    two.wait_for_all(&ids, TIMEOUT).await?;
     assert_eq!(
         first.assigned_queues().len(),
         4,
@@ -312,11 +286,11 @@ async fn given_broadcasting_every_consumer_should_get_every_message() -> anyhow:
     let more = send(&producer, 10, "TagB").await?;
     let restarted = Deliveries::default();
     let first = start_recording(broadcast("one"), "one", &restarted).await?;
-    restarted.wait_for_all(&more).await?;
+    restarted.wait_for_all(&more, TIMEOUT).await?;
     let replayed = restarted
         .all()
         .iter()
-        .filter(|(_, m)| ids.contains(&m.msg_id))
+        .filter(|d| ids.contains(&d.message.msg_id))
         .count();
     assert_eq!(replayed, 0, "no message before the restart comes again");
     first.shutdown().await;

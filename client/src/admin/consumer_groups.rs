@@ -96,6 +96,7 @@ impl Admin {
         consumer_group: &str,
         topic: Option<&str>,
     ) -> Result<Vec<QueueProgress>, AdminError> {
+        let named = topic.is_some();
         let topics: BTreeSet<String> = match topic {
             Some(topic) => [topic.to_owned()].into(),
             None => self
@@ -111,7 +112,11 @@ impl Admin {
         }
         let mut progress = Vec::new();
         for topic in topics {
-            let route = self.topic_route(&topic).await?;
+            let route = match self.topic_route(&topic).await {
+                // A subscribed retry topic exists only once a message was handed back.
+                Err(AdminError::NoRoute(_)) if !named => continue,
+                route => route?,
+            };
             for queue in self.topic_status(&topic).await? {
                 let Some(group_route) = route.groups.iter().find(|g| g.group == queue.group) else {
                     continue;

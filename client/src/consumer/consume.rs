@@ -3,17 +3,22 @@
 //!
 //! A batch the listener consumed leaves the queue's buffer and may move the queue's offset.
 //! A batch it refused (`ReconsumeLater`), panicked on, or did not finish within the consume
-//! timeout stays in the buffer, holding the offset back, and is offered again after a pause.
-//! Results for a queue that was rebalanced away are ignored: its new owner consumes from
-//! the last committed offset (at least once).
+//! timeout is handed back to the brokers message by message (clustering; see
+//! [`send_back`](crate::consumer::send_back)): what was handed back leaves the buffer, what
+//! was not stays, holding the offset back, and is offered to the listener again after a
+//! pause. Broadcasting consumers retry locally only. Results for a queue that was
+//! rebalanced away are ignored: its new owner consumes from the last committed offset (at
+//! least once).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::consumer::MessageModel;
 use crate::consumer::Shared;
 use crate::consumer::listener::ConsumeContext;
 use crate::consumer::listener::ConsumeResult;
 use crate::consumer::process_queue::ProcessQueue;
+use crate::consumer::send_back::hand_back;
 use crate::message::MessageExt;
 use crate::route::MessageQueue;
 
@@ -44,9 +49,8 @@ async fn consume_batch(
     shared: Arc<Shared>,
     queue: MessageQueue,
     process: Arc<ProcessQueue>,
-    batch: Vec<MessageExt>,
+    mut batch: Vec<MessageExt>,
 ) {
-    let offsets: Vec<i64> = batch.iter().map(|message| message.queue_offset).collect();
     loop {
         if process.is_dropped() || shared.shutdown.is_cancelled() {
             return;
@@ -54,29 +58,54 @@ async fn consume_batch(
         let Ok(permit) = shared.consume_permits.clone().acquire_owned().await else {
             return;
         };
-        let context = ConsumeContext {
-            message_queue: queue.clone(),
-        };
-        let result = call_listener(&shared, batch.clone(), context).await;
+        let context = ConsumeContext::new(queue.clone());
+        let result = call_listener(&shared, batch.clone(), context.clone()).await;
         drop(permit);
-        match result {
-            ConsumeResult::Success => {
-                let offset = process.remove(&offsets);
-                if !process.is_dropped() {
-                    shared.offsets.update(&queue, offset);
-                }
-                return;
-            }
+        let done: Vec<MessageExt> = match result {
+            ConsumeResult::Success => std::mem::take(&mut batch),
             ConsumeResult::ReconsumeLater => {
-                tracing::debug!(%queue, first = offsets[0], "batch refused; offering it again later");
-                tokio::select! {
-                    () = tokio::time::sleep(RECONSUME_PAUSE) => {}
-                    () = process.dropped() => return,
-                    () = shared.shutdown.cancelled() => return,
-                }
+                let (handed_back, kept) =
+                    hand_back_all(&shared, batch, context.delay_level_when_next_consume()).await;
+                batch = kept;
+                handed_back
             }
+        };
+        let offsets: Vec<i64> = done.iter().map(|message| message.queue_offset).collect();
+        let offset = process.remove(&offsets);
+        if !process.is_dropped() {
+            shared.offsets.update(&queue, offset);
+        }
+        if batch.is_empty() {
+            return;
+        }
+        tracing::debug!(%queue, first = batch[0].queue_offset, "batch kept; consuming it again later");
+        tokio::select! {
+            () = tokio::time::sleep(RECONSUME_PAUSE) => {}
+            () = process.dropped() => return,
+            () = shared.shutdown.cancelled() => return,
         }
     }
+}
+
+/// Hands each refused message back; returns (handed back, kept for a local retry).
+async fn hand_back_all(
+    shared: &Shared,
+    batch: Vec<MessageExt>,
+    delay_level: i32,
+) -> (Vec<MessageExt>, Vec<MessageExt>) {
+    if shared.config.message_model == MessageModel::Broadcasting {
+        return (Vec::new(), batch);
+    }
+    let mut handed_back = Vec::new();
+    let mut kept = Vec::new();
+    for message in batch {
+        if hand_back(shared, &message, delay_level).await {
+            handed_back.push(message);
+        } else {
+            kept.push(message);
+        }
+    }
+    (handed_back, kept)
 }
 
 /// Runs the listener in its own task, so a panic is caught, bounded by the consume timeout.

@@ -4,6 +4,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::AtomicI32;
+use std::sync::atomic::Ordering;
 
 use crate::message::MessageExt;
 use crate::route::MessageQueue;
@@ -17,10 +20,31 @@ pub enum ConsumeResult {
     ReconsumeLater,
 }
 
-/// Where a batch comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where a batch comes from, and how a refused batch comes back.
+#[derive(Debug, Clone)]
 pub struct ConsumeContext {
     pub message_queue: MessageQueue,
+    delay_level_when_next_consume: Arc<AtomicI32>,
+}
+
+impl ConsumeContext {
+    pub fn new(message_queue: MessageQueue) -> ConsumeContext {
+        ConsumeContext {
+            message_queue,
+            delay_level_when_next_consume: Arc::new(AtomicI32::new(0)),
+        }
+    }
+
+    /// For `ReconsumeLater`: 0 (default) retries after level `3 + reconsume times`; a level
+    /// `> 0` after that level; `-1` sends the batch straight to the dead-letter topic.
+    pub fn set_delay_level_when_next_consume(&self, level: i32) {
+        self.delay_level_when_next_consume
+            .store(level, Ordering::Relaxed);
+    }
+
+    pub fn delay_level_when_next_consume(&self) -> i32 {
+        self.delay_level_when_next_consume.load(Ordering::Relaxed)
+    }
 }
 
 pub type ConsumeFuture = Pin<Box<dyn Future<Output = ConsumeResult> + Send>>;

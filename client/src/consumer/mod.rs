@@ -24,6 +24,7 @@ mod offset_store;
 mod process_queue;
 mod pull_loop;
 mod rebalance;
+mod send_back;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -47,6 +48,7 @@ use crate::consumer::offset_store::OffsetBackend;
 use crate::consumer::offset_store::OffsetStore;
 use crate::consumer::rebalance::Assignment;
 use crate::consumer::rebalance::run_rebalance_loop;
+use crate::message::RETRY_TOPIC_PREFIX;
 use crate::route::MessageQueue;
 use crate::route::ROUTE_TTL_DEFAULT;
 use crate::route::RouteCache;
@@ -80,6 +82,8 @@ pub const CONSUME_BATCH_MAX_SIZE_DEFAULT: usize = 1;
 pub const CONSUME_BATCH_MAX_SIZE_MAX: usize = 1024;
 /// A listener call that takes longer counts as failed (RocketMQ's default).
 pub const CONSUME_TIMEOUT_DEFAULT: Duration = Duration::from_secs(15 * 60);
+/// The most reconsumes a consumer may allow (the broker's limit).
+pub const MAX_RECONSUME_TIMES_MAX: u32 = 64;
 /// Topics one consumer may subscribe at most (a heartbeat carries them all).
 pub const SUBSCRIPTIONS_MAX: usize = 1024;
 
@@ -171,6 +175,8 @@ pub struct ConsumerConfig {
     pub offset_dir: PathBuf,
     /// Distinguishes clients of one process; part of the client id.
     pub instance_name: String,
+    /// Reconsumes before the dead-letter topic; `None`: the group's setting on the broker.
+    pub max_reconsume_times: Option<u32>,
 }
 
 pub struct PushConsumerBuilder {
@@ -260,6 +266,13 @@ impl PushConsumerBuilder {
         self
     }
 
+    /// Reconsumes of a message before it goes to `%DLQ%<group>` (default: the group's
+    /// setting on the broker, 16 unless changed).
+    pub fn max_reconsume_times(mut self, times: u32) -> PushConsumerBuilder {
+        self.config.max_reconsume_times = Some(times);
+        self
+    }
+
     pub fn instance_name(mut self, name: impl Into<String>) -> PushConsumerBuilder {
         self.config.instance_name = name.into();
         self
@@ -274,8 +287,14 @@ impl PushConsumerBuilder {
         if let Some(error) = self.errors.first() {
             return Err(ConsumerError::InvalidSubscription(error.clone()));
         }
-        let config = self.config;
+        let mut config = self.config;
         validate(&config)?;
+        if config.message_model == MessageModel::Clustering {
+            // Messages handed back come through the group's retry topic.
+            config
+                .subscriptions
+                .insert(retry_topic(&config.group), "*".to_owned());
+        }
         let client_id = format!(
             "{}@{}",
             config.instance_name,
@@ -346,6 +365,14 @@ fn validate(config: &ConsumerConfig) -> Result<(), ConsumerError> {
             "at most {SUBSCRIPTIONS_MAX} topics per consumer"
         )));
     }
+    if config
+        .max_reconsume_times
+        .is_some_and(|times| times > MAX_RECONSUME_TIMES_MAX)
+    {
+        return invalid(format!(
+            "max_reconsume_times is at most {MAX_RECONSUME_TIMES_MAX}"
+        ));
+    }
     if config.consume_concurrency == 0 {
         return invalid("consume_concurrency must be at least 1".into());
     }
@@ -408,6 +435,17 @@ struct Shared {
     assigned: std::sync::Mutex<Vec<MessageQueue>>,
 }
 
+impl Shared {
+    /// This group's retry topic.
+    fn retry_topic(&self) -> String {
+        retry_topic(&self.config.group)
+    }
+}
+
+fn retry_topic(group: &str) -> String {
+    format!("{RETRY_TOPIC_PREFIX}{group}")
+}
+
 /// A running push consumer. Call [`PushConsumer::shutdown`] to stop it gracefully.
 pub struct PushConsumer {
     shared: Arc<Shared>,
@@ -436,6 +474,7 @@ impl PushConsumer {
                 route_ttl: ROUTE_TTL_DEFAULT,
                 offset_dir: PathBuf::from(".rocketraft_offsets"),
                 instance_name: "DEFAULT".into(),
+                max_reconsume_times: None,
             },
             errors: Vec::new(),
         }

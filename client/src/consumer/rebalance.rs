@@ -26,6 +26,7 @@ use crate::consumer::membership::run_membership_watch;
 use crate::consumer::process_queue::ProcessQueue;
 use crate::consumer::pull_loop::run_pull_loop;
 use crate::route::MessageQueue;
+use crate::route::RouteError;
 use crate::route::TopicRoute;
 
 /// How long one admin call of a rebalance (members, offsets) may take, retries included.
@@ -53,6 +54,8 @@ async fn rebalance(shared: &Arc<Shared>, assignment: &mut Assignment) {
     for topic in shared.config.subscriptions.keys() {
         let route = match shared.brokers.route(topic).await {
             Ok(route) => route,
+            // A group's retry topic exists only once a message was handed back.
+            Err(RouteError::NoRoute { .. }) if *topic == shared.retry_topic() => continue,
             Err(error) => {
                 tracing::warn!(topic, %error, "rebalance: no route; keeping current queues");
                 continue;
@@ -188,7 +191,13 @@ async fn start_offset(shared: &Shared, queue: &MessageQueue) -> Result<i64, Cons
         return Ok(offset);
     }
     let brokers = &shared.brokers;
-    match shared.config.consume_from {
+    // A retry topic holds only messages the group must still consume: from its start.
+    let from = if queue.topic == shared.retry_topic() {
+        ConsumeFrom::First
+    } else {
+        shared.config.consume_from
+    };
+    match from {
         ConsumeFrom::Timestamp(timestamp_ms) => {
             let request = pb::SearchOffsetRequest {
                 topic: queue.topic.clone(),

@@ -1,0 +1,79 @@
+//! A record of what push consumers delivered, for tests: every delivery with the consumer's
+//! name and the time it happened.
+
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+use std::time::Instant;
+
+use rocketraft_client::message::MessageExt;
+
+use crate::wait_for;
+
+/// One delivery: which consumer got which message, when.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub consumer: String,
+    pub message: MessageExt,
+    pub at: Instant,
+}
+
+#[derive(Clone, Default)]
+pub struct Deliveries(Arc<Mutex<Vec<Delivery>>>);
+
+impl Deliveries {
+    pub fn record(&self, consumer: &str, messages: &[MessageExt]) {
+        let at = Instant::now();
+        let mut all = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        all.extend(messages.iter().map(|message| Delivery {
+            consumer: consumer.to_owned(),
+            message: message.clone(),
+            at,
+        }));
+    }
+
+    pub fn all(&self) -> Vec<Delivery> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// The deliveries of one message id, in order.
+    pub fn of(&self, msg_id: &str) -> Vec<Delivery> {
+        self.all()
+            .into_iter()
+            .filter(|delivery| delivery.message.msg_id == msg_id)
+            .collect()
+    }
+
+    /// msg id -> the consumers that got it, once per delivery.
+    pub fn by_message(&self) -> BTreeMap<String, Vec<String>> {
+        let mut by_message: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for delivery in self.all() {
+            by_message
+                .entry(delivery.message.msg_id)
+                .or_default()
+                .push(delivery.consumer);
+        }
+        by_message
+    }
+
+    /// Waits until every id in `ids` was delivered at least once.
+    pub async fn wait_for_all(
+        &self,
+        ids: &BTreeSet<String>,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        wait_for("every sent message consumed", timeout, || async {
+            let seen = self.by_message();
+            ids.iter().all(|id| seen.contains_key(id)).then_some(())
+        })
+        .await
+    }
+}

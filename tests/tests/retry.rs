@@ -1,0 +1,416 @@
+//! Delayed delivery, retries and dead letters against a real cluster (a nameserver and two
+//! 3-node broker groups on loopback, delay levels `1s 2s 3s 4s 5s 6s`), including the
+//! hand-over of pending deliveries to a new leader.
+
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+use std::time::Instant;
+
+use rocketraft_client::admin::Admin;
+use rocketraft_client::consumer::ConsumeContext;
+use rocketraft_client::consumer::ConsumeFrom;
+use rocketraft_client::consumer::ConsumeResult;
+use rocketraft_client::consumer::PushConsumer;
+use rocketraft_client::consumer::PushConsumerBuilder;
+use rocketraft_client::message::Message;
+use rocketraft_client::message::MessageExt;
+use rocketraft_client::producer::Producer;
+use rocketraft_proto::broker as pb;
+use rocketraft_tests::cluster::GROUPS;
+use rocketraft_tests::cluster::TestCluster;
+use rocketraft_tests::deliveries::Deliveries;
+use rocketraft_tests::init_tracing;
+use rocketraft_tests::wait_for;
+use tracing::info;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+const TOPIC: &str = "Orders";
+/// Tolerance for "on time": the schedule service, a pull and the listener.
+const DELIVERY_MARGIN: Duration = Duration::from_millis(2500);
+
+fn consumer(cluster: &TestCluster, group: &str) -> PushConsumerBuilder {
+    PushConsumer::builder(cluster.nameservers(), group)
+        .subscribe(TOPIC, "*")
+        .consume_from(ConsumeFrom::First)
+        .heartbeat_interval(Duration::from_millis(300))
+        .rebalance_interval(Duration::from_millis(500))
+        .persist_interval(Duration::from_millis(200))
+        .route_ttl(Duration::from_millis(300))
+}
+
+/// A listener that records every delivery and refuses each message's first `refusals`
+/// deliveries, asking for `delay_level` (0: the default).
+fn refusing(
+    deliveries: &Deliveries,
+    refusals: usize,
+    delay_level: i32,
+) -> impl Fn(Vec<MessageExt>, ConsumeContext) -> std::future::Ready<ConsumeResult> + Send + Sync + 'static
+{
+    let deliveries = deliveries.clone();
+    let seen: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    move |messages, context| {
+        deliveries.record("c", &messages);
+        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        let refuse = messages.iter().any(|message| {
+            let count = seen.entry(message.msg_id.clone()).or_default();
+            *count += 1;
+            *count <= refusals
+        });
+        if refuse {
+            context.set_delay_level_when_next_consume(delay_level);
+            std::future::ready(ConsumeResult::ReconsumeLater)
+        } else {
+            std::future::ready(ConsumeResult::Success)
+        }
+    }
+}
+
+async fn start_cluster(
+    seed: u64,
+    tune: impl Fn(&mut rocketraft_broker::config::BrokerConfig),
+) -> anyhow::Result<(TestCluster, Producer)> {
+    let cluster = TestCluster::start_with(seed, tune).await?;
+    cluster.create_topic(TOPIC, 2).await?;
+    cluster.wait_for_route(TOPIC).await?;
+    let producer = Producer::builder(cluster.nameservers(), "test-producer").build()?;
+    Ok((cluster, producer))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_delay_level_the_message_should_arrive_after_it_and_not_before()
+-> anyhow::Result<()> {
+    init_tracing();
+    let (cluster, producer) = start_cluster(0x5EED_0801, |_| {}).await?;
+    let deliveries = Deliveries::default();
+    let recorder = deliveries.clone();
+    let consumer = consumer(&cluster, "timely")
+        .start(move |messages: Vec<MessageExt>, _| {
+            recorder.record("c", &messages);
+            async { ConsumeResult::Success }
+        })
+        .await?;
+    let sent_at = Instant::now();
+    let two = producer
+        .send(Message::new(TOPIC, "in 2s").with_delay_level(2))
+        .await?;
+    let clamped = producer
+        .send(Message::new(TOPIC, "in 6s").with_delay_level(99))
+        .await?;
+    assert_eq!(
+        clamped.queue_id, 5,
+        "level 99 is clamped to the last level, 6"
+    );
+    let ids: BTreeSet<String> = [two.msg_id.clone(), clamped.msg_id.clone()].into();
+    deliveries.wait_for_all(&ids, TIMEOUT).await?;
+    for (id, delay) in [(&two.msg_id, 2), (&clamped.msg_id, 6)] {
+        let delivered = &deliveries.of(id)[0];
+        let waited = delivered.at - sent_at;
+        let delay = Duration::from_secs(delay);
+        info!(?waited, ?delay, "delayed message arrived");
+        assert!(
+            waited >= delay,
+            "arrived after {waited:?}, before its {delay:?}"
+        );
+        assert!(
+            waited <= delay + DELIVERY_MARGIN,
+            "arrived {waited:?} after a {delay:?} delay"
+        );
+        assert_eq!(delivered.message.topic, TOPIC);
+        assert!(!delivered.message.properties.contains_key("DELAY"));
+    }
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_listener_failing_twice_the_message_should_come_back_twice_then_be_consumed_once()
+-> anyhow::Result<()> {
+    init_tracing();
+    let (cluster, producer) = start_cluster(0x5EED_0802, |_| {}).await?;
+    let deliveries = Deliveries::default();
+    let consumer = consumer(&cluster, "flaky")
+        .start(refusing(&deliveries, 2, 0))
+        .await?;
+    let sent = producer
+        .send(Message::new(TOPIC, "try again").with_tags("TagA"))
+        .await?;
+    wait_for("three deliveries", TIMEOUT, || async {
+        (deliveries.of(&sent.msg_id).len() >= 3).then_some(())
+    })
+    .await?;
+    info!("--- the original queue's offset moved on while retries were pending");
+    let progress = Admin::new(cluster.nameservers())
+        .consumer_progress("flaky", Some(TOPIC))
+        .await?;
+    assert!(progress.iter().all(|q| q.lag == 0), "{progress:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let got = deliveries.of(&sent.msg_id);
+    assert_eq!(got.len(), 3, "consumed once after two refusals");
+    let times: Vec<i32> = got.iter().map(|d| d.message.reconsume_times).collect();
+    assert_eq!(times, [0, 1, 2]);
+    for delivery in &got {
+        assert_eq!(
+            delivery.message.topic, TOPIC,
+            "shown under the original topic"
+        );
+        assert_eq!(delivery.message.tags.as_deref(), Some("TagA"));
+    }
+    // Levels 3 + 0 and 3 + 1: 3 s, then 4 s.
+    let (first_gap, second_gap) = (got[1].at - got[0].at, got[2].at - got[1].at);
+    info!(?first_gap, ?second_gap, "retry delays");
+    assert!(first_gap >= Duration::from_secs(3), "{first_gap:?}");
+    assert!(second_gap >= Duration::from_secs(4), "{second_gap:?}");
+    assert!(second_gap > first_gap, "growing delays");
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_max_reconsume_times_reached_the_message_should_land_in_the_dlq() -> anyhow::Result<()>
+{
+    init_tracing();
+    let (cluster, producer) = start_cluster(0x5EED_0803, |_| {}).await?;
+    let deliveries = Deliveries::default();
+    let consumer = consumer(&cluster, "doomed")
+        .max_reconsume_times(1)
+        .start(refusing(&deliveries, usize::MAX, 1))
+        .await?;
+    let sent = producer
+        .send(
+            Message::new(TOPIC, "poison")
+                .with_tags("TagP")
+                .with_keys(["order-9"]),
+        )
+        .await?;
+    let dead = Deliveries::default();
+    let recorder = dead.clone();
+    let dlq_reader = PushConsumer::builder(cluster.nameservers(), "dlq-reader")
+        .subscribe("%DLQ%doomed", "*")
+        .consume_from(ConsumeFrom::First)
+        .rebalance_interval(Duration::from_millis(500))
+        .route_ttl(Duration::from_millis(300))
+        .start(move |messages: Vec<MessageExt>, _| {
+            recorder.record("dlq", &messages);
+            async { ConsumeResult::Success }
+        })
+        .await?;
+    let ids: BTreeSet<String> = [sent.msg_id.clone()].into();
+    dead.wait_for_all(&ids, TIMEOUT).await?;
+    let letter = &dead.of(&sent.msg_id)[0].message;
+    assert_eq!(letter.topic, "%DLQ%doomed");
+    assert_eq!(letter.tags.as_deref(), Some("TagP"));
+    assert_eq!(letter.keys, ["order-9"]);
+    assert_eq!(
+        letter.properties.get("ORIGIN_MESSAGE_ID"),
+        Some(&sent.msg_id)
+    );
+    assert_eq!(
+        letter.properties.get("RETRY_TOPIC").map(String::as_str),
+        Some(TOPIC)
+    );
+    assert_eq!(letter.reconsume_times, 2);
+    info!("--- a dead letter is not redelivered");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        deliveries.of(&sent.msg_id).len(),
+        2,
+        "the original and one retry"
+    );
+    consumer.shutdown().await;
+    dlq_reader.shutdown().await;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_send_back_failing_the_client_fallback_should_bring_the_message_back()
+-> anyhow::Result<()> {
+    init_tracing();
+    // No group configs are created: SendMessageBack answers SUBSCRIPTION_GROUP_NOT_EXIST.
+    let (cluster, producer) =
+        start_cluster(0x5EED_0804, |config| config.auto_create_group = false).await?;
+    let deliveries = Deliveries::default();
+    let consumer = consumer(&cluster, "orphan")
+        .start(refusing(&deliveries, 1, 1))
+        .await?;
+    let sent = producer.send(Message::new(TOPIC, "again")).await?;
+    wait_for("the message back", TIMEOUT, || async {
+        (deliveries.of(&sent.msg_id).len() >= 2).then_some(())
+    })
+    .await?;
+    let got = deliveries.of(&sent.msg_id);
+    assert_eq!(got[1].message.reconsume_times, 1);
+    assert_eq!(got[1].message.topic, TOPIC);
+    assert!(
+        got[1].at - got[0].at >= Duration::from_secs(1),
+        "delayed by level 1"
+    );
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+/// Every `UNIQ_KEY` stored in `topic` of `group`, once per stored copy, read on its leader.
+async fn stored_ids(
+    cluster: &TestCluster,
+    group: &str,
+    topic: &str,
+) -> anyhow::Result<Vec<String>> {
+    let test_group = cluster.group(group);
+    let leader = test_group.wait_for_leader(TIMEOUT).await?;
+    let mut client = test_group.client(leader).await?;
+    let mut ids = Vec::new();
+    for queue_id in 0..8 {
+        let mut offset = 0;
+        loop {
+            let request = pb::PullRequest {
+                group: "audit".into(),
+                topic: topic.into(),
+                queue_id,
+                queue_offset: offset,
+                max_messages: 1024,
+                tags: Vec::new(),
+                max_wait_ms: 0,
+            };
+            let response = client.pull(request).await?.into_inner();
+            if response.messages.is_empty() {
+                break;
+            }
+            offset = response.next_offset;
+            ids.extend(
+                response
+                    .messages
+                    .into_iter()
+                    .filter_map(|m| m.properties.get("UNIQ_KEY").cloned()),
+            );
+        }
+    }
+    Ok(ids)
+}
+
+fn assert_once(ids: &[String], expected: &BTreeSet<String>, what: &str) {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for id in ids {
+        *counts.entry(id).or_default() += 1;
+    }
+    for id in expected {
+        assert_eq!(
+            counts.get(id.as_str()),
+            Some(&1),
+            "{what}: {id} stored {:?} times",
+            counts.get(id.as_str())
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_pending_deliveries_when_the_leader_dies_each_should_be_delivered_exactly_once()
+-> anyhow::Result<()> {
+    init_tracing();
+    let (mut cluster, producer) = start_cluster(0x5EED_0805, |_| {}).await?;
+    let deliveries = Deliveries::default();
+    // Each message is refused once (retry at level 3: 3 s), then consumed.
+    let consumer = consumer(&cluster, "survivor")
+        .start(refusing(&deliveries, 1, 0))
+        .await?;
+    let mut immediate = BTreeSet::new();
+    let mut delayed = BTreeSet::new();
+    for i in 0..20 {
+        immediate.insert(
+            producer
+                .send(Message::new(TOPIC, format!("now {i}")))
+                .await?
+                .msg_id,
+        );
+        let later = Message::new(TOPIC, format!("later {i}")).with_delay_level(4);
+        delayed.insert(producer.send(later).await?.msg_id);
+    }
+    wait_for(
+        "every immediate message refused and handed back",
+        TIMEOUT,
+        || async {
+            let progress = Admin::new(cluster.nameservers())
+                .consumer_progress("survivor", Some(TOPIC))
+                .await
+                .ok()?;
+            let refused = immediate.iter().all(|id| !deliveries.of(id).is_empty());
+            (refused && progress.iter().all(|q| q.lag == 0)).then_some(())
+        },
+    )
+    .await?;
+
+    let group = cluster.group_mut("broker-a");
+    let old_leader = group.wait_for_leader(TIMEOUT).await?;
+    info!(
+        old_leader,
+        "--- stop broker-a's leader with retries and delayed messages pending"
+    );
+    group.stop(old_leader).await;
+    let new_leader = group.wait_for_leader(TIMEOUT).await?;
+    assert_ne!(new_leader, old_leader);
+
+    let all: BTreeSet<String> = immediate.union(&delayed).cloned().collect();
+    wait_for(
+        "every message consumed after its retry or delay",
+        TIMEOUT,
+        || async {
+            all.iter()
+                .all(|id| {
+                    let got = deliveries.of(id);
+                    if immediate.contains(id) {
+                        got.len() >= 2
+                    } else {
+                        !got.is_empty()
+                    }
+                })
+                .then_some(())
+        },
+    )
+    .await?;
+
+    info!("--- the old leader comes back as a follower and delivers nothing");
+    let group = cluster.group_mut("broker-a");
+    group.restart(old_leader).await?;
+    let status = group.status(new_leader).await?;
+    wait_for("the old leader caught up", TIMEOUT, || async {
+        let old = group.status(old_leader).await.ok()?;
+        (old.last_applied_index >= status.last_applied_index).then_some(())
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let running: Vec<u64> = {
+        let mut running = Vec::new();
+        for id in 1..=3 {
+            if group.status(id).await?.schedule_service_running {
+                running.push(id);
+            }
+        }
+        running
+    };
+    assert_eq!(
+        running,
+        [new_leader],
+        "the schedule service runs on the leader only"
+    );
+
+    for name in GROUPS {
+        let in_topic = stored_ids(&cluster, name, TOPIC).await?;
+        let in_retry = stored_ids(&cluster, name, "%RETRY%survivor").await?;
+        let mine = |ids: &BTreeSet<String>| -> BTreeSet<String> {
+            ids.iter()
+                .filter(|id| in_topic.contains(id))
+                .cloned()
+                .collect()
+        };
+        assert_once(&in_topic, &mine(&all), "topic");
+        assert_once(&in_retry, &mine(&immediate), "retry topic");
+    }
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+    Ok(())
+}
