@@ -4,6 +4,7 @@
 use rocketraft_client::admin::Admin;
 use rocketraft_client::admin::AdminError;
 use rocketraft_client::admin::ConsumeFrom;
+use rocketraft_client::admin::ConsumeRequest;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::subscription::Subscription;
@@ -99,10 +100,16 @@ async fn consume(
     count: usize,
 ) -> anyhow::Result<Vec<String>> {
     let subscription = Subscription::parse(expr).map_err(anyhow::Error::msg)?;
-    let timeout = Duration::from_millis(800);
-    let messages = admin
-        .consume("Orders", group, &subscription, from, count, timeout)
-        .await?;
+    let request = ConsumeRequest {
+        topic: "Orders".into(),
+        consumer_group: group.into(),
+        subscription: subscription.clone(),
+        from,
+        count,
+        timeout: Duration::from_millis(800),
+        reconsume_later: 0,
+    };
+    let messages = admin.consume(&request).await?;
     assert!(
         messages
             .iter()
@@ -163,6 +170,72 @@ async fn given_messages_consume_should_filter_by_tag_string_and_resume_from_comm
         limited.len() + rest.len(),
         7,
         "stopping at the count skips nothing"
+    );
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_reconsume_later_consume_should_hand_back_and_dlq_list_should_show_dead_letters()
+-> anyhow::Result<()> {
+    init_tracing();
+    let cluster = TestCluster::start(0x5EED_0304).await?;
+    cluster.create_topic("Orders", 1).await?;
+    cluster.wait_for_route("Orders").await?;
+    let admin = Admin::new(cluster.nameservers());
+    let producer = Producer::builder(cluster.nameservers(), "admin-test").build()?;
+    let sent = producer
+        .send(Message::new("Orders", "twice").with_tags("TagA"))
+        .await?;
+    let request = |group: &str, reconsume_later: i32| ConsumeRequest {
+        topic: "Orders".into(),
+        consumer_group: group.into(),
+        subscription: Subscription::All,
+        from: ConsumeFrom::First,
+        count: 1,
+        timeout: Duration::from_secs(8),
+        reconsume_later,
+    };
+    tracing::info!("--- refused once, the retry (level 3 = 3 s) is consumed");
+    let deliveries = admin.consume(&request("drill", 1)).await?;
+    let seen: Vec<(i32, &str)> = deliveries
+        .iter()
+        .map(|d| (d.reconsume_times, d.result))
+        .collect();
+    assert_eq!(seen, [(0, "reconsume_later"), (1, "consumed")]);
+    assert!(
+        deliveries
+            .iter()
+            .all(|d| d.msg_id == sent.msg_id && d.topic == "Orders")
+    );
+
+    tracing::info!("--- a group allowing one retry: the second refusal is a dead letter");
+    let group = cluster.group(&sent.group);
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let upsert = rocketraft_proto::broker::UpsertGroupRequest {
+        group: "strict".into(),
+        retry_max_times: 1,
+        retry_queue_count: 1,
+    };
+    group.client(leader).await?.upsert_group(upsert).await?;
+    let deliveries = admin.consume(&request("strict", 9)).await?;
+    assert_eq!(
+        deliveries.len(),
+        2,
+        "the original and its one retry, both refused"
+    );
+    let dead = wait_for("the dead letter", TIMEOUT, || async {
+        let listed = admin.dlq_list("strict", 10).await.ok()?;
+        (!listed.is_empty()).then_some(listed)
+    })
+    .await?;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].msg_id, sent.msg_id);
+    assert_eq!(dead[0].reconsume_times, 2);
+    assert_eq!(
+        admin.dlq_list("strict", 10).await?.len(),
+        1,
+        "listing consumes nothing"
     );
     cluster.shutdown().await;
     Ok(())

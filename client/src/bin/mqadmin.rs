@@ -9,6 +9,7 @@ use clap::Parser;
 use clap::Subcommand;
 use rocketraft_client::admin::Admin;
 use rocketraft_client::admin::ConsumeFrom;
+use rocketraft_client::admin::ConsumeRequest;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::subscription::Subscription;
@@ -75,6 +76,18 @@ enum Command {
         count: usize,
         #[arg(long, default_value_t = 5000)]
         timeout_ms: u64,
+        /// Refuse each message while its reconsume count is below N (hand it back, as a
+        /// push consumer's ReconsumeLater does), and print the refused deliveries too.
+        #[arg(long, default_value_t = 0)]
+        reconsume_later: i32,
+    },
+    /// The messages in a consumer group's dead-letter topic (`%DLQ%<group>`), oldest first,
+    /// without consuming them.
+    DlqList {
+        #[arg(long)]
+        group: String,
+        #[arg(long, default_value_t = 100)]
+        count: usize,
     },
     /// The live members of a consumer group, per broker group, and whether their
     /// subscriptions agree.
@@ -212,14 +225,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             from,
             count,
             timeout_ms,
+            reconsume_later,
         } => {
             let subscription =
                 Subscription::parse(&expr).map_err(|reason| anyhow::anyhow!(reason))?;
-            let timeout = std::time::Duration::from_millis(timeout_ms);
-            for message in admin
-                .consume(&topic, &group, &subscription, from, count, timeout)
-                .await?
-            {
+            let request = ConsumeRequest {
+                topic,
+                consumer_group: group,
+                subscription,
+                from,
+                count,
+                timeout: std::time::Duration::from_millis(timeout_ms),
+                reconsume_later,
+            };
+            for message in admin.consume(&request).await? {
+                println!("{}", serde_json::to_string(&message)?);
+            }
+        }
+        Command::DlqList { group, count } => {
+            for message in admin.dlq_list(&group, count).await? {
                 println!("{}", serde_json::to_string(&message)?);
             }
         }

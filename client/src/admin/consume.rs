@@ -1,0 +1,370 @@
+//! `mqadmin consume`: read a topic as a consumer group, for inspection and drills.
+//!
+//! It pulls every queue of the topic from the group's committed offsets (or `from` where
+//! there are none) and, so that handed-back messages come back, the group's retry topic from
+//! its first offset; it commits how far it read when done. With `reconsume_later = N` it
+//! refuses each message while its reconsume count is below `N`, handing it back with
+//! `SendMessageBack` as a push consumer would, and reports that delivery too.
+
+use std::time::Duration;
+
+use rocketraft_proto::broker as broker_pb;
+use rocketraft_proto::broker::broker_client::BrokerClient;
+use serde::Serialize;
+use tonic::transport::Channel;
+
+use crate::admin::Admin;
+use crate::admin::AdminError;
+use crate::admin::ConsumeFrom;
+use crate::admin::group_client;
+use crate::message::DLQ_TOPIC_PREFIX;
+use crate::message::MessageExt;
+use crate::message::RETRY_TOPIC_PREFIX;
+use crate::subscription::Subscription;
+
+/// Messages pulled per queue and round.
+const CONSUME_PULL_BATCH: u32 = 32;
+/// How long a pull waits for messages when a round found none.
+const CONSUME_PULL_WAIT_MS: u32 = 200;
+
+/// What to read and how.
+#[derive(Debug, Clone)]
+pub struct ConsumeRequest {
+    pub topic: String,
+    pub consumer_group: String,
+    pub subscription: Subscription,
+    /// Where a queue without a committed offset starts.
+    pub from: ConsumeFrom,
+    /// Stop after this many consumed (not refused) messages.
+    pub count: usize,
+    pub timeout: Duration,
+    /// Refuse each message while its reconsume count is below this.
+    pub reconsume_later: i32,
+}
+
+/// One delivery, as `mqadmin consume` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConsumedMessage {
+    pub topic: String,
+    pub group: String,
+    pub queue_id: i32,
+    pub queue_offset: i64,
+    pub msg_id: String,
+    pub tags: Option<String>,
+    pub keys: Option<String>,
+    pub body: String,
+    pub reconsume_times: i32,
+    pub born_timestamp_ms: i64,
+    pub store_timestamp_ms: i64,
+    /// `consumed`, or `reconsume_later` for a delivery that was refused and handed back.
+    pub result: &'static str,
+}
+
+/// One queue being read.
+struct Cursor {
+    group: String,
+    client: BrokerClient<Channel>,
+    topic: String,
+    queue_id: i32,
+    offset: i64,
+}
+
+impl Admin {
+    /// Reads as `request.consumer_group` until `count` messages were consumed or the timeout
+    /// passes; returns every delivery (refused ones included) and commits how far it read.
+    pub async fn consume(
+        &self,
+        request: &ConsumeRequest,
+    ) -> Result<Vec<ConsumedMessage>, AdminError> {
+        let deadline = tokio::time::Instant::now() + request.timeout;
+        let retry_topic = format!("{RETRY_TOPIC_PREFIX}{}", request.consumer_group);
+        let mut cursors = self.cursors(request, &request.topic, request.from).await?;
+        let mut retry_cursors_open = false;
+        let mut delivered = Vec::new();
+        let consumed = |delivered: &[ConsumedMessage]| {
+            delivered.iter().filter(|m| m.result == "consumed").count()
+        };
+        let mut wait_ms = 0;
+        while consumed(&delivered) < request.count && tokio::time::Instant::now() < deadline {
+            if !retry_cursors_open {
+                match self
+                    .cursors(request, &retry_topic, ConsumeFrom::First)
+                    .await
+                {
+                    Ok(retry) => {
+                        cursors.extend(retry);
+                        retry_cursors_open = true;
+                    }
+                    Err(AdminError::NoRoute(_)) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            let mut found_any = false;
+            for cursor in &mut cursors {
+                let before = cursor.offset;
+                let done = self
+                    .read_once(request, cursor, wait_ms, &mut delivered)
+                    .await?;
+                found_any |= cursor.offset > before;
+                if done {
+                    break;
+                }
+            }
+            wait_ms = if found_any { 0 } else { CONSUME_PULL_WAIT_MS };
+        }
+        for cursor in &mut cursors {
+            let commit = broker_pb::CommitOffsetsRequest {
+                group: request.consumer_group.clone(),
+                offsets: vec![broker_pb::QueueOffsetEntry {
+                    topic: cursor.topic.clone(),
+                    queue_id: cursor.queue_id,
+                    offset: cursor.offset,
+                }],
+            };
+            cursor
+                .client
+                .commit_offsets(commit)
+                .await
+                .map_err(|status| AdminError::Refused {
+                    group: cursor.group.clone(),
+                    status,
+                })?;
+        }
+        Ok(delivered)
+    }
+
+    /// One pull of `cursor`'s queue; true once `count` messages were consumed.
+    async fn read_once(
+        &self,
+        request: &ConsumeRequest,
+        cursor: &mut Cursor,
+        wait_ms: u32,
+        delivered: &mut Vec<ConsumedMessage>,
+    ) -> Result<bool, AdminError> {
+        let refused = |status| AdminError::Refused {
+            group: cursor.group.clone(),
+            status,
+        };
+        let retry = cursor.topic.starts_with(RETRY_TOPIC_PREFIX);
+        let pull = broker_pb::PullRequest {
+            group: request.consumer_group.clone(),
+            topic: cursor.topic.clone(),
+            queue_id: cursor.queue_id,
+            queue_offset: cursor.offset,
+            max_messages: CONSUME_PULL_BATCH,
+            // The retry topic holds every tag the group refused.
+            tags: if retry {
+                Vec::new()
+            } else {
+                request.subscription.tags()
+            },
+            max_wait_ms: wait_ms,
+        };
+        let response = cursor
+            .client
+            .pull(pull)
+            .await
+            .map_err(refused)?
+            .into_inner();
+        let mut consumed = delivered.iter().filter(|m| m.result == "consumed").count();
+        for pulled in response.messages {
+            if consumed >= request.count {
+                return Ok(true);
+            }
+            let message = MessageExt::from_pulled(pulled, &cursor.group);
+            cursor.offset = message.queue_offset + 1;
+            if !retry && !request.subscription.matches(message.tags.as_deref()) {
+                continue;
+            }
+            let result = if message.reconsume_times < request.reconsume_later {
+                let back = broker_pb::SendMessageBackRequest {
+                    group: request.consumer_group.clone(),
+                    commit_log_offset: message.commit_log_offset,
+                    delay_level: 0,
+                    max_reconsume_times: 0,
+                };
+                let mut leader = group_client_by_name(self, &cursor.group).await?;
+                leader.send_message_back(back).await.map_err(refused)?;
+                "reconsume_later"
+            } else {
+                consumed += 1;
+                "consumed"
+            };
+            delivered.push(to_consumed(message, result));
+        }
+        // Units the broker skipped by hash need no second look.
+        cursor.offset = cursor.offset.max(response.next_offset);
+        Ok(consumed >= request.count)
+    }
+
+    /// A cursor per queue of `topic`, at the group's committed offset or where `from` says.
+    async fn cursors(
+        &self,
+        request: &ConsumeRequest,
+        topic: &str,
+        from: ConsumeFrom,
+    ) -> Result<Vec<Cursor>, AdminError> {
+        let route = self.topic_route(topic).await?;
+        let mut cursors = Vec::new();
+        for queues in &route.queues {
+            let Some(group_route) = route.groups.iter().find(|g| g.group == queues.group) else {
+                continue;
+            };
+            let refused = |status| AdminError::Refused {
+                group: queues.group.clone(),
+                status,
+            };
+            let leader =
+                group_client(group_route)
+                    .leader()
+                    .await
+                    .map_err(|source| AdminError::Group {
+                        group: queues.group.clone(),
+                        source,
+                    })?;
+            for queue_id in 0..queues.read_queue_count as i32 {
+                let mut client = leader.clone();
+                let query = broker_pb::QueryOffsetRequest {
+                    group: request.consumer_group.clone(),
+                    topic: topic.to_owned(),
+                    queue_id,
+                };
+                let committed = client
+                    .query_offset(query)
+                    .await
+                    .map_err(refused)?
+                    .into_inner()
+                    .offset;
+                let offset = match committed {
+                    Some(offset) => offset,
+                    None => start_offset(&mut client, topic, queue_id, from)
+                        .await
+                        .map_err(refused)?,
+                };
+                cursors.push(Cursor {
+                    group: queues.group.clone(),
+                    client,
+                    topic: topic.to_owned(),
+                    queue_id,
+                    offset,
+                });
+            }
+        }
+        Ok(cursors)
+    }
+}
+
+impl Admin {
+    /// Up to `count` messages of `%DLQ%<group>` in every broker group, oldest first; nothing
+    /// is committed.
+    pub async fn dlq_list(
+        &self,
+        consumer_group: &str,
+        count: usize,
+    ) -> Result<Vec<ConsumedMessage>, AdminError> {
+        let request = ConsumeRequest {
+            topic: format!("{DLQ_TOPIC_PREFIX}{consumer_group}"),
+            consumer_group: consumer_group.to_owned(),
+            subscription: Subscription::All,
+            from: ConsumeFrom::First,
+            count,
+            timeout: Duration::ZERO,
+            reconsume_later: 0,
+        };
+        let mut listed = Vec::new();
+        for mut cursor in self
+            .cursors(&request, &request.topic, ConsumeFrom::First)
+            .await?
+        {
+            // Peek from the start, whatever the group committed.
+            cursor.offset = start_offset(
+                &mut cursor.client,
+                &request.topic,
+                cursor.queue_id,
+                ConsumeFrom::First,
+            )
+            .await
+            .map_err(|status| AdminError::Refused {
+                group: cursor.group.clone(),
+                status,
+            })?;
+            loop {
+                let before = cursor.offset;
+                if self
+                    .read_once(&request, &mut cursor, 0, &mut listed)
+                    .await?
+                    || cursor.offset == before
+                {
+                    break;
+                }
+            }
+        }
+        Ok(listed)
+    }
+}
+
+/// The leader of the broker group named `group`.
+async fn group_client_by_name(
+    admin: &Admin,
+    group: &str,
+) -> Result<BrokerClient<Channel>, AdminError> {
+    let info = admin.cluster_info().await?;
+    let route = info
+        .groups
+        .iter()
+        .find(|route| route.group == group)
+        .ok_or_else(|| AdminError::UnknownGroup(group.to_owned()))?;
+    group_client(route)
+        .leader()
+        .await
+        .map_err(|source| AdminError::Group {
+            group: group.to_owned(),
+            source,
+        })
+}
+
+/// Where a group with no committed offset starts reading a queue.
+async fn start_offset(
+    client: &mut BrokerClient<Channel>,
+    topic: &str,
+    queue_id: i32,
+    from: ConsumeFrom,
+) -> Result<i64, tonic::Status> {
+    if let ConsumeFrom::Timestamp(timestamp_ms) = from {
+        let request = broker_pb::SearchOffsetRequest {
+            topic: topic.to_owned(),
+            queue_id,
+            timestamp_ms,
+        };
+        return Ok(client.search_offset(request).await?.into_inner().offset);
+    }
+    let request = broker_pb::ReadConsumeQueueRequest {
+        topic: topic.to_owned(),
+        queue_id,
+        from_queue_offset: 0,
+        max_units: 1,
+    };
+    let bounds = client.read_consume_queue(request).await?.into_inner();
+    Ok(if from == ConsumeFrom::First {
+        bounds.min_queue_offset
+    } else {
+        bounds.max_queue_offset
+    })
+}
+
+fn to_consumed(message: MessageExt, result: &'static str) -> ConsumedMessage {
+    ConsumedMessage {
+        keys: (!message.keys.is_empty()).then(|| message.keys.join(" ")),
+        msg_id: message.msg_id,
+        tags: message.tags,
+        topic: message.topic,
+        group: message.group,
+        queue_id: message.queue_id,
+        queue_offset: message.queue_offset,
+        body: String::from_utf8_lossy(&message.body).into_owned(),
+        reconsume_times: message.reconsume_times,
+        born_timestamp_ms: message.born_timestamp_ms,
+        store_timestamp_ms: message.store_timestamp_ms,
+        result,
+    }
+}
