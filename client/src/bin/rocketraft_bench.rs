@@ -68,6 +68,9 @@ struct Args {
     /// Only drain (the topic was filled before).
     #[arg(long)]
     skip_send: bool,
+    /// Send delayed messages of this level (0: not delayed).
+    #[arg(long, default_value_t = 0)]
+    delay_level: u32,
 }
 
 /// How a benchmark producer sends one message.
@@ -77,30 +80,49 @@ enum Sender {
     Direct {
         client: BrokerClient<Channel>,
         queues: u32,
+        delay_level: u32,
     },
     /// Through the SDK: route lookup, queue selection and retries included.
-    Sdk(Producer),
+    Sdk {
+        producer: Producer,
+        delay_level: u32,
+    },
 }
 
 impl Sender {
     async fn send(self, topic: String, body: Vec<u8>, sequence: u64) -> anyhow::Result<()> {
         match self {
-            Sender::Direct { mut client, queues } => {
-                let request = pb::SendRequest {
+            Sender::Direct {
+                mut client,
+                queues,
+                delay_level,
+            } => {
+                let mut message = common_pb::Message {
                     topic: topic.clone(),
+                    body: body.into(),
+                    ..Default::default()
+                };
+                if delay_level > 0 {
+                    message
+                        .properties
+                        .insert("DELAY".into(), delay_level.to_string());
+                }
+                let request = pb::SendRequest {
+                    topic,
                     queue_id: (sequence % u64::from(queues)) as i32,
-                    messages: vec![common_pb::Message {
-                        topic,
-                        body: body.into(),
-                        ..Default::default()
-                    }],
+                    messages: vec![message],
                     born_timestamp_ms: 0,
                     born_host: String::new(),
                 };
                 client.send(request).await?;
             }
-            Sender::Sdk(producer) => {
-                producer.send(Message::new(topic, body)).await?;
+            Sender::Sdk {
+                producer,
+                delay_level,
+            } => {
+                producer
+                    .send(Message::new(topic, body).with_delay_level(delay_level))
+                    .await?;
             }
         }
         Ok(())
@@ -187,6 +209,7 @@ async fn produce_all(args: &Args) -> anyhow::Result<()> {
             senders.push(Sender::Direct {
                 client: connect(leader).await?,
                 queues: args.queues,
+                delay_level: args.delay_level,
             });
         }
     } else {
@@ -194,9 +217,10 @@ async fn produce_all(args: &Args) -> anyhow::Result<()> {
             .create_topic(&args.topic, args.queues, None)
             .await?;
         for _ in 0..args.producers {
-            senders.push(Sender::Sdk(
-                Producer::builder(args.namesrv.clone(), "bench").build()?,
-            ));
+            senders.push(Sender::Sdk {
+                producer: Producer::builder(args.namesrv.clone(), "bench").build()?,
+                delay_level: args.delay_level,
+            });
         }
         // The nameserver learns the new topic from the leader's next registration.
         let probe = Producer::builder(args.namesrv.clone(), "bench").build()?;

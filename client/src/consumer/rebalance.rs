@@ -31,6 +31,10 @@ use crate::route::TopicRoute;
 
 /// How long one admin call of a rebalance (members, offsets) may take, retries included.
 const REBALANCE_CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// The next round after one that could not place every topic (no route yet, not yet a
+/// registered member, a queue that could not start) comes this soon, not a whole interval
+/// later.
+const INCOMPLETE_ROUND_RETRY: Duration = Duration::from_secs(1);
 
 /// The queues this client holds, and the broker groups whose membership it watches.
 #[derive(Default)]
@@ -41,16 +45,23 @@ pub struct Assignment {
 
 pub async fn run_rebalance_loop(shared: Arc<Shared>, mut assignment: Assignment) -> Assignment {
     loop {
-        rebalance(&shared, &mut assignment).await;
+        let complete = rebalance(&shared, &mut assignment).await;
+        let next = if complete {
+            shared.config.rebalance_interval
+        } else {
+            shared.config.rebalance_interval.min(INCOMPLETE_ROUND_RETRY)
+        };
         tokio::select! {
             () = shared.shutdown.cancelled() => return assignment,
-            () = tokio::time::sleep(shared.config.rebalance_interval) => {}
+            () = tokio::time::sleep(next) => {}
             () = shared.rebalance_now.notified() => {}
         }
     }
 }
 
-async fn rebalance(shared: &Arc<Shared>, assignment: &mut Assignment) {
+/// One round; false if some topic could not be placed and the round should come again soon.
+async fn rebalance(shared: &Arc<Shared>, assignment: &mut Assignment) -> bool {
+    let mut complete = true;
     for topic in shared.config.subscriptions.keys() {
         let route = match shared.brokers.route(topic).await {
             Ok(route) => route,
@@ -58,6 +69,7 @@ async fn rebalance(shared: &Arc<Shared>, assignment: &mut Assignment) {
             Err(RouteError::NoRoute { .. }) if *topic == shared.retry_topic() => continue,
             Err(error) => {
                 tracing::warn!(topic, %error, "rebalance: no route; keeping current queues");
+                complete = false;
                 continue;
             }
         };
@@ -71,15 +83,17 @@ async fn rebalance(shared: &Arc<Shared>, assignment: &mut Assignment) {
                 }
                 Ok(_) => {
                     tracing::debug!(topic, "rebalance: not yet a registered member");
+                    complete = false;
                     continue;
                 }
                 Err(error) => {
                     tracing::warn!(topic, %error, "rebalance: no member list; keeping current queues");
+                    complete = false;
                     continue;
                 }
             },
         };
-        update_topic(shared, assignment, topic, mine.into_iter().collect()).await;
+        complete &= update_topic(shared, assignment, topic, mine.into_iter().collect()).await;
     }
     let mut assigned: Vec<MessageQueue> = assignment.queues.keys().cloned().collect();
     assigned.sort();
@@ -87,6 +101,7 @@ async fn rebalance(shared: &Arc<Shared>, assignment: &mut Assignment) {
         .assigned
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner()) = assigned;
+    complete
 }
 
 fn watch_new_groups(shared: &Arc<Shared>, assignment: &mut Assignment, route: &TopicRoute) {
@@ -127,12 +142,15 @@ async fn members(shared: &Shared, route: &TopicRoute) -> Result<Vec<String>, Con
     }))
 }
 
+/// Releases the queues of `topic` not `wanted` and starts the new ones; false if one could
+/// not start.
 async fn update_topic(
     shared: &Arc<Shared>,
     assignment: &mut Assignment,
     topic: &str,
     wanted: BTreeSet<MessageQueue>,
-) {
+) -> bool {
+    let mut complete = true;
     let lost: Vec<MessageQueue> = assignment
         .queues
         .keys()
@@ -164,6 +182,7 @@ async fn update_topic(
             Ok(offset) => offset,
             Err(error) => {
                 tracing::warn!(%queue, %error, "cannot start the queue; trying next rebalance");
+                complete = false;
                 continue;
             }
         };
@@ -179,6 +198,7 @@ async fn update_topic(
         ));
         assignment.queues.insert(queue, process);
     }
+    complete
 }
 
 /// The committed offset of `queue`, or for a group that has none, where `consume_from` says.
