@@ -5,11 +5,15 @@
 //! - [`raft`]: the Raft log, state machine and transport of a broker group (DESIGN §2);
 //! - [`group_state`] and [`metadata`]: the replicated state a node serves from;
 //! - [`consumer_registry`]: live consumers from heartbeats (leader only);
+//! - [`schedule`]: delayed messages and the leader-only ScheduleMessageService (DESIGN §5);
+//!   [`delay_levels`]: the configured delays;
 //! - [`group_commit`]: coalescing concurrent sends into one Raft entry;
 //! - [`service`]: the broker gRPC API; [`error`]: its errors and wire codes;
 //! - [`registration`]: telling the nameservers who this node is and whether it leads;
-//! - [`node`]: wiring one node together; [`config`]: its TOML configuration.
+//! - [`node`]: wiring one node together; [`config`]: its TOML configuration;
+//!   [`clock`]: the time records are stamped with.
 
+pub mod clock;
 pub mod config;
 pub mod consumer_registry;
 pub mod delay_levels;

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::now_ms;
 use crate::delay_levels::DelayLevels;
 use crate::group_state::GroupState;
 use crate::metadata::PERM_WRITE;
@@ -258,10 +259,4 @@ async fn pause(leading: &CancellationToken, duration: Duration) {
         () = leading.cancelled() => {}
         () = tokio::time::sleep(duration) => {}
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as i64)
 }

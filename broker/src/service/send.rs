@@ -9,12 +9,11 @@
 
 use std::net::SocketAddr;
 use std::time::Duration;
-use std::time::SystemTime;
-use std::time::UNIX_EPOCH;
 
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common as common_pb;
 
+use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::metadata::PERM_WRITE;
 use crate::raft::types::AppendedMessage;
@@ -269,12 +268,6 @@ fn parse_born_host(born_host: &str) -> Result<SocketAddr, BrokerError> {
     born_host.parse().map_err(|_| {
         BrokerError::BadRequest(format!("born_host {born_host:?} is not an ip:port address"))
     })
-}
-
-pub(super) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as i64)
 }
 
 /// RocketMQ's offset message id: store host (IPv4 + port, or IPv6 + port) and the commitlog

@@ -10,11 +10,11 @@
 
 use rocketraft_proto::broker as pb;
 
+use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::schedule::delayed::park;
 use crate::service::BrokerService;
 use crate::service::admin::RETRY_MAX_TIMES_MAX;
-use crate::service::send::now_ms;
 use crate::service::send::offset_msg_id;
 use crate::service::system_topics::DLQ_QUEUE_COUNT;
 use crate::service::system_topics::dlq_topic;
