@@ -338,6 +338,11 @@ mod tests {
         assert_eq!(config.flush, FlushKind::Sync);
         assert_eq!(config.cluster, "DefaultCluster");
         assert_eq!(config.peer_map().expect("peers").len(), 3);
+        assert_eq!(
+            config.parsed_delay_levels().expect("levels").max_level(),
+            18
+        );
+        assert!(config.auto_create_group);
     }
 
     #[test]
@@ -373,6 +378,12 @@ mod tests {
             config.validate().expect_err("small segment").key,
             "store.commit_log_segment_bytes"
         );
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.delay_levels = "1s 5x".into();
+        let error = config.validate().expect_err("bad level");
+        assert_eq!(error.key, "delay_levels");
+        assert!(error.to_string().contains("5x"), "{error}");
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");
         config.raft.election_timeout_max_ms = config.raft.election_timeout_min_ms;

@@ -414,3 +414,85 @@ async fn given_pending_deliveries_when_the_leader_dies_each_should_be_delivered_
     cluster.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_deleted_topic_its_delayed_messages_are_dropped_and_the_level_goes_on()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = rocketraft_tests::TestGroup::start(3, 0x5EED_0806, |_| {}).await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let mut client = group.client(leader).await?;
+    let delayed = |topic: &str, body: &str| {
+        let mut request = rocketraft_tests::send_request(topic, 0, [body.as_bytes().to_vec()]);
+        request.messages[0]
+            .properties
+            .insert("DELAY".into(), "1".into());
+        request
+    };
+    client.send(delayed("Doomed", "never")).await?;
+    client.send(delayed("Kept", "arrives")).await?;
+    let delete = pb::DeleteTopicRequest {
+        topic: "Doomed".into(),
+    };
+    client.delete_topic(delete).await?;
+    wait_for("the kept message delivered", TIMEOUT, || {
+        let mut client = client.clone();
+        async move {
+            let request = pb::ReadConsumeQueueRequest {
+                topic: "Kept".into(),
+                queue_id: 0,
+                from_queue_offset: 0,
+                max_units: 10,
+            };
+            let units = client.read_consume_queue(request).await.ok()?.into_inner();
+            (units.max_queue_offset == 1).then_some(())
+        }
+    })
+    .await?;
+    let doomed = pb::ReadConsumeQueueRequest {
+        topic: "Doomed".into(),
+        queue_id: 0,
+        from_queue_offset: 0,
+        max_units: 10,
+    };
+    let doomed = client.read_consume_queue(doomed).await?.into_inner();
+    assert_eq!(
+        doomed.max_queue_offset, 0,
+        "nothing delivered to a deleted topic"
+    );
+
+    info!("--- send back: unknown offsets and bad limits are clear errors");
+    let back = |offset: i64, max: i32| pb::SendMessageBackRequest {
+        group: "g".into(),
+        commit_log_offset: offset,
+        delay_level: 0,
+        max_reconsume_times: max,
+    };
+    let missing = client
+        .send_message_back(back(1 << 40, 0))
+        .await
+        .expect_err("no message there");
+    assert_eq!(
+        rocketraft_proto::response_code(&missing),
+        Some(rocketraft_proto::common::ResponseCode::MessageNotFound),
+        "{missing}"
+    );
+    let too_many = client
+        .send_message_back(back(0, 65))
+        .await
+        .expect_err("over the limit");
+    assert_eq!(too_many.code(), tonic::Code::InvalidArgument);
+    let follower = group.a_follower(leader);
+    let refused = group
+        .client(follower)
+        .await?
+        .send_message_back(back(0, 0))
+        .await
+        .expect_err("follower");
+    assert_eq!(
+        rocketraft_proto::response_code(&refused),
+        Some(rocketraft_proto::common::ResponseCode::NotLeader)
+    );
+    group.shutdown().await;
+    Ok(())
+}
