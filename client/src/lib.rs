@@ -6,7 +6,7 @@
 //! - [`route`]: topic routes from the nameservers, cached; [`subscription`]: tag expressions;
 //! - [`group`]: a leader-following connection to one broker group (tools and tests);
 //! - [`clients`]: cached connections to broker nodes;
-//! - [`admin`]: cluster administration (what `mqadmin` does);
+//! - [`admin`]: cluster administration (what `mqadmin` does); [`drill`]: failover drills;
 //! - [`error`]: what can go wrong, in the application's terms.
 //!
 //! Binaries: `mqadmin` (admin CLI) and `rocketraft-bench` (append benchmark).
@@ -14,6 +14,7 @@
 pub mod admin;
 pub mod clients;
 pub mod consumer;
+pub mod drill;
 pub mod error;
 pub mod group;
 pub mod message;

@@ -5,11 +5,18 @@
 
 use std::process::ExitCode;
 
+use std::path::PathBuf;
+
 use clap::Parser;
 use clap::Subcommand;
 use rocketraft_client::admin::Admin;
 use rocketraft_client::admin::ConsumeFrom;
 use rocketraft_client::admin::ConsumeRequest;
+use rocketraft_client::drill::cluster::ClusterSpec;
+use rocketraft_client::drill::cluster::LocalCluster;
+use rocketraft_client::drill::runner::DrillConfig;
+use rocketraft_client::drill::runner::FaultKind;
+use rocketraft_client::drill::runner::run_drill;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::subscription::Subscription;
@@ -103,6 +110,10 @@ enum Command {
         #[arg(long)]
         topic: Option<String>,
     },
+    /// Start a local cluster of real processes, run a producer and a push consumer through
+    /// scheduled faults, and report what was acknowledged, consumed, lost and duplicated.
+    /// Exits non-zero if anything acknowledged was lost.
+    Drill(DrillArgs),
     /// Send messages; prints one JSON object per message sent.
     Send {
         #[arg(long)]
@@ -121,6 +132,60 @@ enum Command {
     },
 }
 
+#[derive(clap::Args)]
+struct DrillArgs {
+    #[arg(long, default_value_t = 60)]
+    duration_secs: u64,
+    #[arg(long, default_value_t = 20)]
+    fault_every_secs: u64,
+    /// Faults, in turn: kill-leader, kill-follower, pause-leader, restart-all.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kill-leader,kill-follower,pause-leader,restart-all"
+    )]
+    faults: Vec<FaultKind>,
+    /// Restart a killed node, or resume a paused one, this long after the fault (default:
+    /// half the fault interval, at most 5 s).
+    #[arg(long)]
+    heal_after_ms: Option<u64>,
+    /// Sends per second.
+    #[arg(long, default_value_t = 200)]
+    rate: u32,
+    /// Broker groups of three nodes.
+    #[arg(long, default_value_t = 1)]
+    groups: usize,
+    /// Every Nth message is delayed (level 1); 0: none.
+    #[arg(long, default_value_t = 10)]
+    delay_every: u32,
+    /// The consumer refuses every Nth message once (it comes back as a retry); 0: none.
+    #[arg(long, default_value_t = 25)]
+    refuse_every: u32,
+    #[arg(long, default_value_t = 60)]
+    drain_timeout_secs: u64,
+    #[arg(long, default_value = "1s 2s 3s")]
+    delay_levels: String,
+    #[arg(long, default_value_t = 100)]
+    heartbeat_ms: u64,
+    #[arg(long, default_value_t = 1000)]
+    election_timeout_min_ms: u64,
+    #[arg(long, default_value_t = 2000)]
+    election_timeout_max_ms: u64,
+    /// The `broker` binary (default: next to mqadmin).
+    #[arg(long)]
+    broker_bin: Option<PathBuf>,
+    /// The `nameserver` binary (default: next to mqadmin).
+    #[arg(long)]
+    nameserver_bin: Option<PathBuf>,
+    /// Where the nodes keep data and logs (default: a new temp dir, removed after a
+    /// passing run).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -136,6 +201,7 @@ async fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let admin = Admin::new(cli.namesrv.clone());
     match cli.command {
+        Command::Drill(args) => drill(args, cli.json).await?,
         Command::ClusterList => {
             let info = admin.cluster_info().await?;
             if cli.json {
@@ -317,5 +383,68 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+async fn drill(args: DrillArgs, json: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(args.duration_secs > 0, "--duration-secs must be positive");
+    anyhow::ensure!(
+        args.fault_every_secs > 0,
+        "--fault-every-secs must be positive"
+    );
+    anyhow::ensure!((1..=8).contains(&args.groups), "--groups must be 1 to 8");
+    anyhow::ensure!(args.rate > 0, "--rate must be positive");
+    let (broker_bin, nameserver_bin) = ClusterSpec::binaries_next_to_me();
+    let temporary = args.work_dir.is_none();
+    let work_dir = args.work_dir.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("rocketraft-drill-{}", std::process::id()))
+    });
+    let spec = ClusterSpec {
+        broker_bin: args.broker_bin.unwrap_or(broker_bin),
+        nameserver_bin: args.nameserver_bin.unwrap_or(nameserver_bin),
+        work_dir: work_dir.clone(),
+        groups: args.groups,
+        delay_levels: args.delay_levels,
+        heartbeat_interval_ms: args.heartbeat_ms,
+        election_timeout_min_ms: args.election_timeout_min_ms,
+        election_timeout_max_ms: args.election_timeout_max_ms,
+    };
+    let fault_every = std::time::Duration::from_secs(args.fault_every_secs);
+    let heal_after = args.heal_after_ms.map_or_else(
+        || (fault_every / 2).min(std::time::Duration::from_secs(5)),
+        std::time::Duration::from_millis,
+    );
+    anyhow::ensure!(
+        heal_after < fault_every,
+        "--heal-after-ms must be shorter than the fault interval"
+    );
+    let config = DrillConfig {
+        duration: std::time::Duration::from_secs(args.duration_secs),
+        fault_every,
+        faults: args.faults,
+        heal_after,
+        rate: args.rate,
+        delay_every: args.delay_every,
+        refuse_every: args.refuse_every,
+        drain_timeout: std::time::Duration::from_secs(args.drain_timeout_secs),
+        progress: !args.quiet && !json,
+    };
+    let mut cluster = LocalCluster::start(&spec)?;
+    let report = tokio::select! {
+        report = run_drill(&mut cluster, &config) => report?,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the drill's processes were stopped"),
+    };
+    drop(cluster);
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", report.to_text());
+    }
+    if report.passed && temporary {
+        let _ = std::fs::remove_dir_all(&work_dir);
+    } else if !report.passed {
+        eprintln!("node logs and data kept in {}", work_dir.display());
+    }
+    anyhow::ensure!(report.passed, "the drill failed: see the report");
     Ok(())
 }

@@ -1,0 +1,359 @@
+//! A local cluster of real processes for drills: one nameserver and broker groups of three
+//! `broker` processes each, on loopback ports the OS picks, data under a work directory.
+//!
+//! Faults are done to processes as an operator's would be: SIGKILL, SIGSTOP/SIGCONT, and
+//! restarts on the same address and data. Every process is killed when the cluster is
+//! dropped, so a drill that fails or is interrupted leaves nothing running.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::path::PathBuf;
+use std::process::Child;
+use std::process::Command;
+use std::process::Stdio;
+use std::time::Duration;
+
+use rocketraft_proto::broker as pb;
+
+use crate::group::BrokerGroupClient;
+
+/// Nodes of each drill broker group.
+pub const DRILL_GROUP_NODES: u64 = 3;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(
+        "{what} not found at {path:?}; build the workspace binaries (cargo build --bins) or pass its path"
+    )]
+    BinaryMissing { what: &'static str, path: PathBuf },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no such node: group {group} node {node}")]
+    NoSuchNode { group: String, node: u64 },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
+    let what = what.into();
+    move |source| ClusterError::Io { what, source }
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    pub broker_bin: PathBuf,
+    pub nameserver_bin: PathBuf,
+    pub work_dir: PathBuf,
+    pub groups: usize,
+    pub delay_levels: String,
+    pub heartbeat_interval_ms: u64,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+}
+
+impl ClusterSpec {
+    /// Binaries next to the running executable (where cargo puts them all).
+    pub fn binaries_next_to_me() -> (PathBuf, PathBuf) {
+        let dir = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(Path::to_path_buf))
+            .unwrap_or_default();
+        // A test binary lives in target/<profile>/deps.
+        let dir = if dir.ends_with("deps") {
+            dir.parent().map(Path::to_path_buf).unwrap_or(dir)
+        } else {
+            dir
+        };
+        (dir.join("broker"), dir.join("nameserver"))
+    }
+}
+
+struct Process {
+    name: String,
+    command: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Process {
+    fn start(&mut self) -> Result<(), ClusterError> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(io(format!("open {}", self.log.display())))?;
+        let err = log.try_clone().map_err(io("clone log handle"))?;
+        let child = Command::new(&self.command[0])
+            .args(&self.command[1..])
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .map_err(io(format!("start {}", self.name)))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill(2) on a pid this process spawned and has not reaped.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, signal);
+            }
+        }
+    }
+
+    /// SIGKILL, and reap it.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+struct Node {
+    addr: SocketAddr,
+    process: Process,
+    paused: bool,
+}
+
+pub struct LocalCluster {
+    nameserver: Process,
+    nameserver_addr: SocketAddr,
+    /// group name -> node id -> node.
+    groups: BTreeMap<String, BTreeMap<u64, Node>>,
+}
+
+impl LocalCluster {
+    pub fn start(spec: &ClusterSpec) -> Result<LocalCluster, ClusterError> {
+        for (what, path) in [
+            ("the broker binary", &spec.broker_bin),
+            ("the nameserver binary", &spec.nameserver_bin),
+        ] {
+            if !path.is_file() {
+                return Err(ClusterError::BinaryMissing {
+                    what,
+                    path: path.clone(),
+                });
+            }
+        }
+        std::fs::create_dir_all(&spec.work_dir)
+            .map_err(io(format!("create {}", spec.work_dir.display())))?;
+        let node_count = spec.groups * DRILL_GROUP_NODES as usize;
+        let addrs = free_addrs(1 + node_count)?;
+        let nameserver_addr = addrs[0];
+        let mut nameserver = Process {
+            name: "nameserver".into(),
+            command: vec![
+                spec.nameserver_bin.display().to_string(),
+                "--listen".into(),
+                nameserver_addr.to_string(),
+            ],
+            log: spec.work_dir.join("nameserver.log"),
+            child: None,
+        };
+        nameserver.start()?;
+        let mut groups = BTreeMap::new();
+        for group_index in 0..spec.groups {
+            let name = format!("drill-{}", (b'a' + group_index as u8) as char);
+            let first = 1 + group_index * DRILL_GROUP_NODES as usize;
+            let group_addrs = &addrs[first..first + DRILL_GROUP_NODES as usize];
+            let mut nodes = BTreeMap::new();
+            for id in 1..=DRILL_GROUP_NODES {
+                let config = write_config(spec, &name, id, group_addrs, nameserver_addr)?;
+                let mut command = vec![
+                    spec.broker_bin.display().to_string(),
+                    "--config".into(),
+                    config.display().to_string(),
+                ];
+                if id == 1 {
+                    command.push("--bootstrap".into());
+                }
+                let mut process = Process {
+                    name: format!("{name} node {id}"),
+                    command,
+                    log: spec.work_dir.join(format!("{name}-{id}.log")),
+                    child: None,
+                };
+                process.start()?;
+                // Bootstrap only on the group's very first start.
+                process.command.retain(|arg| arg != "--bootstrap");
+                nodes.insert(
+                    id,
+                    Node {
+                        addr: group_addrs[id as usize - 1],
+                        process,
+                        paused: false,
+                    },
+                );
+            }
+            groups.insert(name, nodes);
+        }
+        Ok(LocalCluster {
+            nameserver,
+            nameserver_addr,
+            groups,
+        })
+    }
+
+    pub fn nameservers(&self) -> Vec<String> {
+        vec![self.nameserver_addr.to_string()]
+    }
+
+    pub fn group_names(&self) -> Vec<String> {
+        self.groups.keys().cloned().collect()
+    }
+
+    pub fn node_ids(&self, group: &str) -> Vec<u64> {
+        self.groups
+            .get(group)
+            .map(|nodes| nodes.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every node's address: group -> node id -> address.
+    pub fn addresses(&self) -> BTreeMap<String, BTreeMap<u64, SocketAddr>> {
+        self.groups
+            .iter()
+            .map(|(group, nodes)| {
+                let addrs = nodes.iter().map(|(id, node)| (*id, node.addr)).collect();
+                (group.clone(), addrs)
+            })
+            .collect()
+    }
+
+    /// The status of every node of `group` that answers.
+    pub async fn statuses(&self, group: &str) -> Vec<(u64, pb::NodeStatusResponse)> {
+        let Some(nodes) = self.groups.get(group) else {
+            return Vec::new();
+        };
+        let mut statuses = Vec::new();
+        for (id, node) in nodes {
+            if !node.process.is_running() || node.paused {
+                continue;
+            }
+            let client = BrokerGroupClient::new(vec![node.addr]);
+            let status =
+                tokio::time::timeout(Duration::from_millis(500), client.node_status(node.addr))
+                    .await;
+            if let Ok(Ok(status)) = status {
+                statuses.push((*id, status));
+            }
+        }
+        statuses
+    }
+
+    /// The node that leads `group` in the highest term any node reports.
+    pub async fn leader(&self, group: &str) -> Option<u64> {
+        self.statuses(group)
+            .await
+            .into_iter()
+            .filter(|(_, status)| status.role == "leader")
+            .max_by_key(|(_, status)| status.term)
+            .map(|(id, _)| id)
+    }
+
+    /// SIGKILL one node.
+    pub fn kill(&mut self, group: &str, id: u64) -> Result<(), ClusterError> {
+        let node = self.node_mut(group, id)?;
+        node.process.kill();
+        node.paused = false;
+        Ok(())
+    }
+
+    /// Starts a stopped node on its address and data.
+    pub fn restart(&mut self, group: &str, id: u64) -> Result<(), ClusterError> {
+        self.node_mut(group, id)?.process.start()
+    }
+
+    /// SIGSTOP: the process stays, answers nothing.
+    pub fn pause(&mut self, group: &str, id: u64) -> Result<(), ClusterError> {
+        let node = self.node_mut(group, id)?;
+        node.process.signal(libc::SIGSTOP);
+        node.paused = true;
+        Ok(())
+    }
+
+    /// SIGCONT.
+    pub fn resume(&mut self, group: &str, id: u64) -> Result<(), ClusterError> {
+        let node = self.node_mut(group, id)?;
+        node.process.signal(libc::SIGCONT);
+        node.paused = false;
+        Ok(())
+    }
+
+    fn node_mut(&mut self, group: &str, id: u64) -> Result<&mut Node, ClusterError> {
+        self.groups
+            .get_mut(group)
+            .and_then(|nodes| nodes.get_mut(&id))
+            .ok_or_else(|| ClusterError::NoSuchNode {
+                group: group.to_owned(),
+                node: id,
+            })
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for nodes in self.groups.values_mut() {
+            for node in nodes.values_mut() {
+                node.process.kill();
+            }
+        }
+        self.nameserver.kill();
+    }
+}
+
+/// Free loopback ports (bound, read, released just before the processes bind them).
+fn free_addrs(count: usize) -> Result<Vec<SocketAddr>, ClusterError> {
+    let listeners = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(io("bind a loopback port"))?;
+    listeners
+        .iter()
+        .map(|listener| listener.local_addr())
+        .collect::<Result<_, _>>()
+        .map_err(io("read a loopback port"))
+}
+
+fn write_config(
+    spec: &ClusterSpec,
+    group: &str,
+    id: u64,
+    addrs: &[SocketAddr],
+    nameserver: SocketAddr,
+) -> Result<PathBuf, ClusterError> {
+    let peers: String = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| format!("{} = \"{addr}\"\n", i + 1))
+        .collect();
+    let config = format!(
+        "cluster = \"DrillCluster\"\ngroup = \"{group}\"\nnode_id = {id}\nlisten = \"{listen}\"\n\
+         data_dir = \"{data}\"\nflush = \"sync\"\nauto_create_topic = true\n\
+         namesrv = [\"{nameserver}\"]\nregister_interval_ms = 1000\ndelay_levels = \"{levels}\"\n\
+         [raft]\nheartbeat_interval_ms = {heartbeat}\nelection_timeout_min_ms = {min}\n\
+         election_timeout_max_ms = {max}\n[peers]\n{peers}",
+        listen = addrs[id as usize - 1],
+        data = spec.work_dir.join(format!("{group}-{id}")).display(),
+        levels = spec.delay_levels,
+        heartbeat = spec.heartbeat_interval_ms,
+        min = spec.election_timeout_min_ms,
+        max = spec.election_timeout_max_ms,
+    );
+    let path = spec.work_dir.join(format!("{group}-{id}.toml"));
+    std::fs::write(&path, config).map_err(io(format!("write {}", path.display())))?;
+    Ok(path)
+}
