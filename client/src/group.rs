@@ -20,6 +20,9 @@ pub const GRPC_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// How long to wait for a connection to a node.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a node may take to report its status while the leader is being looked for (a
+/// paused process accepts connections but never answers).
+const STATUS_TIMEOUT: Duration = Duration::from_millis(500);
 
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {
@@ -80,15 +83,21 @@ impl BrokerGroupClient {
         Ok(response.into_inner())
     }
 
-    /// The address of the leader of the highest term any reachable node reports.
+    /// The address of the leader of the highest term any reachable node reports; the nodes
+    /// are asked at once, each for at most a short while.
     pub async fn find_leader(&self) -> Option<SocketAddr> {
+        let asked = self.nodes.iter().map(|addr| async move {
+            tokio::time::timeout(STATUS_TIMEOUT, self.node_status(*addr))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .map(|status| (*addr, status))
+        });
+        let statuses = futures::future::join_all(asked).await;
         let mut best: Option<(u64, SocketAddr)> = None;
-        for addr in &self.nodes {
-            let Ok(status) = self.node_status(*addr).await else {
-                continue;
-            };
+        for (addr, status) in statuses.into_iter().flatten() {
             let leader = if status.role == "leader" {
-                Some(*addr)
+                Some(addr)
             } else {
                 status.leader_addr.parse().ok()
             };

@@ -5,13 +5,14 @@
 //! - [`message`]: the message type and its core properties; [`unique_id`]: `UNIQ_KEY`s;
 //! - [`route`]: topic routes from the nameservers, cached; [`subscription`]: tag expressions;
 //! - [`group`]: a leader-following connection to one broker group (tools and tests);
-//! - [`clients`]: cached connections to broker nodes;
+//! - [`brokers`]: leader-following calls to broker groups; [`clients`]: cached connections;
 //! - [`admin`]: cluster administration (what `mqadmin` does); [`drill`]: failover drills;
 //! - [`error`]: what can go wrong, in the application's terms.
 //!
 //! Binaries: `mqadmin` (admin CLI) and `rocketraft-bench` (append benchmark).
 
 pub mod admin;
+pub mod brokers;
 pub mod clients;
 pub mod consumer;
 pub mod drill;

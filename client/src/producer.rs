@@ -4,15 +4,16 @@
 //! - Queues are chosen round-robin over every group's write queues, or by a key's hash for
 //!   ordered sends (same key, same queue, in send order).
 //! - A send is retried (default 2 more times) after `NOT_LEADER`, an unavailable node or a
-//!   transport failure: a leader hint is followed at once, otherwise the route is refreshed
-//!   and another group is preferred. Ordered sends stay on their queue.
+//!   transport failure. Each attempt gets an equal share of the deadline on one group, where
+//!   [`Brokers`] follows leader hints and finds a new leader among the group's nodes with a
+//!   growing pause; a failed attempt refreshes the route and prefers another group. Ordered
+//!   sends stay on their queue.
 //! - A send reported OK is committed by a majority of its group; a retried send may be
 //!   stored twice (at least once). Every attempt shares one deadline (default 3 s, longer
 //!   than the broker's own commit timeout, so the broker reports its outcome first).
 
 use std::hash::Hash;
 use std::hash::Hasher;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
@@ -22,9 +23,9 @@ use rocketraft_proto::broker as pb;
 use rocketraft_proto::names::validate_group_name;
 use rocketraft_proto::names::validate_topic_name;
 
-use crate::clients::BrokerClients;
+use crate::brokers::Brokers;
+use crate::brokers::CallError;
 use crate::error::ProducerError;
-use crate::group::is_retryable;
 use crate::message::Message;
 use crate::route::ROUTE_TTL_DEFAULT;
 use crate::route::RouteCache;
@@ -84,12 +85,11 @@ impl ProducerBuilder {
         Ok(Producer {
             inner: Arc::new(Inner {
                 group: self.group,
-                routes: RouteCache::new(self.nameservers, self.route_ttl),
+                brokers: Brokers::new(RouteCache::new(self.nameservers, self.route_ttl)),
                 ids: UniqueIdGenerator::new(),
                 next_queue: AtomicUsize::new(0),
                 send_timeout: self.send_timeout,
                 retries: self.retries,
-                clients: BrokerClients::default(),
             }),
         })
     }
@@ -103,12 +103,11 @@ pub struct Producer {
 
 struct Inner {
     group: String,
-    routes: RouteCache,
+    brokers: Brokers,
     ids: UniqueIdGenerator,
     next_queue: AtomicUsize,
     send_timeout: Duration,
     retries: u32,
-    clients: BrokerClients,
 }
 
 /// How a send picks its queue.
@@ -202,17 +201,26 @@ impl Producer {
             .collect::<Vec<_>>();
         let deadline = tokio::time::Instant::now() + inner.send_timeout;
         let mut avoid_group: Option<String> = None;
-        let mut last_error = String::new();
+        let mut last_error = String::from("the send timed out before its first attempt");
         let attempts = inner.retries + 1;
-        for _ in 0..attempts {
-            let route = inner.routes.route(&topic).await?;
+        for attempt in 0..attempts {
+            let route = if attempt == 0 {
+                inner.brokers.route(&topic).await?
+            } else {
+                inner.brokers.refresh(&topic).await?
+            };
             let (group_index, queue_id) =
                 pick_queue(&route, choice, avoid_group.as_deref(), &inner.next_queue).ok_or_else(
                     || ProducerError::NoRoute {
                         topic: topic.clone(),
                     },
                 )?;
-            let group = &route.groups[group_index];
+            let group = route.groups[group_index].group.clone();
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if remaining.is_zero() {
+                break;
+            }
+            let budget = remaining / (attempts - attempt);
             let request = pb::SendRequest {
                 topic: topic.clone(),
                 queue_id,
@@ -220,59 +228,29 @@ impl Producer {
                 born_timestamp_ms: now_ms(),
                 born_host: String::new(),
             };
-            let mut target = group.leader;
-            // One hop to a leader a follower names does not count as a retry.
-            for _hop in 0..2 {
-                let Some(addr) = target else {
-                    last_error = format!("group {} has no known leader", group.group);
-                    break;
-                };
-                match self.call(addr, request.clone(), deadline).await {
-                    Ok(response) => return Ok(to_results(response, &ids, &topic, &group.group)),
-                    Err(status) if !is_retryable(&status) => {
-                        return Err(ProducerError::from_rejection(&status, &topic, &group.group));
-                    }
-                    Err(status) => {
-                        last_error = format!("{}: {status}", group.group);
-                        target = rocketraft_proto::leader_addr(&status)
-                            .and_then(|hint| hint.parse().ok());
-                    }
+            let sent = inner
+                .brokers
+                .on_leader(&group, budget, |mut client| {
+                    let mut request = tonic::Request::new(request.clone());
+                    request.set_timeout(budget);
+                    async move { Ok(client.send(request).await?.into_inner()) }
+                })
+                .await;
+            match sent {
+                Ok(response) => return Ok(to_results(response, &ids, &topic, &group)),
+                Err(CallError::Rejected { status, .. }) => {
+                    return Err(ProducerError::from_rejection(&status, &topic, &group));
                 }
+                Err(CallError::Unavailable {
+                    last_error: error, ..
+                }) => last_error = format!("{group}: {error}"),
             }
-            if tokio::time::Instant::now() >= deadline {
-                break;
-            }
-            avoid_group = Some(group.group.clone());
-            inner.routes.refresh(&topic).await?;
+            avoid_group = Some(group);
         }
         Err(ProducerError::AllGroupsUnavailable {
             attempts,
             last_error,
         })
-    }
-
-    async fn call(
-        &self,
-        addr: SocketAddr,
-        request: pb::SendRequest,
-        deadline: tokio::time::Instant,
-    ) -> Result<pb::SendResponse, tonic::Status> {
-        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if remaining.is_zero() {
-            return Err(tonic::Status::deadline_exceeded("the send timed out"));
-        }
-        let mut client = self
-            .inner
-            .clients
-            .get(addr)
-            .await
-            .map_err(|error| tonic::Status::unavailable(error.to_string()))?;
-        let mut request = tonic::Request::new(request);
-        request.set_timeout(remaining);
-        match tokio::time::timeout(remaining, client.send(request)).await {
-            Ok(result) => result.map(tonic::Response::into_inner),
-            Err(_) => Err(tonic::Status::deadline_exceeded("the send timed out")),
-        }
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
 
+use crate::brokers::CallError;
 use crate::consumer::ConsumerError;
 use crate::consumer::Shared;
 
@@ -42,6 +43,7 @@ pub async fn heartbeat(shared: &Shared, group: &str) -> Result<(), ConsumerError
             async move { client.heartbeat(request).await.map(|_| ()) }
         })
         .await
+        .map_err(ConsumerError::from)
 }
 
 /// Leaves the consumer group on `group`'s leader (graceful shutdown).
@@ -57,6 +59,7 @@ pub async fn unregister(shared: &Shared, group: &str) -> Result<(), ConsumerErro
             async move { client.unregister_consumer(request).await.map(|_| ()) }
         })
         .await
+        .map_err(ConsumerError::from)
 }
 
 /// Heartbeats every known broker group each `heartbeat_interval`.
@@ -128,10 +131,11 @@ async fn watch_once(shared: &Shared, group: &str) -> Result<(), ConsumerError> {
             Ok(None) => return Ok(()),
             Err(status) => {
                 shared.brokers.leader_failed(group, &status);
-                return Err(ConsumerError::Broker {
+                return Err(CallError::Rejected {
                     group: group.to_owned(),
                     status,
-                });
+                }
+                .into());
             }
         }
     }

@@ -8,15 +8,15 @@
 //! - [`consume`]: the listener, called concurrently with batches;
 //! - [`process_queue`]: one queue's local buffer, which defines its committable offset;
 //! - [`offset_store`]: committed offsets, on the brokers or in a local file;
-//! - [`membership`]: heartbeats and membership watches; [`brokers`]: leader-following
-//!   calls; [`allocate`]: the allocation strategy; [`listener`]: the application's side.
+//! - [`membership`]: heartbeats and membership watches; [`allocate`]: the allocation
+//!   strategy; [`listener`]: the application's side. Calls to group leaders go through
+//!   [`crate::brokers`].
 //!
 //! Delivery is at least once: a message is consumed again only if a client died or a queue
 //! moved before its offset was committed; the committed offset never passes a message the
 //! listener has not consumed.
 
 mod allocate;
-mod brokers;
 mod consume;
 pub mod listener;
 mod membership;
@@ -39,8 +39,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::brokers::Brokers;
+use crate::brokers::CallError;
 pub use crate::consumer::allocate::allocate_averagely;
-use crate::consumer::brokers::Brokers;
 pub use crate::consumer::listener::ConsumeContext;
 pub use crate::consumer::listener::ConsumeResult;
 pub use crate::consumer::listener::MessageListener;
@@ -95,19 +96,10 @@ pub enum ConsumerError {
     InvalidSubscription(String),
     #[error(transparent)]
     Route(#[from] RouteError),
+    #[error(transparent)]
+    Call(#[from] CallError),
     #[error("no broker group serves topic {topic:?}")]
     NoBrokerGroup { topic: String },
-    #[error("broker group {group} refused: {status}")]
-    Broker {
-        group: String,
-        status: tonic::Status,
-    },
-    #[error("broker group {group} had no reachable leader within {timeout:?}: {last_error}")]
-    GroupUnavailable {
-        group: String,
-        timeout: Duration,
-        last_error: String,
-    },
     #[error("offset file {path:?}: {reason}")]
     OffsetFile { path: PathBuf, reason: String },
 }

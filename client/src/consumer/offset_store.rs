@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
 
+use crate::brokers::Brokers;
 use crate::consumer::ConsumerError;
-use crate::consumer::brokers::Brokers;
 use crate::route::MessageQueue;
 
 /// How long one offset call to a group may take, retries included.
@@ -82,6 +82,7 @@ impl OffsetStore {
                         async move { Ok(client.query_offset(request).await?.into_inner().offset) }
                     })
                     .await
+                    .map_err(ConsumerError::from)
             }
         }
     }
@@ -209,7 +210,7 @@ async fn commit_to_groups(
             first_error.get_or_insert(error);
         }
     }
-    first_error.map_or(Ok(()), Err)
+    first_error.map_or(Ok(()), |error| Err(error.into()))
 }
 
 fn read_file(path: &PathBuf) -> Result<HashMap<MessageQueue, i64>, ConsumerError> {

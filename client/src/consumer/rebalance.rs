@@ -134,7 +134,7 @@ async fn members(shared: &Shared, route: &TopicRoute) -> Result<Vec<String>, Con
                     .map(|member| member.client_id)
                     .collect());
             }
-            Err(error) => last_error = Some(error),
+            Err(error) => last_error = Some(ConsumerError::from(error)),
         }
     }
     Err(last_error.unwrap_or(ConsumerError::NoBrokerGroup {
@@ -230,6 +230,7 @@ async fn start_offset(shared: &Shared, queue: &MessageQueue) -> Result<i64, Cons
                     async move { Ok(client.search_offset(request).await?.into_inner().offset) }
                 })
                 .await
+                .map_err(ConsumerError::from)
         }
         from @ (ConsumeFrom::First | ConsumeFrom::Last) => {
             let request = pb::ReadConsumeQueueRequest {

@@ -12,7 +12,7 @@ pub struct FaultOutcome {
     pub kind: String,
     pub group: String,
     pub node: Option<u64>,
-    /// From the fault to the first send started after it that the group acknowledged.
+    /// From the fault to the first acknowledgement of a send started after it.
     pub recovery_ms: Option<u64>,
 }
 

@@ -120,7 +120,8 @@ pub struct DrillConfig {
 /// What the producer and consumer saw, shared with their tasks.
 #[derive(Default)]
 struct Record {
-    acked: Mutex<Vec<(Acked, Instant)>>,
+    /// Each acknowledged send with when it started and when it was acknowledged.
+    acked: Mutex<Vec<(Acked, Instant, Instant)>>,
     consumed: Mutex<Vec<Consumed>>,
     send_failures: AtomicUsize,
     refused: Mutex<HashSet<String>>,
@@ -164,7 +165,7 @@ pub async fn run_drill(
     let _ = sending.await;
     let acked_ids: Vec<String> = lock(&record.acked)
         .iter()
-        .map(|(acked, _)| acked.msg_id.clone())
+        .map(|(acked, _, _)| acked.msg_id.clone())
         .collect();
     let drain_deadline = Instant::now() + config.drain_timeout;
     while Instant::now() < drain_deadline {
@@ -307,6 +308,7 @@ async fn produce(
                         delayed,
                     },
                     started,
+                    Instant::now(),
                 )),
                 Err(error) => {
                     tracing::debug!(%error, "drill send failed");
@@ -477,7 +479,7 @@ fn report(
 ) -> DrillReport {
     let acked = lock(&record.acked).clone();
     let consumed = lock(&record.consumed).clone();
-    let acked_only: Vec<Acked> = acked.iter().map(|(a, _)| a.clone()).collect();
+    let acked_only: Vec<Acked> = acked.iter().map(|(a, _, _)| a.clone()).collect();
     let verdict = check(&acked_only, &consumed);
     let consumed_ids: HashSet<&str> = consumed.iter().map(|c| c.msg_id.as_str()).collect();
     let delayed: Vec<&Acked> = acked_only.iter().filter(|a| a.delayed).collect();
@@ -487,16 +489,14 @@ fn report(
         .map(|(kind, group, node, at)| FaultOutcome {
             at_s: (at - started).as_secs_f64(),
             kind: kind.name().to_owned(),
+            // The first acknowledgement of a send started after the fault: the group
+            // accepts writes again (through a new leader, when the fault took the old one).
             recovery_ms: acked
                 .iter()
-                .filter(|(a, sent_at)| a.group == group && *sent_at >= at)
-                .map(|(_, sent_at)| *sent_at)
+                .filter(|(a, started, _)| a.group == group && *started >= at)
+                .map(|(_, _, acked_at)| *acked_at)
                 .min()
-                .map(|first| {
-                    // The send started after the fault; its ack came at most a send
-                    // timeout later. Report when that send started being served.
-                    (first - at).as_millis() as u64
-                }),
+                .map(|first| (first - at).as_millis() as u64),
             group,
             node,
         })

@@ -1,5 +1,5 @@
-//! A consumer's way to the broker groups: topic routes from the nameservers, and calls to a
-//! group's leader by group name that follow leader changes.
+//! A client's way to the broker groups: topic routes from the nameservers, and calls to a
+//! group's leader by group name that follow leader changes (producer and consumer alike).
 //!
 //! A group's leader comes from its route, from a `NOT_LEADER` hint, or, when neither is
 //! known (the leader died), from asking the group's nodes; calls are retried with a growing
@@ -16,7 +16,6 @@ use rocketraft_proto::broker::broker_client::BrokerClient;
 use tonic::transport::Channel;
 
 use crate::clients::BrokerClients;
-use crate::consumer::ConsumerError;
 use crate::group::BrokerGroupClient;
 use crate::group::is_retryable;
 use crate::route::RouteCache;
@@ -27,6 +26,23 @@ use crate::route::TopicRoute;
 /// [`RETRY_PAUSE_MAX`].
 const RETRY_PAUSE_MIN: Duration = Duration::from_millis(50);
 const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// Why a call to a group's leader failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The leader refused the request itself; retrying cannot help.
+    #[error("broker group {group} refused: {status}")]
+    Rejected {
+        group: String,
+        status: tonic::Status,
+    },
+    #[error("broker group {group} had no reachable leader within {timeout:?}: {last_error}")]
+    Unavailable {
+        group: String,
+        timeout: Duration,
+        last_error: String,
+    },
+}
 
 #[derive(Debug, Default, Clone)]
 struct GroupNodes {
@@ -56,6 +72,13 @@ impl Brokers {
         Ok(route)
     }
 
+    /// The route of `topic`, fetched again.
+    pub async fn refresh(&self, topic: &str) -> Result<Arc<TopicRoute>, RouteError> {
+        let route = self.routes.refresh(topic).await?;
+        self.learn(&route);
+        Ok(route)
+    }
+
     /// Every broker group seen in a route so far, sorted.
     pub fn known_groups(&self) -> Vec<String> {
         let mut groups: Vec<String> = self.lock().keys().cloned().collect();
@@ -70,7 +93,7 @@ impl Brokers {
         group: &str,
         timeout: Duration,
         call: F,
-    ) -> Result<T, ConsumerError>
+    ) -> Result<T, CallError>
     where
         F: Fn(BrokerClient<Channel>) -> Fut,
         Fut: Future<Output = Result<T, tonic::Status>>,
@@ -92,7 +115,7 @@ impl Brokers {
                             status.to_string()
                         }
                         Err(status) => {
-                            return Err(ConsumerError::Broker {
+                            return Err(CallError::Rejected {
                                 group: group.to_owned(),
                                 status,
                             });
@@ -101,7 +124,7 @@ impl Brokers {
                 },
             };
             if tokio::time::Instant::now() + pause >= deadline {
-                return Err(ConsumerError::GroupUnavailable {
+                return Err(CallError::Unavailable {
                     group: group.to_owned(),
                     timeout,
                     last_error,
