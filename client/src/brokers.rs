@@ -4,6 +4,10 @@
 //! A group's leader comes from its route, from a `NOT_LEADER` hint, or, when neither is
 //! known (the leader died), from asking the group's nodes; calls are retried with a growing
 //! pause until their deadline, so a leaderless group is waited out without a busy loop.
+//!
+//! A leader that could not be reached is suspected for a while: the route and the followers
+//! keep naming it until a new leader is elected, and a paused process accepts connections
+//! but never answers, so second-hand reports of it are ignored until it answers itself.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -11,6 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
+use std::time::Instant;
 
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use tonic::transport::Channel;
@@ -25,7 +30,9 @@ use crate::route::TopicRoute;
 /// First pause between attempts while a group has no reachable leader; it doubles up to
 /// [`RETRY_PAUSE_MAX`].
 const RETRY_PAUSE_MIN: Duration = Duration::from_millis(50);
-const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
+const RETRY_PAUSE_MAX: Duration = Duration::from_millis(400);
+/// How long an unreachable leader stays suspected.
+const SUSPECT_FOR: Duration = Duration::from_secs(5);
 
 /// Why a call to a group's leader failed.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +55,15 @@ pub enum CallError {
 struct GroupNodes {
     leader: Option<SocketAddr>,
     nodes: Vec<SocketAddr>,
+    /// A leader that could not be reached, and until when it is suspected.
+    suspect: Option<(SocketAddr, Instant)>,
+}
+
+impl GroupNodes {
+    fn is_suspect(&self, addr: SocketAddr) -> bool {
+        self.suspect
+            .is_some_and(|(suspect, until)| suspect == addr && Instant::now() < until)
+    }
 }
 
 pub struct Brokers {
@@ -105,7 +121,7 @@ impl Brokers {
                 None => "no node knows a leader".to_owned(),
                 Some(leader) => match self.clients.get(leader).await {
                     Err(error) => {
-                        self.forget_leader(group, leader);
+                        self.suspect_leader(group);
                         error.to_string()
                     }
                     Ok(client) => match call(client).await {
@@ -140,11 +156,13 @@ impl Brokers {
         self.lock().get(group).and_then(|known| known.leader)
     }
 
-    /// A call to `group`'s leader failed with `status`: follow its leader hint, or find
-    /// the leader again on the next call.
+    /// A call to `group`'s leader failed with `status`: follow its leader hint, or suspect
+    /// the leader and find it again on the next call.
     pub fn leader_failed(&self, group: &str, status: &tonic::Status) {
-        let hint = rocketraft_proto::leader_addr(status).and_then(|hint| hint.parse().ok());
-        self.set_leader(group, hint);
+        match rocketraft_proto::leader_addr(status).and_then(|hint| hint.parse().ok()) {
+            Some(hint) => self.set_leader(group, Some(hint)),
+            None => self.suspect_leader(group),
+        }
     }
 
     /// The known leader of `group`, or the one its nodes report.
@@ -153,9 +171,15 @@ impl Brokers {
         if known.leader.is_some() {
             return known.leader;
         }
-        let found = BrokerGroupClient::new(known.nodes).find_leader().await;
-        self.set_leader(group, found);
-        found
+        let report = BrokerGroupClient::new(known.nodes.clone())
+            .find_leader_report()
+            .await?;
+        // Followers name a dead or paused leader until they elect a new one.
+        if known.is_suspect(report.addr) && !report.answered_itself {
+            return None;
+        }
+        self.set_leader(group, Some(report.addr));
+        Some(report.addr)
     }
 
     fn learn(&self, route: &TopicRoute) {
@@ -165,8 +189,10 @@ impl Brokers {
             known.nodes.clone_from(&group.nodes);
             // The nameserver names the leader of the highest term it heard of; a wrong one
             // is corrected by the next NOT_LEADER hint.
-            if group.leader.is_some() {
-                known.leader = group.leader;
+            if let Some(leader) = group.leader
+                && !known.is_suspect(leader)
+            {
+                known.leader = Some(leader);
             }
         }
     }
@@ -175,11 +201,12 @@ impl Brokers {
         self.lock().entry(group.to_owned()).or_default().leader = leader;
     }
 
-    fn forget_leader(&self, group: &str, leader: SocketAddr) {
-        if let Some(known) = self.lock().get_mut(group)
-            && known.leader == Some(leader)
-        {
-            known.leader = None;
+    /// The current leader of `group` could not be reached: look for another.
+    fn suspect_leader(&self, group: &str) {
+        let mut groups = self.lock();
+        let known = groups.entry(group.to_owned()).or_default();
+        if let Some(leader) = known.leader.take() {
+            known.suspect = Some((leader, Instant::now() + SUSPECT_FOR));
         }
     }
 

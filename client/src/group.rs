@@ -60,6 +60,15 @@ pub async fn connect(addr: SocketAddr) -> Result<BrokerClient<Channel>, GroupErr
         .max_encoding_message_size(GRPC_MESSAGE_BYTES_MAX))
 }
 
+/// Who leads a group, as its nodes report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaderReport {
+    pub addr: SocketAddr,
+    pub term: u64,
+    /// The leader itself answered (it is alive), rather than a follower naming it.
+    pub answered_itself: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct BrokerGroupClient {
     nodes: Vec<SocketAddr>,
@@ -86,6 +95,11 @@ impl BrokerGroupClient {
     /// The address of the leader of the highest term any reachable node reports; the nodes
     /// are asked at once, each for at most a short while.
     pub async fn find_leader(&self) -> Option<SocketAddr> {
+        self.find_leader_report().await.map(|report| report.addr)
+    }
+
+    /// [`Self::find_leader`], saying whether the leader answered for itself.
+    pub async fn find_leader_report(&self) -> Option<LeaderReport> {
         let asked = self.nodes.iter().map(|addr| async move {
             tokio::time::timeout(STATUS_TIMEOUT, self.node_status(*addr))
                 .await
@@ -94,20 +108,25 @@ impl BrokerGroupClient {
                 .map(|status| (*addr, status))
         });
         let statuses = futures::future::join_all(asked).await;
-        let mut best: Option<(u64, SocketAddr)> = None;
+        let mut best: Option<LeaderReport> = None;
         for (addr, status) in statuses.into_iter().flatten() {
-            let leader = if status.role == "leader" {
+            let leads = status.role == "leader";
+            let leader = if leads {
                 Some(addr)
             } else {
                 status.leader_addr.parse().ok()
             };
             if let Some(leader) = leader
-                && best.is_none_or(|(term, _)| status.term > term)
+                && best.is_none_or(|best| status.term > best.term)
             {
-                best = Some((status.term, leader));
+                best = Some(LeaderReport {
+                    addr: leader,
+                    term: status.term,
+                    answered_itself: leads,
+                });
             }
         }
-        best.map(|(_, leader)| leader)
+        best
     }
 
     /// A connection to the current leader.

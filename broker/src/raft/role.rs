@@ -71,6 +71,64 @@ pub async fn leader_ready(raft: &Raft) -> Option<u64> {
     }
 }
 
+/// Why leadership did not move where it was asked to.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TransferError {
+    #[error("node {0} is not a voter of this group")]
+    NotAVoter(u64),
+    #[error("this node does not lead its group")]
+    NotLeader,
+    #[error("node {to} did not take over within {timeout:?}")]
+    Timeout {
+        to: u64,
+        timeout: std::time::Duration,
+    },
+    #[error("raft stopped: {0}")]
+    Stopped(String),
+}
+
+/// Hands leadership to voter `to` (planned maintenance) and waits until this node follows
+/// it; returns the new term. The old leader stops accepting writes at once and the new one
+/// has every committed entry, so nothing acknowledged is lost.
+pub async fn transfer_leadership(
+    raft: &Raft,
+    to: u64,
+    timeout: std::time::Duration,
+) -> Result<u64, TransferError> {
+    let mut metrics = raft.metrics();
+    {
+        // Clone at once: the guard must not be held across an await.
+        let now = metrics.borrow_watched().clone();
+        if !now.membership_config.voter_ids().any(|id| id == to) {
+            return Err(TransferError::NotAVoter(to));
+        }
+        if now.state != ServerState::Leader {
+            return Err(TransferError::NotLeader);
+        }
+        if now.id == to {
+            return Ok(now.current_term);
+        }
+    }
+    raft.trigger()
+        .transfer_leader(to)
+        .await
+        .map_err(|fatal| TransferError::Stopped(fatal.to_string()))?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        {
+            let now = metrics.borrow_watched();
+            if now.current_leader == Some(to) && now.state != ServerState::Leader {
+                return Ok(now.current_term);
+            }
+        }
+        match tokio::time::timeout_at(deadline, metrics.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(TransferError::Stopped("metrics closed".into())),
+            Err(_) => return Err(TransferError::Timeout { to, timeout }),
+        }
+    }
+}
+
 /// A snapshot of this node's Raft state, for status reports.
 #[derive(Debug, Clone)]
 pub struct RaftStatus {

@@ -1,5 +1,5 @@
 //! Admin writes of the broker API: create, update and delete topics, upsert subscription
-//! groups, prepare the replacement of a node's disk. The leader validates each request at the edge and replicates it as one command;
+//! groups, prepare the replacement of a node's disk, transfer leadership. The leader validates each request at the edge and replicates it as one command;
 //! the call returns once the command is applied.
 
 use rocketraft_proto::broker as pb;
@@ -10,6 +10,8 @@ use crate::metadata::PERM_READ;
 use crate::metadata::PERM_WRITE;
 use crate::metadata::TopicConfig;
 use crate::raft::propose::propose;
+use crate::raft::role::TransferError;
+use crate::raft::role::transfer_leadership;
 use crate::raft::setup::allow_empty_rejoin;
 use crate::raft::types::Command;
 use crate::service::BrokerService;
@@ -24,6 +26,8 @@ pub const RETRY_MAX_TIMES_DEFAULT: u32 = 16;
 pub const RETRY_QUEUE_COUNT_DEFAULT: u32 = 1;
 /// The most retries a group may configure.
 pub const RETRY_MAX_TIMES_MAX: u32 = 64;
+/// How long a leadership transfer may take before it is reported as failed.
+pub const TRANSFER_LEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl BrokerService {
     pub(super) async fn handle_create_topic(
@@ -84,6 +88,33 @@ impl BrokerService {
             .map_err(BrokerError::BadRequest)?;
         tracing::warn!(node_id, "node may rejoin with an empty log (replaced disk)");
         Ok(())
+    }
+
+    pub(super) async fn handle_transfer_leader(
+        &self,
+        to: u64,
+    ) -> Result<pb::TransferLeaderResponse, BrokerError> {
+        self.ensure_leader()?;
+        tracing::info!(to, "transferring leadership");
+        let term = transfer_leadership(&self.raft, to, TRANSFER_LEADER_TIMEOUT)
+            .await
+            .map_err(|error| match error {
+                TransferError::NotAVoter(_) => BrokerError::BadRequest(error.to_string()),
+                TransferError::NotLeader => BrokerError::from(
+                    crate::raft::propose::ensure_leader(&self.raft)
+                        .err()
+                        .unwrap_or(crate::raft::propose::ProposeError::NotLeader {
+                            leader_addr: None,
+                        }),
+                ),
+                TransferError::Timeout { .. } | TransferError::Stopped(_) => {
+                    BrokerError::Unavailable(error.to_string())
+                }
+            })?;
+        Ok(pb::TransferLeaderResponse {
+            leader_id: to,
+            term,
+        })
     }
 
     /// Creates `topic` with `queue_count` read and write queues, as a first send does when

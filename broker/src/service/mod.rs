@@ -204,6 +204,16 @@ impl pb::broker_server::Broker for BrokerService {
         ))
     }
 
+    async fn transfer_leader(
+        &self,
+        request: Request<pb::TransferLeaderRequest>,
+    ) -> Result<Response<pb::TransferLeaderResponse>, Status> {
+        Ok(Response::new(
+            self.handle_transfer_leader(request.into_inner().to_node_id)
+                .await?,
+        ))
+    }
+
     async fn read_consume_queue(
         &self,
         request: Request<pb::ReadConsumeQueueRequest>,

@@ -144,6 +144,34 @@ impl Admin {
         Ok(created)
     }
 
+    /// Moves the leadership of broker group `group` to node `to`; returns the new term.
+    pub async fn transfer_leader(&self, group: &str, to: u64) -> Result<u64, AdminError> {
+        let info = self.cluster_info().await?;
+        let route = info
+            .groups
+            .iter()
+            .find(|route| route.group == group)
+            .ok_or_else(|| AdminError::UnknownGroup(group.to_owned()))?;
+        let mut leader =
+            group_client(route)
+                .leader()
+                .await
+                .map_err(|source| AdminError::Group {
+                    group: group.to_owned(),
+                    source,
+                })?;
+        let request = broker_pb::TransferLeaderRequest { to_node_id: to };
+        let response =
+            leader
+                .transfer_leader(request)
+                .await
+                .map_err(|status| AdminError::Refused {
+                    group: group.to_owned(),
+                    status,
+                })?;
+        Ok(response.into_inner().term)
+    }
+
     /// The min and max offset of every queue of `topic`, read from each group's leader.
     pub async fn topic_status(&self, topic: &str) -> Result<Vec<QueueStatus>, AdminError> {
         let route = self.topic_route(topic).await?;

@@ -88,6 +88,13 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         reconsume_later: i32,
     },
+    /// Move a broker group's leadership to another of its nodes (planned maintenance).
+    TransferLeader {
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        to: u64,
+    },
     /// The messages in a consumer group's dead-letter topic (`%DLQ%<group>`), oldest first,
     /// without consuming them.
     DlqList {
@@ -306,6 +313,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             for message in admin.consume(&request).await? {
                 println!("{}", serde_json::to_string(&message)?);
+            }
+        }
+        Command::TransferLeader { group, to } => {
+            let term = admin.transfer_leader(&group, to).await?;
+            if cli.json {
+                println!("{}", json!({"group": group, "leader_id": to, "term": term}));
+            } else {
+                println!("{group}: node {to} leads in term {term}");
             }
         }
         Command::DlqList { group, count } => {

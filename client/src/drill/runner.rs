@@ -341,7 +341,6 @@ async fn inject_faults(
         let group = groups[round % groups.len()].clone();
         round += 1;
         let leader = cluster.leader(&group).await;
-        let now = Instant::now();
         let node = match kind {
             FaultKind::KillLeader => leader.inspect(|id| {
                 let _ = cluster.kill(&group, *id);
@@ -360,14 +359,18 @@ async fn inject_faults(
                 for id in cluster.node_ids(&group) {
                     cluster.kill(&group, id)?;
                 }
-                for id in cluster.node_ids(&group) {
-                    cluster.restart(&group, id)?;
-                }
                 None
             }
         };
+        // Timed once the fault is done: sends started before could still be acknowledged.
+        let now = Instant::now();
         tracing::info!(fault = kind.name(), group, ?node, "fault injected");
         done.push((kind, group.clone(), node, now));
+        if kind == FaultKind::RestartAll {
+            for id in cluster.node_ids(&group) {
+                cluster.restart(&group, id)?;
+            }
+        }
         tokio::time::sleep(config.heal_after).await;
         if let Some(id) = node {
             match kind {
