@@ -55,6 +55,10 @@ pub struct BrokerConfig {
     /// Delay levels, e.g. `"1s 5s 10s 30s 1m"` (units s, m, h, d); level L is the L-th.
     #[serde(default = "default_delay_levels")]
     pub delay_levels: String,
+    /// Lets `InjectFault` cut this node off from its group (failover drills only; never in
+    /// production).
+    #[serde(default)]
+    pub enable_fault_injection: bool,
     /// A consumer not heard from for this long leaves its group.
     #[serde(default = "default_client_expiry_ms")]
     pub client_expiry_ms: u64,

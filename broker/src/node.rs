@@ -118,7 +118,12 @@ impl BrokerNode {
             addr: config.listen,
             source,
         })?;
-        let (raft, group) = open_raft(&config, options.faults).await?;
+        // A drill node gets a plan of its own, driven by `InjectFault`.
+        let drill_faults = config
+            .enable_fault_injection
+            .then(|| Arc::new(FaultPlan::new(config.node_id)));
+        let faults = options.faults.or_else(|| drill_faults.clone());
+        let (raft, group) = open_raft(&config, faults.clone()).await?;
         let shutdown = CancellationToken::new();
         let consumers = Arc::new(ConsumerRegistry::default());
         tokio::spawn(run_consumer_registry(
@@ -147,6 +152,7 @@ impl BrokerNode {
                 delay_levels,
                 consumers,
                 schedule,
+                fault_injection: drill_faults,
             },
         );
         let raft_service = RaftService::new(
@@ -154,6 +160,7 @@ impl BrokerNode {
             group.clone(),
             config.data_dir.join("raft").join("staging"),
             shutdown.clone(),
+            faults.map(|faults| (config.node_id, faults)),
         );
         let server = tonic::transport::Server::builder()
             .add_service(

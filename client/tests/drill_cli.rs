@@ -1,7 +1,7 @@
 //! `mqadmin drill` on real processes, as CI runs it: one 3-node group, a producer and a push
 //! consumer, and every 4 s a fault: the leader SIGKILLed five times in a row, a follower
-//! killed and restarted, the leader paused (SIGSTOP) and resumed, all three nodes restarted
-//! at once. The report must show nothing acknowledged lost, no acknowledged position
+//! killed and restarted, the leader paused (SIGSTOP) and resumed, the leader partitioned
+//! from its followers and healed, all three nodes restarted at once. The report must show nothing acknowledged lost, no acknowledged position
 //! overwritten, committed offsets never going back and the schedule service on one node per
 //! term; delayed and retried messages must all arrive.
 //!
@@ -17,13 +17,13 @@ fn given_scheduled_faults_the_drill_should_lose_nothing_acknowledged() -> anyhow
             "drill",
             "--json",
             "--duration-secs",
-            "40",
+            "44",
             "--fault-every-secs",
             "4",
             "--heal-after-ms",
             "1500",
             "--faults",
-            "kill-leader,kill-leader,kill-leader,kill-leader,kill-leader,kill-follower,pause-leader,restart-all",
+            "kill-leader,kill-leader,kill-leader,kill-leader,kill-leader,kill-follower,pause-leader,partition-leader,restart-all",
             "--rate",
             "100",
             "--heartbeat-ms",

@@ -126,6 +126,7 @@ impl TestGroup {
                 register_interval_ms: 200,
                 auto_create_topic: true,
                 auto_create_group: true,
+                enable_fault_injection: false,
                 delay_levels: TEST_DELAY_LEVELS.into(),
                 client_expiry_ms: 120_000,
                 data_dir: group.dir.path().join(format!("node-{id}")),

@@ -7,6 +7,7 @@ use rocketraft_client::error::ProducerError;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::producer::SendResult;
+use rocketraft_proto::common::ResponseCode;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::init_tracing;
@@ -182,9 +183,51 @@ async fn given_leader_isolated_mid_sends_should_never_report_a_lost_send() -> an
         leader,
         "--- isolate broker-a's leader while sends are in flight"
     );
-    group_a.faults.isolate(leader);
+    let new_leader = group_a.isolate_leader(leader, TIMEOUT).await?;
+
+    info!(leader, "--- the isolated old leader cannot commit a write");
+    let stale = rocketraft_tests::send_request(TOPIC, 0, [b"stale".to_vec()]);
+    let refused = group_a
+        .client(leader)
+        .await?
+        .send(stale)
+        .await
+        .expect_err("no quorum behind the old leader");
+    assert!(
+        matches!(
+            rocketraft_proto::response_code(&refused),
+            Some(ResponseCode::ReplicationTimeout | ResponseCode::NotLeader)
+        ),
+        "{refused}"
+    );
     let outcomes = sender.await?;
     group_a.faults.heal();
+    info!(leader, new_leader, "--- healed, the old leader follows");
+    wait_for("the old leader to follow", TIMEOUT, || async {
+        let status = group_a.status(leader).await.ok()?;
+        (status.role == "follower" && status.leader_id == Some(new_leader)).then_some(())
+    })
+    .await?;
+    let pull = rocketraft_proto::broker::PullRequest {
+        group: "audit".into(),
+        topic: TOPIC.into(),
+        queue_id: 0,
+        queue_offset: 0,
+        max_messages: 1024,
+        tags: Vec::new(),
+        max_wait_ms: 0,
+    };
+    let stored = group_a
+        .client(new_leader)
+        .await?
+        .pull(pull)
+        .await?
+        .into_inner()
+        .messages;
+    assert!(
+        stored.iter().all(|m| m.body.as_ref() != b"stale"),
+        "the old leader's write never committed"
+    );
     let acknowledged: Vec<SendResult> = outcomes
         .iter()
         .filter_map(|o| o.as_ref().ok().cloned())

@@ -2,7 +2,9 @@
 //! seeded generator so a failing test replays exactly by its printed seed.
 //!
 //! Production nodes run without a [`FaultPlan`]; tests hand one to every node of a group and
-//! drive it while the real gRPC transport carries the traffic.
+//! drive it while the real gRPC transport carries the traffic. A node started with
+//! `enable_fault_injection` (drills only) has its own plan, driven by the `InjectFault` RPC:
+//! isolated, it drops its outgoing Raft RPCs and refuses incoming ones.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -59,6 +61,11 @@ impl FaultPlan {
             faults.drop_ppm = drop_ppm.min(1_000_000);
             faults.delay_max = delay_max;
         });
+    }
+
+    /// Whether `node` is cut off now.
+    pub fn is_isolated(&self, node: NodeId) -> bool {
+        self.with(|faults| faults.isolated.contains(&node))
     }
 
     /// Removes every fault.

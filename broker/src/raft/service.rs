@@ -22,9 +22,11 @@ use tonic::Streaming;
 
 use crate::group_state::GroupState;
 use crate::raft::codec;
+use crate::raft::faults::FaultPlan;
 use crate::raft::network::SnapshotHeader;
 use crate::raft::snapshot::CommitLogSource;
 use crate::raft::snapshot::SnapshotData;
+use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 use crate::raft::types::Snapshot;
 use crate::raft::types::Vote;
@@ -38,6 +40,8 @@ pub struct RaftService {
     /// Ends long-lived replication streams when the node stops, so a graceful server
     /// shutdown does not wait on a peer that keeps its stream open.
     shutdown: CancellationToken,
+    /// Injected faults: while this node is isolated, it refuses Raft RPCs.
+    faults: Option<(NodeId, Arc<FaultPlan>)>,
 }
 
 impl RaftService {
@@ -46,6 +50,7 @@ impl RaftService {
         group: Arc<GroupState>,
         staging_dir: PathBuf,
         shutdown: CancellationToken,
+        faults: Option<(NodeId, Arc<FaultPlan>)>,
     ) -> RaftService {
         RaftService {
             raft,
@@ -53,7 +58,24 @@ impl RaftService {
             staging_dir,
             staged_count: AtomicU64::new(0),
             shutdown,
+            faults,
         }
+    }
+
+    fn isolated(&self) -> bool {
+        self.faults
+            .as_ref()
+            .is_some_and(|(node, faults)| faults.is_isolated(*node))
+    }
+
+    /// Fails the RPC while fault injection cuts this node off.
+    fn refuse_if_isolated(&self) -> Result<(), Status> {
+        if self.isolated() {
+            return Err(Status::unavailable(
+                "fault injection: this node is partitioned from its group",
+            ));
+        }
+        Ok(())
     }
 
     async fn receive_snapshot(
@@ -156,6 +178,7 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
+        self.refuse_if_isolated()?;
         let rpc = decode("append entries", request)?;
         let response = self.raft.append_entries(rpc).await.map_err(internal)?;
         Ok(Response::new(encode("append entries response", &response)?))
@@ -167,8 +190,17 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<Streaming<pb::RaftPayload>>,
     ) -> Result<Response<Self::StreamAppendStream>, Status> {
-        // An undecodable or failed item ends the stream, so requests and results stay paired.
-        let requests = request.into_inner().scan((), |_, item| {
+        self.refuse_if_isolated()?;
+        // An undecodable or failed item ends the stream, so requests and results stay paired;
+        // so does an injected partition.
+        let faults = self.faults.clone();
+        let requests = request.into_inner().scan((), move |_, item| {
+            if faults
+                .as_ref()
+                .is_some_and(|(node, faults)| faults.is_isolated(*node))
+            {
+                return futures::future::ready(None);
+            }
             let request = item
                 .inspect_err(|status| tracing::debug!(%status, "replication stream closed"))
                 .ok()
@@ -194,6 +226,7 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
+        self.refuse_if_isolated()?;
         let rpc = decode("vote", request)?;
         let response = self.raft.vote(rpc).await.map_err(internal)?;
         Ok(Response::new(encode("vote response", &response)?))
@@ -203,6 +236,7 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
+        self.refuse_if_isolated()?;
         let rpc = decode("pre-vote", request)?;
         let response = self.raft.pre_vote(rpc).await.map_err(internal)?;
         Ok(Response::new(encode("pre-vote response", &response)?))
@@ -212,6 +246,7 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
+        self.refuse_if_isolated()?;
         let rpc = decode("transfer leader", request)?;
         let response = self
             .raft
@@ -237,6 +272,7 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
+        self.refuse_if_isolated()?;
         Ok(Response::new(
             self.receive_snapshot(request.into_inner()).await?,
         ))

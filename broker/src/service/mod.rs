@@ -24,6 +24,7 @@ use crate::delay_levels::DelayLevels;
 use crate::error::BrokerError;
 use crate::group_commit::GroupCommit;
 use crate::group_state::GroupState;
+use crate::raft::faults::FaultPlan;
 use crate::raft::types::Raft;
 use crate::schedule::service::ScheduleStatus;
 
@@ -41,6 +42,8 @@ pub struct ServiceOptions {
     pub consumers: Arc<ConsumerRegistry>,
     /// Whether this node's schedule service runs.
     pub schedule: Arc<ScheduleStatus>,
+    /// The node's own fault plan, when `enable_fault_injection` is set (drills).
+    pub fault_injection: Option<Arc<FaultPlan>>,
 }
 
 pub struct BrokerService {
@@ -54,6 +57,7 @@ pub struct BrokerService {
     delay_levels: DelayLevels,
     consumers: Arc<ConsumerRegistry>,
     schedule: Arc<ScheduleStatus>,
+    fault_injection: Option<Arc<FaultPlan>>,
 }
 
 impl BrokerService {
@@ -70,6 +74,7 @@ impl BrokerService {
             delay_levels: options.delay_levels,
             consumers: options.consumers,
             schedule: options.schedule,
+            fault_injection: options.fault_injection,
         }
     }
 
@@ -212,6 +217,14 @@ impl pb::broker_server::Broker for BrokerService {
             self.handle_transfer_leader(request.into_inner().to_node_id)
                 .await?,
         ))
+    }
+
+    async fn inject_fault(
+        &self,
+        request: Request<pb::InjectFaultRequest>,
+    ) -> Result<Response<pb::InjectFaultResponse>, Status> {
+        self.handle_inject_fault(request.into_inner().isolate)?;
+        Ok(Response::new(pb::InjectFaultResponse {}))
     }
 
     async fn read_consume_queue(

@@ -1,11 +1,33 @@
-//! `NodeStatus`: this node's view of its group, for operators, tests and benchmarks.
+//! `NodeStatus`: this node's view of its group, for operators, tests and benchmarks; and
+//! `InjectFault`, the drill hook that cuts this node off from its group.
 
 use rocketraft_proto::broker as pb;
 
+use crate::error::BrokerError;
 use crate::raft::role::raft_status;
 use crate::service::BrokerService;
 
 impl BrokerService {
+    /// Isolates this node from its group's Raft traffic, or heals it. Refused unless the
+    /// node was started with `enable_fault_injection`.
+    pub(super) fn handle_inject_fault(&self, isolate: bool) -> Result<(), BrokerError> {
+        let Some(faults) = &self.fault_injection else {
+            return Err(BrokerError::NoPermission(
+                "fault injection is off on this node (enable_fault_injection = true, drills only)"
+                    .into(),
+            ));
+        };
+        let node_id = raft_status(&self.raft).node_id;
+        if isolate {
+            tracing::warn!(node_id, "fault injection: partitioned from the group");
+            faults.isolate(node_id);
+        } else {
+            tracing::warn!(node_id, "fault injection: healed");
+            faults.heal();
+        }
+        Ok(())
+    }
+
     pub(super) fn handle_node_status(&self) -> pb::NodeStatusResponse {
         let status = raft_status(&self.raft);
         let store = self.group.store();

@@ -145,11 +145,12 @@ struct DrillArgs {
     duration_secs: u64,
     #[arg(long, default_value_t = 20)]
     fault_every_secs: u64,
-    /// Faults, in turn: kill-leader, kill-follower, pause-leader, restart-all.
+    /// Faults, in turn: kill-leader, kill-follower, pause-leader, partition-leader,
+    /// restart-all.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "kill-leader,kill-follower,pause-leader,restart-all"
+        default_value = "kill-leader,kill-follower,pause-leader,partition-leader,restart-all"
     )]
     faults: Vec<FaultKind>,
     /// Restart a killed node, or resume a paused one, this long after the fault (default:

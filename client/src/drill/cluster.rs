@@ -2,7 +2,8 @@
 //! `broker` processes each, on loopback ports the OS picks, data under a work directory.
 //!
 //! Faults are done to processes as an operator's would be: SIGKILL, SIGSTOP/SIGCONT, and
-//! restarts on the same address and data. Every process is killed when the cluster is
+//! restarts on the same address and data; a partition goes through the broker's own fault
+//! hook, which the drill's nodes (and only they) enable. Every process is killed when the cluster is
 //! dropped, so a drill that fails or is interrupted leaves nothing running.
 
 use std::collections::BTreeMap;
@@ -285,6 +286,32 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// Cuts the node off from its group's Raft traffic (or heals it) through its own fault
+    /// hook; clients still reach it, as in a real network partition.
+    pub async fn partition(&self, group: &str, id: u64, isolate: bool) -> Result<(), ClusterError> {
+        let addr = self
+            .groups
+            .get(group)
+            .and_then(|nodes| nodes.get(&id))
+            .map(|node| node.addr)
+            .ok_or_else(|| ClusterError::NoSuchNode {
+                group: group.to_owned(),
+                node: id,
+            })?;
+        let refused = |reason: String| ClusterError::Io {
+            what: format!("partition {group} node {id}"),
+            source: std::io::Error::other(reason),
+        };
+        let mut client = crate::group::connect(addr)
+            .await
+            .map_err(|error| refused(error.to_string()))?;
+        client
+            .inject_fault(pb::InjectFaultRequest { isolate })
+            .await
+            .map_err(|status| refused(status.to_string()))?;
+        Ok(())
+    }
+
     /// SIGCONT.
     pub fn resume(&mut self, group: &str, id: u64) -> Result<(), ClusterError> {
         let node = self.node_mut(group, id)?;
@@ -342,7 +369,7 @@ fn write_config(
         .collect();
     let config = format!(
         "cluster = \"DrillCluster\"\ngroup = \"{group}\"\nnode_id = {id}\nlisten = \"{listen}\"\n\
-         data_dir = \"{data}\"\nflush = \"sync\"\nauto_create_topic = true\n\
+         data_dir = \"{data}\"\nflush = \"sync\"\nauto_create_topic = true\nenable_fault_injection = true\n\
          namesrv = [\"{nameserver}\"]\nregister_interval_ms = 1000\ndelay_levels = \"{levels}\"\n\
          [raft]\nheartbeat_interval_ms = {heartbeat}\nelection_timeout_min_ms = {min}\n\
          election_timeout_max_ms = {max}\n[peers]\n{peers}",

@@ -70,7 +70,7 @@ impl DrillReport {
                 .recovery_ms
                 .map_or_else(|| "no ack after it".to_owned(), |ms| format!("{ms} ms"));
             text.push_str(&format!(
-                "  {:>6.1} s {:<14} {} node {node}: first ack after {recovery}\n",
+                "  {:>6.1} s {:<16} {} node {node}: first ack after {recovery}\n",
                 fault.at_s, fault.kind, fault.group
             ));
         }

@@ -71,6 +71,7 @@ pub enum FaultKind {
     KillFollower,
     RestartAll,
     PauseLeader,
+    PartitionLeader,
 }
 
 impl FaultKind {
@@ -80,6 +81,7 @@ impl FaultKind {
             FaultKind::KillFollower => "kill-follower",
             FaultKind::RestartAll => "restart-all",
             FaultKind::PauseLeader => "pause-leader",
+            FaultKind::PartitionLeader => "partition-leader",
         }
     }
 }
@@ -93,6 +95,7 @@ impl std::str::FromStr for FaultKind {
             FaultKind::KillFollower,
             FaultKind::RestartAll,
             FaultKind::PauseLeader,
+            FaultKind::PartitionLeader,
         ]
         .into_iter()
         .find(|kind| kind.name() == text)
@@ -348,6 +351,13 @@ async fn inject_faults(
             FaultKind::PauseLeader => leader.inspect(|id| {
                 let _ = cluster.pause(&group, *id);
             }),
+            FaultKind::PartitionLeader => match leader {
+                Some(id) => {
+                    cluster.partition(&group, id, true).await?;
+                    Some(id)
+                }
+                None => None,
+            },
             FaultKind::KillFollower => cluster
                 .node_ids(&group)
                 .into_iter()
@@ -375,6 +385,7 @@ async fn inject_faults(
         if let Some(id) = node {
             match kind {
                 FaultKind::PauseLeader => cluster.resume(&group, id)?,
+                FaultKind::PartitionLeader => cluster.partition(&group, id, false).await?,
                 FaultKind::KillLeader | FaultKind::KillFollower => cluster.restart(&group, id)?,
                 FaultKind::RestartAll => {}
             }
