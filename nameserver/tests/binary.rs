@@ -17,14 +17,19 @@ fn given_port_zero_it_serves_and_says_where() -> anyhow::Result<()> {
         .stdout
         .take()
         .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
+    // Log lines may come first.
+    let serving = BufReader::new(stdout)
+        .lines()
+        .take(100)
+        .map_while(Result::ok)
+        .find_map(|line| {
+            line.trim()
+                .strip_prefix("nameserver serving on ")
+                .map(str::to_owned)
+        });
     let _ = child.kill();
     let _ = child.wait();
-    let addr = line
-        .trim()
-        .strip_prefix("nameserver serving on ")
-        .ok_or_else(|| anyhow::anyhow!("unexpected first line {line:?}"))?;
+    let addr = serving.ok_or_else(|| anyhow::anyhow!("no \"nameserver serving on\" line"))?;
     let addr: std::net::SocketAddr = addr.parse()?;
     assert_ne!(addr.port(), 0, "the port the OS picked");
     Ok(())

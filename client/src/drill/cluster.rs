@@ -332,6 +332,7 @@ impl LocalCluster {
 }
 
 impl Drop for LocalCluster {
+    /// Brokers first, then the nameserver they register with.
     fn drop(&mut self) {
         for nodes in self.groups.values_mut() {
             for node in nodes.values_mut() {
@@ -339,6 +340,14 @@ impl Drop for LocalCluster {
             }
         }
         self.nameserver.kill();
+    }
+}
+
+/// A process is killed when it is dropped, so a cluster that fails half-way through its
+/// start, or is dropped, leaves nothing running.
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
