@@ -240,3 +240,44 @@ async fn given_reconsume_later_consume_should_hand_back_and_dlq_list_should_show
     cluster.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_replaced_disk_replace_node_should_let_the_node_be_rebuilt() -> anyhow::Result<()> {
+    init_tracing();
+    let mut cluster = TestCluster::start(0x5EED_0305).await?;
+    cluster.create_topic("Orders", 1).await?;
+    let admin = Admin::new(cluster.nameservers());
+    let group = cluster.group_mut("broker-a");
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let follower = group.a_follower(leader);
+    let mut client = group.client(leader).await?;
+    client
+        .send(rocketraft_tests::send_request(
+            "Orders",
+            0,
+            [b"before".to_vec()],
+        ))
+        .await?;
+    group.stop(follower).await;
+    group.wipe(follower)?;
+
+    tracing::info!(
+        follower,
+        "--- the node's disk is replaced; prepare, then restart it"
+    );
+    admin.prepare_node_replacement("broker-a", follower).await?;
+    group.restart(follower).await?;
+    let leader_applied = group.status(leader).await?.last_applied_index;
+    wait_for("the replaced node rebuilt", TIMEOUT, || async {
+        let status = group.status(follower).await.ok()?;
+        (status.last_applied_index >= leader_applied && status.commit_log_max_offset > 0)
+            .then_some(())
+    })
+    .await?;
+    assert!(matches!(
+        admin.prepare_node_replacement("no-such-group", 1).await,
+        Err(AdminError::UnknownGroup(_))
+    ));
+    cluster.shutdown().await;
+    Ok(())
+}

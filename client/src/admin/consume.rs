@@ -183,7 +183,7 @@ impl Admin {
                     delay_level: 0,
                     max_reconsume_times: 0,
                 };
-                let mut leader = group_client_by_name(self, &cursor.group).await?;
+                let mut leader = self.group_leader(&cursor.group).await?;
                 leader.send_message_back(back).await.map_err(refused)?;
                 "reconsume_later"
             } else {
@@ -301,26 +301,6 @@ impl Admin {
         }
         Ok(listed)
     }
-}
-
-/// The leader of the broker group named `group`.
-async fn group_client_by_name(
-    admin: &Admin,
-    group: &str,
-) -> Result<BrokerClient<Channel>, AdminError> {
-    let info = admin.cluster_info().await?;
-    let route = info
-        .groups
-        .iter()
-        .find(|route| route.group == group)
-        .ok_or_else(|| AdminError::UnknownGroup(group.to_owned()))?;
-    group_client(route)
-        .leader()
-        .await
-        .map_err(|source| AdminError::Group {
-            group: group.to_owned(),
-            source,
-        })
 }
 
 /// Where a group with no committed offset starts reading a queue.

@@ -146,30 +146,52 @@ impl Admin {
 
     /// Moves the leadership of broker group `group` to node `to`; returns the new term.
     pub async fn transfer_leader(&self, group: &str, to: u64) -> Result<u64, AdminError> {
+        let request = broker_pb::TransferLeaderRequest { to_node_id: to };
+        let response = self
+            .group_leader(group)
+            .await?
+            .transfer_leader(request)
+            .await
+            .map_err(|status| AdminError::Refused {
+                group: group.to_owned(),
+                status,
+            })?;
+        Ok(response.into_inner().term)
+    }
+
+    /// Lets stopped node `node` of `group` come back with an empty data dir (a replaced
+    /// disk): call it after stopping the node and before starting it on the new disk.
+    pub async fn prepare_node_replacement(&self, group: &str, node: u64) -> Result<(), AdminError> {
+        let request = broker_pb::PrepareNodeReplacementRequest { node_id: node };
+        self.group_leader(group)
+            .await?
+            .prepare_node_replacement(request)
+            .await
+            .map_err(|status| AdminError::Refused {
+                group: group.to_owned(),
+                status,
+            })?;
+        Ok(())
+    }
+
+    /// A connection to the leader of the broker group named `group`.
+    pub(crate) async fn group_leader(
+        &self,
+        group: &str,
+    ) -> Result<broker_pb::broker_client::BrokerClient<tonic::transport::Channel>, AdminError> {
         let info = self.cluster_info().await?;
         let route = info
             .groups
             .iter()
             .find(|route| route.group == group)
             .ok_or_else(|| AdminError::UnknownGroup(group.to_owned()))?;
-        let mut leader =
-            group_client(route)
-                .leader()
-                .await
-                .map_err(|source| AdminError::Group {
-                    group: group.to_owned(),
-                    source,
-                })?;
-        let request = broker_pb::TransferLeaderRequest { to_node_id: to };
-        let response =
-            leader
-                .transfer_leader(request)
-                .await
-                .map_err(|status| AdminError::Refused {
-                    group: group.to_owned(),
-                    status,
-                })?;
-        Ok(response.into_inner().term)
+        group_client(route)
+            .leader()
+            .await
+            .map_err(|source| AdminError::Group {
+                group: group.to_owned(),
+                source,
+            })
     }
 
     /// The min and max offset of every queue of `topic`, read from each group's leader.

@@ -95,6 +95,14 @@ enum Command {
         #[arg(long)]
         to: u64,
     },
+    /// Let a stopped node come back with an empty data dir (a replaced disk): run it after
+    /// stopping the node, then start the node on its new disk; the leader rebuilds it.
+    ReplaceNode {
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        node: u64,
+    },
     /// The messages in a consumer group's dead-letter topic (`%DLQ%<group>`), oldest first,
     /// without consuming them.
     DlqList {
@@ -322,6 +330,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", json!({"group": group, "leader_id": to, "term": term}));
             } else {
                 println!("{group}: node {to} leads in term {term}");
+            }
+        }
+        Command::ReplaceNode { group, node } => {
+            admin.prepare_node_replacement(&group, node).await?;
+            if cli.json {
+                println!(
+                    "{}",
+                    json!({"group": group, "node": node, "prepared": true})
+                );
+            } else {
+                println!("{group}: node {node} may now start with an empty data dir");
             }
         }
         Command::DlqList { group, count } => {
