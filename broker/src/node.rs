@@ -133,12 +133,12 @@ impl BrokerNode {
             shutdown.clone(),
         ));
         let delay_levels = config.parsed_delay_levels()?;
-        let schedule = Arc::new(ScheduleStatus::default());
+        let schedule_status = Arc::new(ScheduleStatus::default());
         tokio::spawn(run_schedule_service(
             raft.clone(),
             group.clone(),
             delay_levels.clone(),
-            schedule.clone(),
+            schedule_status.clone(),
             shutdown.clone(),
         ));
         let broker = BrokerService::new(
@@ -151,7 +151,7 @@ impl BrokerNode {
                 auto_create_group: config.auto_create_group,
                 delay_levels,
                 consumers,
-                schedule,
+                schedule: schedule_status.clone(),
                 fault_injection: drill_faults,
             },
         );
@@ -209,6 +209,7 @@ impl BrokerNode {
             tokio::spawn(run_registration(
                 raft.clone(),
                 group.clone(),
+                schedule_status.clone(),
                 identity,
                 config.namesrv.clone(),
                 Duration::from_millis(config.register_interval_ms),

@@ -3,8 +3,9 @@
 //! next interval. A leader also sends its group's topic configs, and registers again at once
 //! when they change.
 //!
-//! A nameserver that cannot be reached is retried at the next round; registration never
-//! blocks the node.
+//! A node that stops leading first lets its leader-only schedule service stop (bounded
+//! wait), then registers as a follower. A nameserver that cannot be reached is retried at
+//! the next round; registration never blocks the node.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,11 +18,15 @@ use crate::group_state::GroupState;
 use crate::raft::role::Role;
 use crate::raft::role::RoleWatch;
 use crate::raft::types::Raft;
+use crate::schedule::service::ScheduleStatus;
 
 /// Default interval between registrations.
 pub const REGISTER_INTERVAL_DEFAULT: Duration = Duration::from_secs(30);
 /// How long one registration call may take.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a node that lost leadership waits for its schedule service to stop before it
+/// registers as a follower anyway.
+const SERVICES_STOP_WAIT: Duration = Duration::from_secs(2);
 
 /// Who this node is, as it tells the nameservers.
 #[derive(Debug, Clone)]
@@ -38,6 +43,7 @@ pub struct Identity {
 pub async fn run_registration(
     raft: Raft,
     group: Arc<GroupState>,
+    schedule: Arc<ScheduleStatus>,
     identity: Identity,
     nameservers: Vec<String>,
     interval: Duration,
@@ -54,6 +60,12 @@ pub async fn run_registration(
             changed = roles.changed_from(role) => match changed {
                 Some(changed) => {
                     tracing::info!(?changed, "role changed; registering at once");
+                    if role.is_leader
+                        && !changed.is_leader
+                        && !schedule.stopped(SERVICES_STOP_WAIT).await
+                    {
+                        tracing::warn!("the schedule service did not stop in time; registering anyway");
+                    }
                     role = changed;
                 }
                 None => return,

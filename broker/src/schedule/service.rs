@@ -13,10 +13,9 @@
 //!   for new messages. A message whose real topic is gone is logged and skipped.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
@@ -41,15 +40,36 @@ pub const DELIVER_BATCH_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// Pause after a delivery whose outcome is unknown, before looking again.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
-/// Whether this node's schedule service is running now (for status and drills).
-#[derive(Debug, Default)]
+/// Whether this node's schedule service is running now (for status, drills, and the
+/// registration that must not announce a lost leadership before the service stopped).
+#[derive(Debug)]
 pub struct ScheduleStatus {
-    running: AtomicBool,
+    running: watch::Sender<bool>,
+}
+
+impl Default for ScheduleStatus {
+    fn default() -> Self {
+        ScheduleStatus {
+            running: watch::Sender::new(false),
+        }
+    }
 }
 
 impl ScheduleStatus {
     pub fn is_running(&self) -> bool {
-        self.running.load(Ordering::SeqCst)
+        *self.running.borrow()
+    }
+
+    /// Waits until the service is not running, at most `timeout`; false if it still runs.
+    pub async fn stopped(&self, timeout: Duration) -> bool {
+        let mut running = self.running.subscribe();
+        tokio::time::timeout(timeout, running.wait_for(|running| !*running))
+            .await
+            .is_ok_and(|waited| waited.is_ok())
+    }
+
+    fn set(&self, running: bool) {
+        self.running.send_replace(running);
     }
 }
 
@@ -81,7 +101,7 @@ pub async fn run_schedule_service(
                 ))
             })
             .collect();
-        status.running.store(true, Ordering::SeqCst);
+        status.set(true);
         tracing::info!(
             term,
             levels = levels.max_level(),
@@ -99,7 +119,7 @@ pub async fn run_schedule_service(
         for task in tasks {
             let _ = task.await;
         }
-        status.running.store(false, Ordering::SeqCst);
+        status.set(false);
         tracing::info!(term, "schedule service stopped");
     }
 }
