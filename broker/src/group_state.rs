@@ -3,6 +3,9 @@
 //! Written only by the Raft state machine (applying committed commands, or installing a
 //! snapshot); read by the broker API. Locks are `std::sync` and never held across `.await`.
 
+use std::collections::BTreeSet;
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::RwLock;
 use std::sync::RwLockReadGuard;
 use std::sync::RwLockWriteGuard;
@@ -17,9 +20,13 @@ pub struct GroupState {
     metadata: RwLock<Metadata>,
     /// Bumped whenever the topic table changes, so the leader re-registers its routes.
     topics_version: watch::Sender<u64>,
-    /// Bumped whenever messages are applied, so held pulls look again.
-    messages_version: watch::Sender<u64>,
+    /// One arrival counter per queue someone waits on (held pulls, the schedule service),
+    /// bumped when messages are applied to that queue, so a waiter wakes only for its own.
+    queue_arrivals: Mutex<HashMap<(String, i32), watch::Sender<u64>>>,
 }
+
+/// Arrival counters kept before the ones nobody waits on any more are dropped.
+const QUEUE_ARRIVALS_KEPT: usize = 4096;
 
 impl GroupState {
     pub fn new(store: MessageStore, metadata: Metadata) -> GroupState {
@@ -27,7 +34,7 @@ impl GroupState {
             store: RwLock::new(store),
             metadata: RwLock::new(metadata),
             topics_version: watch::Sender::new(0),
-            messages_version: watch::Sender::new(0),
+            queue_arrivals: Mutex::default(),
         }
     }
 
@@ -66,12 +73,41 @@ impl GroupState {
         self.topics_version.subscribe()
     }
 
-    /// Tells held pulls that messages were applied.
-    pub fn messages_arrived(&self) {
-        self.messages_version.send_modify(|version| *version += 1);
+    /// Tells those waiting on `queues` that messages were applied to them.
+    pub fn messages_arrived_in(&self, queues: &BTreeSet<(String, i32)>) {
+        let arrivals = self.lock_arrivals();
+        for queue in queues {
+            if let Some(arrival) = arrivals.get(queue) {
+                arrival.send_modify(|version| *version += 1);
+            }
+        }
     }
 
-    pub fn watch_messages(&self) -> watch::Receiver<u64> {
-        self.messages_version.subscribe()
+    /// Wakes every waiter (a snapshot replaced the store).
+    pub fn messages_arrived_everywhere(&self) {
+        for arrival in self.lock_arrivals().values() {
+            arrival.send_modify(|version| *version += 1);
+        }
+    }
+
+    /// A receiver that changes whenever messages are applied to `topic`/`queue_id`. Mark
+    /// it seen before reading the queue, so an arrival in between still wakes the reader.
+    pub fn watch_queue(&self, topic: &str, queue_id: i32) -> watch::Receiver<u64> {
+        let mut arrivals = self.lock_arrivals();
+        if arrivals.len() >= QUEUE_ARRIVALS_KEPT {
+            arrivals.retain(|_, arrival| arrival.receiver_count() > 0);
+        }
+        arrivals
+            .entry((topic.to_owned(), queue_id))
+            .or_insert_with(|| watch::Sender::new(0))
+            .subscribe()
+    }
+
+    fn lock_arrivals(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(String, i32), watch::Sender<u64>>> {
+        self.queue_arrivals
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }

@@ -312,14 +312,20 @@ impl StateMachine {
 fn append_records(group: &GroupState, records: &[u8]) -> io::Result<Vec<AppendedMessage>> {
     let mut records = records.to_vec();
     let mut appended = Vec::new();
+    let mut queues = std::collections::BTreeSet::new();
     let mut store = group.store_mut();
     let mut position = 0usize;
     while position < records.len() {
         let size = record_size_at(&records, position)?;
         let record = &mut records[position..position + size];
-        let queue_id = record::read_topic_and_queue(record)
-            .map_err(store_io_error)?
-            .1;
+        let (topic, queue_id) = record::read_topic_and_queue(record).map_err(store_io_error)?;
+        // Few distinct queues per batch: a scan avoids an allocation per record.
+        if !queues
+            .iter()
+            .any(|(seen, id)| seen == topic && *id == queue_id)
+        {
+            queues.insert((topic.to_owned(), queue_id));
+        }
         let result = store.append(record).map_err(store_io_error)?;
         appended.push(AppendedMessage {
             queue_id,
@@ -330,7 +336,7 @@ fn append_records(group: &GroupState, records: &[u8]) -> io::Result<Vec<Appended
         position += size;
     }
     drop(store);
-    group.messages_arrived();
+    group.messages_arrived_in(&queues);
     Ok(appended)
 }
 
@@ -423,7 +429,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         };
         self.install_commit_log(&state, snapshot.commit_log)?;
         *self.group.metadata_mut() = state.metadata.clone();
-        self.group.messages_arrived();
+        self.group.messages_arrived_everywhere();
         self.group.topics_changed();
         self.last_applied = state.meta.last_log_id;
         self.last_membership = state.meta.last_membership.clone();

@@ -140,7 +140,7 @@ enum Due {
 }
 
 async fn run_level(raft: Raft, group: Arc<GroupState>, level: u32, leading: CancellationToken) {
-    let mut arrivals = group.watch_messages();
+    let mut arrivals = group.watch_queue(SCHEDULE_TOPIC, level as i32 - 1);
     while !leading.is_cancelled() {
         arrivals.borrow_and_update();
         let due = match collect_due(&group, level, now_ms()) {

@@ -3,7 +3,7 @@
 //!
 //! Any node serves pulls: the store holds only committed, applied messages, so a follower
 //! may lag but never shows a message the group could lose. An empty pull waits until a
-//! message is applied (or its wait runs out) and then looks again.
+//! message is applied to its queue (or its wait runs out) and then looks again.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -38,7 +38,7 @@ impl BrokerService {
         .then(|| request.tags.iter().map(|tag| tags_code(tag)).collect());
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(u64::from(request.max_wait_ms));
-        let mut arrivals = self.group.watch_messages();
+        let mut arrivals = self.group.watch_queue(&request.topic, request.queue_id);
         loop {
             // Mark the current version seen before reading, so an append between the read
             // and the wait still wakes this pull.
