@@ -36,6 +36,8 @@ pub enum ClusterError {
     },
     #[error("no such node: group {group} node {node}")]
     NoSuchNode { group: String, node: u64 },
+    #[error("{what}: {reason}")]
+    Refused { what: String, reason: String },
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
@@ -298,9 +300,9 @@ impl LocalCluster {
                 group: group.to_owned(),
                 node: id,
             })?;
-        let refused = |reason: String| ClusterError::Io {
+        let refused = |reason: String| ClusterError::Refused {
             what: format!("partition {group} node {id}"),
-            source: std::io::Error::other(reason),
+            reason,
         };
         let mut client = crate::group::connect(addr)
             .await
