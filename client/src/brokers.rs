@@ -70,6 +70,9 @@ pub struct Brokers {
     routes: RouteCache,
     clients: BrokerClients,
     groups: Mutex<HashMap<String, GroupNodes>>,
+    /// The route each topic's nodes and leaders were last learned from, so a cached route
+    /// is learned once, not on every call.
+    learned: Mutex<HashMap<String, Arc<TopicRoute>>>,
 }
 
 impl Brokers {
@@ -78,13 +81,29 @@ impl Brokers {
             routes,
             clients: BrokerClients::default(),
             groups: Mutex::new(HashMap::new()),
+            learned: Mutex::new(HashMap::new()),
         }
     }
 
     /// The route of `topic` (cached); learns its groups' nodes and leaders.
     pub async fn route(&self, topic: &str) -> Result<Arc<TopicRoute>, RouteError> {
         let route = self.routes.route(topic).await?;
-        self.learn(&route);
+        let fresh = {
+            let mut learned = self
+                .learned
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            match learned.get(topic) {
+                Some(seen) if Arc::ptr_eq(seen, &route) => false,
+                _ => {
+                    learned.insert(topic.to_owned(), route.clone());
+                    true
+                }
+            }
+        };
+        if fresh {
+            self.learn(&route);
+        }
         Ok(route)
     }
 
