@@ -20,6 +20,9 @@ pub const GRPC_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// How long to wait for a connection to a node.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Pings on a connection with calls open, and how long a ping may go unanswered.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a node may take to report its status while the leader is being looked for (a
 /// paused process accepts connections but never answers).
 const STATUS_TIMEOUT: Duration = Duration::from_millis(500);
@@ -50,7 +53,12 @@ pub async fn connect(addr: SocketAddr) -> Result<BrokerClient<Channel>, GroupErr
     let endpoint = Channel::from_shared(format!("http://{addr}"))
         .map_err(|_| GroupError::InvalidAddress { addr })?
         .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true);
+        .tcp_nodelay(true)
+        // While calls are open (held pulls, membership watches), ping the node, so one
+        // that stopped answering (paused, or cut off) fails them instead of holding them.
+        .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+        .keep_alive_while_idle(false);
     let channel = endpoint
         .connect()
         .await
