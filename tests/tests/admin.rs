@@ -281,3 +281,39 @@ async fn given_a_replaced_disk_replace_node_should_let_the_node_be_rebuilt() -> 
     cluster.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_keys_query_msg_should_find_messages_by_key_and_by_id() -> anyhow::Result<()> {
+    init_tracing();
+    let cluster = TestCluster::start(0x5EED_0306).await?;
+    cluster.create_topic("Orders", 2).await?;
+    cluster.wait_for_route("Orders").await?;
+    let admin = Admin::new(cluster.nameservers());
+    let producer = Producer::builder(cluster.nameservers(), "admin-test").build()?;
+    let mut sent = Vec::new();
+    for i in 0..6 {
+        let message = Message::new("Orders", format!("o{i}"))
+            .with_keys([format!("order-{}", i % 2), "batch-7".to_owned()]);
+        sent.push(producer.send(message).await?);
+    }
+    let by_id = admin.query_messages(&sent[3].msg_id).await?;
+    assert_eq!(by_id.len(), 1);
+    assert_eq!((by_id[0].body.as_str(), by_id[0].result), ("o3", "stored"));
+    assert_eq!(by_id[0].group, sent[3].group);
+    let mut odd: Vec<String> = admin
+        .query_messages("order-1")
+        .await?
+        .into_iter()
+        .map(|m| m.body)
+        .collect();
+    odd.sort();
+    assert_eq!(odd, ["o1", "o3", "o5"], "across both groups");
+    assert_eq!(admin.query_messages("batch-7").await?.len(), 6);
+    assert!(admin.query_messages("order-9").await?.is_empty());
+    assert!(matches!(
+        admin.query_messages(" ").await,
+        Err(AdminError::Refused { status, .. }) if status.code() == tonic::Code::InvalidArgument
+    ));
+    cluster.shutdown().await;
+    Ok(())
+}

@@ -5,6 +5,7 @@ mod consumers;
 mod node_status;
 mod offsets;
 mod pull;
+mod query_messages;
 mod read_consume_queue;
 mod search_offset;
 mod send;
@@ -225,6 +226,15 @@ impl pb::broker_server::Broker for BrokerService {
     ) -> Result<Response<pb::InjectFaultResponse>, Status> {
         self.handle_inject_fault(request.into_inner().isolate)?;
         Ok(Response::new(pb::InjectFaultResponse {}))
+    }
+
+    async fn query_messages(
+        &self,
+        request: Request<pb::QueryMessagesRequest>,
+    ) -> Result<Response<pb::QueryMessagesResponse>, Status> {
+        Ok(Response::new(
+            self.handle_query_messages(&request.into_inner().key)?,
+        ))
     }
 
     async fn read_consume_queue(

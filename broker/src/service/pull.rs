@@ -130,7 +130,7 @@ fn validate_pull(request: &pb::PullRequest) -> Result<(), BrokerError> {
     Ok(())
 }
 
-fn to_pulled(
+pub(super) fn to_pulled(
     record: MessageRecord,
     queue_offset: i64,
     commit_log_offset: i64,

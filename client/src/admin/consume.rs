@@ -56,7 +56,8 @@ pub struct ConsumedMessage {
     pub reconsume_times: i32,
     pub born_timestamp_ms: i64,
     pub store_timestamp_ms: i64,
-    /// `consumed`, or `reconsume_later` for a delivery that was refused and handed back.
+    /// `consumed`, or `reconsume_later` for a delivery that was refused and handed back;
+    /// `stored` for a message found by `query-msg`.
     pub result: &'static str,
 }
 
@@ -332,7 +333,7 @@ async fn start_offset(
     })
 }
 
-fn to_consumed(message: MessageExt, result: &'static str) -> ConsumedMessage {
+pub(super) fn to_consumed(message: MessageExt, result: &'static str) -> ConsumedMessage {
     ConsumedMessage {
         keys: (!message.keys.is_empty()).then(|| message.keys.join(" ")),
         msg_id: message.msg_id,

@@ -1,9 +1,11 @@
 //! Cluster administration through the nameservers and the group leaders: what `mqadmin`
 //! does, as a library so tools and tests share it. [`consume`]: reading as a consumer
-//! group (`mqadmin consume`); [`consumer_groups`]: members and progress of consumer groups.
+//! group (`mqadmin consume`); [`consumer_groups`]: members and progress of consumer groups;
+//! [`query`]: messages by id or key.
 
 mod consume;
 mod consumer_groups;
+mod query;
 
 pub use consume::ConsumeRequest;
 pub use consume::ConsumedMessage;

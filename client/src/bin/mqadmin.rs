@@ -88,6 +88,11 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         reconsume_later: i32,
     },
+    /// Find messages by message id (`msg_id` as `send` prints it) or key, in every group.
+    QueryMsg {
+        #[arg(long)]
+        key: String,
+    },
     /// Move a broker group's leadership to another of its nodes (planned maintenance).
     TransferLeader {
         #[arg(long)]
@@ -321,6 +326,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 reconsume_later,
             };
             for message in admin.consume(&request).await? {
+                println!("{}", serde_json::to_string(&message)?);
+            }
+        }
+        Command::QueryMsg { key } => {
+            for message in admin.query_messages(&key).await? {
                 println!("{}", serde_json::to_string(&message)?);
             }
         }
