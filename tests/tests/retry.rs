@@ -147,7 +147,8 @@ async fn given_a_listener_failing_twice_the_message_should_come_back_twice_then_
         .consumer_progress("flaky", Some(TOPIC))
         .await?;
     assert!(progress.iter().all(|q| q.lag == 0), "{progress:?}");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Every copy in the retry topic was consumed and committed: nothing else can come.
+    retry_topic_settled(&cluster, "flaky", 2).await?;
     let got = deliveries.of(&sent.msg_id);
     assert_eq!(got.len(), 3, "consumed once after two refusals");
     let times: Vec<i32> = got.iter().map(|d| d.message.reconsume_times).collect();
@@ -215,7 +216,8 @@ async fn given_max_reconsume_times_reached_the_message_should_land_in_the_dlq() 
     );
     assert_eq!(letter.reconsume_times, 2);
     info!("--- a dead letter is not redelivered");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The one retry copy was handed back (to the DLQ) and committed; no other copy exists.
+    retry_topic_settled(&cluster, "doomed", 1).await?;
     assert_eq!(
         deliveries.of(&sent.msg_id).len(),
         2,
@@ -252,6 +254,31 @@ async fn given_send_back_failing_the_client_fallback_should_bring_the_message_ba
     );
     consumer.shutdown().await;
     cluster.shutdown().await;
+    Ok(())
+}
+
+/// Waits until `%RETRY%<group>` holds exactly `copies` messages in all and the group has
+/// committed past every one of them: no retry is pending any more.
+async fn retry_topic_settled(
+    cluster: &TestCluster,
+    group: &str,
+    copies: i64,
+) -> anyhow::Result<()> {
+    let admin = Admin::new(cluster.nameservers());
+    let retry_topic = format!("%RETRY%{group}");
+    let settled = wait_for("the retry topic consumed to its end", TIMEOUT, || async {
+        let progress = admin
+            .consumer_progress(group, Some(&retry_topic))
+            .await
+            .ok()?;
+        progress
+            .iter()
+            .all(|queue| queue.lag == 0)
+            .then_some(progress)
+    })
+    .await?;
+    let stored: i64 = settled.iter().map(|queue| queue.max_offset).sum();
+    assert_eq!(stored, copies, "retry copies stored: {settled:?}");
     Ok(())
 }
 
@@ -382,7 +409,15 @@ async fn given_pending_deliveries_when_the_leader_dies_each_should_be_delivered_
         (old.last_applied_index >= status.last_applied_index).then_some(())
     })
     .await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    wait_for(
+        "the old leader following in the new term",
+        TIMEOUT,
+        || async {
+            let old = group.status(old_leader).await.ok()?;
+            (old.role == "follower" && old.term == status.term).then_some(())
+        },
+    )
+    .await?;
     let running: Vec<u64> = {
         let mut running = Vec::new();
         for id in 1..=3 {
