@@ -186,15 +186,22 @@ impl Brokers {
 
     /// The known leader of `group`, or the one its nodes report.
     async fn leader(&self, group: &str) -> Option<SocketAddr> {
-        let known = self.lock().get(group).cloned().unwrap_or_default();
-        if known.leader.is_some() {
-            return known.leader;
-        }
-        let report = BrokerGroupClient::new(known.nodes.clone())
-            .find_leader_report()
-            .await?;
+        // The common case, a known leader, copies nothing.
+        let nodes = {
+            let groups = self.lock();
+            let known = groups.get(group)?;
+            if known.leader.is_some() {
+                return known.leader;
+            }
+            known.nodes.clone()
+        };
+        let report = BrokerGroupClient::new(nodes).find_leader_report().await?;
         // Followers name a dead or paused leader until they elect a new one.
-        if known.is_suspect(report.addr) && !report.answered_itself {
+        let suspect = self
+            .lock()
+            .get(group)
+            .is_some_and(|known| known.is_suspect(report.addr));
+        if suspect && !report.answered_itself {
             return None;
         }
         self.set_leader(group, Some(report.addr));

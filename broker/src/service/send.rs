@@ -44,7 +44,8 @@ pub const SEND_COMMIT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Where one message of a send is stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Placement {
-    topic: String,
+    /// `None`: the send's own topic (no copy per message on the plain send path).
+    topic: Option<String>,
     queue_id: i32,
     reconsume_times: i32,
     /// Dead letters are stored at once, never delayed.
@@ -63,7 +64,7 @@ impl BrokerService {
             None => {
                 self.check_queue(&request.topic, request.queue_id).await?;
                 let placement = Placement {
-                    topic: request.topic.clone(),
+                    topic: None,
                     queue_id: request.queue_id,
                     reconsume_times: 0,
                     dead_letter: false,
@@ -131,14 +132,14 @@ impl BrokerService {
                 let dlq = dlq_topic(group);
                 self.system_topic(&dlq, DLQ_QUEUE_COUNT).await?;
                 Placement {
-                    topic: dlq,
+                    topic: Some(dlq),
                     queue_id: 0,
                     reconsume_times,
                     dead_letter: true,
                 }
             } else {
                 Placement {
-                    topic: request.topic.clone(),
+                    topic: None,
                     queue_id: request.queue_id.rem_euclid(retry.write_queue_count as i32),
                     reconsume_times,
                     dead_letter: false,
@@ -220,7 +221,10 @@ impl BrokerService {
                 reconsume_times: placement.reconsume_times,
                 prepared_transaction_offset: 0,
                 body: message.body.clone(),
-                topic: placement.topic.clone(),
+                topic: placement
+                    .topic
+                    .clone()
+                    .unwrap_or_else(|| request.topic.clone()),
                 properties,
             };
             if placement.dead_letter {

@@ -32,6 +32,7 @@ pub async fn run_pull_loop(
     subscription: Subscription,
 ) {
     let config = &shared.config;
+    let tags = subscription.tags();
     let mut error_pause = PULL_ERROR_PAUSE_MIN;
     let mut flow_controlled = 0u64;
     loop {
@@ -52,7 +53,7 @@ pub async fn run_pull_loop(
             queue_id: queue.queue_id,
             queue_offset: process.next_offset(),
             max_messages: config.pull_batch_size,
-            tags: subscription.tags(),
+            tags: tags.clone(),
             max_wait_ms: config.pull_hold.as_millis() as u32,
         };
         let call_timeout = config.pull_hold + PULL_TIMEOUT_MARGIN;
