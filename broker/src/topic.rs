@@ -4,12 +4,9 @@ use crate::store::record::TOPIC_NAME_LEN_MAX;
 
 const _: () = assert!(TOPIC_NAME_LEN_MAX == rocketraft_proto::names::NAME_LEN_MAX);
 
-/// The topic that holds delayed messages, one queue per delay level (DESIGN §5).
-pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
-/// Prefix of a consumer group's retry topic: `%RETRY%<group>`.
-pub const RETRY_TOPIC_PREFIX: &str = "%RETRY%";
-/// Prefix of a consumer group's dead-letter topic: `%DLQ%<group>`.
-pub const DLQ_TOPIC_PREFIX: &str = "%DLQ%";
+pub use rocketraft_proto::names::DLQ_TOPIC_PREFIX;
+pub use rocketraft_proto::names::RETRY_TOPIC_PREFIX;
+pub use rocketraft_proto::names::SCHEDULE_TOPIC;
 /// Queues of a topic created by its first send (RocketMQ's `defaultTopicQueueNums`).
 pub const AUTO_CREATED_QUEUE_COUNT: u32 = 4;
 /// Queues one topic may have in one broker group.

@@ -27,10 +27,8 @@ pub mod property {
     pub const REAL_QID: &str = "REAL_QID";
 }
 
-/// Prefix of a consumer group's retry topic.
-pub const RETRY_TOPIC_PREFIX: &str = "%RETRY%";
-/// Prefix of a consumer group's dead-letter topic.
-pub const DLQ_TOPIC_PREFIX: &str = "%DLQ%";
+pub use rocketraft_proto::names::DLQ_TOPIC_PREFIX;
+pub use rocketraft_proto::names::RETRY_TOPIC_PREFIX;
 
 /// Separates keys inside the `KEYS` property.
 pub const KEY_SEPARATOR: char = ' ';

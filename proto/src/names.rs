@@ -1,6 +1,18 @@
 //! Names shared by brokers and clients: what a valid topic or group name is, so a client can
 //! refuse a bad name with the same words the broker would use.
 
+/// The topic that holds delayed messages, one queue per delay level (RocketMQ's name;
+/// `XXXX` is part of it, not a placeholder).
+pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
+/// Prefix of a consumer group's retry topic: `%RETRY%<group>`.
+pub const RETRY_TOPIC_PREFIX: &str = "%RETRY%";
+/// Prefix of a consumer group's dead-letter topic: `%DLQ%<group>`.
+pub const DLQ_TOPIC_PREFIX: &str = "%DLQ%";
+/// A retry waits delay level `RETRY_DELAY_LEVEL_BASE + reconsume times` unless a level is
+/// asked for (RocketMQ's rule: the first retry waits 10 s at the default levels). The broker's
+/// `SendMessageBack` and the client's fallback apply the same rule.
+pub const RETRY_DELAY_LEVEL_BASE: i32 = 3;
+
 /// Characters in a topic or group name at most (RocketMQ: the record's 1-byte topic length).
 pub const NAME_LEN_MAX: usize = 127;
 

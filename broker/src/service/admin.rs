@@ -118,7 +118,8 @@ impl BrokerService {
     }
 
     /// Creates `topic` with `queue_count` read and write queues, as a first send does when
-    /// auto-creation is on. Concurrent creations of one topic are harmless (an upsert).
+    /// auto-creation is on, or a consumer group's first retry or dead letter. Concurrent
+    /// creations of one topic are harmless (an upsert).
     pub(super) async fn auto_create_topic(
         &self,
         topic: &str,
@@ -130,7 +131,7 @@ impl BrokerService {
             write_queue_count: queue_count,
             perm: PERM_READ | PERM_WRITE,
         };
-        tracing::info!(topic, queue_count, "auto-creating topic on first send");
+        tracing::info!(topic, queue_count, "creating topic on demand");
         self.replicate(Command::UpsertTopic(config.clone())).await?;
         Ok(config)
     }

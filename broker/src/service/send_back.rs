@@ -26,10 +26,7 @@ use crate::store::properties::RETRY_TOPIC;
 use crate::store::properties::UNIQ_KEY;
 use crate::topic::RETRY_TOPIC_PREFIX;
 use crate::topic::validate_group_name;
-
-/// The delay level of a retry is this plus the reconsume count, unless one is asked for
-/// (RocketMQ's rule: the first retry waits 10 s at the default levels).
-pub const RETRY_DELAY_LEVEL_BASE: i32 = 3;
+use rocketraft_proto::names::RETRY_DELAY_LEVEL_BASE;
 
 impl BrokerService {
     pub(super) async fn handle_send_message_back(

@@ -5,7 +5,6 @@
 
 use crate::error::BrokerError;
 use crate::metadata::GroupConfig;
-use crate::metadata::PERM_READ;
 use crate::metadata::PERM_WRITE;
 use crate::metadata::TopicConfig;
 use crate::raft::types::Command;
@@ -70,17 +69,7 @@ impl BrokerService {
         let existing = self.group.metadata().topics.get(topic).cloned();
         let config = match existing {
             Some(config) => config,
-            None => {
-                let config = TopicConfig {
-                    name: topic.to_owned(),
-                    read_queue_count: queue_count,
-                    write_queue_count: queue_count,
-                    perm: PERM_READ | PERM_WRITE,
-                };
-                tracing::info!(topic, queue_count, "creating system topic");
-                self.replicate(Command::UpsertTopic(config.clone())).await?;
-                config
-            }
+            None => self.auto_create_topic(topic, queue_count).await?,
         };
         if config.perm & PERM_WRITE == 0 || config.write_queue_count == 0 {
             return Err(BrokerError::NoPermission(format!(

@@ -16,7 +16,8 @@ use tonic::transport::Channel;
 use crate::admin::Admin;
 use crate::admin::AdminError;
 use crate::admin::ConsumeFrom;
-use crate::admin::group_client;
+use crate::admin::leader_of;
+use crate::consumer::consume_from::start_offset;
 use crate::message::DLQ_TOPIC_PREFIX;
 use crate::message::MessageExt;
 use crate::message::RETRY_TOPIC_PREFIX;
@@ -61,6 +62,13 @@ pub struct ConsumedMessage {
     pub result: &'static str,
 }
 
+/// Every delivery so far, and how many were consumed (not refused).
+#[derive(Default)]
+struct Delivered {
+    all: Vec<ConsumedMessage>,
+    consumed: usize,
+}
+
 /// One queue being read.
 struct Cursor {
     group: String,
@@ -81,12 +89,9 @@ impl Admin {
         let retry_topic = format!("{RETRY_TOPIC_PREFIX}{}", request.consumer_group);
         let mut cursors = self.cursors(request, &request.topic, request.from).await?;
         let mut retry_cursors_open = false;
-        let mut delivered = Vec::new();
-        let consumed = |delivered: &[ConsumedMessage]| {
-            delivered.iter().filter(|m| m.result == "consumed").count()
-        };
+        let mut delivered = Delivered::default();
         let mut wait_ms = 0;
-        while consumed(&delivered) < request.count && tokio::time::Instant::now() < deadline {
+        while delivered.consumed < request.count && tokio::time::Instant::now() < deadline {
             if !retry_cursors_open {
                 match self
                     .cursors(request, &retry_topic, ConsumeFrom::First)
@@ -131,7 +136,7 @@ impl Admin {
                     status,
                 })?;
         }
-        Ok(delivered)
+        Ok(delivered.all)
     }
 
     /// One pull of `cursor`'s queue; true once `count` messages were consumed.
@@ -140,7 +145,7 @@ impl Admin {
         request: &ConsumeRequest,
         cursor: &mut Cursor,
         wait_ms: u32,
-        delivered: &mut Vec<ConsumedMessage>,
+        delivered: &mut Delivered,
     ) -> Result<bool, AdminError> {
         let refused = |status| AdminError::Refused {
             group: cursor.group.clone(),
@@ -167,9 +172,8 @@ impl Admin {
             .await
             .map_err(refused)?
             .into_inner();
-        let mut consumed = delivered.iter().filter(|m| m.result == "consumed").count();
         for pulled in response.messages {
-            if consumed >= request.count {
+            if delivered.consumed >= request.count {
                 return Ok(true);
             }
             let message = MessageExt::from_pulled(pulled, &cursor.group);
@@ -184,18 +188,22 @@ impl Admin {
                     delay_level: 0,
                     max_reconsume_times: 0,
                 };
-                let mut leader = self.group_leader(&cursor.group).await?;
-                leader.send_message_back(back).await.map_err(refused)?;
+                // The cursor's client is the group leader's, where send-back must go.
+                cursor
+                    .client
+                    .send_message_back(back)
+                    .await
+                    .map_err(refused)?;
                 "reconsume_later"
             } else {
-                consumed += 1;
+                delivered.consumed += 1;
                 "consumed"
             };
-            delivered.push(to_consumed(message, result));
+            delivered.all.push(to_consumed(message, result));
         }
         // Units the broker skipped by hash need no second look.
         cursor.offset = cursor.offset.max(response.next_offset);
-        Ok(consumed >= request.count)
+        Ok(delivered.consumed >= request.count)
     }
 
     /// A cursor per queue of `topic`, at the group's committed offset or where `from` says.
@@ -215,14 +223,7 @@ impl Admin {
                 group: queues.group.clone(),
                 status,
             };
-            let leader =
-                group_client(group_route)
-                    .leader()
-                    .await
-                    .map_err(|source| AdminError::Group {
-                        group: queues.group.clone(),
-                        source,
-                    })?;
+            let leader = leader_of(group_route).await?;
             for queue_id in 0..queues.read_queue_count as i32 {
                 let mut client = leader.clone();
                 let query = broker_pb::QueryOffsetRequest {
@@ -272,7 +273,7 @@ impl Admin {
             timeout: Duration::ZERO,
             reconsume_later: 0,
         };
-        let mut listed = Vec::new();
+        let mut listed = Delivered::default();
         for mut cursor in self
             .cursors(&request, &request.topic, ConsumeFrom::First)
             .await?
@@ -300,37 +301,8 @@ impl Admin {
                 }
             }
         }
-        Ok(listed)
+        Ok(listed.all)
     }
-}
-
-/// Where a group with no committed offset starts reading a queue.
-async fn start_offset(
-    client: &mut BrokerClient<Channel>,
-    topic: &str,
-    queue_id: i32,
-    from: ConsumeFrom,
-) -> Result<i64, tonic::Status> {
-    if let ConsumeFrom::Timestamp(timestamp_ms) = from {
-        let request = broker_pb::SearchOffsetRequest {
-            topic: topic.to_owned(),
-            queue_id,
-            timestamp_ms,
-        };
-        return Ok(client.search_offset(request).await?.into_inner().offset);
-    }
-    let request = broker_pb::ReadConsumeQueueRequest {
-        topic: topic.to_owned(),
-        queue_id,
-        from_queue_offset: 0,
-        max_units: 1,
-    };
-    let bounds = client.read_consume_queue(request).await?.into_inner();
-    Ok(if from == ConsumeFrom::First {
-        bounds.min_queue_offset
-    } else {
-        bounds.max_queue_offset
-    })
 }
 
 pub(super) fn to_consumed(message: MessageExt, result: &'static str) -> ConsumedMessage {

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::admin::Admin;
 use crate::admin::AdminError;
-use crate::admin::group_client;
+use crate::admin::leader_of;
 
 /// One live member of a consumer group, as one broker group's leader sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -53,14 +53,7 @@ impl Admin {
                 group: route.group.clone(),
                 status,
             };
-            let mut leader =
-                group_client(route)
-                    .leader()
-                    .await
-                    .map_err(|source| AdminError::Group {
-                        group: route.group.clone(),
-                        source,
-                    })?;
+            let mut leader = leader_of(route).await?;
             let request = broker_pb::ListConsumersRequest {
                 group: consumer_group.to_owned(),
             };
@@ -121,12 +114,7 @@ impl Admin {
                 let Some(group_route) = route.groups.iter().find(|g| g.group == queue.group) else {
                     continue;
                 };
-                let mut leader = group_client(group_route).leader().await.map_err(|source| {
-                    AdminError::Group {
-                        group: queue.group.clone(),
-                        source,
-                    }
-                })?;
+                let mut leader = leader_of(group_route).await?;
                 let request = broker_pb::QueryOffsetRequest {
                     group: consumer_group.to_owned(),
                     topic: topic.clone(),

@@ -120,14 +120,7 @@ impl Admin {
         }
         let mut created = Vec::new();
         for route in targets {
-            let mut leader =
-                group_client(route)
-                    .leader()
-                    .await
-                    .map_err(|source| AdminError::Group {
-                        group: route.group.clone(),
-                        source,
-                    })?;
+            let mut leader = leader_of(route).await?;
             let request = broker_pb::CreateTopicRequest {
                 topic: topic.to_owned(),
                 read_queue_count: queues,
@@ -187,13 +180,7 @@ impl Admin {
             .iter()
             .find(|route| route.group == group)
             .ok_or_else(|| AdminError::UnknownGroup(group.to_owned()))?;
-        group_client(route)
-            .leader()
-            .await
-            .map_err(|source| AdminError::Group {
-                group: group.to_owned(),
-                source,
-            })
+        leader_of(route).await
     }
 
     /// The min and max offset of every queue of `topic`, read from each group's leader.
@@ -204,14 +191,7 @@ impl Admin {
             let Some(group_route) = route.groups.iter().find(|g| g.group == queues.group) else {
                 continue;
             };
-            let group_error = |source| AdminError::Group {
-                group: queues.group.clone(),
-                source,
-            };
-            let mut leader = group_client(group_route)
-                .leader()
-                .await
-                .map_err(group_error)?;
+            let mut leader = leader_of(group_route).await?;
             for queue_id in 0..queues.read_queue_count.max(queues.write_queue_count) as i32 {
                 let request = broker_pb::ReadConsumeQueueRequest {
                     topic: topic.to_owned(),
@@ -274,14 +254,22 @@ impl Admin {
     }
 }
 
-pub(crate) fn group_client(route: &pb::GroupRoute) -> BrokerGroupClient {
-    BrokerGroupClient::new(
-        route
-            .nodes
-            .values()
-            .filter_map(|addr| addr.parse().ok())
-            .collect(),
-    )
+/// A connection to the current leader of the group `route` describes.
+pub(crate) async fn leader_of(
+    route: &pb::GroupRoute,
+) -> Result<broker_pb::broker_client::BrokerClient<tonic::transport::Channel>, AdminError> {
+    let nodes = route
+        .nodes
+        .values()
+        .filter_map(|addr| addr.parse().ok())
+        .collect();
+    BrokerGroupClient::new(nodes)
+        .leader()
+        .await
+        .map_err(|source| AdminError::Group {
+            group: route.group.clone(),
+            source,
+        })
 }
 
 pub use crate::consumer::ConsumeFrom;

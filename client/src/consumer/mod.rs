@@ -7,6 +7,7 @@
 //! - [`pull_loop`]: one long-polling loop per owned queue, with flow control;
 //! - [`consume`]: the listener, called concurrently with batches;
 //! - [`process_queue`]: one queue's local buffer, which defines its committable offset;
+//! - [`consume_from`]: where a group without a committed offset starts;
 //! - [`offset_store`]: committed offsets, on the brokers or in a local file;
 //! - [`membership`]: heartbeats and membership watches; [`allocate`]: the allocation
 //!   strategy; [`listener`]: the application's side. Calls to group leaders go through
@@ -18,6 +19,7 @@
 
 mod allocate;
 mod consume;
+pub(crate) mod consume_from;
 pub mod listener;
 mod membership;
 mod offset_store;
@@ -42,6 +44,7 @@ use tokio_util::task::TaskTracker;
 use crate::brokers::Brokers;
 use crate::brokers::CallError;
 pub use crate::consumer::allocate::allocate_averagely;
+pub use crate::consumer::consume_from::ConsumeFrom;
 pub use crate::consumer::listener::ConsumeContext;
 pub use crate::consumer::listener::ConsumeResult;
 pub use crate::consumer::listener::MessageListener;
@@ -111,36 +114,6 @@ pub enum MessageModel {
     Clustering,
     /// Each member gets every message; each keeps its offsets in a local file.
     Broadcasting,
-}
-
-/// Where a group with no committed offset for a queue starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConsumeFrom {
-    /// The oldest message still stored.
-    First,
-    /// After the newest message (only what is sent from now on).
-    Last,
-    /// The first message stored at or after this time (ms since the epoch).
-    Timestamp(i64),
-}
-
-impl std::str::FromStr for ConsumeFrom {
-    type Err = String;
-
-    /// `first`, `last` or `timestamp:MS`.
-    fn from_str(text: &str) -> Result<ConsumeFrom, String> {
-        match text {
-            "first" => Ok(ConsumeFrom::First),
-            "last" => Ok(ConsumeFrom::Last),
-            other => other
-                .strip_prefix("timestamp:")
-                .and_then(|ms| ms.parse().ok())
-                .map(ConsumeFrom::Timestamp)
-                .ok_or_else(|| {
-                    format!("{other:?}: expected first, last or timestamp:MS (ms since the epoch)")
-                }),
-        }
-    }
 }
 
 /// A push consumer's settings; see the builder's methods.
@@ -521,21 +494,6 @@ async fn run_offset_persister(shared: Arc<Shared>) {
         }
         if let Err(error) = shared.offsets.persist_all(&shared.brokers).await {
             tracing::warn!(%error, "committing offsets failed; retrying next round");
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn consume_from_parses_its_three_forms() {
-        assert_eq!("first".parse(), Ok(ConsumeFrom::First));
-        assert_eq!("last".parse(), Ok(ConsumeFrom::Last));
-        assert_eq!("timestamp:1700".parse(), Ok(ConsumeFrom::Timestamp(1700)));
-        for bad in ["", "First", "timestamp:", "timestamp:x", "yesterday"] {
-            assert!(bad.parse::<ConsumeFrom>().is_err(), "{bad:?}");
         }
     }
 }

@@ -22,6 +22,7 @@ use crate::consumer::ConsumerError;
 use crate::consumer::MessageModel;
 use crate::consumer::Shared;
 use crate::consumer::allocate::allocate_averagely;
+use crate::consumer::consume_from;
 use crate::consumer::membership::run_membership_watch;
 use crate::consumer::process_queue::ProcessQueue;
 use crate::consumer::pull_loop::run_pull_loop;
@@ -210,46 +211,21 @@ async fn start_offset(shared: &Shared, queue: &MessageQueue) -> Result<i64, Cons
     {
         return Ok(offset);
     }
-    let brokers = &shared.brokers;
     // A retry topic holds only messages the group must still consume: from its start.
     let from = if queue.topic == shared.retry_topic() {
         ConsumeFrom::First
     } else {
         shared.config.consume_from
     };
-    match from {
-        ConsumeFrom::Timestamp(timestamp_ms) => {
-            let request = pb::SearchOffsetRequest {
-                topic: queue.topic.clone(),
-                queue_id: queue.queue_id,
-                timestamp_ms,
-            };
-            brokers
-                .on_leader(&queue.group, REBALANCE_CALL_TIMEOUT, |mut client| {
-                    let request = request.clone();
-                    async move { Ok(client.search_offset(request).await?.into_inner().offset) }
-                })
-                .await
-                .map_err(ConsumerError::from)
-        }
-        from @ (ConsumeFrom::First | ConsumeFrom::Last) => {
-            let request = pb::ReadConsumeQueueRequest {
-                topic: queue.topic.clone(),
-                queue_id: queue.queue_id,
-                from_queue_offset: 0,
-                max_units: 1,
-            };
-            let bounds = brokers
-                .on_leader(&queue.group, REBALANCE_CALL_TIMEOUT, |mut client| {
-                    let request = request.clone();
-                    async move { Ok(client.read_consume_queue(request).await?.into_inner()) }
-                })
-                .await?;
-            Ok(if from == ConsumeFrom::First {
-                bounds.min_queue_offset
-            } else {
-                bounds.max_queue_offset
-            })
-        }
-    }
+    shared
+        .brokers
+        .on_leader(
+            &queue.group,
+            REBALANCE_CALL_TIMEOUT,
+            |mut client| async move {
+                consume_from::start_offset(&mut client, &queue.topic, queue.queue_id, from).await
+            },
+        )
+        .await
+        .map_err(ConsumerError::from)
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common as common_pb;
+use rocketraft_proto::names::RETRY_DELAY_LEVEL_BASE;
 
 use crate::consumer::Shared;
 use crate::message::MessageExt;
@@ -18,8 +19,6 @@ use crate::message::property;
 
 /// How long one hand-back call may take, retries included.
 const SEND_BACK_TIMEOUT: Duration = Duration::from_secs(3);
-/// The delay level of a retry: this plus the reconsume count, unless the listener chose one.
-const RETRY_DELAY_LEVEL_BASE: i32 = 3;
 
 /// Hands `message` back; true once a copy is stored (retry or dead letter).
 pub async fn hand_back(shared: &Shared, message: &MessageExt, delay_level: i32) -> bool {
