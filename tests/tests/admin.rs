@@ -310,6 +310,15 @@ async fn given_keys_query_msg_should_find_messages_by_key_and_by_id() -> anyhow:
     assert_eq!(odd, ["o1", "o3", "o5"], "across both groups");
     assert_eq!(admin.query_messages("batch-7").await?.len(), 6);
     assert!(admin.query_messages("order-9").await?.is_empty());
+    let longest = "k".repeat(1024);
+    assert!(
+        admin.query_messages(&longest).await?.is_empty(),
+        "a 1024-character key is fine"
+    );
+    assert!(matches!(
+        admin.query_messages(&format!("{longest}k")).await,
+        Err(AdminError::Refused { status, .. }) if status.code() == tonic::Code::InvalidArgument
+    ));
     assert!(matches!(
         admin.query_messages(" ").await,
         Err(AdminError::Refused { status, .. }) if status.code() == tonic::Code::InvalidArgument

@@ -497,3 +497,53 @@ async fn run_offset_persister(shared: Arc<Shared>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A valid config for group "g" subscribing "t".
+    fn config() -> ConsumerConfig {
+        PushConsumer::builder(vec!["127.0.0.1:9876".into()], "g")
+            .subscribe("t", "*")
+            .config
+    }
+
+    fn check(change: impl FnOnce(&mut ConsumerConfig)) -> Result<(), ConsumerError> {
+        let mut config = config();
+        change(&mut config);
+        validate(&config)
+    }
+
+    #[test]
+    fn limits_at_max_and_max_plus_one() {
+        assert!(check(|_| {}).is_ok());
+        assert!(check(|c| c.max_reconsume_times = Some(MAX_RECONSUME_TIMES_MAX)).is_ok());
+        assert!(check(|c| c.max_reconsume_times = Some(MAX_RECONSUME_TIMES_MAX + 1)).is_err());
+        assert!(check(|c| c.consume_batch_max_size = CONSUME_BATCH_MAX_SIZE_MAX).is_ok());
+        assert!(check(|c| c.consume_batch_max_size = CONSUME_BATCH_MAX_SIZE_MAX + 1).is_err());
+        assert!(check(|c| c.consume_batch_max_size = 0).is_err());
+        assert!(check(|c| c.pull_batch_size = PULL_BATCH_SIZE_MAX).is_ok());
+        assert!(check(|c| c.pull_batch_size = PULL_BATCH_SIZE_MAX + 1).is_err());
+        assert!(check(|c| c.pull_hold = PULL_HOLD_MAX).is_ok());
+        assert!(check(|c| c.pull_hold = PULL_HOLD_MAX + Duration::from_millis(1)).is_err());
+        assert!(check(|c| c.consume_concurrency = 0).is_err());
+        assert!(check(|c| c.queue_buffer_count = 0).is_err());
+        assert!(check(|c| c.queue_buffer_bytes = 0).is_err());
+        assert!(check(|c| c.persist_interval = Duration::ZERO).is_err());
+        assert!(check(|c| c.instance_name = "a b".into()).is_err());
+        assert!(check(|c| c.nameservers.clear()).is_err());
+        let topics = |n: usize| -> BTreeMap<String, String> {
+            (0..n).map(|i| (format!("t{i}"), "*".to_owned())).collect()
+        };
+        assert!(check(|c| c.subscriptions = topics(SUBSCRIPTIONS_MAX)).is_ok());
+        assert!(matches!(
+            check(|c| c.subscriptions = topics(SUBSCRIPTIONS_MAX + 1)),
+            Err(ConsumerError::InvalidSubscription(_))
+        ));
+        assert!(matches!(
+            check(|c| c.subscriptions.clear()),
+            Err(ConsumerError::InvalidSubscription(_))
+        ));
+    }
+}
