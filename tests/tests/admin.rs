@@ -5,6 +5,7 @@ use rocketraft_client::admin::Admin;
 use rocketraft_client::admin::AdminError;
 use rocketraft_client::admin::ConsumeFrom;
 use rocketraft_client::admin::ConsumeRequest;
+use rocketraft_client::admin::DeliveryResult;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::subscription::Subscription;
@@ -198,11 +199,17 @@ async fn given_reconsume_later_consume_should_hand_back_and_dlq_list_should_show
     };
     tracing::info!("--- refused once, the retry (level 3 = 3 s) is consumed");
     let deliveries = admin.consume(&request("drill", 1)).await?;
-    let seen: Vec<(i32, &str)> = deliveries
+    let seen: Vec<(i32, DeliveryResult)> = deliveries
         .iter()
         .map(|d| (d.reconsume_times, d.result))
         .collect();
-    assert_eq!(seen, [(0, "reconsume_later"), (1, "consumed")]);
+    assert_eq!(
+        seen,
+        [
+            (0, DeliveryResult::ReconsumeLater),
+            (1, DeliveryResult::Consumed)
+        ]
+    );
     assert!(
         deliveries
             .iter()
@@ -298,7 +305,10 @@ async fn given_keys_query_msg_should_find_messages_by_key_and_by_id() -> anyhow:
     }
     let by_id = admin.query_messages(&sent[3].msg_id).await?;
     assert_eq!(by_id.len(), 1);
-    assert_eq!((by_id[0].body.as_str(), by_id[0].result), ("o3", "stored"));
+    assert_eq!(
+        (by_id[0].body.as_str(), by_id[0].result),
+        ("o3", DeliveryResult::Stored)
+    );
     assert_eq!(by_id[0].group, sent[3].group);
     let mut odd: Vec<String> = admin
         .query_messages("order-1")

@@ -43,6 +43,17 @@ pub struct ConsumeRequest {
     pub reconsume_later: i32,
 }
 
+/// What became of a message `mqadmin` printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryResult {
+    Consumed,
+    /// Refused and handed back (`consume --reconsume-later`).
+    ReconsumeLater,
+    /// Found by `query-msg`, not consumed.
+    Stored,
+}
+
 /// One delivery, as `mqadmin consume` prints it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConsumedMessage {
@@ -57,9 +68,7 @@ pub struct ConsumedMessage {
     pub reconsume_times: i32,
     pub born_timestamp_ms: i64,
     pub store_timestamp_ms: i64,
-    /// `consumed`, or `reconsume_later` for a delivery that was refused and handed back;
-    /// `stored` for a message found by `query-msg`.
-    pub result: &'static str,
+    pub result: DeliveryResult,
 }
 
 /// Every delivery so far, and how many were consumed (not refused).
@@ -194,10 +203,10 @@ impl Admin {
                     .send_message_back(back)
                     .await
                     .map_err(refused)?;
-                "reconsume_later"
+                DeliveryResult::ReconsumeLater
             } else {
                 delivered.consumed += 1;
-                "consumed"
+                DeliveryResult::Consumed
             };
             delivered.all.push(to_consumed(message, result));
         }
@@ -305,7 +314,7 @@ impl Admin {
     }
 }
 
-pub(super) fn to_consumed(message: MessageExt, result: &'static str) -> ConsumedMessage {
+pub(super) fn to_consumed(message: MessageExt, result: DeliveryResult) -> ConsumedMessage {
     ConsumedMessage {
         keys: (!message.keys.is_empty()).then(|| message.keys.join(" ")),
         msg_id: message.msg_id,

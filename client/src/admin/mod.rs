@@ -9,6 +9,7 @@ mod query;
 
 pub use consume::ConsumeRequest;
 pub use consume::ConsumedMessage;
+pub use consume::DeliveryResult;
 pub use consumer_groups::GroupMember;
 pub use consumer_groups::GroupMembers;
 pub use consumer_groups::QueueProgress;

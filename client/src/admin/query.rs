@@ -5,6 +5,7 @@ use rocketraft_proto::broker as broker_pb;
 use crate::admin::Admin;
 use crate::admin::AdminError;
 use crate::admin::ConsumedMessage;
+use crate::admin::DeliveryResult;
 use crate::admin::consume::to_consumed;
 use crate::message::MessageExt;
 
@@ -27,7 +28,10 @@ impl Admin {
                     status,
                 })?;
             found.extend(response.into_inner().messages.into_iter().map(|message| {
-                to_consumed(MessageExt::from_pulled(message, &route.group), "stored")
+                to_consumed(
+                    MessageExt::from_pulled(message, &route.group),
+                    DeliveryResult::Stored,
+                )
             }));
         }
         Ok(found)
