@@ -35,7 +35,7 @@ const RETRY_PAUSE_MAX: Duration = Duration::from_millis(400);
 const SUSPECT_FOR: Duration = Duration::from_secs(5);
 
 /// Why a call to a group's leader failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum CallError {
     /// The leader refused the request itself; retrying cannot help.
     #[error("broker group {group} refused: {status}")]

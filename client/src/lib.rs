@@ -3,6 +3,7 @@
 //! - [`producer`]: sending messages across broker groups by topic route;
 //! - [`consumer`]: the push consumer (rebalance, long-polling pull loops, offsets);
 //! - [`message`]: the message type and its core properties; [`unique_id`]: `UNIQ_KEY`s;
+//! - [`send_lanes`]: concurrent sends to one queue share a request;
 //! - [`route`]: topic routes from the nameservers, cached; [`subscription`]: tag expressions;
 //! - [`group`]: a leader-following connection to one broker group (tools and tests);
 //! - [`brokers`]: leader-following calls to broker groups; [`clients`]: cached connections;
@@ -21,5 +22,6 @@ pub mod group;
 pub mod message;
 pub mod producer;
 pub mod route;
+pub mod send_lanes;
 pub mod subscription;
 pub mod unique_id;

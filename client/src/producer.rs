@@ -1,6 +1,8 @@
 //! The producer: sends messages to the writable queues of a topic across broker groups,
 //! following routes from the nameservers.
 //!
+//! - Concurrent single sends to one queue share one `Send` request ([`SendLanes`]): under
+//!   load a producer pays one RPC per batch, and a lone send still leaves at once.
 //! - Queues are chosen round-robin over every group's write queues, or by a key's hash for
 //!   ordered sends (same key, same queue, in send order).
 //! - A send is retried (default 2 more times) after `NOT_LEADER`, an unavailable node or a
@@ -12,12 +14,15 @@
 //!   stored twice (at least once). Every attempt shares one deadline (default 3 s, longer
 //!   than the broker's own commit timeout, so the broker reports its outcome first).
 
+use std::future::Future;
 use std::hash::Hash;
 use std::hash::Hasher;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::names::validate_group_name;
@@ -30,6 +35,7 @@ use crate::message::Message;
 use crate::route::ROUTE_TTL_DEFAULT;
 use crate::route::RouteCache;
 use crate::route::TopicRoute;
+use crate::send_lanes::SendLanes;
 use crate::unique_id::UniqueIdGenerator;
 
 /// How long a send may take, all retries included.
@@ -85,7 +91,11 @@ impl ProducerBuilder {
         Ok(Producer {
             inner: Arc::new(Inner {
                 group: self.group,
-                brokers: Brokers::new(RouteCache::new(self.nameservers, self.route_ttl)),
+                brokers: Arc::new(Brokers::new(RouteCache::new(
+                    self.nameservers,
+                    self.route_ttl,
+                ))),
+                lanes: SendLanes::default(),
                 ids: UniqueIdGenerator::new(),
                 next_queue: AtomicUsize::new(0),
                 send_timeout: self.send_timeout,
@@ -103,7 +113,8 @@ pub struct Producer {
 
 struct Inner {
     group: String,
-    brokers: Brokers,
+    brokers: Arc<Brokers>,
+    lanes: SendLanes,
     ids: UniqueIdGenerator,
     next_queue: AtomicUsize,
     send_timeout: Duration,
@@ -133,12 +144,10 @@ impl Producer {
         &self.inner.group
     }
 
-    /// Sends one message and waits until a majority of its group has it.
+    /// Sends one message and waits until a majority of its group has it. Concurrent sends to
+    /// one queue share a request ([`SendLanes`]).
     pub async fn send(&self, message: Message) -> Result<SendResult, ProducerError> {
-        let mut results = self.deliver(vec![message], Choice::RoundRobin).await?;
-        results
-            .pop()
-            .ok_or_else(|| ProducerError::InvalidRequest("the broker returned no result".into()))
+        self.send_one(message, Choice::RoundRobin).await
     }
 
     /// Sends to the queue `key` hashes to, so messages with one key stay in order.
@@ -149,12 +158,7 @@ impl Producer {
     ) -> Result<SendResult, ProducerError> {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         key.hash(&mut hasher);
-        let mut results = self
-            .deliver(vec![message], Choice::Keyed(hasher.finish()))
-            .await?;
-        results
-            .pop()
-            .ok_or_else(|| ProducerError::InvalidRequest("the broker returned no result".into()))
+        self.send_one(message, Choice::Keyed(hasher.finish())).await
     }
 
     /// Sends messages of one topic together, to one queue, in one Raft entry.
@@ -172,7 +176,49 @@ impl Producer {
                 "a batch goes to one topic".into(),
             ));
         }
-        self.deliver(messages, Choice::RoundRobin).await
+        let topic = first.topic.clone();
+        let inner = &self.inner;
+        let ids: Vec<String> = messages.iter().map(|_| inner.ids.next_id()).collect();
+        let wire: Vec<_> = messages
+            .iter()
+            .zip(&ids)
+            .map(|(message, id)| message.to_wire(id))
+            .collect();
+        let (group, results) = self
+            .deliver(&topic, Choice::RoundRobin, |group, queue_id, deadline| {
+                let request = pb::SendRequest {
+                    topic: topic.clone(),
+                    queue_id,
+                    messages: wire.clone(),
+                    born_timestamp_ms: now_ms(),
+                    born_host: String::new(),
+                };
+                async move {
+                    let budget = deadline.saturating_duration_since(Instant::now());
+                    let response = inner
+                        .brokers
+                        .on_leader(&group, budget, |mut client| {
+                            let mut request = tonic::Request::new(request.clone());
+                            request.set_timeout(budget);
+                            async move { Ok(client.send(request).await?.into_inner()) }
+                        })
+                        .await?;
+                    Ok((group, response.results))
+                }
+            })
+            .await?;
+        if results.len() != ids.len() {
+            return Err(ProducerError::InvalidRequest(format!(
+                "the broker returned {} results for {} messages",
+                results.len(),
+                ids.len()
+            )));
+        }
+        Ok(results
+            .into_iter()
+            .zip(ids)
+            .map(|(result, id)| to_result(result, id, &topic, &group))
+            .collect())
     }
 
     /// Sends without waiting for the outcome; a failure is only logged.
@@ -185,61 +231,72 @@ impl Producer {
         });
     }
 
-    async fn deliver(
+    async fn send_one(
         &self,
-        messages: Vec<Message>,
+        message: Message,
         choice: Choice,
-    ) -> Result<Vec<SendResult>, ProducerError> {
+    ) -> Result<SendResult, ProducerError> {
         let inner = &self.inner;
-        let topic = messages[0].topic.clone();
-        validate_topic_name(&topic).map_err(ProducerError::TopicIllegal)?;
-        let ids: Vec<String> = messages.iter().map(|_| inner.ids.next_id()).collect();
-        let wire = messages
-            .iter()
-            .zip(&ids)
-            .map(|(message, id)| message.to_wire(id))
-            .collect::<Vec<_>>();
-        let deadline = tokio::time::Instant::now() + inner.send_timeout;
+        let id = inner.ids.next_id();
+        let wire = message.to_wire(&id);
+        let topic = message.topic;
+        let (group, result) = self
+            .deliver(&topic, choice, |group, queue_id, deadline| {
+                let wire = wire.clone();
+                let topic = &topic;
+                async move {
+                    let result = inner
+                        .lanes
+                        .send(&inner.brokers, &group, topic, queue_id, wire, deadline)
+                        .await?;
+                    Ok((group, result))
+                }
+            })
+            .await?;
+        Ok(to_result(result, id, &topic, &group))
+    }
+
+    /// Runs `attempt` on a queue of `topic` until it succeeds, is refused, or the retries or
+    /// the send timeout run out; a failed attempt refreshes the route and prefers another
+    /// broker group. `attempt` gets the group, the queue id and the attempt's deadline.
+    async fn deliver<T, F, Fut>(
+        &self,
+        topic: &str,
+        choice: Choice,
+        mut attempt: F,
+    ) -> Result<T, ProducerError>
+    where
+        F: FnMut(String, i32, Instant) -> Fut,
+        Fut: Future<Output = Result<T, CallError>>,
+    {
+        let inner = &self.inner;
+        validate_topic_name(topic).map_err(ProducerError::TopicIllegal)?;
+        let deadline = Instant::now() + inner.send_timeout;
         let mut avoid_group: Option<String> = None;
         let mut last_error = String::from("the send timed out before its first attempt");
         let attempts = inner.retries + 1;
-        for attempt in 0..attempts {
-            let route = if attempt == 0 {
-                inner.brokers.route(&topic).await?
+        for attempt_index in 0..attempts {
+            let route = if attempt_index == 0 {
+                inner.brokers.route(topic).await?
             } else {
-                inner.brokers.refresh(&topic).await?
+                inner.brokers.refresh(topic).await?
             };
             let (group_index, queue_id) =
                 pick_queue(&route, choice, avoid_group.as_deref(), &inner.next_queue).ok_or_else(
                     || ProducerError::NoRoute {
-                        topic: topic.clone(),
+                        topic: topic.to_owned(),
                     },
                 )?;
             let group = route.groups[group_index].group.clone();
-            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
                 break;
             }
-            let budget = remaining / (attempts - attempt);
-            let request = pb::SendRequest {
-                topic: topic.clone(),
-                queue_id,
-                messages: wire.clone(),
-                born_timestamp_ms: now_ms(),
-                born_host: String::new(),
-            };
-            let sent = inner
-                .brokers
-                .on_leader(&group, budget, |mut client| {
-                    let mut request = tonic::Request::new(request.clone());
-                    request.set_timeout(budget);
-                    async move { Ok(client.send(request).await?.into_inner()) }
-                })
-                .await;
-            match sent {
-                Ok(response) => return Ok(to_results(response, &ids, &topic, &group)),
+            let attempt_deadline = Instant::now() + remaining / (attempts - attempt_index);
+            match attempt(group.clone(), queue_id, attempt_deadline).await {
+                Ok(value) => return Ok(value),
                 Err(CallError::Rejected { status, .. }) => {
-                    return Err(ProducerError::from_rejection(&status, &topic, &group));
+                    return Err(ProducerError::from_rejection(&status, topic, &group));
                 }
                 Err(CallError::Unavailable {
                     last_error: error, ..
@@ -278,26 +335,16 @@ fn pick_queue(
     }
 }
 
-fn to_results(
-    response: pb::SendResponse,
-    ids: &[String],
-    topic: &str,
-    group: &str,
-) -> Vec<SendResult> {
-    response
-        .results
-        .into_iter()
-        .zip(ids)
-        .map(|(result, id)| SendResult {
-            msg_id: id.clone(),
-            topic: topic.to_owned(),
-            group: group.to_owned(),
-            queue_id: result.queue_id,
-            queue_offset: result.queue_offset,
-            commit_log_offset: result.commit_log_offset,
-            offset_msg_id: result.offset_msg_id,
-        })
-        .collect()
+fn to_result(result: pb::SendResult, msg_id: String, topic: &str, group: &str) -> SendResult {
+    SendResult {
+        msg_id,
+        topic: topic.to_owned(),
+        group: group.to_owned(),
+        queue_id: result.queue_id,
+        queue_offset: result.queue_offset,
+        commit_log_offset: result.commit_log_offset,
+        offset_msg_id: result.offset_msg_id,
+    }
 }
 
 fn now_ms() -> i64 {

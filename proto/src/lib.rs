@@ -4,7 +4,9 @@
 //! The code is generated at build time from `proto/*.proto` (see `build.rs`). Response codes are
 //! one table (`ResponseCode`); a retired code stays reserved and is never reused.
 
+pub mod limits;
 pub mod names;
+pub mod process;
 
 /// Message types and response codes shared by every service.
 pub mod common {

@@ -91,6 +91,43 @@ async fn given_two_groups_should_spread_order_and_batch_sends() -> anyhow::Resul
         "in send order"
     );
 
+    info!("--- concurrent sends to one queue share requests; a bad one fails alone");
+    let key = "lane-7";
+    let too_many_properties = "x".repeat(40 * 1024);
+    let sends = (0..64).map(|i| {
+        let message = Message::new(TOPIC, format!("c{i}"));
+        let message = if i == 10 {
+            message.with_property("BIG", too_many_properties.clone())
+        } else {
+            message
+        };
+        let producer = producer.clone();
+        tokio::spawn(async move { producer.send_ordered(message, key).await })
+    });
+    let sends: Vec<_> = sends.collect();
+    let mut concurrent = Vec::new();
+    for (i, send) in sends.into_iter().enumerate() {
+        let result = send.await?;
+        if i == 10 {
+            let error = result.expect_err("properties over the limit");
+            assert!(matches!(error, ProducerError::MessageIllegal(_)), "{error}");
+        } else {
+            concurrent.push(result?);
+        }
+    }
+    let mut offsets: Vec<(String, i32, i64)> = concurrent
+        .iter()
+        .map(|r| (r.group.clone(), r.queue_id, r.queue_offset))
+        .collect();
+    offsets.sort_unstable();
+    assert!(
+        offsets
+            .windows(2)
+            .all(|w| w[0].0 == w[1].0 && w[0].1 == w[1].1 && w[1].2 == w[0].2 + 1),
+        "one queue, consecutive offsets, no gap for the refused message: {offsets:?}"
+    );
+    assert_stored(&cluster, &concurrent).await?;
+
     info!("--- a batch lands together");
     let batch = producer
         .send_batch(
@@ -109,7 +146,7 @@ async fn given_two_groups_should_spread_order_and_batch_sends() -> anyhow::Resul
 
     info!("--- a one-way send is stored without anyone waiting for it");
     producer.send_oneway(Message::new(TOPIC, "fire-and-forget").with_keys(["oneway-1"]));
-    let stored_before: usize = sent.len() + ordered.len() + batch.len();
+    let stored_before: usize = sent.len() + ordered.len() + concurrent.len() + batch.len();
     wait_for("the one-way message", Duration::from_secs(20), || async {
         let mut stored = 0;
         for group in GROUPS {

@@ -33,10 +33,8 @@ use crate::topic::is_system_topic;
 use crate::topic::validate_group_name;
 use crate::topic::validate_topic_name;
 
-/// Messages in one `Send` at most.
-pub const SEND_BATCH_COUNT_MAX: usize = 1024;
-/// Sum of the bodies of one `Send` at most (RocketMQ's batch limit).
-pub const SEND_BATCH_BODY_BYTES_MAX: usize = 4 * 1024 * 1024;
+pub use rocketraft_proto::limits::SEND_BATCH_BODY_BYTES_MAX;
+pub use rocketraft_proto::limits::SEND_BATCH_COUNT_MAX;
 /// How long a send waits for its batch to commit before it reports `REPLICATION_TIMEOUT`.
 /// Clients wait longer than this, so they learn the outcome rather than time out blind.
 pub const SEND_COMMIT_TIMEOUT: Duration = Duration::from_secs(2);

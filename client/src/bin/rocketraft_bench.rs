@@ -7,13 +7,20 @@
 //!
 //! With `--consume GROUP` (needs `--namesrv`) a push consumer of that new group then drains
 //! `--messages` messages of the topic from the first offset; `--skip-send` only drains.
+//!
+//! Each phase reports CPU time per message: the bench's own (the client) and, with
+//! `--namesrv`, that of every broker process of the cluster (from `NodeStatus`, summed per
+//! process). A progress line goes to stderr every second; `--json` adds one JSON object
+//! with every figure as the last line.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
+use bytes::Bytes;
 use clap::Parser;
 use rocketraft_client::admin::Admin;
 use rocketraft_client::consumer::ConsumeFrom;
@@ -71,6 +78,105 @@ struct Args {
     /// Send delayed messages of this level (0: not delayed).
     #[arg(long, default_value_t = 0)]
     delay_level: u32,
+    /// Also print every figure as one JSON object (the last line).
+    #[arg(long)]
+    json: bool,
+}
+
+/// CPU time of the broker processes, keyed by (host, pid).
+type ServerCpu = HashMap<(String, u32), Duration>;
+
+/// CPU spent by the client and the servers between two points of a run.
+struct CpuMark {
+    client: Duration,
+    servers: Option<ServerCpu>,
+}
+
+impl CpuMark {
+    async fn now(namesrv: &[String]) -> CpuMark {
+        CpuMark {
+            client: rocketraft_proto::process::cpu_time(),
+            servers: if namesrv.is_empty() {
+                None
+            } else {
+                match servers_cpu(namesrv).await {
+                    Ok(cpu) => Some(cpu),
+                    Err(error) => {
+                        eprintln!("server CPU unknown: {error:#}");
+                        None
+                    }
+                }
+            },
+        }
+    }
+
+    /// Microseconds of CPU per message since `self`: (client, servers and their count).
+    async fn per_message(&self, namesrv: &[String], messages: u64) -> CpuPerMessage {
+        let later = CpuMark::now(namesrv).await;
+        let per = |spent: Duration| spent.as_secs_f64() * 1e6 / messages.max(1) as f64;
+        let servers = match (&self.servers, &later.servers) {
+            (Some(before), Some(after)) => {
+                let spent: Duration = after
+                    .iter()
+                    .filter_map(|(process, cpu)| Some(cpu.saturating_sub(*before.get(process)?)))
+                    .sum();
+                Some((per(spent), after.len()))
+            }
+            _ => None,
+        };
+        CpuPerMessage {
+            client_us: per(later.client.saturating_sub(self.client)),
+            servers,
+        }
+    }
+}
+
+struct CpuPerMessage {
+    client_us: f64,
+    /// Microseconds per message over all server processes, and how many there were.
+    servers: Option<(f64, usize)>,
+}
+
+impl CpuPerMessage {
+    fn print(&self, phase: &str) {
+        let servers = match self.servers {
+            Some((us, processes)) => format!("servers {us:.1} us ({processes} processes)"),
+            None => "servers unknown (needs --namesrv)".to_owned(),
+        };
+        println!(
+            "{phase} cpu per message: client {:.1} us, {servers}",
+            self.client_us
+        );
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "client_cpu_us_per_msg": self.client_us,
+            "servers_cpu_us_per_msg": self.servers.map(|(us, _)| us),
+            "server_processes": self.servers.map(|(_, count)| count),
+        })
+    }
+}
+
+/// CPU time of every broker process of the cluster the nameservers know.
+async fn servers_cpu(namesrv: &[String]) -> anyhow::Result<ServerCpu> {
+    let cluster = Admin::new(namesrv.to_vec()).cluster_info().await?;
+    let mut cpu = ServerCpu::new();
+    for group in cluster.groups {
+        for addr in group.nodes.values() {
+            let addr: SocketAddr = addr.parse()?;
+            let status = connect(addr)
+                .await?
+                .node_status(pb::NodeStatusRequest {})
+                .await?
+                .into_inner();
+            cpu.insert(
+                (addr.ip().to_string(), status.process_id),
+                Duration::from_micros(status.process_cpu_micros),
+            );
+        }
+    }
+    Ok(cpu)
 }
 
 /// How a benchmark producer sends one message.
@@ -90,7 +196,7 @@ enum Sender {
 }
 
 impl Sender {
-    async fn send(self, topic: String, body: Vec<u8>, sequence: u64) -> anyhow::Result<()> {
+    async fn send(self, topic: String, body: Bytes, sequence: u64) -> anyhow::Result<()> {
         match self {
             Sender::Direct {
                 mut client,
@@ -99,7 +205,7 @@ impl Sender {
             } => {
                 let mut message = common_pb::Message {
                     topic: topic.clone(),
-                    body: body.into(),
+                    body,
                     ..Default::default()
                 };
                 if delay_level > 0 {
@@ -136,19 +242,49 @@ async fn main() -> anyhow::Result<()> {
         args.consume.is_none() || !args.namesrv.is_empty(),
         "--consume needs --namesrv"
     );
+    let mut report = serde_json::Map::new();
     if !args.skip_send {
-        produce_all(&args).await?;
+        report.insert("send".into(), produce_all(&args).await?);
     }
     if let Some(group) = &args.consume {
-        drain(&args, group).await?;
+        report.insert("consume".into(), drain(&args, group).await?);
+    }
+    if args.json {
+        println!("{}", serde_json::Value::Object(report));
     }
     Ok(())
 }
 
+/// Prints how far a phase got, every second, until `done` reaches `total`.
+fn spawn_progress(
+    phase: &'static str,
+    done: Arc<AtomicU64>,
+    total: u64,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let mut ticker = tokio::time::interval(Duration::from_secs(1));
+        ticker.tick().await;
+        loop {
+            ticker.tick().await;
+            let count = done.load(Ordering::Relaxed);
+            eprintln!(
+                "progress: {count}/{total} {phase}, {:.0} per s so far",
+                count as f64 / started.elapsed().as_secs_f64()
+            );
+            if count >= total {
+                return;
+            }
+        }
+    })
+}
+
 /// Drains `--messages` messages of the topic with a push consumer; prints the rate.
-async fn drain(args: &Args, group: &str) -> anyhow::Result<()> {
+async fn drain(args: &Args, group: &str) -> anyhow::Result<serde_json::Value> {
     let consumed = Arc::new(AtomicU64::new(0));
     let counter = consumed.clone();
+    let cpu = CpuMark::now(&args.namesrv).await;
+    let progress = spawn_progress("consumed", consumed.clone(), args.messages);
     let started = Instant::now();
     let consumer = PushConsumer::builder(args.namesrv.clone(), group)
         .subscribe(&args.topic, "*")
@@ -172,17 +308,24 @@ async fn drain(args: &Args, group: &str) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let elapsed = started.elapsed();
-    consumer.shutdown().await;
+    progress.abort();
     let count = consumed.load(Ordering::Relaxed);
+    let cpu = cpu.per_message(&args.namesrv, count).await;
+    consumer.shutdown().await;
+    let rate = count as f64 / elapsed.as_secs_f64();
     println!(
-        "consumed {count} in {:.2} s with one push consumer: {:.0} msg/s",
+        "consumed {count} in {:.2} s with one push consumer: {rate:.0} msg/s",
         elapsed.as_secs_f64(),
-        count as f64 / elapsed.as_secs_f64()
     );
-    Ok(())
+    cpu.print("consume");
+    let mut json = cpu.json();
+    json["messages"] = count.into();
+    json["seconds"] = elapsed.as_secs_f64().into();
+    json["msg_per_s"] = rate.into();
+    Ok(json)
 }
 
-async fn produce_all(args: &Args) -> anyhow::Result<()> {
+async fn produce_all(args: &Args) -> anyhow::Result<serde_json::Value> {
     println!(
         "{} messages of {} bytes, {} producers x {} in flight, {}",
         args.messages,
@@ -234,14 +377,18 @@ async fn produce_all(args: &Args) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let body = vec![b'x'; args.size];
+    let body = Bytes::from(vec![b'x'; args.size]);
     let next = Arc::new(AtomicU64::new(0));
+    let acked = Arc::new(AtomicU64::new(0));
+    let cpu = CpuMark::now(&args.namesrv).await;
+    let progress = spawn_progress("sent", acked.clone(), args.messages);
     let started = Instant::now();
     let mut tasks = Vec::new();
     for sender in senders {
         tasks.push(tokio::spawn(produce(
             sender,
             next.clone(),
+            acked.clone(),
             args.messages,
             args.inflight,
             args.topic.clone(),
@@ -253,6 +400,8 @@ async fn produce_all(args: &Args) -> anyhow::Result<()> {
         latencies.extend(task.await??);
     }
     let elapsed = started.elapsed();
+    progress.abort();
+    let cpu = cpu.per_message(&args.namesrv, latencies.len() as u64).await;
     latencies.sort_unstable();
     let percentile = |p: f64| {
         latencies
@@ -270,7 +419,18 @@ async fn produce_all(args: &Args) -> anyhow::Result<()> {
         ms(percentile(0.99)),
         ms(latencies.last().copied().unwrap_or_default()),
     );
-    Ok(())
+    println!("ack latency p99.9 {:.2} ms", ms(percentile(0.999)));
+    cpu.print("send");
+    let mut json = cpu.json();
+    json["messages"] = latencies.len().into();
+    json["seconds"] = elapsed.as_secs_f64().into();
+    json["msg_per_s"] = (latencies.len() as f64 / elapsed.as_secs_f64()).into();
+    json["mb_per_s"] = ((latencies.len() * args.size) as f64 / elapsed.as_secs_f64() / 1e6).into();
+    for (name, p) in [("p50", 0.5), ("p99", 0.99), ("p999", 0.999)] {
+        json[format!("ack_{name}_ms")] = ms(percentile(p)).into();
+    }
+    json["ack_max_ms"] = ms(latencies.last().copied().unwrap_or_default()).into();
+    Ok(json)
 }
 
 fn ms(duration: Duration) -> f64 {
@@ -296,10 +456,11 @@ async fn find_leader(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
 async fn produce(
     sender: Sender,
     next: Arc<AtomicU64>,
+    acked: Arc<AtomicU64>,
     total: u64,
     inflight: usize,
     topic: String,
-    body: Vec<u8>,
+    body: Bytes,
 ) -> anyhow::Result<Vec<Duration>> {
     let permits = Arc::new(Semaphore::new(inflight));
     let mut sends = tokio::task::JoinSet::new();
@@ -311,10 +472,12 @@ async fn produce(
             break;
         }
         let send = sender.clone().send(topic.clone(), body.clone(), sequence);
+        let acked = acked.clone();
         sends.spawn(async move {
             let started = Instant::now();
             let result = send.await;
             drop(permit);
+            acked.fetch_add(1, Ordering::Relaxed);
             result.map(|()| started.elapsed())
         });
         while let Some(done) = sends.try_join_next() {

@@ -1,0 +1,326 @@
+//! Send lanes: concurrent sends to the same queue of the same broker group travel together
+//! in one `Send` request, so a producer under load pays one RPC per batch, not per message
+//! (DESIGN §10), while each send keeps its own result.
+//!
+//! Invariants:
+//! - a lane has at most one request in flight; sends that arrive meanwhile wait in the lane
+//!   and leave together as its next request, in arrival order, up to
+//!   [`SEND_BATCH_COUNT_MAX`] messages and [`SEND_BATCH_BODY_BYTES_MAX`] body bytes;
+//! - an idle lane sends at once: a lone send never waits for company (no linger);
+//! - a send whose deadline passed while it waited fails without being sent;
+//! - a request refused as `MESSAGE_ILLEGAL` stored nothing and may be refused for one
+//!   message alone, so its messages are then sent one by one: a bad message never fails
+//!   the sends it happened to travel with.
+
+use std::collections::HashMap;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::Mutex;
+
+use rocketraft_proto::broker as pb;
+use rocketraft_proto::common as common_pb;
+use rocketraft_proto::common::ResponseCode;
+use rocketraft_proto::limits::SEND_BATCH_BODY_BYTES_MAX;
+use rocketraft_proto::limits::SEND_BATCH_COUNT_MAX;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::brokers::Brokers;
+use crate::brokers::CallError;
+
+/// The outcome of one send through a lane.
+pub type LaneResult = Result<pb::SendResult, CallError>;
+
+/// The lanes of one producer, by topic, broker group and queue. Nested maps let a lookup
+/// borrow the names instead of building a key per send.
+#[derive(Default)]
+pub struct SendLanes {
+    lanes: Mutex<HashMap<String, GroupLanes>>,
+}
+
+/// The lanes of one topic: broker group -> queue id -> lane.
+type GroupLanes = HashMap<String, HashMap<i32, Arc<Lane>>>;
+
+/// Where a lane's requests go.
+struct LaneKey {
+    group: String,
+    topic: String,
+    queue_id: i32,
+}
+
+struct Lane {
+    key: LaneKey,
+    state: Mutex<LaneState>,
+}
+
+#[derive(Default)]
+struct LaneState {
+    /// A request of this lane is in flight (its driver task runs).
+    busy: bool,
+    waiting: VecDeque<Pending>,
+}
+
+/// One send waiting in a lane.
+struct Pending {
+    message: common_pb::Message,
+    deadline: Instant,
+    reply: oneshot::Sender<LaneResult>,
+}
+
+impl SendLanes {
+    /// Sends `message` to `queue_id` of `topic` on `group`'s leader, together with whatever
+    /// else is sent to that queue meanwhile; fails once `deadline` passes.
+    pub async fn send(
+        &self,
+        brokers: &Arc<Brokers>,
+        group: &str,
+        topic: &str,
+        queue_id: i32,
+        message: common_pb::Message,
+        deadline: Instant,
+    ) -> LaneResult {
+        let lane = self.lane(group, topic, queue_id);
+        let (reply, result) = oneshot::channel();
+        let start_driver = {
+            let mut state = lock(&lane.state);
+            state.waiting.push_back(Pending {
+                message,
+                deadline,
+                reply,
+            });
+            !std::mem::replace(&mut state.busy, true)
+        };
+        if start_driver {
+            tokio::spawn(drive(lane, brokers.clone()));
+        }
+        result.await.unwrap_or_else(|_| {
+            Err(CallError::Unavailable {
+                group: group.to_owned(),
+                timeout: deadline.saturating_duration_since(Instant::now()),
+                last_error: "the send lane stopped".into(),
+            })
+        })
+    }
+
+    fn lane(&self, group: &str, topic: &str, queue_id: i32) -> Arc<Lane> {
+        let mut lanes = lock(&self.lanes);
+        if let Some(lane) = lanes
+            .get(topic)
+            .and_then(|groups| groups.get(group))
+            .and_then(|queues| queues.get(&queue_id))
+        {
+            return lane.clone();
+        }
+        let lane = Arc::new(Lane {
+            key: LaneKey {
+                group: group.to_owned(),
+                topic: topic.to_owned(),
+                queue_id,
+            },
+            state: Mutex::new(LaneState::default()),
+        });
+        lanes
+            .entry(topic.to_owned())
+            .or_default()
+            .entry(group.to_owned())
+            .or_default()
+            .insert(queue_id, lane.clone());
+        lane
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Sends the lane's waiting messages, one request at a time, until none wait.
+async fn drive(lane: Arc<Lane>, brokers: Arc<Brokers>) {
+    loop {
+        let batch = {
+            let mut state = lock(&lane.state);
+            let batch = take_batch(&mut state.waiting);
+            if batch.is_empty() {
+                state.busy = false;
+                return;
+            }
+            batch
+        };
+        let now = Instant::now();
+        let (live, expired): (Vec<Pending>, Vec<Pending>) = batch
+            .into_iter()
+            .partition(|pending| pending.deadline > now);
+        for pending in expired {
+            let _ = pending.reply.send(Err(timed_out(&lane.key)));
+        }
+        if !live.is_empty() {
+            send_batch(&brokers, &lane.key, live).await;
+        }
+    }
+}
+
+/// The oldest waiting sends that fit one request (at least one).
+fn take_batch(waiting: &mut VecDeque<Pending>) -> Vec<Pending> {
+    let mut batch = Vec::new();
+    let mut body_bytes = 0;
+    while let Some(next) = waiting.front() {
+        let fits = batch.len() < SEND_BATCH_COUNT_MAX
+            && body_bytes + next.message.body.len() <= SEND_BATCH_BODY_BYTES_MAX;
+        if !fits && !batch.is_empty() {
+            break;
+        }
+        body_bytes += next.message.body.len();
+        batch.extend(waiting.pop_front());
+    }
+    batch
+}
+
+async fn send_batch(brokers: &Brokers, key: &LaneKey, batch: Vec<Pending>) {
+    let deadline = batch
+        .iter()
+        .map(|pending| pending.deadline)
+        .min()
+        .unwrap_or_else(Instant::now);
+    let (messages, replies): (Vec<_>, Vec<_>) = batch
+        .into_iter()
+        .map(|pending| (pending.message, pending.reply))
+        .unzip();
+    let count = messages.len();
+    match call(brokers, key, messages.clone(), deadline).await {
+        Ok(response) if response.results.len() == count => {
+            for (result, reply) in response.results.into_iter().zip(replies) {
+                let _ = reply.send(Ok(result));
+            }
+        }
+        Ok(response) => {
+            let reason = format!(
+                "the broker answered {} results for {count} messages",
+                response.results.len()
+            );
+            for reply in replies {
+                let _ = reply.send(Err(CallError::Rejected {
+                    group: key.group.clone(),
+                    status: tonic::Status::internal(reason.clone()),
+                }));
+            }
+        }
+        Err(CallError::Rejected { status, .. })
+            if count > 1
+                && rocketraft_proto::response_code(&status)
+                    == Some(ResponseCode::MessageIllegal) =>
+        {
+            tracing::debug!(
+                count, %status, lane = %format_args!("{}@{}#{}", key.topic, key.group, key.queue_id),
+                "batch refused; sending its messages one by one"
+            );
+            for (message, reply) in messages.into_iter().zip(replies) {
+                let result =
+                    call(brokers, key, vec![message], deadline)
+                        .await
+                        .and_then(|response| {
+                            response
+                                .results
+                                .into_iter()
+                                .next()
+                                .ok_or_else(|| CallError::Rejected {
+                                    group: key.group.clone(),
+                                    status: tonic::Status::internal(
+                                        "the broker returned no result",
+                                    ),
+                                })
+                        });
+                let _ = reply.send(result);
+            }
+        }
+        Err(error) => {
+            for reply in replies {
+                let _ = reply.send(Err(error.clone()));
+            }
+        }
+    }
+}
+
+async fn call(
+    brokers: &Brokers,
+    key: &LaneKey,
+    messages: Vec<common_pb::Message>,
+    deadline: Instant,
+) -> Result<pb::SendResponse, CallError> {
+    let budget = deadline.saturating_duration_since(Instant::now());
+    if budget.is_zero() {
+        return Err(timed_out(key));
+    }
+    let request = pb::SendRequest {
+        topic: key.topic.clone(),
+        queue_id: key.queue_id,
+        messages,
+        born_timestamp_ms: now_ms(),
+        born_host: String::new(),
+    };
+    brokers
+        .on_leader(&key.group, budget, |mut client| {
+            let mut request = tonic::Request::new(request.clone());
+            request.set_timeout(deadline.saturating_duration_since(Instant::now()));
+            async move { Ok(client.send(request).await?.into_inner()) }
+        })
+        .await
+}
+
+fn timed_out(key: &LaneKey) -> CallError {
+    CallError::Unavailable {
+        group: key.group.clone(),
+        timeout: std::time::Duration::ZERO,
+        last_error: format!(
+            "the send to {}#{} timed out while it waited for its turn",
+            key.topic, key.queue_id
+        ),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(body_bytes: usize) -> Pending {
+        Pending {
+            message: common_pb::Message {
+                body: vec![0u8; body_bytes].into(),
+                ..Default::default()
+            },
+            deadline: Instant::now(),
+            reply: oneshot::channel().0,
+        }
+    }
+
+    #[test]
+    fn a_batch_stops_at_the_count_limit() {
+        let mut waiting: VecDeque<Pending> =
+            (0..SEND_BATCH_COUNT_MAX + 1).map(|_| pending(1)).collect();
+        assert_eq!(take_batch(&mut waiting).len(), SEND_BATCH_COUNT_MAX);
+        assert_eq!(take_batch(&mut waiting).len(), 1);
+        assert!(take_batch(&mut waiting).is_empty());
+    }
+
+    #[test]
+    fn a_batch_stops_at_the_byte_limit_but_always_takes_one() {
+        let half = SEND_BATCH_BODY_BYTES_MAX / 2;
+        let mut waiting: VecDeque<Pending> = [half, half, 1, SEND_BATCH_BODY_BYTES_MAX + 1]
+            .into_iter()
+            .map(pending)
+            .collect();
+        assert_eq!(take_batch(&mut waiting).len(), 2, "exactly the limit fits");
+        assert_eq!(take_batch(&mut waiting).len(), 1, "the next would pass it");
+        assert_eq!(
+            take_batch(&mut waiting).len(),
+            1,
+            "an oversized message goes alone, for the broker to refuse"
+        );
+    }
+}
