@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::RwLock;
 use std::sync::RwLockReadGuard;
@@ -23,6 +24,10 @@ pub struct GroupState {
     /// One arrival counter per queue someone waits on (held pulls, the schedule service),
     /// bumped when messages are applied to that queue, so a waiter wakes only for its own.
     queue_arrivals: Mutex<HashMap<(String, i32), watch::Sender<u64>>>,
+    /// Held from the start of a store flush to its end, so two flushes never overlap: the
+    /// second would find files the first marked clean and call its data durable before the
+    /// first's fsyncs finished.
+    flushing: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Arrival counters kept before the ones nobody waits on any more are dropped.
@@ -35,7 +40,14 @@ impl GroupState {
             metadata: RwLock::new(metadata),
             topics_version: watch::Sender::new(0),
             queue_arrivals: Mutex::default(),
+            flushing: Arc::default(),
         }
+    }
+
+    /// Exclusive right to flush the store until the guard is dropped (it may move to the
+    /// blocking task that finishes the flush).
+    pub async fn lock_flush(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.flushing.clone().lock_owned().await
     }
 
     /// Read access to the store. A poisoned lock means a writer panicked mid-apply: the node

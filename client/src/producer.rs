@@ -319,18 +319,18 @@ fn pick_queue(
     avoid_group: Option<&str>,
     next_queue: &AtomicUsize,
 ) -> Option<(usize, i32)> {
-    let queues = route.write_queues();
-    if queues.is_empty() {
+    let count = route.write_queue_count();
+    if count == 0 {
         return None;
     }
     match choice {
-        Choice::Keyed(hash) => queues.get((hash % queues.len() as u64) as usize).copied(),
+        Choice::Keyed(hash) => route.write_queue((hash % count as u64) as usize),
         Choice::RoundRobin => {
             let start = next_queue.fetch_add(1, Ordering::Relaxed);
-            (0..queues.len())
-                .map(|step| queues[(start + step) % queues.len()])
+            (0..count)
+                .filter_map(|step| route.write_queue((start + step) % count))
                 .find(|(group, _)| Some(route.groups[*group].group.as_str()) != avoid_group)
-                .or_else(|| queues.get(start % queues.len()).copied())
+                .or_else(|| route.write_queue(start % count))
         }
     }
 }

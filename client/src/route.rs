@@ -67,16 +67,31 @@ pub struct TopicRoute {
 }
 
 impl TopicRoute {
-    /// Every writable (group index, queue id), in a fixed order.
-    pub fn write_queues(&self) -> Vec<(usize, i32)> {
+    /// How many writable queues the topic has over all groups.
+    pub fn write_queue_count(&self) -> usize {
+        self.writable_groups()
+            .map(|(_, group)| group.write_queue_count as usize)
+            .sum()
+    }
+
+    /// The `n`-th writable (group index, queue id), in a fixed order: the groups by name,
+    /// each group's queues by id. Computed, not listed, so a send allocates nothing for it.
+    pub fn write_queue(&self, mut n: usize) -> Option<(usize, i32)> {
+        for (index, group) in self.writable_groups() {
+            let count = group.write_queue_count as usize;
+            if n < count {
+                return Some((index, n as i32));
+            }
+            n -= count;
+        }
+        None
+    }
+
+    fn writable_groups(&self) -> impl Iterator<Item = (usize, &GroupQueues)> {
         self.groups
             .iter()
             .enumerate()
             .filter(|(_, group)| group.perm & PERM_WRITE != 0)
-            .flat_map(|(index, group)| {
-                (0..group.write_queue_count as i32).map(move |queue| (index, queue))
-            })
-            .collect()
     }
 
     /// Every readable queue, sorted.
@@ -207,5 +222,37 @@ fn to_route(route: pb::TopicRoute) -> TopicRoute {
         topic: route.topic,
         groups,
         fetched_at: Instant::now(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(name: &str, write_queue_count: u32, perm: u32) -> GroupQueues {
+        GroupQueues {
+            group: name.into(),
+            leader: None,
+            nodes: Vec::new(),
+            read_queue_count: write_queue_count,
+            write_queue_count,
+            perm,
+        }
+    }
+
+    #[test]
+    fn write_queues_skip_read_only_groups_and_end_at_the_count() {
+        let route = TopicRoute {
+            topic: "T".into(),
+            groups: vec![
+                group("a", 2, PERM_READ | PERM_WRITE),
+                group("b", 3, PERM_READ),
+                group("c", 1, PERM_WRITE),
+            ],
+            fetched_at: Instant::now(),
+        };
+        assert_eq!(route.write_queue_count(), 3);
+        let queues: Vec<_> = (0..4).map(|n| route.write_queue(n)).collect();
+        assert_eq!(queues, [Some((0, 0)), Some((0, 1)), Some((2, 0)), None]);
     }
 }

@@ -72,6 +72,25 @@ pub struct StateMachine {
     current_snapshot: Arc<Mutex<Option<SnapshotState>>>,
     checkpoint_interval: Duration,
     last_checkpoint_at: Instant,
+    /// The checkpoint being written in the background, if any. A thread of its own (not the
+    /// runtime's blocking pool), so dropping the state machine can wait for it: a node
+    /// reopened in the same process must not race a checkpoint of its previous life.
+    checkpoint_in_flight: Option<std::thread::JoinHandle<io::Result<()>>>,
+}
+
+impl Drop for StateMachine {
+    fn drop(&mut self) {
+        if let Some(task) = self.checkpoint_in_flight.take()
+            && let Err(error) = join_checkpoint(task)
+        {
+            tracing::error!(%error, "the last checkpoint failed");
+        }
+    }
+}
+
+fn join_checkpoint(task: std::thread::JoinHandle<io::Result<()>>) -> io::Result<()> {
+    task.join()
+        .unwrap_or_else(|_| Err(io::Error::other("the checkpoint thread panicked")))
 }
 
 impl StateMachine {
@@ -128,6 +147,7 @@ impl StateMachine {
             current_snapshot: Arc::new(Mutex::new(snapshot)),
             checkpoint_interval,
             last_checkpoint_at: Instant::now(),
+            checkpoint_in_flight: None,
         };
         Ok((machine, group))
     }
@@ -181,30 +201,57 @@ impl StateMachine {
         }
     }
 
-    /// Flushes the store and records the applied state durably, on a blocking thread so
-    /// the fsyncs never stall the async runtime that carries Raft and client traffic.
+    /// Flushes the store and records the applied state durably before returning.
     async fn write_checkpoint(&mut self) -> io::Result<()> {
-        let group = self.group.clone();
+        self.start_checkpoint().await?;
+        self.reap_checkpoint(true).await
+    }
+
+    /// Starts a checkpoint of the state applied so far: what is dirty and what the checkpoint
+    /// says are taken now (a consistent cut between two applies); the fsyncs and the file
+    /// write run on a blocking thread while applying goes on, so a slow disk never stalls
+    /// appends (or the sends waiting on them). Waits for the previous checkpoint first.
+    async fn start_checkpoint(&mut self) -> io::Result<()> {
+        self.reap_checkpoint(true).await?;
+        let flushing = self.group.lock_flush().await;
         let path = self.dir.join(CHECKPOINT_FILE);
-        let (last_applied, last_membership) = (self.last_applied, self.last_membership.clone());
-        tokio::task::spawn_blocking(move || {
-            let checkpoint = {
-                let mut store = group.store_mut();
-                store.flush().map_err(store_io_error)?;
-                Checkpoint {
-                    last_applied,
-                    last_membership,
-                    metadata: group.metadata().clone(),
-                    commit_log_end: store.commit_log_max_offset(),
-                }
+        let (pending, checkpoint) = {
+            let mut store = self.group.store_mut();
+            let pending = store.begin_flush().map_err(store_io_error)?;
+            let checkpoint = Checkpoint {
+                last_applied: self.last_applied,
+                last_membership: self.last_membership.clone(),
+                metadata: self.group.metadata().clone(),
+                commit_log_end: store.commit_log_max_offset(),
             };
-            let encoded = codec::encode("state machine checkpoint", &checkpoint)?;
-            durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
-        })
-        .await
-        .map_err(io::Error::other)??;
+            (pending, checkpoint)
+        };
         self.last_checkpoint_at = Instant::now();
+        let task = std::thread::Builder::new()
+            .name("checkpoint".into())
+            .spawn(move || {
+                let _flushing = flushing;
+                pending.finish().map_err(store_io_error)?;
+                let encoded = codec::encode("state machine checkpoint", &checkpoint)?;
+                durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
+            })?;
+        self.checkpoint_in_flight = Some(task);
         Ok(())
+    }
+
+    /// The outcome of the checkpoint in flight, if it finished (or, with `wait`, once it
+    /// does). A failed checkpoint is a failed apply: the node stops.
+    async fn reap_checkpoint(&mut self, wait: bool) -> io::Result<()> {
+        match &self.checkpoint_in_flight {
+            Some(task) if wait || task.is_finished() => {}
+            _ => return Ok(()),
+        }
+        match self.checkpoint_in_flight.take() {
+            Some(task) => tokio::task::spawn_blocking(move || join_checkpoint(task))
+                .await
+                .map_err(io::Error::other)?,
+            None => Ok(()),
+        }
     }
 
     fn capture_snapshot_state(&self) -> SnapshotState {
@@ -310,14 +357,13 @@ impl StateMachine {
 
 /// Appends every record of an encoded batch; offsets are assigned by the store.
 fn append_records(group: &GroupState, records: &[u8]) -> io::Result<Vec<AppendedMessage>> {
-    let mut records = records.to_vec();
     let mut appended = Vec::new();
     let mut queues = std::collections::BTreeSet::new();
     let mut store = group.store_mut();
     let mut position = 0usize;
     while position < records.len() {
-        let size = record_size_at(&records, position)?;
-        let record = &mut records[position..position + size];
+        let size = record_size_at(records, position)?;
+        let record = &records[position..position + size];
         let (topic, queue_id) = record::read_topic_and_queue(record).map_err(store_io_error)?;
         // Few distinct queues per batch: a scan avoids an allocation per record.
         if !queues
@@ -402,8 +448,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 responder.send(result);
             }
         }
-        if self.last_checkpoint_at.elapsed() >= self.checkpoint_interval {
-            self.write_checkpoint().await?;
+        self.reap_checkpoint(false).await?;
+        if self.checkpoint_in_flight.is_none()
+            && self.last_checkpoint_at.elapsed() >= self.checkpoint_interval
+        {
+            self.start_checkpoint().await?;
         }
         Ok(())
     }
@@ -423,6 +472,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: SnapshotData,
     ) -> Result<(), io::Error> {
         tracing::info!(last_log_id = ?meta.last_log_id, commit_log_end = snapshot.state.commit_log_end, "installing snapshot");
+        // The store is about to be cut and rewritten: no older checkpoint may land after.
+        self.reap_checkpoint(true).await?;
         let state = SnapshotState {
             meta: meta.clone(),
             ..snapshot.state
@@ -478,8 +529,11 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let group = self.group.clone();
         let path = self.dir.join(SNAPSHOT_FILE);
         let encoded = codec::encode("snapshot", &self.state)?;
+        let flushing = group.lock_flush().await;
+        let pending = group.store_mut().begin_flush().map_err(store_io_error)?;
         tokio::task::spawn_blocking(move || {
-            group.store_mut().flush().map_err(store_io_error)?;
+            let _flushing = flushing;
+            pending.finish().map_err(store_io_error)?;
             durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
         })
         .await

@@ -282,7 +282,13 @@ pub fn offset_msg_id(store_host: SocketAddr, commit_log_offset: i64) -> String {
     }
     bytes.extend_from_slice(&i32::from(store_host.port()).to_be_bytes());
     bytes.extend_from_slice(&commit_log_offset.to_be_bytes());
-    bytes.iter().map(|byte| format!("{byte:02X}")).collect()
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut id = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        id.push(char::from(HEX[usize::from(byte >> 4)]));
+        id.push(char::from(HEX[usize::from(byte & 0xF)]));
+    }
+    id
 }
 
 #[cfg(test)]

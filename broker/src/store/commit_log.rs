@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use tracing::{info, warn};
 
 use crate::store::error::StoreError;
-use crate::store::mapped_file::{self, MappedFile};
+use crate::store::mapped_file::{self, FlushTarget, MappedFile};
 use crate::store::record::{
     self, BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, RecordError, RecordView,
 };
@@ -170,9 +170,10 @@ impl CommitLog {
             .map_or(0, |s| s.start_offset() + s.write_pos() as u64)
     }
 
-    /// Appends one encoded record, patching its PHYSICALOFFSET; seals the current segment
+    /// Appends one encoded record, writing its QUEUEOFFSET and PHYSICALOFFSET into the copy
+    /// in the segment (the caller's bytes are not changed); seals the current segment
     /// with a blank filler and rolls first if the record does not fit. Returns its offset.
-    pub fn append(&mut self, record: &mut [u8]) -> Result<u64, StoreError> {
+    pub fn append(&mut self, record: &[u8], queue_offset: i64) -> Result<u64, StoreError> {
         let len = record.len();
         if (len + END_FILE_MIN_BLANK_LENGTH) as u64 > self.segment_size_bytes {
             return Err(StoreError::RecordTooLargeForSegment {
@@ -182,8 +183,9 @@ impl CommitLog {
         }
         self.make_room(len)?;
         let offset = self.max_offset();
-        record::patch_physical_offset(record, offset as i64)?;
-        self.last_segment()?.append(record)?;
+        self.last_segment()?.append_then(record, |written| {
+            record::patch_offsets(written, queue_offset, offset as i64)
+        })?;
         Ok(offset)
     }
 
@@ -324,6 +326,11 @@ impl CommitLog {
         self.segments.iter_mut().try_for_each(MappedFile::flush)
     }
 
+    /// Marks every segment clean and adds what makes their writes durable to `targets`.
+    pub fn begin_flush(&mut self, targets: &mut Vec<FlushTarget>) {
+        targets.extend(self.segments.iter_mut().filter_map(MappedFile::begin_flush));
+    }
+
     /// Calls `f(offset, record)` for every message record from `offset` (a record boundary)
     /// to the end, skipping blank fillers. Stops at the first error `f` returns.
     pub fn for_each_record_from<F>(&self, offset: u64, mut f: F) -> Result<(), StoreError>
@@ -434,7 +441,7 @@ mod tests {
 
     fn fill(log: &mut CommitLog, n: usize) -> Vec<u64> {
         (0..n)
-            .map(|i| log.append(&mut encoded(i)).expect("append"))
+            .map(|i| log.append(&encoded(i), 0).expect("append"))
             .collect()
     }
 
@@ -474,11 +481,11 @@ mod tests {
     fn record_larger_than_segment_is_a_typed_error() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut log, _) = CommitLog::open(dir.path(), SEGMENT, 0).expect("open");
-        let mut big = sample("T", 0, &[0u8; SEGMENT as usize])
+        let big = sample("T", 0, &[0u8; SEGMENT as usize])
             .encode()
             .expect("encode");
         assert!(matches!(
-            log.append(&mut big),
+            log.append(&big, 0),
             Err(StoreError::RecordTooLargeForSegment { .. })
         ));
         assert_eq!(log.max_offset(), 0);
@@ -509,7 +516,7 @@ mod tests {
         let (mut log, report) = CommitLog::open(dir.path(), SEGMENT, 0).expect("reopen");
         assert_eq!(report.commit_log_end, end);
         assert_eq!(report.bytes_truncated, (half.len() / 2 + 7) as u64);
-        let next = log.append(&mut encoded(5)).expect("append");
+        let next = log.append(&encoded(5), 0).expect("append");
         assert_eq!(next, end);
         let mut count = 0;
         log.for_each_record_from(0, |_, _| {
@@ -574,7 +581,7 @@ mod tests {
         log.truncate_to(offsets[7]).expect("truncate");
         assert_eq!(log.max_offset(), offsets[7]);
         for i in 7..20 {
-            log.append(&mut encoded(i)).expect("append");
+            log.append(&encoded(i), 0).expect("append");
         }
         assert_eq!(log.read_bytes(0, usize::MAX).expect("read"), before);
         assert!(matches!(

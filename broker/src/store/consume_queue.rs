@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use tracing::warn;
 
 use crate::store::error::StoreError;
-use crate::store::mapped_file::{self, MappedFile};
+use crate::store::mapped_file::{self, FlushTarget, MappedFile};
 
 /// Bytes per unit: CommitLog offset i64, size i32, tags code i64 (big-endian).
 pub const CQ_UNIT_SIZE: usize = 20;
@@ -303,6 +303,11 @@ impl ConsumeQueue {
     /// Durably flushes changed segments.
     pub fn flush(&mut self) -> Result<(), StoreError> {
         self.segments.iter_mut().try_for_each(MappedFile::flush)
+    }
+
+    /// Marks every segment clean and adds what makes their writes durable to `targets`.
+    pub fn begin_flush(&mut self, targets: &mut Vec<FlushTarget>) {
+        targets.extend(self.segments.iter_mut().filter_map(MappedFile::begin_flush));
     }
 }
 

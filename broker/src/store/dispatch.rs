@@ -17,48 +17,53 @@ use crate::store::consume_queue::{CONSUME_QUEUE_DIR, ConsumeQueue, CqUnit};
 use crate::store::error::StoreError;
 use crate::store::index::Index;
 use crate::store::mapped_file;
+use crate::store::mapped_file::FlushTarget;
 use crate::store::properties::{KEYS, UNIQ_KEY, split_keys};
 use crate::store::record::{self, RecordView};
 
-/// What the dispatcher needs from one record, extracted (and validated) once.
+/// What the dispatcher needs from one record, extracted (and validated) once; it borrows
+/// the record's bytes, so dispatching allocates nothing per record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordInfo {
-    pub topic: String,
+pub struct RecordInfo<'a> {
+    pub topic: &'a str,
     pub queue_id: i32,
     /// QUEUEOFFSET as stored in the record.
     pub queue_offset: i64,
     pub size: i32,
     pub tags_code: i64,
     pub store_timestamp_ms: i64,
-    /// UNIQ_KEY and every KEYS entry: the index keys of the record.
-    pub keys: Vec<String>,
+    /// The record's UNIQ_KEY, if it has a non-empty one.
+    uniq_key: Option<&'a str>,
+    /// The record's KEYS property (space separated), if any.
+    user_keys: Option<&'a str>,
 }
 
-impl RecordInfo {
+impl<'a> RecordInfo<'a> {
     /// Extracts the dispatch facts, checking the topic name and queue id.
-    pub fn from_view(view: &RecordView<'_>, tags_code: i64) -> Result<RecordInfo, StoreError> {
+    pub fn from_view(view: &RecordView<'a>, tags_code: i64) -> Result<RecordInfo<'a>, StoreError> {
         record::validate_topic(view.topic())?;
         if view.queue_id() < 0 {
             return Err(StoreError::InvalidQueueId {
                 queue_id: view.queue_id(),
             });
         }
-        let mut keys: Vec<String> = Vec::new();
-        if let Some(uniq) = view.property(UNIQ_KEY)?.filter(|k| !k.is_empty()) {
-            keys.push(uniq.to_owned());
-        }
-        if let Some(user_keys) = view.property(KEYS)? {
-            keys.extend(split_keys(user_keys).map(str::to_owned));
-        }
         Ok(RecordInfo {
-            topic: view.topic().to_owned(),
+            topic: view.topic(),
             queue_id: view.queue_id(),
             queue_offset: view.queue_offset(),
             size: view.total_size() as i32,
             tags_code,
             store_timestamp_ms: view.store_timestamp_ms(),
-            keys,
+            uniq_key: view.property(UNIQ_KEY)?.filter(|k| !k.is_empty()),
+            user_keys: view.property(KEYS)?,
         })
+    }
+
+    /// The index keys of the record: UNIQ_KEY and every KEYS entry.
+    pub fn keys(&self) -> impl Iterator<Item = &'a str> + use<'a> {
+        self.uniq_key
+            .into_iter()
+            .chain(self.user_keys.into_iter().flat_map(split_keys))
     }
 }
 
@@ -74,7 +79,8 @@ pub struct DispatchOutcome {
 pub struct Dispatcher {
     store_dir: PathBuf,
     units_per_segment: u64,
-    queues: HashMap<(String, i32), ConsumeQueue>,
+    /// topic -> queue id -> queue; nested so a lookup borrows the topic name.
+    queues: HashMap<String, HashMap<i32, ConsumeQueue>>,
     index: Index,
 }
 
@@ -83,7 +89,7 @@ impl Dispatcher {
     pub fn open(config: &StoreConfig) -> Result<Dispatcher, StoreError> {
         let root = config.dir.join(CONSUME_QUEUE_DIR);
         mapped_file::create_dir_durable(&root)?;
-        let mut queues = HashMap::new();
+        let mut queues: HashMap<String, HashMap<i32, ConsumeQueue>> = HashMap::new();
         for (topic, queue_id) in list_queue_dirs(&root)? {
             let queue = ConsumeQueue::open(
                 &config.dir,
@@ -91,7 +97,7 @@ impl Dispatcher {
                 queue_id,
                 config.consume_queue_units_per_segment,
             )?;
-            queues.insert((topic, queue_id), queue);
+            queues.entry(topic).or_default().insert(queue_id, queue);
         }
         Ok(Dispatcher {
             store_dir: config.dir.clone(),
@@ -107,20 +113,35 @@ impl Dispatcher {
         topic: &str,
         queue_id: i32,
     ) -> Result<&mut ConsumeQueue, StoreError> {
-        let key = (topic.to_owned(), queue_id);
-        if !self.queues.contains_key(&key) {
+        let known = self
+            .queues
+            .get(topic)
+            .is_some_and(|queues| queues.contains_key(&queue_id));
+        if !known {
             let queue =
                 ConsumeQueue::open(&self.store_dir, topic, queue_id, self.units_per_segment)?;
-            self.queues.insert(key.clone(), queue);
+            self.queues
+                .entry(topic.to_owned())
+                .or_default()
+                .insert(queue_id, queue);
         }
         self.queues
-            .get_mut(&key)
+            .get_mut(topic)
+            .and_then(|queues| queues.get_mut(&queue_id))
             .ok_or(StoreError::InvalidQueueId { queue_id })
     }
 
     /// The queue `topic`/`queue_id`, if it exists.
     pub fn queue(&self, topic: &str, queue_id: i32) -> Option<&ConsumeQueue> {
-        self.queues.get(&(topic.to_owned(), queue_id))
+        self.queues.get(topic)?.get(&queue_id)
+    }
+
+    fn all_queues(&self) -> impl Iterator<Item = &ConsumeQueue> {
+        self.queues.values().flat_map(HashMap::values)
+    }
+
+    fn all_queues_mut(&mut self) -> impl Iterator<Item = &mut ConsumeQueue> {
+        self.queues.values_mut().flat_map(HashMap::values_mut)
     }
 
     pub fn index(&self) -> &Index {
@@ -132,11 +153,11 @@ impl Dispatcher {
     pub fn dispatch(
         &mut self,
         offset: u64,
-        info: &RecordInfo,
+        info: &RecordInfo<'_>,
         queue_offset: u64,
         allow_start: bool,
     ) -> Result<DispatchOutcome, StoreError> {
-        let queue = self.queue_mut(&info.topic, info.queue_id)?;
+        let queue = self.queue_mut(info.topic, info.queue_id)?;
         let before = queue.max_offset();
         if allow_start && queue.min_offset() == before && queue_offset > before {
             queue.start_at(queue_offset)?;
@@ -149,7 +170,7 @@ impl Dispatcher {
         queue.put(queue_offset, unit)?;
         let unit_added = queue.max_offset() > before;
         let entries_before = self.index.len();
-        for key in &info.keys {
+        for key in info.keys() {
             self.index.add(key, offset as i64)?;
         }
         Ok(DispatchOutcome {
@@ -162,7 +183,7 @@ impl Dispatcher {
     /// returns `(units, index entries)` dropped.
     pub fn truncate(&mut self, end: u64) -> Result<(u64, u64), StoreError> {
         let mut units = 0;
-        for queue in self.queues.values_mut() {
+        for queue in self.all_queues_mut() {
             units += queue.truncate_by_commit_log(end)?;
         }
         let entries = self.index.truncate(end)? as u64;
@@ -176,20 +197,22 @@ impl Dispatcher {
 
     /// Number of queues.
     pub fn queue_count(&self) -> u64 {
-        self.queues.len() as u64
+        self.all_queues().count() as u64
     }
 
     /// Sum of the queues' max offsets.
     pub fn queue_offset_sum(&self) -> u64 {
-        self.queues.values().map(ConsumeQueue::max_offset).sum()
+        self.all_queues().map(ConsumeQueue::max_offset).sum()
     }
 
-    /// Durably flushes every queue and the index.
-    pub fn flush(&mut self) -> Result<(), StoreError> {
-        for queue in self.queues.values_mut() {
-            queue.flush()?;
+    /// Marks every queue and the index clean and adds what makes their writes durable to
+    /// `targets`.
+    pub fn begin_flush(&mut self, targets: &mut Vec<FlushTarget>) -> Result<(), StoreError> {
+        for queue in self.all_queues_mut() {
+            queue.begin_flush(targets);
         }
-        self.index.flush()
+        targets.push(self.index.begin_flush()?);
+        Ok(())
     }
 }
 
@@ -242,8 +265,11 @@ mod tests {
         let view = RecordView::parse(&bytes).expect("parse");
         let info = RecordInfo::from_view(&view, default_tags_code(&view)).expect("info");
         assert_eq!(info.tags_code, tags_code("TagA"));
-        assert_eq!(info.keys, vec!["UNIQ-TopicA-3-1", "order-1", "user-7"]);
-        assert_eq!((info.topic.as_str(), info.queue_id), ("TopicA", 3));
+        assert_eq!(
+            info.keys().collect::<Vec<_>>(),
+            vec!["UNIQ-TopicA-3-1", "order-1", "user-7"]
+        );
+        assert_eq!((info.topic, info.queue_id), ("TopicA", 3));
     }
 
     #[test]
@@ -277,13 +303,21 @@ mod tests {
         );
         let again = dispatcher.dispatch(0, &info, 0, false).expect("again");
         assert_eq!(again, DispatchOutcome::default());
-        dispatcher.flush().expect("flush");
+        let mut targets = Vec::new();
+        dispatcher.begin_flush(&mut targets).expect("flush");
+        targets
+            .iter()
+            .try_for_each(FlushTarget::sync)
+            .expect("sync");
         std::fs::create_dir_all(dir.path().join(CONSUME_QUEUE_DIR).join("bad topic"))
             .expect("mkdir");
         drop(dispatcher);
         let dispatcher = Dispatcher::open(&config).expect("reopen");
         assert_eq!(dispatcher.queue_count(), 1);
         assert_eq!(dispatcher.queue_offset_sum(), 1);
-        assert_eq!(dispatcher.index().lookup("order-1"), &[0]);
+        assert_eq!(
+            dispatcher.index().lookup("order-1").collect::<Vec<_>>(),
+            [0]
+        );
     }
 }

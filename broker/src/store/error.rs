@@ -100,6 +100,9 @@ pub enum StoreError {
     /// An index entry for an offset below the last indexed offset that is not already present.
     #[error("index entry at commit log offset {offset} is older than last indexed offset {last}")]
     IndexOutOfOrder { offset: i64, last: i64 },
+    /// The in-memory key index holds as many entries as it can address.
+    #[error("the key index is full ({entries} entries)")]
+    IndexFull { entries: usize },
     /// The store configuration is invalid.
     #[error("invalid store config: {reason}")]
     InvalidConfig { reason: String },

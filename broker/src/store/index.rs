@@ -5,17 +5,25 @@
 //! Invariants: entries are in non-decreasing CommitLog offset order (so truncation is a cut of
 //! the file's tail); a (hash, offset) pair is stored once; a hash only names candidates, so
 //! callers verify the key against the record read back (hash collisions).
+//!
+//! In memory, as in RocketMQ's hash-slot index files, each hash maps to its newest entry and
+//! every entry links to the previous entry of its hash: an add is O(1) and allocates nothing
+//! beyond amortized vector growth, and a lookup walks one key's chain newest first.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
+use std::hash::BuildHasherDefault;
+use std::hash::Hasher;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tracing::warn;
 
 use crate::store::error::StoreError;
 use crate::store::mapped_file;
+use crate::store::mapped_file::FlushTarget;
 
 /// Bytes per index entry: key hash u64 + CommitLog offset i64.
 pub const INDEX_ENTRY_SIZE: usize = 16;
@@ -40,13 +48,39 @@ struct Entry {
     offset: i64,
 }
 
+/// No entry: the end of a hash chain.
+const NO_ENTRY: u32 = u32::MAX;
+
+/// Keys of `newest` are FNV-1a hashes already; hashing them again would only cost time.
+#[derive(Debug, Default)]
+struct KeyHashIdentity(u64);
+
+impl Hasher for KeyHashIdentity {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 << 8) | u64::from(*byte);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
+}
+
 /// The key index.
 #[derive(Debug)]
 pub struct Index {
     path: PathBuf,
-    file: File,
+    file: Arc<File>,
     entries: Vec<Entry>,
-    by_hash: HashMap<u64, Vec<i64>>,
+    /// For each entry, the previous entry with the same hash ([`NO_ENTRY`] if none).
+    previous: Vec<u32>,
+    /// The newest entry of each hash.
+    newest: HashMap<u64, u32, BuildHasherDefault<KeyHashIdentity>>,
     /// Entries `[0, persisted)` are in the file.
     persisted: usize,
 }
@@ -81,23 +115,32 @@ impl Index {
         }
         let mut index = Index {
             path,
-            file,
+            file: Arc::new(file),
             persisted: entries.len(),
             entries,
-            by_hash: HashMap::new(),
+            previous: Vec::new(),
+            newest: HashMap::default(),
         };
         index.rebuild_map();
         Ok(index)
     }
 
     fn rebuild_map(&mut self) {
-        self.by_hash.clear();
-        for entry in &self.entries {
-            self.by_hash
-                .entry(entry.hash)
-                .or_default()
-                .push(entry.offset);
+        self.newest.clear();
+        self.previous.clear();
+        for slot in 0..self.entries.len() {
+            self.link(slot);
         }
+    }
+
+    /// Makes entry `slot` the newest of its hash.
+    fn link(&mut self, slot: usize) {
+        let slot = slot as u32;
+        let previous = self
+            .newest
+            .insert(self.entries[slot as usize].hash, slot)
+            .unwrap_or(NO_ENTRY);
+        self.previous.push(previous);
     }
 
     /// Number of entries.
@@ -114,11 +157,14 @@ impl Index {
     /// pair older than the last entry is an error (entries must stay in offset order).
     pub fn add(&mut self, key: &str, offset: i64) -> Result<(), StoreError> {
         let hash = key_hash(key);
-        if self
-            .by_hash
-            .get(&hash)
-            .is_some_and(|offsets| offsets.contains(&offset))
-        {
+        // Entries are in offset order: a pair at or after the last offset can only be stored
+        // as its hash's newest entry; an older one (re-dispatch after a restart) is looked
+        // for down its hash's chain, which ends before any smaller offset.
+        let stored = self
+            .chain(hash)
+            .take_while(|stored| *stored >= offset)
+            .any(|stored| stored == offset);
+        if stored {
             return Ok(());
         }
         if let Some(last) = self.entries.last()
@@ -129,16 +175,29 @@ impl Index {
                 last: last.offset,
             });
         }
+        if self.entries.len() >= NO_ENTRY as usize {
+            return Err(StoreError::IndexFull {
+                entries: self.entries.len(),
+            });
+        }
         self.entries.push(Entry { hash, offset });
-        self.by_hash.entry(hash).or_default().push(offset);
+        self.link(self.entries.len() - 1);
         Ok(())
     }
 
-    /// Candidate CommitLog offsets for `key`, oldest first (verify against the record).
-    pub fn lookup(&self, key: &str) -> &[i64] {
-        self.by_hash
-            .get(&key_hash(key))
-            .map_or(&[][..], Vec::as_slice)
+    /// Candidate CommitLog offsets for `key`, newest first (verify against the record).
+    pub fn lookup(&self, key: &str) -> impl Iterator<Item = i64> + '_ {
+        self.chain(key_hash(key))
+    }
+
+    /// The offsets of `hash`'s entries, newest first.
+    fn chain(&self, hash: u64) -> impl Iterator<Item = i64> + '_ {
+        let mut slot = self.newest.get(&hash).copied().unwrap_or(NO_ENTRY);
+        std::iter::from_fn(move || {
+            let entry = self.entries.get(slot as usize)?;
+            slot = self.previous[slot as usize];
+            Some(entry.offset)
+        })
     }
 
     /// Drops entries pointing at or beyond CommitLog offset `end`; returns how many.
@@ -161,6 +220,11 @@ impl Index {
 
     /// Writes new entries and fsyncs the file.
     pub fn flush(&mut self) -> Result<(), StoreError> {
+        self.begin_flush()?.sync()
+    }
+
+    /// Writes new entries to the file (not yet durably) and returns what makes them durable.
+    pub fn begin_flush(&mut self) -> Result<FlushTarget, StoreError> {
         let pending = &self.entries[self.persisted..];
         let mut bytes = Vec::with_capacity(pending.len() * INDEX_ENTRY_SIZE);
         for entry in pending {
@@ -169,10 +233,9 @@ impl Index {
         }
         self.file
             .write_all_at(&bytes, (self.persisted * INDEX_ENTRY_SIZE) as u64)
-            .and_then(|()| self.file.sync_data())
             .map_err(|e| StoreError::io("flush index", &self.path, e))?;
         self.persisted = self.entries.len();
-        Ok(())
+        Ok(FlushTarget::new(self.file.clone(), self.path.clone()))
     }
 }
 
@@ -218,13 +281,33 @@ mod tests {
         index.add("k2", 0).expect("add");
         index.add("k1", 100).expect("add");
         index.add("k1", 100).expect("duplicate is a no-op");
-        assert_eq!(index.lookup("k1"), &[0, 100]);
-        assert_eq!(index.lookup("nope"), &[] as &[i64]);
+        assert_eq!(index.lookup("k1").collect::<Vec<_>>(), [100, 0]);
+        assert_eq!(index.lookup("nope").count(), 0);
         assert_eq!(index.len(), 3);
         assert!(matches!(
             index.add("k3", 50),
             Err(StoreError::IndexOutOfOrder { .. })
         ));
+    }
+
+    #[test]
+    fn re_adding_an_older_stored_pair_is_a_no_op() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut index = Index::open(dir.path()).expect("open");
+        for offset in [0, 10, 20, 30] {
+            index.add("reused", offset).expect("add");
+            index.add(&format!("uniq-{offset}"), offset).expect("add");
+        }
+        index.add("reused", 10).expect("stored deeper in the chain");
+        index
+            .add("uniq-20", 20)
+            .expect("stored, not the newest of all");
+        assert!(matches!(
+            index.add("reused", 15),
+            Err(StoreError::IndexOutOfOrder { .. })
+        ));
+        assert_eq!(index.len(), 8);
+        assert_eq!(index.lookup("reused").collect::<Vec<_>>(), [30, 20, 10, 0]);
     }
 
     #[test]
@@ -245,8 +328,8 @@ mod tests {
         std::fs::write(&path, &bytes).expect("write");
         let index = Index::open(dir.path()).expect("reopen");
         assert_eq!(index.len(), 7);
-        assert_eq!(index.lookup("k9"), &[90]);
-        assert!(index.lookup("k6").is_empty());
+        assert_eq!(index.lookup("k9").collect::<Vec<_>>(), [90]);
+        assert_eq!(index.lookup("k6").count(), 0);
         assert_eq!(
             std::fs::read(&path).expect("read").len(),
             7 * INDEX_ENTRY_SIZE

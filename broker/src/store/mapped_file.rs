@@ -9,6 +9,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use memmap2::MmapMut;
 use tracing::debug;
@@ -80,14 +81,35 @@ pub fn nonzero_len(bytes: &[u8]) -> usize {
     bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1)
 }
 
+/// A file with writes that are not durable yet; syncing it needs no lock on the store.
+#[derive(Debug)]
+pub struct FlushTarget {
+    file: Arc<File>,
+    path: PathBuf,
+}
+
+impl FlushTarget {
+    pub fn new(file: Arc<File>, path: PathBuf) -> FlushTarget {
+        FlushTarget { file, path }
+    }
+
+    /// fsyncs the file's data.
+    pub fn sync(&self) -> Result<(), StoreError> {
+        self.file
+            .sync_data()
+            .map_err(|e| StoreError::io("flush", &self.path, e))
+    }
+}
+
 /// One memory-mapped segment file.
 #[derive(Debug)]
 pub struct MappedFile {
     path: PathBuf,
     start_offset: u64,
     mmap: MmapMut,
-    /// Kept open to ask the file system where data lies (holes need no scan).
-    file: File,
+    /// Kept open to ask the file system where data lies (holes need no scan), and shared
+    /// with flushes that fsync it without holding the store.
+    file: Arc<File>,
     write_pos: usize,
     /// Byte range changed since the last flush.
     dirty: Option<(usize, usize)>,
@@ -150,7 +172,7 @@ impl MappedFile {
             path,
             start_offset,
             mmap,
-            file,
+            file: Arc::new(file),
             write_pos: 0,
             dirty: None,
         })
@@ -196,6 +218,16 @@ impl MappedFile {
 
     /// Appends `data` at the write position, returning the position it was written at.
     pub fn append(&mut self, data: &[u8]) -> Result<usize, StoreError> {
+        self.append_then(data, |_| Ok(()))
+    }
+
+    /// [`MappedFile::append`], then `patch` edits the bytes just written in place (before
+    /// anyone can read them), so a caller fixing up a few fields copies `data` only once.
+    pub fn append_then(
+        &mut self,
+        data: &[u8],
+        patch: impl FnOnce(&mut [u8]) -> Result<(), StoreError>,
+    ) -> Result<usize, StoreError> {
         let pos = self.write_pos;
         if data.len() > self.remaining() {
             return Err(StoreError::SegmentFull {
@@ -205,7 +237,12 @@ impl MappedFile {
                 size: self.mmap.len(),
             });
         }
-        self.mmap[pos..pos + data.len()].copy_from_slice(data);
+        let written = &mut self.mmap[pos..pos + data.len()];
+        written.copy_from_slice(data);
+        if let Err(error) = patch(written) {
+            written.fill(0);
+            return Err(error);
+        }
         self.write_pos += data.len();
         self.mark_dirty(pos, self.write_pos);
         Ok(pos)
@@ -305,15 +342,21 @@ impl MappedFile {
         extents
     }
 
-    /// Durably writes the dirty range (`msync` with `MS_SYNC`).
+    /// Durably writes the dirty range.
     pub fn flush(&mut self) -> Result<(), StoreError> {
-        if let Some((from, to)) = self.dirty {
-            self.mmap
-                .flush_range(from, to - from)
-                .map_err(|e| StoreError::io("flush segment", &self.path, e))?;
-            self.dirty = None;
-        }
-        Ok(())
+        self.begin_flush().map_or(Ok(()), |target| target.sync())
+    }
+
+    /// Marks the file clean and hands back what makes it durable: an fsync of the file,
+    /// which on Linux writes back the page-cache pages dirtied through the shared mapping as
+    /// `msync(MS_SYNC)` does. `None` if nothing changed since the last flush. The caller
+    /// must [`FlushTarget::sync`] it before it relies on the data being durable.
+    pub fn begin_flush(&mut self) -> Option<FlushTarget> {
+        self.dirty.take()?;
+        Some(FlushTarget {
+            file: self.file.clone(),
+            path: self.path.clone(),
+        })
     }
 
     /// Unmaps and deletes the file, then fsyncs its directory.

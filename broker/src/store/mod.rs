@@ -32,6 +32,7 @@ pub use tags::tags_code;
 use tracing::{error, info, warn};
 
 use crate::store::dispatch::{Dispatcher, RecordInfo};
+use crate::store::mapped_file::FlushTarget;
 use crate::store::record::RecordError;
 
 /// Most records `query_by_key` returns (the newest ones).
@@ -74,6 +75,26 @@ struct Redispatch {
     records: u64,
     units: u64,
     index_entries: u64,
+}
+
+/// Writes of a store that a flush makes durable, taken by [`MessageStore::begin_flush`].
+#[derive(Debug)]
+#[must_use = "the data is durable only once `finish` returns"]
+pub struct PendingFlush {
+    targets: Vec<FlushTarget>,
+    /// The checkpoint to write once the targets are synced, and the store directory.
+    checkpoint: Option<(Checkpoint, std::path::PathBuf)>,
+}
+
+impl PendingFlush {
+    /// fsyncs every dirty file, then writes the checkpoint that covers them.
+    pub fn finish(self) -> Result<(), StoreError> {
+        self.targets.iter().try_for_each(FlushTarget::sync)?;
+        match &self.checkpoint {
+            Some((checkpoint, dir)) => checkpoint.store(dir),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The message store. Not internally synchronized: callers wrap it in a `RwLock`.
@@ -186,9 +207,9 @@ impl MessageStore {
         Ok(done)
     }
 
-    /// Appends one encoded record (offsets zero): assigns its queue offset and CommitLog
-    /// offset, patches both into `record`, writes it and dispatches it.
-    pub fn append(&mut self, record: &mut [u8]) -> Result<AppendResult, StoreError> {
+    /// Appends one encoded record: assigns its queue offset and CommitLog offset, writes it
+    /// with both patched into the stored copy, and dispatches it.
+    pub fn append(&mut self, record: &[u8]) -> Result<AppendResult, StoreError> {
         self.append_with_tags_code(record, None)
     }
 
@@ -197,7 +218,7 @@ impl MessageStore {
     /// queue from the CommitLog reports `ConsumeQueueConflict`.
     pub fn append_with_tags_code(
         &mut self,
-        record: &mut [u8],
+        record: &[u8],
         tags_code: Option<i64>,
     ) -> Result<AppendResult, StoreError> {
         let at = self.commit_log.max_offset();
@@ -210,10 +231,9 @@ impl MessageStore {
         let info = RecordInfo::from_view(&view, code)?;
         let queue_offset = self
             .dispatcher
-            .queue_mut(&info.topic, info.queue_id)?
+            .queue_mut(info.topic, info.queue_id)?
             .max_offset();
-        record::patch_queue_offset(record, queue_offset as i64)?;
-        let offset = self.commit_log.append(record)?;
+        let offset = self.commit_log.append(record, queue_offset as i64)?;
         if let Err(err) = self.dispatcher.dispatch(offset, &info, queue_offset, false) {
             if let Err(rollback) = self.truncate(at as i64) {
                 error!(%rollback, "rolling back a failed dispatch failed");
@@ -254,8 +274,17 @@ impl MessageStore {
     /// Durably flushes the CommitLog, the ConsumeQueues and the index, then writes the
     /// checkpoint (skipped when nothing changed since the last one).
     pub fn flush(&mut self) -> Result<(), StoreError> {
-        self.commit_log.flush()?;
-        self.dispatcher.flush()?;
+        self.begin_flush()?.finish()
+    }
+
+    /// The part of [`MessageStore::flush`] that needs the store: notes what is dirty and
+    /// what the checkpoint will say. [`PendingFlush::finish`] then does the slow part (the
+    /// fsyncs and the checkpoint write) without the store, so appends and reads go on
+    /// meanwhile; until it returns, the data is not known to be durable.
+    pub fn begin_flush(&mut self) -> Result<PendingFlush, StoreError> {
+        let mut targets = Vec::new();
+        self.commit_log.begin_flush(&mut targets);
+        self.dispatcher.begin_flush(&mut targets)?;
         let end = self.commit_log.max_offset();
         let checkpoint = Checkpoint {
             commit_log_flushed_offset: end,
@@ -264,11 +293,14 @@ impl MessageStore {
             consume_queue_offset_sum: self.dispatcher.queue_offset_sum(),
             index_entry_count: self.dispatcher.index().len() as u64,
         };
-        if checkpoint != self.last_checkpoint {
-            checkpoint.store(&self.config.dir)?;
+        let changed = checkpoint != self.last_checkpoint;
+        if changed {
             self.last_checkpoint = checkpoint;
         }
-        Ok(())
+        Ok(PendingFlush {
+            targets,
+            checkpoint: changed.then(|| (checkpoint, self.config.dir.clone())),
+        })
     }
 
     pub fn commit_log_min_offset(&self) -> i64 {
@@ -364,8 +396,8 @@ impl MessageStore {
     /// [`QUERY_BY_KEY_RESULTS_MAX`].
     pub fn query_by_key(&self, key: &str) -> Result<Vec<MessageRecord>, StoreError> {
         let mut found = Vec::new();
-        for offset in self.dispatcher.index().lookup(key).iter().rev() {
-            let message = self.read_message(*offset)?;
+        for offset in self.dispatcher.index().lookup(key) {
+            let message = self.read_message(offset)?;
             let props = &message.properties;
             let matches = props.get(properties::UNIQ_KEY) == Some(key)
                 || props

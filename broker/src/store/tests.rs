@@ -46,7 +46,7 @@ fn message(i: usize) -> Vec<u8> {
 
 fn append_n(store: &mut MessageStore, range: std::ops::Range<usize>) -> Vec<AppendResult> {
     range
-        .map(|i| store.append(&mut message(i)).expect("append"))
+        .map(|i| store.append(&message(i)).expect("append"))
         .collect()
 }
 
@@ -119,9 +119,9 @@ fn invalid_records_are_rejected_before_writing() {
     let mut bad_size = message(0);
     let too_long = (bad_size.len() as i32 + 1).to_be_bytes();
     bad_size[..4].copy_from_slice(&too_long);
-    for mut bad in [bad_crc, trailing, bad_size] {
+    for bad in [bad_crc, trailing, bad_size] {
         assert!(matches!(
-            store.append(&mut bad),
+            store.append(&bad),
             Err(StoreError::Corrupt { .. })
         ));
     }
@@ -162,7 +162,7 @@ fn torn_tail_is_truncated_and_appends_continue() {
             .read_message(r.commit_log_offset)
             .expect("whole record intact");
     }
-    let appended = store.append(&mut message(10)).expect("append");
+    let appended = store.append(&message(10)).expect("append");
     assert_eq!(appended.commit_log_offset as u64, end);
     // Message 10 goes to TopicA/1, which holds only message 4 so far.
     assert_eq!(appended.queue_offset, 1);
@@ -294,8 +294,8 @@ fn append_raw_commit_log_reproduces_log_and_queues() {
     assert_eq!(all_units(&dst), all_units(&src));
     assert_eq!(dst.query_by_key("U42").expect("query").len(), 1);
     // Both continue identically.
-    let a = src.append(&mut message(50)).expect("append");
-    let b = dst.append(&mut message(50)).expect("append");
+    let a = src.append(&message(50)).expect("append");
+    let b = dst.append(&message(50)).expect("append");
     assert_eq!(a, b);
     assert!(matches!(
         dst.append_raw_commit_log(0, &bytes),
@@ -373,14 +373,14 @@ fn tags_code_fn_is_used_for_append_and_rebuild() {
         ..config(dir.path())
     };
     let (mut store, _) = MessageStore::open(cfg.clone()).expect("open");
-    let r = store.append(&mut message(0)).expect("append");
+    let r = store.append(&message(0)).expect("append");
     let expected = r.store_timestamp_ms + 1000;
     assert_eq!(
         store.read_consume_queue("TopicA", 0, 0, 1)[0].tags_code,
         expected
     );
     store
-        .append_with_tags_code(&mut message(2), Some(expected))
+        .append_with_tags_code(&message(2), Some(expected))
         .expect("append");
     store.flush().expect("flush");
     drop(store);
@@ -400,7 +400,7 @@ fn search_by_time_finds_the_first_message_stored_at_or_after() {
         let mut record = sample("TopicT", 0, b"x");
         record.store_timestamp_ms = 1000 + 10 * i;
         store
-            .append(&mut record.encode().expect("encode"))
+            .append(&record.encode().expect("encode"))
             .expect("append");
     }
     let search = |ts| {
