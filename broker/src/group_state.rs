@@ -15,6 +15,8 @@ use tokio::sync::watch;
 
 use crate::metadata::Metadata;
 use crate::store::MessageStore;
+use crate::store::PendingFlush;
+use crate::store::StoreError;
 
 pub struct GroupState {
     store: RwLock<MessageStore>,
@@ -28,6 +30,26 @@ pub struct GroupState {
     /// second would find files the first marked clean and call its data durable before the
     /// first's fsyncs finished.
     flushing: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// A flush of the store under way ([`GroupState::begin_flush`]); it may move to another
+/// thread to finish.
+#[must_use = "the data is durable only once `finish` returns"]
+pub struct StoreFlush {
+    pending: PendingFlush,
+    _exclusive: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl StoreFlush {
+    /// The CommitLog end this flush makes durable.
+    pub fn commit_log_end(&self) -> i64 {
+        self.pending.commit_log_end()
+    }
+
+    /// fsyncs what was dirty and writes the store's checkpoint; then other flushes may run.
+    pub fn finish(self) -> Result<(), StoreError> {
+        self.pending.finish()
+    }
 }
 
 /// Arrival counters kept before the ones nobody waits on any more are dropped.
@@ -44,10 +66,16 @@ impl GroupState {
         }
     }
 
-    /// Exclusive right to flush the store until the guard is dropped (it may move to the
-    /// blocking task that finishes the flush).
-    pub async fn lock_flush(&self) -> tokio::sync::OwnedMutexGuard<()> {
-        self.flushing.clone().lock_owned().await
+    /// Starts a flush of the store: waits for any other flush to finish, then notes what is
+    /// dirty under a short write lock. The returned [`StoreFlush`] does the fsyncs without
+    /// the store lock and keeps other flushes out until it is done.
+    pub async fn begin_flush(&self) -> Result<StoreFlush, StoreError> {
+        let exclusive = self.flushing.clone().lock_owned().await;
+        let pending = self.store_mut().begin_flush()?;
+        Ok(StoreFlush {
+            pending,
+            _exclusive: exclusive,
+        })
     }
 
     /// Read access to the store. A poisoned lock means a writer panicked mid-apply: the node

@@ -15,6 +15,7 @@
 pub mod admin;
 pub mod brokers;
 pub mod clients;
+mod clock;
 pub mod consumer;
 pub mod drill;
 pub mod error;

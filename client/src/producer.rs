@@ -30,12 +30,14 @@ use rocketraft_proto::names::validate_topic_name;
 
 use crate::brokers::Brokers;
 use crate::brokers::CallError;
+use crate::clock::now_ms;
 use crate::error::ProducerError;
 use crate::message::Message;
 use crate::route::ROUTE_TTL_DEFAULT;
 use crate::route::RouteCache;
 use crate::route::TopicRoute;
 use crate::send_lanes::SendLanes;
+use crate::send_lanes::send_request;
 use crate::unique_id::UniqueIdGenerator;
 
 /// How long a send may take, all retries included.
@@ -88,14 +90,15 @@ impl ProducerBuilder {
                 "a producer needs at least one nameserver".into(),
             ));
         }
+        let brokers = Arc::new(Brokers::new(RouteCache::new(
+            self.nameservers,
+            self.route_ttl,
+        )));
         Ok(Producer {
             inner: Arc::new(Inner {
                 group: self.group,
-                brokers: Arc::new(Brokers::new(RouteCache::new(
-                    self.nameservers,
-                    self.route_ttl,
-                ))),
-                lanes: SendLanes::default(),
+                lanes: SendLanes::new(brokers.clone()),
+                brokers,
                 ids: UniqueIdGenerator::new(),
                 next_queue: AtomicUsize::new(0),
                 send_timeout: self.send_timeout,
@@ -194,15 +197,7 @@ impl Producer {
                     born_host: String::new(),
                 };
                 async move {
-                    let budget = deadline.saturating_duration_since(Instant::now());
-                    let response = inner
-                        .brokers
-                        .on_leader(&group, budget, |mut client| {
-                            let mut request = tonic::Request::new(request.clone());
-                            request.set_timeout(budget);
-                            async move { Ok(client.send(request).await?.into_inner()) }
-                        })
-                        .await?;
+                    let response = send_request(&inner.brokers, &group, &request, deadline).await?;
                     Ok((group, response.results))
                 }
             })
@@ -247,7 +242,7 @@ impl Producer {
                 async move {
                     let result = inner
                         .lanes
-                        .send(&inner.brokers, &group, topic, queue_id, wire, deadline)
+                        .send(&group, topic, queue_id, wire, deadline)
                         .await?;
                     Ok((group, result))
                 }
@@ -345,10 +340,4 @@ fn to_result(result: pb::SendResult, msg_id: String, topic: &str, group: &str) -
         commit_log_offset: result.commit_log_offset,
         offset_msg_id: result.offset_msg_id,
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as i64)
 }

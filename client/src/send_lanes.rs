@@ -27,14 +27,15 @@ use tokio::time::Instant;
 
 use crate::brokers::Brokers;
 use crate::brokers::CallError;
+use crate::clock::now_ms;
 
 /// The outcome of one send through a lane.
 pub type LaneResult = Result<pb::SendResult, CallError>;
 
 /// The lanes of one producer, by topic, broker group and queue. Nested maps let a lookup
 /// borrow the names instead of building a key per send.
-#[derive(Default)]
 pub struct SendLanes {
+    brokers: Arc<Brokers>,
     lanes: Mutex<HashMap<String, GroupLanes>>,
 }
 
@@ -68,11 +69,18 @@ struct Pending {
 }
 
 impl SendLanes {
+    /// Lanes whose requests reach the groups' leaders through `brokers`.
+    pub fn new(brokers: Arc<Brokers>) -> SendLanes {
+        SendLanes {
+            brokers,
+            lanes: Mutex::default(),
+        }
+    }
+
     /// Sends `message` to `queue_id` of `topic` on `group`'s leader, together with whatever
     /// else is sent to that queue meanwhile; fails once `deadline` passes.
     pub async fn send(
         &self,
-        brokers: &Arc<Brokers>,
         group: &str,
         topic: &str,
         queue_id: i32,
@@ -91,7 +99,7 @@ impl SendLanes {
             !std::mem::replace(&mut state.busy, true)
         };
         if start_driver {
-            tokio::spawn(drive(lane, brokers.clone()));
+            tokio::spawn(drive(lane, self.brokers.clone()));
         }
         result.await.unwrap_or_else(|_| {
             Err(CallError::Unavailable {
@@ -202,7 +210,7 @@ async fn send_batch(brokers: &Brokers, key: &LaneKey, batch: Vec<Pending>) {
     while let Some((messages, replies)) = parts.pop_front() {
         let count = messages.len();
         request.messages = messages;
-        match call(brokers, &key.group, &request, deadline).await {
+        match send_request(brokers, &key.group, &request, deadline).await {
             Ok(response) if response.results.len() == count => {
                 for (result, reply) in response.results.into_iter().zip(replies) {
                     let _ = reply.send(Ok(result));
@@ -249,7 +257,7 @@ fn reply_all(replies: Vec<oneshot::Sender<LaneResult>>, error: &CallError) {
 }
 
 /// One `Send` to `group`'s leader, following leader changes until `deadline`.
-async fn call(
+pub(crate) async fn send_request(
     brokers: &Brokers,
     group: &str,
     request: &pb::SendRequest,
@@ -284,12 +292,6 @@ fn timed_out(key: &LaneKey) -> CallError {
             key.topic, key.queue_id
         ),
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as i64)
 }
 
 #[cfg(test)]

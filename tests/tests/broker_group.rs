@@ -222,6 +222,17 @@ async fn given_log_purged_when_wiped_node_restarts_should_be_rebuilt_by_snapshot
     assert_converged(&group, leader).await?;
     send_many(&group, 100, 4).await?;
     assert_converged(&group, leader).await?;
+    info!("--- NodeStatus reports the CPU its process spent, for the benchmark's accounting");
+    let status = group.status(leader).await?;
+    assert_eq!(
+        status.process_id,
+        std::process::id(),
+        "nodes run in this process"
+    );
+    let spent = status.process_cpu_micros;
+    assert!(spent > 0, "the sends so far cost CPU");
+    send_many(&group, 100, 4).await?;
+    assert!(group.status(leader).await?.process_cpu_micros > spent);
     group.shutdown().await;
     Ok(())
 }

@@ -213,25 +213,21 @@ impl StateMachine {
     /// appends (or the sends waiting on them). Waits for the previous checkpoint first.
     async fn start_checkpoint(&mut self) -> io::Result<()> {
         self.reap_checkpoint(true).await?;
-        let flushing = self.group.lock_flush().await;
         let path = self.dir.join(CHECKPOINT_FILE);
-        let (pending, checkpoint) = {
-            let mut store = self.group.store_mut();
-            let pending = store.begin_flush().map_err(store_io_error)?;
-            let checkpoint = Checkpoint {
-                last_applied: self.last_applied,
-                last_membership: self.last_membership.clone(),
-                metadata: self.group.metadata().clone(),
-                commit_log_end: store.commit_log_max_offset(),
-            };
-            (pending, checkpoint)
+        // Only apply (this task) changes the store and the metadata, so both are as of
+        // `last_applied` here.
+        let flush = self.group.begin_flush().await.map_err(store_io_error)?;
+        let checkpoint = Checkpoint {
+            last_applied: self.last_applied,
+            last_membership: self.last_membership.clone(),
+            metadata: self.group.metadata().clone(),
+            commit_log_end: flush.commit_log_end(),
         };
         self.last_checkpoint_at = Instant::now();
         let task = std::thread::Builder::new()
             .name("checkpoint".into())
             .spawn(move || {
-                let _flushing = flushing;
-                pending.finish().map_err(store_io_error)?;
+                flush.finish().map_err(store_io_error)?;
                 let encoded = codec::encode("state machine checkpoint", &checkpoint)?;
                 durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
             })?;
@@ -529,11 +525,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let group = self.group.clone();
         let path = self.dir.join(SNAPSHOT_FILE);
         let encoded = codec::encode("snapshot", &self.state)?;
-        let flushing = group.lock_flush().await;
-        let pending = group.store_mut().begin_flush().map_err(store_io_error)?;
+        let flush = group.begin_flush().await.map_err(store_io_error)?;
         tokio::task::spawn_blocking(move || {
-            let _flushing = flushing;
-            pending.finish().map_err(store_io_error)?;
+            flush.finish().map_err(store_io_error)?;
             durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
         })
         .await

@@ -82,11 +82,17 @@ struct Redispatch {
 #[must_use = "the data is durable only once `finish` returns"]
 pub struct PendingFlush {
     targets: Vec<FlushTarget>,
+    commit_log_end: u64,
     /// The checkpoint to write once the targets are synced, and the store directory.
     checkpoint: Option<(Checkpoint, std::path::PathBuf)>,
 }
 
 impl PendingFlush {
+    /// The CommitLog end this flush makes durable.
+    pub fn commit_log_end(&self) -> i64 {
+        self.commit_log_end as i64
+    }
+
     /// fsyncs every dirty file, then writes the checkpoint that covers them.
     pub fn finish(self) -> Result<(), StoreError> {
         self.targets.iter().try_for_each(FlushTarget::sync)?;
@@ -299,6 +305,7 @@ impl MessageStore {
         }
         Ok(PendingFlush {
             targets,
+            commit_log_end: end,
             checkpoint: changed.then(|| (checkpoint, self.config.dir.clone())),
         })
     }
