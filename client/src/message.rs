@@ -77,33 +77,46 @@ impl Message {
         self
     }
 
-    /// The wire form, carrying `unique_id` as its `UNIQ_KEY`.
+    /// The wire form, carrying `unique_id` as its `UNIQ_KEY`. The tags, keys and delay level
+    /// win over application properties of the same name.
     pub fn to_wire(&self, unique_id: &str) -> pb::Message {
-        let mut properties: std::collections::HashMap<String, String> = self
+        let keys = (!self.keys.is_empty()).then(|| self.keys.join(&KEY_SEPARATOR.to_string()));
+        let delay = (self.delay_level > 0).then(|| self.delay_level.to_string());
+        let core = [
+            (property::TAGS, self.tags.as_deref()),
+            (property::KEYS, keys.as_deref()),
+            (property::DELAY, delay.as_deref()),
+            (property::UNIQ_KEY, Some(unique_id)),
+        ];
+        let set = |key: &str| {
+            core.iter()
+                .any(|(name, value)| *name == key && value.is_some())
+        };
+        let application = self
             .properties
             .iter()
-            .map(|(key, value)| (key.clone(), value.clone()))
-            .collect();
-        if let Some(tags) = &self.tags {
-            properties.insert(property::TAGS.to_owned(), tags.clone());
-        }
-        if !self.keys.is_empty() {
-            properties.insert(
-                property::KEYS.to_owned(),
-                self.keys.join(&KEY_SEPARATOR.to_string()),
-            );
-        }
-        if self.delay_level > 0 {
-            properties.insert(property::DELAY.to_owned(), self.delay_level.to_string());
-        }
-        properties.insert(property::UNIQ_KEY.to_owned(), unique_id.to_owned());
+            .map(|(key, value)| (key.as_str(), value.as_str()))
+            .filter(|(key, _)| !set(key));
+        let core = core
+            .iter()
+            .filter_map(|(name, value)| Some((*name, (*value)?)));
         pb::Message {
             topic: self.topic.clone(),
             body: self.body.clone(),
-            properties,
+            properties: encode_properties(application.chain(core)),
             flag: 0,
         }
     }
+}
+
+/// Properties in the wire encoding (`rocketraft_proto::properties`). Keys and values must not
+/// hold `\x01` or `\x02`; the broker refuses a message whose do.
+pub fn encode_properties<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Bytes {
+    let mut out = Vec::new();
+    for (key, value) in pairs {
+        rocketraft_proto::properties::put_pair(&mut out, key, value);
+    }
+    out.into()
 }
 
 /// A stored message as a consumer receives it: the message and where it is stored.
@@ -172,6 +185,14 @@ impl MessageExt {
 mod tests {
     use super::*;
 
+    fn wire_pairs(message: &Message, id: &str) -> Vec<(String, String)> {
+        let wire = message.to_wire(id);
+        rocketraft_proto::properties::pairs(&wire.properties)
+            .map(|pair| pair.map(|(k, v)| (k.to_owned(), v.to_owned())))
+            .collect::<Result<_, _>>()
+            .expect("well-formed")
+    }
+
     #[test]
     fn wire_form_carries_the_core_properties() {
         let message = Message::new("Orders", "hi")
@@ -179,17 +200,37 @@ mod tests {
             .with_keys(["k1", "k2"])
             .with_delay_level(3)
             .with_property("color", "blue");
-        let wire = message.to_wire("ID1");
-        assert_eq!(wire.properties["TAGS"], "TagA");
-        assert_eq!(wire.properties["KEYS"], "k1 k2");
-        assert_eq!(wire.properties["DELAY"], "3");
-        assert_eq!(wire.properties["UNIQ_KEY"], "ID1");
-        assert_eq!(wire.properties["color"], "blue");
-        assert!(
-            !Message::new("t", "b")
-                .to_wire("x")
-                .properties
-                .contains_key("DELAY")
-        );
+        let pairs = wire_pairs(&message, "ID1");
+        let expected = [
+            ("color", "blue"),
+            ("TAGS", "TagA"),
+            ("KEYS", "k1 k2"),
+            ("DELAY", "3"),
+            ("UNIQ_KEY", "ID1"),
+        ];
+        assert_eq!(pairs, expected.map(|(k, v)| (k.to_owned(), v.to_owned())));
+        let plain = wire_pairs(&Message::new("t", "b"), "x");
+        assert_eq!(plain, [("UNIQ_KEY".to_owned(), "x".to_owned())]);
+    }
+
+    #[test]
+    fn fields_win_over_application_properties_of_the_same_name() {
+        let message = Message::new("t", "b")
+            .with_tags("FromField")
+            .with_property("TAGS", "FromProperty")
+            .with_property("UNIQ_KEY", "spoofed")
+            .with_property("DELAY", "2");
+        let pairs = wire_pairs(&message, "ID");
+        let value = |key: &str| {
+            let found: Vec<&str> = pairs
+                .iter()
+                .filter(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+                .collect();
+            found
+        };
+        assert_eq!(value("TAGS"), ["FromField"]);
+        assert_eq!(value("UNIQ_KEY"), ["ID"]);
+        assert_eq!(value("DELAY"), ["2"], "no delay level: the property stays");
     }
 }

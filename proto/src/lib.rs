@@ -7,6 +7,7 @@
 pub mod limits;
 pub mod names;
 pub mod process;
+pub mod properties;
 
 /// Message types and response codes shared by every service.
 pub mod common {

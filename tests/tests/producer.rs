@@ -173,6 +173,12 @@ async fn given_bad_sends_should_fail_clearly_and_store_nothing() -> anyhow::Resu
     let oversized = Message::new(TOPIC, vec![0u8; 4 * 1024 * 1024 + 1]);
     let error = producer.send(oversized).await.expect_err("over the limit");
     assert!(matches!(error, ProducerError::MessageIllegal(_)), "{error}");
+    let separator = Message::new(TOPIC, "x").with_property("bad", "a\u{1}b");
+    let error = producer
+        .send(separator)
+        .await
+        .expect_err("separator in a value");
+    assert!(matches!(error, ProducerError::MessageIllegal(_)), "{error}");
     let error = producer
         .send(Message::new("NoSuchTopic", "x"))
         .await

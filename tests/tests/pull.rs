@@ -4,6 +4,7 @@
 use std::time::Duration;
 use std::time::Instant;
 
+use rocketraft_client::message::encode_properties;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common as common_pb;
 use rocketraft_tests::TestGroup;
@@ -27,12 +28,12 @@ fn pull(queue_offset: i64, tags: &[&str], max_wait_ms: u32) -> pb::PullRequest {
 }
 
 fn tagged(tag: &str, body: &str) -> pb::SendRequest {
-    let mut message = common_pb::Message {
+    let message = common_pb::Message {
         topic: TOPIC.into(),
         body: body.as_bytes().to_vec().into(),
+        properties: encode_properties([("TAGS", tag)]),
         ..Default::default()
     };
-    message.properties.insert("TAGS".into(), tag.into());
     pb::SendRequest {
         topic: TOPIC.into(),
         queue_id: 0,

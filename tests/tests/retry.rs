@@ -17,6 +17,7 @@ use rocketraft_client::consumer::PushConsumer;
 use rocketraft_client::consumer::PushConsumerBuilder;
 use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
+use rocketraft_client::message::encode_properties;
 use rocketraft_client::producer::Producer;
 use rocketraft_proto::broker as pb;
 use rocketraft_tests::cluster::GROUPS;
@@ -459,9 +460,7 @@ async fn given_a_deleted_topic_its_delayed_messages_are_dropped_and_the_level_go
     let mut client = group.client(leader).await?;
     let delayed = |topic: &str, body: &str| {
         let mut request = rocketraft_tests::send_request(topic, 0, [body.as_bytes().to_vec()]);
-        request.messages[0]
-            .properties
-            .insert("DELAY".into(), "1".into());
+        request.messages[0].properties = encode_properties([("DELAY", "1")]);
         request
     };
     client.send(delayed("Doomed", "never")).await?;

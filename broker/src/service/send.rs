@@ -22,11 +22,12 @@ use crate::schedule::delayed::requested_level;
 use crate::service::BrokerService;
 use crate::service::system_topics::DLQ_QUEUE_COUNT;
 use crate::service::system_topics::dlq_topic;
+use crate::store::properties;
 use crate::store::properties::DELAY;
 use crate::store::properties::MAX_RECONSUME_TIMES;
-use crate::store::properties::Properties;
 use crate::store::properties::RECONSUME_TIME;
 use crate::store::record::MessageRecord;
+use crate::store::record::RecordParts;
 use crate::topic::AUTO_CREATED_QUEUE_COUNT;
 use crate::topic::RETRY_TOPIC_PREFIX;
 use crate::topic::is_system_topic;
@@ -118,7 +119,8 @@ impl BrokerService {
         let mut placements = Vec::with_capacity(request.messages.len());
         for message in &request.messages {
             let number = |key: &str, default: i32| -> Result<i32, BrokerError> {
-                message.properties.get(key).map_or(Ok(default), |value| {
+                let value = properties::find(&message.properties, key).map_err(illegal)?;
+                value.map_or(Ok(default), |value| {
                     value.parse().map_err(|_| {
                         BrokerError::MessageIllegal(format!("{key} {value:?} is not a number"))
                     })
@@ -192,7 +194,9 @@ impl BrokerService {
     ) -> Result<(Vec<u8>, usize), BrokerError> {
         let born_host = parse_born_host(&request.born_host)?;
         let store_timestamp_ms = now_ms();
-        let mut records = Vec::new();
+        let body_bytes: usize = request.messages.iter().map(|m| m.body.len()).sum();
+        let mut records =
+            Vec::with_capacity(body_bytes + request.messages.len() * RECORD_OVERHEAD_ESTIMATE);
         for (message, placement) in request.messages.iter().zip(placements) {
             if !message.topic.is_empty() && message.topic != request.topic {
                 return Err(BrokerError::MessageIllegal(format!(
@@ -200,13 +204,10 @@ impl BrokerService {
                     message.topic, request.topic
                 )));
             }
-            let mut properties = Properties::new();
-            for (key, value) in &message.properties {
-                properties
-                    .insert(key, value)
-                    .map_err(|e| BrokerError::MessageIllegal(e.to_string()))?;
-            }
-            let mut record = MessageRecord {
+            let delayed = properties::validate(&message.properties, DELAY)
+                .map_err(illegal)?
+                .is_some();
+            let parts = RecordParts {
                 queue_id: placement.queue_id,
                 flag: message.flag,
                 queue_offset: 0,
@@ -218,28 +219,35 @@ impl BrokerService {
                 store_host: self.store_host,
                 reconsume_times: placement.reconsume_times,
                 prepared_transaction_offset: 0,
-                body: message.body.clone(),
-                topic: placement
-                    .topic
-                    .clone()
-                    .unwrap_or_else(|| request.topic.clone()),
-                properties,
+                body: &message.body,
+                topic: placement.topic.as_deref().unwrap_or(&request.topic),
+                properties: &message.properties,
             };
+            if !placement.dead_letter && !delayed {
+                // The common case: the producer's encoded properties are stored as they are.
+                parts.encode_into(&mut records).map_err(illegal)?;
+                continue;
+            }
+            let mut record = MessageRecord::from_parts(&parts).map_err(illegal)?;
             if placement.dead_letter {
                 record.properties.remove(DELAY);
-            } else if let Some(level) = requested_level(&record, &self.delay_levels)
-                .map_err(|error| BrokerError::MessageIllegal(error.to_string()))?
+            } else if let Some(level) =
+                requested_level(&record, &self.delay_levels).map_err(illegal)?
             {
-                park(&mut record, level, &self.delay_levels)
-                    .map_err(|error| BrokerError::MessageIllegal(error.to_string()))?;
+                park(&mut record, level, &self.delay_levels).map_err(illegal)?;
             }
-            let encoded = record
-                .encode()
-                .map_err(|error| BrokerError::MessageIllegal(error.to_string()))?;
-            records.extend_from_slice(&encoded);
+            record.encode_into(&mut records).map_err(illegal)?;
         }
         Ok((records, request.messages.len()))
     }
+}
+
+/// A message's encoded record beyond its body, for sizing a batch's buffer: header, topic
+/// and the usual properties.
+const RECORD_OVERHEAD_ESTIMATE: usize = 256;
+
+fn illegal(error: impl std::fmt::Display) -> BrokerError {
+    BrokerError::MessageIllegal(error.to_string())
 }
 
 fn validate_batch_size(messages: &[common_pb::Message]) -> Result<(), BrokerError> {

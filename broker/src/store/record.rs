@@ -166,18 +166,41 @@ fn put_host(out: &mut Vec<u8>, addr: &SocketAddr) {
     out.extend_from_slice(&i32::from(addr.port()).to_be_bytes());
 }
 
-impl MessageRecord {
-    /// Encodes the record, checking the limits: topic valid and at most
+/// The fields of a record, borrowed, with its properties already encoded: what
+/// [`RecordParts::encode_into`] writes. A send encodes each message straight from its request
+/// into the batch buffer through it; [`MessageRecord::encode`] goes through it too.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordParts<'a> {
+    pub queue_id: i32,
+    pub flag: i32,
+    pub queue_offset: i64,
+    pub physical_offset: i64,
+    /// The host-family bits are derived from `born_host` / `store_host`.
+    pub sys_flag: i32,
+    pub born_timestamp_ms: i64,
+    pub born_host: SocketAddr,
+    pub store_timestamp_ms: i64,
+    pub store_host: SocketAddr,
+    pub reconsume_times: i32,
+    pub prepared_transaction_offset: i64,
+    pub body: &'a [u8],
+    pub topic: &'a str,
+    /// Encoded properties (`key\x01value\x02` pairs).
+    pub properties: &'a [u8],
+}
+
+impl RecordParts<'_> {
+    /// Appends the encoded record to `out`, checking the limits: topic valid and at most
     /// [`TOPIC_NAME_LEN_MAX`] bytes, body at most [`MESSAGE_BODY_SIZE_MAX`], encoded
-    /// properties at most [`PROPERTIES_SIZE_MAX`].
-    pub fn encode(&self) -> Result<Vec<u8>, StoreError> {
-        validate_topic(&self.topic)?;
+    /// properties at most [`PROPERTIES_SIZE_MAX`]. On error `out` is unchanged.
+    pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), StoreError> {
+        validate_topic(self.topic)?;
         check_limit(
             "MESSAGE_BODY_SIZE_MAX",
             MESSAGE_BODY_SIZE_MAX,
             self.body.len(),
         )?;
-        let props = self.properties.encode();
+        let props = self.properties;
         check_limit("PROPERTIES_SIZE_MAX", PROPERTIES_SIZE_MAX, props.len())?;
         let total = RECORD_HEADER_SIZE_MIN - 2 * HOST_V4_LEN
             + host_len(&self.born_host)
@@ -193,29 +216,82 @@ impl MessageRecord {
             sys_flag |= STOREHOSTADDRESS_V6_FLAG;
         }
         // Lengths were checked against limits whose sum fits i32 (compile-time asserts).
-        let mut out = Vec::with_capacity(total);
+        out.reserve(total);
+        let start = out.len();
         out.extend_from_slice(&(total as i32).to_be_bytes());
         out.extend_from_slice(&MESSAGE_MAGIC_CODE.to_be_bytes());
-        out.extend_from_slice(&body_crc(&self.body).to_be_bytes());
+        out.extend_from_slice(&body_crc(self.body).to_be_bytes());
         out.extend_from_slice(&self.queue_id.to_be_bytes());
         out.extend_from_slice(&self.flag.to_be_bytes());
         out.extend_from_slice(&self.queue_offset.to_be_bytes());
         out.extend_from_slice(&self.physical_offset.to_be_bytes());
         out.extend_from_slice(&sys_flag.to_be_bytes());
         out.extend_from_slice(&self.born_timestamp_ms.to_be_bytes());
-        put_host(&mut out, &self.born_host);
+        put_host(out, &self.born_host);
         out.extend_from_slice(&self.store_timestamp_ms.to_be_bytes());
-        put_host(&mut out, &self.store_host);
+        put_host(out, &self.store_host);
         out.extend_from_slice(&self.reconsume_times.to_be_bytes());
         out.extend_from_slice(&self.prepared_transaction_offset.to_be_bytes());
         out.extend_from_slice(&(self.body.len() as i32).to_be_bytes());
-        out.extend_from_slice(&self.body);
+        out.extend_from_slice(self.body);
         out.push(self.topic.len() as u8);
         out.extend_from_slice(self.topic.as_bytes());
         out.extend_from_slice(&(props.len() as i16).to_be_bytes());
-        out.extend_from_slice(&props);
-        debug_assert_eq!(out.len(), total);
+        out.extend_from_slice(props);
+        debug_assert_eq!(out.len() - start, total);
+        Ok(())
+    }
+}
+
+impl MessageRecord {
+    /// Encodes the record (see [`RecordParts::encode_into`] for the limits checked).
+    pub fn encode(&self) -> Result<Vec<u8>, StoreError> {
+        let mut out = Vec::new();
+        self.encode_into(&mut out)?;
         Ok(out)
+    }
+
+    /// Appends the encoded record to `out`; on error `out` is unchanged.
+    pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), StoreError> {
+        let properties = self.properties.encode();
+        RecordParts {
+            queue_id: self.queue_id,
+            flag: self.flag,
+            queue_offset: self.queue_offset,
+            physical_offset: self.physical_offset,
+            sys_flag: self.sys_flag,
+            born_timestamp_ms: self.born_timestamp_ms,
+            born_host: self.born_host,
+            store_timestamp_ms: self.store_timestamp_ms,
+            store_host: self.store_host,
+            reconsume_times: self.reconsume_times,
+            prepared_transaction_offset: self.prepared_transaction_offset,
+            body: &self.body,
+            topic: &self.topic,
+            properties: &properties,
+        }
+        .encode_into(out)
+    }
+
+    /// An owned record of `parts`, its properties decoded, for the rare sends that change a
+    /// record's properties before it is stored.
+    pub fn from_parts(parts: &RecordParts<'_>) -> Result<MessageRecord, StoreError> {
+        Ok(MessageRecord {
+            queue_id: parts.queue_id,
+            flag: parts.flag,
+            queue_offset: parts.queue_offset,
+            physical_offset: parts.physical_offset,
+            sys_flag: parts.sys_flag,
+            born_timestamp_ms: parts.born_timestamp_ms,
+            born_host: parts.born_host,
+            store_timestamp_ms: parts.store_timestamp_ms,
+            store_host: parts.store_host,
+            reconsume_times: parts.reconsume_times,
+            prepared_transaction_offset: parts.prepared_transaction_offset,
+            body: Bytes::copy_from_slice(parts.body),
+            topic: parts.topic.to_owned(),
+            properties: Properties::decode(parts.properties)?,
+        })
     }
 }
 

@@ -30,6 +30,8 @@ use rocketraft_client::group::BrokerGroupClient;
 use rocketraft_client::group::connect;
 use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
+use rocketraft_client::message::encode_properties;
+use rocketraft_client::message::property;
 use rocketraft_client::producer::Producer;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
@@ -203,16 +205,15 @@ impl Sender {
                 queues,
                 delay_level,
             } => {
-                let mut message = common_pb::Message {
+                let delay = delay_level.to_string();
+                let message = common_pb::Message {
                     topic: topic.clone(),
                     body,
+                    properties: encode_properties(
+                        (delay_level > 0).then_some((property::DELAY, delay.as_str())),
+                    ),
                     ..Default::default()
                 };
-                if delay_level > 0 {
-                    message
-                        .properties
-                        .insert("DELAY".into(), delay_level.to_string());
-                }
                 let request = pb::SendRequest {
                     topic,
                     queue_id: (sequence % u64::from(queues)) as i32,

@@ -15,6 +15,7 @@ use rocketraft_proto::names::RETRY_DELAY_LEVEL_BASE;
 
 use crate::consumer::Shared;
 use crate::message::MessageExt;
+use crate::message::encode_properties;
 use crate::message::property;
 
 /// How long one hand-back call may take, retries included.
@@ -110,7 +111,11 @@ fn retry_copy(shared: &Shared, message: &MessageExt, delay_level: i32) -> pb::Se
         messages: vec![common_pb::Message {
             topic,
             body: message.body.clone(),
-            properties,
+            properties: encode_properties(
+                properties
+                    .iter()
+                    .map(|(key, value)| (key.as_str(), value.as_str())),
+            ),
             flag: 0,
         }],
         born_timestamp_ms: message.born_timestamp_ms,
