@@ -45,7 +45,6 @@ use crate::raft::types::SnapshotMeta;
 use crate::raft::types::StoredMembership;
 use crate::raft::types::TypeConfig;
 use crate::store::MessageStore;
-use crate::store::StoreError;
 use crate::store::record;
 
 /// How often applied state is flushed and checkpointed while entries keep arriving.
@@ -131,9 +130,7 @@ impl StateMachine {
                 ),
             ));
         }
-        store
-            .truncate(start.commit_log_end)
-            .map_err(store_io_error)?;
+        store.truncate(start.commit_log_end)?;
         tracing::info!(
             last_applied = ?start.last_applied, commit_log_end = start.commit_log_end,
             replay_dropped_bytes = store_end - start.commit_log_end, "state machine opened"
@@ -216,7 +213,7 @@ impl StateMachine {
         let path = self.dir.join(CHECKPOINT_FILE);
         // Only apply (this task) changes the store and the metadata, so both are as of
         // `last_applied` here.
-        let flush = self.group.begin_flush().await.map_err(store_io_error)?;
+        let flush = self.group.begin_flush().await?;
         let checkpoint = Checkpoint {
             last_applied: self.last_applied,
             last_membership: self.last_membership.clone(),
@@ -227,7 +224,7 @@ impl StateMachine {
         let task = std::thread::Builder::new()
             .name("checkpoint".into())
             .spawn(move || {
-                flush.finish().map_err(store_io_error)?;
+                flush.finish()?;
                 let encoded = codec::encode("state machine checkpoint", &checkpoint)?;
                 durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
             })?;
@@ -270,17 +267,11 @@ impl StateMachine {
                     .store()
                     .commit_log_max_offset()
                     .min(state.commit_log_end);
-                self.group
-                    .store_mut()
-                    .truncate(local_end)
-                    .map_err(store_io_error)?;
+                self.group.store_mut().truncate(local_end)?;
                 let mut offset = local_end;
                 while offset < state.commit_log_end {
                     let want = (state.commit_log_end - offset).min(SNAPSHOT_CHUNK_BYTES as i64);
-                    let chunk = from
-                        .store()
-                        .read_commit_log(offset, want as usize)
-                        .map_err(store_io_error)?;
+                    let chunk = from.store().read_commit_log(offset, want as usize)?;
                     if chunk.is_empty() {
                         return Err(io::Error::other(format!(
                             "snapshot source has no CommitLog at {offset}"
@@ -288,8 +279,7 @@ impl StateMachine {
                     }
                     self.group
                         .store_mut()
-                        .append_raw_commit_log(offset, &chunk)
-                        .map_err(store_io_error)?;
+                        .append_raw_commit_log(offset, &chunk)?;
                     offset += chunk.len() as i64;
                 }
                 Ok(())
@@ -320,10 +310,7 @@ impl StateMachine {
                 ),
             ));
         }
-        self.group
-            .store_mut()
-            .truncate(start_offset)
-            .map_err(store_io_error)?;
+        self.group.store_mut().truncate(start_offset)?;
         let mut file = std::fs::File::open(path)?;
         let mut chunk = vec![0u8; SNAPSHOT_CHUNK_BYTES];
         let mut offset = start_offset;
@@ -334,8 +321,7 @@ impl StateMachine {
             }
             self.group
                 .store_mut()
-                .append_raw_commit_log(offset, &chunk[..read])
-                .map_err(store_io_error)?;
+                .append_raw_commit_log(offset, &chunk[..read])?;
             offset += read as i64;
         }
         if offset != state.commit_log_end {
@@ -355,29 +341,30 @@ impl StateMachine {
 fn append_records(group: &GroupState, records: &[u8]) -> io::Result<Vec<AppendedMessage>> {
     let mut appended = Vec::new();
     let mut queues = std::collections::BTreeSet::new();
-    let mut store = group.store_mut();
-    let mut position = 0usize;
-    while position < records.len() {
-        let size = record_size_at(records, position)?;
-        let record = &records[position..position + size];
-        let (topic, queue_id) = record::read_topic_and_queue(record).map_err(store_io_error)?;
-        // Few distinct queues per batch: a scan avoids an allocation per record.
-        if !queues
-            .iter()
-            .any(|(seen, id)| seen == topic && *id == queue_id)
-        {
-            queues.insert((topic.to_owned(), queue_id));
+    group.store_mut().append_batch(|batch| {
+        let mut position = 0usize;
+        while position < records.len() {
+            let size = record_size_at(records, position)?;
+            let record = &records[position..position + size];
+            let (topic, queue_id) = record::read_topic_and_queue(record)?;
+            // Few distinct queues per batch: a scan avoids an allocation per record.
+            if !queues
+                .iter()
+                .any(|(seen, id)| seen == topic && *id == queue_id)
+            {
+                queues.insert((topic.to_owned(), queue_id));
+            }
+            let result = batch.append(record)?;
+            appended.push(AppendedMessage {
+                queue_id,
+                queue_offset: result.queue_offset,
+                commit_log_offset: result.commit_log_offset,
+                size: result.size,
+            });
+            position += size;
         }
-        let result = store.append(record).map_err(store_io_error)?;
-        appended.push(AppendedMessage {
-            queue_id,
-            queue_offset: result.queue_offset,
-            commit_log_offset: result.commit_log_offset,
-            size: result.size,
-        });
-        position += size;
-    }
-    drop(store);
+        Ok::<_, io::Error>(())
+    })?;
     group.messages_arrived_in(&queues);
     Ok(appended)
 }
@@ -399,10 +386,6 @@ fn corrupt_batch(position: usize) -> io::Error {
         io::ErrorKind::InvalidData,
         format!("append batch corrupt at byte {position}"),
     )
-}
-
-fn store_io_error(error: StoreError) -> io::Error {
-    io::Error::other(error)
 }
 
 fn read_checkpoint(path: &Path) -> io::Result<Option<Checkpoint>> {
@@ -525,9 +508,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let group = self.group.clone();
         let path = self.dir.join(SNAPSHOT_FILE);
         let encoded = codec::encode("snapshot", &self.state)?;
-        let flush = group.begin_flush().await.map_err(store_io_error)?;
+        let flush = group.begin_flush().await?;
         tokio::task::spawn_blocking(move || {
-            flush.finish().map_err(store_io_error)?;
+            flush.finish()?;
             durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
         })
         .await

@@ -7,6 +7,10 @@
 //! least [`END_FILE_MIN_BLANK_LENGTH`] bytes free); bytes past the write position are zero.
 //! Recovery scans from the segment holding the checkpoint, validates length, magic and CRC
 //! record by record, and truncates (zeroes) everything after the first invalid record.
+//!
+//! Appends are staged in memory and reach the last segment's file with one `pwrite` per
+//! [`CommitLog::write_staged`] (or every [`STAGED_BYTES_MAX`] bytes). Staged records count in
+//! `max_offset` but are not readable: the store writes them before any `&self` read can run.
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +24,9 @@ use crate::store::record::{
 
 /// Sub-directory of the store holding the CommitLog segments.
 pub const COMMIT_LOG_DIR: &str = "commitlog";
+/// Staged bytes at which an append writes them out without waiting for `write_staged`: large
+/// enough that a write's fixed cost vanishes, small enough to stay in cache.
+pub const STAGED_BYTES_MAX: usize = 1024 * 1024;
 
 /// What recovery found at the end of the CommitLog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -72,6 +79,8 @@ pub struct CommitLog {
     dir: PathBuf,
     segment_size_bytes: u64,
     segments: Vec<MappedFile>,
+    /// Records appended after the last segment's write position and not yet written to it.
+    staged: Vec<u8>,
 }
 
 impl CommitLog {
@@ -101,6 +110,7 @@ impl CommitLog {
             dir,
             segment_size_bytes,
             segments,
+            staged: Vec::new(),
         };
         let bytes_truncated = log.recover(recover_from)?;
         let report = CommitLogRecovery {
@@ -163,16 +173,22 @@ impl CommitLog {
         self.segments.first().map_or(0, MappedFile::start_offset)
     }
 
-    /// Offset where the next record goes (before any roll).
+    /// Offset where the next record goes (before any roll), staged records included.
     pub fn max_offset(&self) -> u64 {
+        self.written_end() + self.staged.len() as u64
+    }
+
+    /// Offset after the last byte written to a segment file.
+    fn written_end(&self) -> u64 {
         self.segments
             .last()
             .map_or(0, |s| s.start_offset() + s.write_pos() as u64)
     }
 
-    /// Appends one encoded record, writing its QUEUEOFFSET and PHYSICALOFFSET into the copy
-    /// in the segment (the caller's bytes are not changed); seals the current segment
-    /// with a blank filler and rolls first if the record does not fit. Returns its offset.
+    /// Stages one encoded record with its QUEUEOFFSET and PHYSICALOFFSET written into the
+    /// staged copy (the caller's bytes are not changed); seals the current segment with a
+    /// blank filler and rolls first if the record does not fit. Returns its offset. The
+    /// record is readable once [`CommitLog::write_staged`] has written it.
     pub fn append(&mut self, record: &[u8], queue_offset: i64) -> Result<u64, StoreError> {
         let len = record.len();
         if (len + END_FILE_MIN_BLANK_LENGTH) as u64 > self.segment_size_bytes {
@@ -183,10 +199,31 @@ impl CommitLog {
         }
         self.make_room(len)?;
         let offset = self.max_offset();
-        self.last_segment()?.append_then(record, |written| {
-            record::patch_offsets(written, queue_offset, offset as i64)
-        })?;
+        let start = self.staged.len();
+        self.staged.extend_from_slice(record);
+        if let Err(error) =
+            record::patch_offsets(&mut self.staged[start..], queue_offset, offset as i64)
+        {
+            self.staged.truncate(start);
+            return Err(error);
+        }
+        if self.staged.len() >= STAGED_BYTES_MAX {
+            self.write_staged()?;
+        }
         Ok(offset)
+    }
+
+    /// Writes the staged records to the last segment with one write. On failure they are
+    /// dropped: the log ends where its file data ends.
+    pub fn write_staged(&mut self) -> Result<(), StoreError> {
+        if self.staged.is_empty() {
+            return Ok(());
+        }
+        let mut staged = std::mem::take(&mut self.staged);
+        let result = self.last_segment()?.write_append(&staged).map(drop);
+        staged.clear();
+        self.staged = staged;
+        result
     }
 
     fn last_segment(&mut self) -> Result<&mut MappedFile, StoreError> {
@@ -203,15 +240,18 @@ impl CommitLog {
             })
     }
 
-    /// Ensures the last segment has room for `len` bytes plus a future blank filler.
+    /// Ensures the last segment has room for `len` bytes plus a future blank filler, after
+    /// the staged records (written out first if it must roll).
     fn make_room(&mut self, len: usize) -> Result<(), StoreError> {
-        let segment = self.last_segment()?;
-        let remaining = segment.remaining();
-        if len + END_FILE_MIN_BLANK_LENGTH <= remaining {
+        let staged = self.staged.len();
+        if len + END_FILE_MIN_BLANK_LENGTH + staged <= self.last_segment()?.remaining() {
             return Ok(());
         }
+        self.write_staged()?;
+        let segment = self.last_segment()?;
+        let remaining = segment.remaining();
         if remaining > 0 {
-            segment.append(&record::blank_filler(remaining))?;
+            segment.write_append(&record::blank_filler(remaining))?;
             let pos = segment.write_pos() + remaining - END_FILE_MIN_BLANK_LENGTH;
             segment.skip_zeros_to(pos);
         }
@@ -241,6 +281,7 @@ impl CommitLog {
 
     /// `len` bytes at `offset`, within one segment and below the write position.
     pub fn read(&self, offset: u64, len: usize) -> Result<&[u8], StoreError> {
+        debug_assert!(self.staged.is_empty(), "read with staged records");
         self.segment_index(offset)
             .and_then(|i| {
                 let segment = &self.segments[i];
@@ -252,6 +293,7 @@ impl CommitLog {
     /// Up to `max_len` raw bytes from `offset` (crossing segments), for shipping to another
     /// node. `offset` must be in `[min_offset, max_offset]`.
     pub fn read_bytes(&self, offset: u64, max_len: usize) -> Result<Vec<u8>, StoreError> {
+        debug_assert!(self.staged.is_empty(), "read with staged records");
         if offset < self.min_offset() || offset > self.max_offset() {
             return Err(self.out_of_range(offset));
         }
@@ -274,6 +316,7 @@ impl CommitLog {
     /// Writes shipped raw bytes (whole records and blank fillers laid out for this segment
     /// size) at exactly the current end. An empty log accepts any segment-aligned offset.
     pub fn append_raw(&mut self, offset: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        self.write_staged()?;
         let aligned_start =
             self.segments.is_empty() && offset.is_multiple_of(self.segment_size_bytes);
         if offset != self.max_offset() && !aligned_start {
@@ -292,7 +335,7 @@ impl CommitLog {
             }
             let segment = self.last_segment()?;
             let take = segment.remaining().min(bytes.len() - written);
-            segment.append(&bytes[written..written + take])?;
+            segment.write_append(&bytes[written..written + take])?;
             written += take;
         }
         Ok(())
@@ -301,6 +344,7 @@ impl CommitLog {
     /// Drops everything at or after `offset` (a record boundary in `[min, max]`): deletes
     /// later segments and zeroes the tail of the segment holding `offset`.
     pub fn truncate_to(&mut self, offset: u64) -> Result<(), StoreError> {
+        self.write_staged()?;
         if offset > self.max_offset() || offset < self.min_offset() {
             return Err(self.out_of_range(offset));
         }
@@ -323,12 +367,16 @@ impl CommitLog {
 
     /// Durably flushes every segment with unflushed changes.
     pub fn flush(&mut self) -> Result<(), StoreError> {
+        self.write_staged()?;
         self.segments.iter_mut().try_for_each(MappedFile::flush)
     }
 
-    /// Marks every segment clean and adds what makes their writes durable to `targets`.
-    pub fn begin_flush(&mut self, targets: &mut Vec<FlushTarget>) {
+    /// Writes the staged records, marks every segment clean and adds what makes their writes
+    /// durable to `targets`.
+    pub fn begin_flush(&mut self, targets: &mut Vec<FlushTarget>) -> Result<(), StoreError> {
+        self.write_staged()?;
         targets.extend(self.segments.iter_mut().filter_map(MappedFile::begin_flush));
+        Ok(())
     }
 
     /// Calls `f(offset, record)` for every message record from `offset` (a record boundary)
@@ -337,6 +385,7 @@ impl CommitLog {
     where
         F: FnMut(u64, RecordView<'_>) -> Result<(), StoreError>,
     {
+        debug_assert!(self.staged.is_empty(), "read with staged records");
         if offset < self.min_offset() || offset > self.max_offset() {
             return Err(self.out_of_range(offset));
         }
@@ -440,9 +489,11 @@ mod tests {
     }
 
     fn fill(log: &mut CommitLog, n: usize) -> Vec<u64> {
-        (0..n)
+        let offsets = (0..n)
             .map(|i| log.append(&encoded(i), 0).expect("append"))
-            .collect()
+            .collect();
+        log.write_staged().expect("write staged");
+        offsets
     }
 
     #[test]
@@ -475,6 +526,36 @@ mod tests {
         })
         .expect("walk");
         assert_eq!(seen, offsets);
+    }
+
+    #[test]
+    fn appends_reach_the_file_when_written_or_when_the_stage_is_full() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let segment = 4 * STAGED_BYTES_MAX as u64;
+        let (mut log, _) = CommitLog::open(dir.path(), segment, 0).expect("open");
+        let path = log.dir.join(mapped_file::file_name(0));
+        let on_disk = |at: u64, len: usize| {
+            let bytes = std::fs::read(&path).expect("read file");
+            bytes[at as usize..at as usize + len].to_vec()
+        };
+        let len = encoded(0).len();
+        assert_eq!(log.append(&encoded(0), 7).expect("append"), 0);
+        assert_eq!(log.max_offset(), len as u64, "staged records count");
+        assert!(on_disk(0, len).iter().all(|b| *b == 0), "not written yet");
+        log.write_staged().expect("write staged");
+        let view = RecordView::parse(log.read(0, len).expect("read")).expect("parse");
+        assert_eq!((view.queue_offset(), view.physical_offset()), (7, 0));
+        assert_eq!(on_disk(0, len), log.read(0, len).expect("read"));
+
+        let mut last = 0;
+        for _ in 0..STAGED_BYTES_MAX.div_ceil(len) {
+            last = log.append(&encoded(1), 0).expect("append");
+        }
+        assert!(log.staged.is_empty());
+        assert!(
+            on_disk(last, len).iter().any(|b| *b != 0),
+            "a full stage is written without being asked"
+        );
     }
 
     #[test]
@@ -518,6 +599,7 @@ mod tests {
         assert_eq!(report.bytes_truncated, (half.len() / 2 + 7) as u64);
         let next = log.append(&encoded(5), 0).expect("append");
         assert_eq!(next, end);
+        log.write_staged().expect("write staged");
         let mut count = 0;
         log.for_each_record_from(0, |_, _| {
             count += 1;
@@ -583,6 +665,7 @@ mod tests {
         for i in 7..20 {
             log.append(&encoded(i), 0).expect("append");
         }
+        log.write_staged().expect("write staged");
         assert_eq!(log.read_bytes(0, usize::MAX).expect("read"), before);
         assert!(matches!(
             log.truncate_to(log.max_offset() + 1),

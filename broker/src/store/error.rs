@@ -120,6 +120,13 @@ impl StoreError {
     }
 }
 
+/// The Raft storage traits speak `io::Error`; a store failure travels inside one, whole.
+impl From<StoreError> for io::Error {
+    fn from(error: StoreError) -> Self {
+        io::Error::other(error)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

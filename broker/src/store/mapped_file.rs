@@ -1,10 +1,11 @@
 //! `MappedFile`: one fixed-size, pre-sized file mapped read-write with memmap2, the unit of
-//! both CommitLog and ConsumeQueue segments.
+//! both CommitLog and ConsumeQueue segments. Reads go through the mapping; appends go through
+//! it too (small ones) or through `pwrite` into the same page cache (bulk ones).
 //!
 //! Invariants: the file length never changes while mapped (it is sized with `set_len` before
 //! mapping); bytes at or after the in-memory write position are zero (appends only grow it,
 //! `truncate_to` zeroes what it drops, recovery zeroes a torn tail), so a later scan never
-//! resurrects stale records; `flush` is durable (`msync(MS_SYNC)` over the dirty range).
+//! resurrects stale records; `flush` is durable (an fsync of the file's data).
 //! The file name is the segment's start offset, zero-padded to 20 digits (RocketMQ style).
 
 use std::fs::{self, File, OpenOptions};
@@ -216,36 +217,46 @@ impl MappedFile {
         });
     }
 
-    /// Appends `data` at the write position, returning the position it was written at.
+    /// Appends `data` at the write position through the mapping, returning the position it
+    /// was written at. Each fresh page costs a page fault: for small, scattered appends
+    /// (ConsumeQueue units). Bulk appends use [`MappedFile::write_append`].
     pub fn append(&mut self, data: &[u8]) -> Result<usize, StoreError> {
-        self.append_then(data, |_| Ok(()))
-    }
-
-    /// [`MappedFile::append`], then `patch` edits the bytes just written in place (before
-    /// anyone can read them), so a caller fixing up a few fields copies `data` only once.
-    pub fn append_then(
-        &mut self,
-        data: &[u8],
-        patch: impl FnOnce(&mut [u8]) -> Result<(), StoreError>,
-    ) -> Result<usize, StoreError> {
-        let pos = self.write_pos;
-        if data.len() > self.remaining() {
-            return Err(StoreError::SegmentFull {
-                path: self.path.clone(),
-                position: pos,
-                len: data.len(),
-                size: self.mmap.len(),
-            });
-        }
-        let written = &mut self.mmap[pos..pos + data.len()];
-        written.copy_from_slice(data);
-        if let Err(error) = patch(written) {
-            written.fill(0);
-            return Err(error);
-        }
+        let pos = self.check_room(data.len())?;
+        self.mmap[pos..pos + data.len()].copy_from_slice(data);
         self.write_pos += data.len();
         self.mark_dirty(pos, self.write_pos);
         Ok(pos)
+    }
+
+    /// Appends `data` at the write position with one `pwrite` through the page cache, which
+    /// the mapping then reads. Storing through the mapping instead faults every fresh page
+    /// in (zero-fill, then the file system's `page_mkwrite`): about four times the CPU for
+    /// bulk data (measured: 1.5 µs against 0.37 µs per 1.1 KB record, in 70 KB writes). A
+    /// failed write (a full disk) is an error, not the SIGBUS a store through the mapping
+    /// gets; the write position then stays where it was, and bytes a partial write left
+    /// past it are a torn tail that recovery zeroes.
+    pub fn write_append(&mut self, data: &[u8]) -> Result<usize, StoreError> {
+        use std::os::unix::fs::FileExt;
+        let pos = self.check_room(data.len())?;
+        self.file
+            .write_all_at(data, pos as u64)
+            .map_err(|e| StoreError::io("write segment", &self.path, e))?;
+        self.write_pos += data.len();
+        self.mark_dirty(pos, self.write_pos);
+        Ok(pos)
+    }
+
+    /// The write position, if `len` more bytes fit.
+    fn check_room(&self, len: usize) -> Result<usize, StoreError> {
+        if len > self.remaining() {
+            return Err(StoreError::SegmentFull {
+                path: self.path.clone(),
+                position: self.write_pos,
+                len,
+                size: self.mmap.len(),
+            });
+        }
+        Ok(self.write_pos)
     }
 
     /// `len` written bytes at `pos`, if they are all below the write position.
@@ -389,8 +400,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut f = MappedFile::create(dir.path(), 8192, 64).expect("create");
         assert_eq!(f.append(b"abc").expect("append"), 0);
-        assert_eq!(f.append(b"de").expect("append"), 3);
-        assert_eq!(f.read(1, 3), Some(&b"bcd"[..]));
+        assert_eq!(f.write_append(b"de").expect("write append"), 3);
+        assert_eq!(
+            f.read(1, 3),
+            Some(&b"bcd"[..]),
+            "written bytes are read through the map"
+        );
         assert_eq!(f.read(4, 2), None);
         f.flush().expect("flush");
         let path = f.path().to_owned();
@@ -413,11 +428,17 @@ mod tests {
     fn append_past_end_is_an_error() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut f = MappedFile::create(dir.path(), 0, 4).expect("create");
-        f.append(b"abcd").expect("exactly full");
+        f.append(b"ab").expect("append");
+        f.write_append(b"cd").expect("exactly full");
         assert!(matches!(
             f.append(b"e"),
             Err(StoreError::SegmentFull { .. })
         ));
+        assert!(matches!(
+            f.write_append(b"e"),
+            Err(StoreError::SegmentFull { .. })
+        ));
+        assert_eq!(f.written(), b"abcd");
     }
 
     #[test]

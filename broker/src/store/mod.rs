@@ -216,7 +216,7 @@ impl MessageStore {
     /// Appends one encoded record: assigns its queue offset and CommitLog offset, writes it
     /// with both patched into the stored copy, and dispatches it.
     pub fn append(&mut self, record: &[u8]) -> Result<AppendResult, StoreError> {
-        self.append_with_tags_code(record, None)
+        self.append_batch(|batch| batch.append(record))
     }
 
     /// [`MessageStore::append`] with an explicit ConsumeQueue tags code. The override must be
@@ -227,31 +227,26 @@ impl MessageStore {
         record: &[u8],
         tags_code: Option<i64>,
     ) -> Result<AppendResult, StoreError> {
-        let at = self.commit_log.max_offset();
-        let corrupt = |source| StoreError::Corrupt { offset: at, source };
-        let view = RecordView::parse(record).map_err(corrupt)?;
-        if view.total_size() != record.len() {
-            return Err(corrupt(RecordError::FieldLengths));
-        }
-        let code = tags_code.unwrap_or_else(|| (self.config.tags_code_fn)(&view));
-        let info = RecordInfo::from_view(&view, code)?;
-        let queue_offset = self
-            .dispatcher
-            .queue_mut(info.topic, info.queue_id)?
-            .max_offset();
-        let offset = self.commit_log.append(record, queue_offset as i64)?;
-        if let Err(err) = self.dispatcher.dispatch(offset, &info, queue_offset, false) {
-            if let Err(rollback) = self.truncate(at as i64) {
-                error!(%rollback, "rolling back a failed dispatch failed");
+        self.append_batch(|batch| batch.append_with_tags_code(record, tags_code))
+    }
+
+    /// Runs `f`, which appends records through the [`AppendBatch`] it is given, then writes
+    /// them to the CommitLog file together: a batch costs a few writes instead of a page
+    /// fault every few records. If that write fails, the batch's records are dropped from
+    /// the ConsumeQueues and the index again, and the store ends where it did before.
+    pub fn append_batch<T, E: From<StoreError>>(
+        &mut self,
+        f: impl FnOnce(&mut AppendBatch<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let result = f(&mut AppendBatch { store: self });
+        if let Err(error) = self.commit_log.write_staged() {
+            let end = self.commit_log.max_offset();
+            if let Err(rollback) = self.dispatcher.truncate(end) {
+                error!(%rollback, "rolling back an unwritten batch failed");
             }
-            return Err(err);
+            return Err(error.into());
         }
-        Ok(AppendResult {
-            commit_log_offset: offset as i64,
-            queue_offset: queue_offset as i64,
-            size: info.size,
-            store_timestamp_ms: info.store_timestamp_ms,
-        })
+        result
     }
 
     /// Writes raw CommitLog bytes shipped from another replica (whole records and fillers,
@@ -289,7 +284,7 @@ impl MessageStore {
     /// meanwhile; until it returns, the data is not known to be durable.
     pub fn begin_flush(&mut self) -> Result<PendingFlush, StoreError> {
         let mut targets = Vec::new();
-        self.commit_log.begin_flush(&mut targets);
+        self.commit_log.begin_flush(&mut targets)?;
         self.dispatcher.begin_flush(&mut targets)?;
         let end = self.commit_log.max_offset();
         let checkpoint = Checkpoint {
@@ -418,6 +413,56 @@ impl MessageStore {
             }
         }
         Ok(found)
+    }
+}
+
+/// Appends inside [`MessageStore::append_batch`]. Its records are not readable until the
+/// batch ends, and nothing can read the store before then: the batch borrows it exclusively.
+pub struct AppendBatch<'a> {
+    store: &'a mut MessageStore,
+}
+
+impl AppendBatch<'_> {
+    /// See [`MessageStore::append`].
+    pub fn append(&mut self, record: &[u8]) -> Result<AppendResult, StoreError> {
+        self.append_with_tags_code(record, None)
+    }
+
+    /// See [`MessageStore::append_with_tags_code`].
+    pub fn append_with_tags_code(
+        &mut self,
+        record: &[u8],
+        tags_code: Option<i64>,
+    ) -> Result<AppendResult, StoreError> {
+        let store = &mut *self.store;
+        let at = store.commit_log.max_offset();
+        let corrupt = |source| StoreError::Corrupt { offset: at, source };
+        let view = RecordView::parse(record).map_err(corrupt)?;
+        if view.total_size() != record.len() {
+            return Err(corrupt(RecordError::FieldLengths));
+        }
+        let code = tags_code.unwrap_or_else(|| (store.config.tags_code_fn)(&view));
+        let info = RecordInfo::from_view(&view, code)?;
+        let queue_offset = store
+            .dispatcher
+            .queue_mut(info.topic, info.queue_id)?
+            .max_offset();
+        let offset = store.commit_log.append(record, queue_offset as i64)?;
+        if let Err(err) = store
+            .dispatcher
+            .dispatch(offset, &info, queue_offset, false)
+        {
+            if let Err(rollback) = store.truncate(at as i64) {
+                error!(%rollback, "rolling back a failed dispatch failed");
+            }
+            return Err(err);
+        }
+        Ok(AppendResult {
+            commit_log_offset: offset as i64,
+            queue_offset: queue_offset as i64,
+            size: info.size,
+            store_timestamp_ms: info.store_timestamp_ms,
+        })
     }
 }
 
