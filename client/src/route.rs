@@ -1,6 +1,7 @@
 //! Topic routes from the nameservers, cached: which broker groups serve a topic, their
 //! queues, nodes and leaders. A route is refreshed when it is older than its time to live,
-//! and at once when a call hits `NOT_LEADER` or a dead node.
+//! and at once when a call hits `NOT_LEADER` or a dead node. Concurrent lookups of one topic
+//! share one query, and each nameserver is reached over one reused connection.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -11,6 +12,7 @@ use std::time::Instant;
 
 use rocketraft_proto::nameserver as pb;
 use rocketraft_proto::nameserver::name_server_client::NameServerClient;
+use tonic::transport::Channel;
 
 /// How long a cached route is used before it is fetched again (RocketMQ's default).
 pub const ROUTE_TTL_DEFAULT: Duration = Duration::from_secs(30);
@@ -116,7 +118,23 @@ impl TopicRoute {
 pub struct RouteCache {
     nameservers: Vec<String>,
     ttl: Duration,
+    /// Fresh routes, for the common case: a lookup that takes no async lock.
     routes: Mutex<HashMap<String, Arc<TopicRoute>>>,
+    /// Per topic, the last query and what it returned. Its lock is held across a query, so
+    /// callers that need the same topic at the same time wait for one query instead of each
+    /// sending their own (a producer starting with hundreds of sends in flight, or a route
+    /// expiring under load, would otherwise open a connection per send and overflow the
+    /// nameserver's accept queue: every dropped SYN costs a second).
+    queries: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Query>>>>>,
+    /// One channel per nameserver, opened on first use and reused; it reconnects by itself.
+    channels: std::sync::OnceLock<Vec<Channel>>,
+}
+
+/// One route query: when it was sent and answered, and its outcome.
+struct Query {
+    sent_at: Instant,
+    done_at: Instant,
+    result: Result<Arc<TopicRoute>, RouteError>,
 }
 
 impl RouteCache {
@@ -125,28 +143,69 @@ impl RouteCache {
             nameservers,
             ttl,
             routes: Mutex::new(HashMap::new()),
+            queries: Mutex::new(HashMap::new()),
+            channels: std::sync::OnceLock::new(),
         }
     }
 
-    /// The cached route of `topic`, fetched if missing or stale.
+    /// The cached route of `topic`, fetched if missing or stale. A failed lookup is shared
+    /// only with callers that waited for it, never cached.
     pub async fn route(&self, topic: &str) -> Result<Arc<TopicRoute>, RouteError> {
-        let cached = self.lock().get(topic).cloned();
-        match cached {
-            Some(route) if route.fetched_at.elapsed() < self.ttl => Ok(route),
-            _ => self.refresh(topic).await,
+        let cached = lock(&self.routes).get(topic).cloned();
+        if let Some(route) = cached
+            && route.fetched_at.elapsed() < self.ttl
+        {
+            return Ok(route);
         }
+        let called_at = Instant::now();
+        self.shared_query(topic, |query| match query.result {
+            Ok(_) => query.sent_at.elapsed() < self.ttl,
+            Err(_) => query.done_at >= called_at,
+        })
+        .await
     }
 
-    /// Fetches `topic`'s route from the first nameserver that answers.
+    /// Fetches `topic`'s route again: the outcome of a query sent after this call began.
     pub async fn refresh(&self, topic: &str) -> Result<Arc<TopicRoute>, RouteError> {
+        let called_at = Instant::now();
+        self.shared_query(topic, |query| query.sent_at >= called_at)
+            .await
+    }
+
+    /// The outcome of the last query for `topic` if `usable` accepts it (it may have finished
+    /// while this caller waited for the topic's query lock), else of a new query.
+    async fn shared_query(
+        &self,
+        topic: &str,
+        usable: impl Fn(&Query) -> bool,
+    ) -> Result<Arc<TopicRoute>, RouteError> {
+        let slot = lock(&self.queries)
+            .entry(topic.to_owned())
+            .or_default()
+            .clone();
+        let mut last = slot.lock().await;
+        if let Some(query) = last.as_ref().filter(|query| usable(query)) {
+            return query.result.clone();
+        }
+        let sent_at = Instant::now();
+        let result = self.query(topic).await;
+        if let Ok(route) = &result {
+            lock(&self.routes).insert(topic.to_owned(), route.clone());
+        }
+        *last = Some(Query {
+            sent_at,
+            done_at: Instant::now(),
+            result: result.clone(),
+        });
+        result
+    }
+
+    /// Asks the nameservers in order; the first answer, found or not, counts.
+    async fn query(&self, topic: &str) -> Result<Arc<TopicRoute>, RouteError> {
         let mut last_error = String::from("no nameserver configured");
-        for nameserver in &self.nameservers {
-            match query(nameserver, topic).await {
-                Ok(route) => {
-                    let route = Arc::new(route);
-                    self.lock().insert(topic.to_owned(), route.clone());
-                    return Ok(route);
-                }
+        for (nameserver, channel) in self.nameservers.iter().zip(self.channels()?) {
+            match query(channel.clone(), topic).await {
+                Ok(route) => return Ok(Arc::new(route)),
                 Err(QueryError::NotFound) => {
                     return Err(RouteError::NoRoute {
                         topic: topic.to_owned(),
@@ -158,11 +217,34 @@ impl RouteCache {
         Err(RouteError::NameserversUnavailable { last_error })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<TopicRoute>>> {
-        self.routes
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn channels(&self) -> Result<&[Channel], RouteError> {
+        if let Some(channels) = self.channels.get() {
+            return Ok(channels);
+        }
+        let channels = self
+            .nameservers
+            .iter()
+            .map(|nameserver| {
+                tonic::transport::Endpoint::from_shared(format!("http://{nameserver}"))
+                    .map(|endpoint| {
+                        endpoint
+                            .connect_timeout(QUERY_TIMEOUT)
+                            .timeout(QUERY_TIMEOUT)
+                            .connect_lazy()
+                    })
+                    .map_err(|error| RouteError::NameserversUnavailable {
+                        last_error: format!("{nameserver}: {error}"),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(self.channels.get_or_init(|| channels))
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 enum QueryError {
@@ -170,15 +252,7 @@ enum QueryError {
     Failed(String),
 }
 
-async fn query(nameserver: &str, topic: &str) -> Result<TopicRoute, QueryError> {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{nameserver}"))
-        .map_err(|error| QueryError::Failed(error.to_string()))?
-        .connect_timeout(QUERY_TIMEOUT)
-        .timeout(QUERY_TIMEOUT);
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|error| QueryError::Failed(error.to_string()))?;
+async fn query(channel: Channel, topic: &str) -> Result<TopicRoute, QueryError> {
     let request = pb::GetTopicRouteRequest {
         topic: topic.to_owned(),
     };

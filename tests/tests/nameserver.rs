@@ -1,16 +1,26 @@
 //! Nameservers learn broker groups from registrations: every node and the current leader,
 //! a leader change at once, silent nodes dropped after the expiry, each nameserver on its own.
+//! Clients that look a topic up at the same time share one query.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use rocketraft_client::route::RouteCache;
+use rocketraft_client::route::RouteError;
 use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::server::NameServerConfig;
+use rocketraft_nameserver::service::NameServerService;
+use rocketraft_nameserver::service::SharedRegistry;
 use rocketraft_proto::nameserver as pb;
 use rocketraft_proto::nameserver::name_server_client::NameServerClient;
+use rocketraft_proto::nameserver::name_server_server::NameServerServer;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
 use rocketraft_tests::wait_for;
+use tonic::transport::server::TcpIncoming;
 use tracing::info;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -181,5 +191,94 @@ async fn given_topic_created_should_be_routed_by_the_nameserver_until_deleted() 
     .await?;
     group.shutdown().await;
     nameserver.shutdown().await;
+    Ok(())
+}
+
+/// A real nameserver service that counts the calls it serves.
+async fn counting_nameserver() -> anyhow::Result<(SharedRegistry, SocketAddr, Arc<AtomicUsize>)> {
+    let registry = SharedRegistry::default();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let service = NameServerServer::with_interceptor(
+        NameServerService::new(registry.clone()),
+        move |request| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(request)
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(TcpIncoming::from(listener)),
+    );
+    Ok((registry, addr, calls))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_many_concurrent_lookups_of_a_topic_should_send_one_route_query() -> anyhow::Result<()>
+{
+    init_tracing();
+    let (registry, addr, calls) = counting_nameserver().await?;
+    registry.lock().register(
+        pb::RegisterBrokerRequest {
+            cluster: "C".into(),
+            group: "broker-a".into(),
+            node_id: 1,
+            addr: "127.0.0.1:1".into(),
+            role: pb::Role::Leader.into(),
+            term: 1,
+            topics: vec![pb::TopicConfig {
+                name: "T".into(),
+                read_queue_count: 4,
+                write_queue_count: 4,
+                perm: 6,
+            }],
+            auto_create_queue_count: 0,
+        },
+        std::time::Instant::now(),
+    );
+    let cache = Arc::new(RouteCache::new(vec![addr.to_string()], TIMEOUT));
+    let lookups = |topic: &'static str| {
+        let cache = cache.clone();
+        async move {
+            let lookups: Vec<_> = (0..200)
+                .map(|_| {
+                    let cache = cache.clone();
+                    tokio::spawn(async move { cache.route(topic).await })
+                })
+                .collect();
+            let mut results = Vec::new();
+            for lookup in lookups {
+                results.push(lookup.await.expect("lookup task"));
+            }
+            results
+        }
+    };
+
+    info!("--- 200 lookups at once: one query, and everyone gets its answer");
+    for result in lookups("T").await {
+        assert_eq!(result?.write_queue_count(), 4);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    info!("--- a refresh asks again; the next lookup uses what it brought");
+    cache.refresh("T").await?;
+    cache.route("T").await?;
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    info!("--- an unknown topic: callers that waited share the answer, nobody caches it");
+    for result in lookups("Missing").await {
+        assert!(matches!(result, Err(RouteError::NoRoute { .. })));
+    }
+    let after_missing = calls.load(Ordering::SeqCst);
+    assert!(
+        after_missing - 2 < 20,
+        "{} queries for 200 concurrent lookups",
+        after_missing - 2
+    );
+    assert!(cache.route("Missing").await.is_err());
+    assert_eq!(calls.load(Ordering::SeqCst), after_missing + 1);
     Ok(())
 }
