@@ -158,18 +158,18 @@ impl RouteCache {
             return Ok(route);
         }
         let called_at = Instant::now();
-        self.shared_query(topic, |query| match query.result {
+        // Boxed: the query's future is large and rarely needed, and every send awaits this.
+        Box::pin(self.shared_query(topic, |query| match query.result {
             Ok(_) => query.sent_at.elapsed() < self.ttl,
             Err(_) => query.done_at >= called_at,
-        })
+        }))
         .await
     }
 
     /// Fetches `topic`'s route again: the outcome of a query sent after this call began.
     pub async fn refresh(&self, topic: &str) -> Result<Arc<TopicRoute>, RouteError> {
         let called_at = Instant::now();
-        self.shared_query(topic, |query| query.sent_at >= called_at)
-            .await
+        Box::pin(self.shared_query(topic, |query| query.sent_at >= called_at)).await
     }
 
     /// The outcome of the last query for `topic` if `usable` accepts it (it may have finished
