@@ -1,5 +1,5 @@
-//! Pulls from a 3-node group: long polling, tag filtering by hash, offset checks, and
-//! followers serving committed messages.
+//! Pulls from a 3-node group: long polling, tag filtering by hash, offset checks, followers
+//! serving committed messages, and the byte budget that keeps large messages pullable.
 
 use std::time::Duration;
 use std::time::Instant;
@@ -7,8 +7,10 @@ use std::time::Instant;
 use rocketraft_client::message::encode_properties;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common as common_pb;
+use rocketraft_proto::limits::PULL_RESPONSE_BYTES_MAX;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
+use rocketraft_tests::send_request;
 use rocketraft_tests::wait_for;
 use tracing::info;
 
@@ -159,6 +161,40 @@ async fn given_tags_should_filter_by_hash_and_check_offsets_on_any_node() -> any
         bad.expect_err("zero messages").code(),
         tonic::Code::InvalidArgument
     );
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_large_messages_a_pull_should_stay_within_its_byte_budget() -> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_0403, |_| {}).await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let mut client = group.client(leader).await?;
+    let body_bytes = PULL_RESPONSE_BYTES_MAX * 3 / 4;
+    let bodies: Vec<Vec<u8>> = (0..5u8).map(|i| vec![b'a' + i; body_bytes]).collect();
+    for body in &bodies {
+        client.send(send_request(TOPIC, 0, [body.clone()])).await?;
+    }
+
+    info!("--- 32 wanted, but each pull brings one: two would pass the budget");
+    let mut offset = 0;
+    let mut pulled = Vec::new();
+    while offset < bodies.len() as i64 {
+        let response = client.pull(pull(offset, &[], 0)).await?.into_inner();
+        assert_eq!(response.status(), pb::PullStatus::Found);
+        assert_eq!(response.messages.len(), 1, "pull at {offset}");
+        offset = response.next_offset;
+        pulled.extend(response.messages.into_iter().map(|m| m.body.to_vec()));
+    }
+    assert_eq!(pulled, bodies, "every body intact, in order");
+
+    info!("--- small messages still come many to a pull");
+    client
+        .send(send_request(TOPIC, 0, (0..40).map(|_| vec![b'z'; 100])))
+        .await?;
+    let response = client.pull(pull(offset, &[], 0)).await?.into_inner();
+    assert_eq!(response.messages.len(), 32);
     group.shutdown().await;
     Ok(())
 }

@@ -9,9 +9,11 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
+use rocketraft_proto::limits::PULL_RESPONSE_BYTES_MAX;
 
 use crate::error::BrokerError;
 use crate::service::BrokerService;
+use crate::store::CqUnit;
 use crate::store::record::MessageRecord;
 use crate::store::tags::tags_code;
 use crate::topic::validate_group_name;
@@ -82,17 +84,15 @@ impl BrokerService {
             request.queue_offset,
             PULL_SCAN_UNITS_MAX,
         );
-        let mut messages = Vec::new();
-        let mut next_offset = request.queue_offset;
-        for unit in units {
-            if messages.len() >= request.max_messages as usize {
-                break;
-            }
-            let queue_offset = next_offset;
-            next_offset += 1;
-            if tags.is_some_and(|codes| !codes.contains(&unit.tags_code)) {
-                continue;
-            }
+        let (picked, next_offset) = pick_units(
+            &units,
+            request.queue_offset,
+            request.max_messages as usize,
+            PULL_RESPONSE_BYTES_MAX,
+            tags,
+        );
+        let mut messages = Vec::with_capacity(picked.len());
+        for (queue_offset, unit) in picked {
             let record = store
                 .read_message(unit.commit_log_offset)
                 .map_err(|error| BrokerError::Store(error.to_string()))?;
@@ -105,6 +105,39 @@ impl BrokerService {
         };
         Ok(answer(status, messages, next_offset))
     }
+}
+
+/// The units a pull from `first_offset` returns, with their queue offsets, and the offset the
+/// next pull starts at: units in order, skipping those whose tags do not match, until
+/// `max_messages` are taken or the next one would pass `bytes_max` (the first is taken
+/// whatever its size, so a queue never stalls behind a large message).
+fn pick_units(
+    units: &[CqUnit],
+    first_offset: i64,
+    max_messages: usize,
+    bytes_max: usize,
+    tags: Option<&HashSet<i64>>,
+) -> (Vec<(i64, CqUnit)>, i64) {
+    let mut picked = Vec::new();
+    let mut bytes = 0usize;
+    let mut next_offset = first_offset;
+    for unit in units {
+        if picked.len() >= max_messages {
+            break;
+        }
+        if tags.is_some_and(|codes| !codes.contains(&unit.tags_code)) {
+            next_offset += 1;
+            continue;
+        }
+        let size = usize::try_from(unit.size).unwrap_or(usize::MAX);
+        if !picked.is_empty() && bytes.saturating_add(size) > bytes_max {
+            break;
+        }
+        bytes = bytes.saturating_add(size);
+        picked.push((next_offset, *unit));
+        next_offset += 1;
+    }
+    (picked, next_offset)
 }
 
 fn validate_pull(request: &pb::PullRequest) -> Result<(), BrokerError> {
@@ -169,6 +202,57 @@ mod tests {
             tags: tags.iter().map(|t| (*t).to_owned()).collect(),
             max_wait_ms,
         }
+    }
+
+    fn units(sizes: &[i32], tags_code: i64) -> Vec<CqUnit> {
+        sizes
+            .iter()
+            .map(|size| CqUnit {
+                commit_log_offset: 0,
+                size: *size,
+                tags_code,
+            })
+            .collect()
+    }
+
+    fn offsets(picked: &[(i64, CqUnit)]) -> Vec<i64> {
+        picked.iter().map(|(offset, _)| *offset).collect()
+    }
+
+    #[test]
+    fn a_pull_stops_at_the_byte_budget_but_returns_at_least_one_message() {
+        let queue = units(&[400, 300, 300, 200], 1);
+        let (picked, next) = pick_units(&queue, 10, 32, 1000, None);
+        assert_eq!(
+            (offsets(&picked), next),
+            (vec![10, 11, 12], 13),
+            "exactly the budget"
+        );
+        let (picked, next) = pick_units(&queue, 10, 32, 999, None);
+        assert_eq!(
+            (offsets(&picked), next),
+            (vec![10, 11], 12),
+            "one byte short"
+        );
+        let (picked, next) = pick_units(&units(&[5000, 10], 1), 0, 32, 1000, None);
+        assert_eq!(
+            (offsets(&picked), next),
+            (vec![0], 1),
+            "a large message alone"
+        );
+        let (picked, next) = pick_units(&queue, 0, 2, usize::MAX, None);
+        assert_eq!((offsets(&picked), next), (vec![0, 1], 2), "the count limit");
+    }
+
+    #[test]
+    fn skipped_tags_cost_no_budget_and_move_the_next_offset() {
+        let mut queue = units(&[900], 7);
+        queue.extend(units(&[100, 100], 1));
+        let wanted = HashSet::from([1]);
+        let (picked, next) = pick_units(&queue, 0, 32, 200, Some(&wanted));
+        assert_eq!((offsets(&picked), next), (vec![1, 2], 3));
+        let (picked, next) = pick_units(&units(&[5, 5], 7), 4, 32, 200, Some(&wanted));
+        assert_eq!((picked.len(), next), (0, 6));
     }
 
     #[test]
