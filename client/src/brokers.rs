@@ -30,7 +30,9 @@ use crate::route::TopicRoute;
 /// First pause between attempts while a group has no reachable leader; it doubles up to
 /// [`RETRY_PAUSE_MAX`].
 const RETRY_PAUSE_MIN: Duration = Duration::from_millis(50);
-const RETRY_PAUSE_MAX: Duration = Duration::from_millis(400);
+/// Small, so a caller notices a new leader soon after its election (failover time is
+/// measured to the first acknowledged send); each attempt costs a round of small requests.
+const RETRY_PAUSE_MAX: Duration = Duration::from_millis(100);
 /// How long an unreachable leader stays suspected.
 const SUSPECT_FOR: Duration = Duration::from_secs(5);
 

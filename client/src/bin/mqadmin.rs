@@ -186,12 +186,15 @@ struct DrillArgs {
     drain_timeout_secs: u64,
     #[arg(long, default_value = "1s 2s 3s")]
     delay_levels: String,
-    #[arg(long, default_value_t = 100)]
-    heartbeat_ms: u64,
-    #[arg(long, default_value_t = 1000)]
-    election_timeout_min_ms: u64,
-    #[arg(long, default_value_t = 2000)]
-    election_timeout_max_ms: u64,
+    /// Raft heartbeat interval of the nodes (default: the broker's).
+    #[arg(long)]
+    heartbeat_ms: Option<u64>,
+    /// Raft election timeout, lower bound (default: the broker's).
+    #[arg(long)]
+    election_timeout_min_ms: Option<u64>,
+    /// Raft election timeout, upper bound and leader lease (default: the broker's).
+    #[arg(long)]
+    election_timeout_max_ms: Option<u64>,
     /// The `broker` binary (default: next to mqadmin).
     #[arg(long)]
     broker_bin: Option<PathBuf>,

@@ -53,9 +53,11 @@ pub struct ClusterSpec {
     pub work_dir: PathBuf,
     pub groups: usize,
     pub delay_levels: String,
-    pub heartbeat_interval_ms: u64,
-    pub election_timeout_min_ms: u64,
-    pub election_timeout_max_ms: u64,
+    /// Raft timings for the nodes; `None` leaves the broker's default, so a drill measures
+    /// the failover a default deployment gets.
+    pub heartbeat_interval_ms: Option<u64>,
+    pub election_timeout_min_ms: Option<u64>,
+    pub election_timeout_max_ms: Option<u64>,
 }
 
 impl ClusterSpec {
@@ -378,18 +380,22 @@ fn write_config(
         .enumerate()
         .map(|(i, addr)| format!("{} = \"{addr}\"\n", i + 1))
         .collect();
+    let timings: String = [
+        ("heartbeat_interval_ms", spec.heartbeat_interval_ms),
+        ("election_timeout_min_ms", spec.election_timeout_min_ms),
+        ("election_timeout_max_ms", spec.election_timeout_max_ms),
+    ]
+    .into_iter()
+    .filter_map(|(key, value)| value.map(|value| format!("{key} = {value}\n")))
+    .collect();
     let config = format!(
         "cluster = \"DrillCluster\"\ngroup = \"{group}\"\nnode_id = {id}\nlisten = \"{listen}\"\n\
          data_dir = \"{data}\"\nflush = \"sync\"\nauto_create_topic = true\nenable_fault_injection = true\n\
          namesrv = [\"{nameserver}\"]\nregister_interval_ms = 1000\ndelay_levels = \"{levels}\"\n\
-         [raft]\nheartbeat_interval_ms = {heartbeat}\nelection_timeout_min_ms = {min}\n\
-         election_timeout_max_ms = {max}\n[peers]\n{peers}",
+         [raft]\n{timings}[peers]\n{peers}",
         listen = addrs[id as usize - 1],
         data = spec.work_dir.join(format!("{group}-{id}")).display(),
         levels = spec.delay_levels,
-        heartbeat = spec.heartbeat_interval_ms,
-        min = spec.election_timeout_min_ms,
-        max = spec.election_timeout_max_ms,
     );
     let path = spec.work_dir.join(format!("{group}-{id}.toml"));
     std::fs::write(&path, config).map_err(io(format!("write {}", path.display())))?;
