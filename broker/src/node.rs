@@ -28,6 +28,10 @@ use crate::raft::faults::FaultPlan;
 use crate::raft::log_store::LogStore;
 use crate::raft::log_store::LogStoreConfig;
 use crate::raft::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
+use crate::raft::repair;
+use crate::raft::repair::RepairMark;
+use crate::raft::repair::RepairState;
+use crate::raft::repair::run_repair;
 use crate::raft::service::RaftService;
 use crate::raft::setup::bootstrap;
 use crate::raft::setup::start_raft;
@@ -123,7 +127,9 @@ impl BrokerNode {
             .enable_fault_injection
             .then(|| Arc::new(FaultPlan::new(config.node_id)));
         let faults = options.faults.or_else(|| drill_faults.clone());
-        let (raft, group) = open_raft(&config, faults.clone()).await?;
+        let raft_log_dir = config.data_dir.join("raft").join("log");
+        let (raft, group, pending_repair) = open_raft(&config, faults.clone()).await?;
+        let repair = RepairState::new(pending_repair);
         let shutdown = CancellationToken::new();
         let consumers = Arc::new(ConsumerRegistry::default());
         tokio::spawn(run_consumer_registry(
@@ -153,6 +159,7 @@ impl BrokerNode {
                 consumers,
                 schedule: schedule_status.clone(),
                 fault_injection: drill_faults,
+                repair: repair.clone(),
             },
         );
         let raft_service = RaftService::new(
@@ -161,6 +168,7 @@ impl BrokerNode {
             config.data_dir.join("raft").join("staging"),
             shutdown.clone(),
             faults.map(|faults| (config.node_id, faults)),
+            repair.clone(),
         );
         let server = tonic::transport::Server::builder()
             .add_service(
@@ -190,6 +198,18 @@ impl BrokerNode {
         if config.bootstrap {
             bootstrap(&raft, &peers).await.map_err(StartError::Raft)?;
         }
+        tokio::spawn(run_repair(
+            raft.clone(),
+            repair,
+            raft_log_dir,
+            config.node_id,
+            peers
+                .iter()
+                .filter(|(id, _)| **id != config.node_id)
+                .map(|(_, addr)| addr.clone())
+                .collect(),
+            shutdown.clone(),
+        ));
         if !config.namesrv.is_empty() {
             let identity = Identity {
                 cluster: config.cluster.clone(),
@@ -270,10 +290,12 @@ impl BrokerNode {
     }
 }
 
+/// Opens the store and the Raft log and starts Raft; also returns the repair the Raft log
+/// needs, if it was found damaged (now or at an earlier start).
 async fn open_raft(
     config: &BrokerConfig,
     faults: Option<Arc<FaultPlan>>,
-) -> Result<(Raft, Arc<GroupState>), StartError> {
+) -> Result<(Raft, Arc<GroupState>, Option<RepairMark>), StartError> {
     let store_config = config.store_config();
     let (store, _report) =
         MessageStore::open(store_config.clone()).map_err(|source| StartError::Store {
@@ -288,14 +310,19 @@ async fn open_raft(
     let (state_machine, group) =
         StateMachine::open(&raft_dir.join("state"), store, CHECKPOINT_INTERVAL_DEFAULT)
             .map_err(raft_error)?;
+    let log_dir = raft_dir.join("log");
     let log_store = LogStore::open(LogStoreConfig {
-        dir: raft_dir.join("log"),
+        dir: log_dir.clone(),
         segment_size_bytes: config.store.raft_log_segment_bytes,
         flush: config.flush_mode(),
     })
     .map_err(raft_error)?;
-    let raft = start_raft(config, log_store, state_machine, faults)
+    let pending_repair = repair::load(&log_dir).map_err(raft_error)?;
+    // A node repairing its log must not stand for election, not even before the repair
+    // task starts.
+    let may_elect = pending_repair.is_none();
+    let raft = start_raft(config, log_store, state_machine, faults, may_elect)
         .await
         .map_err(StartError::Raft)?;
-    Ok((raft, group))
+    Ok((raft, group, pending_repair))
 }

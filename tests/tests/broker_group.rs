@@ -2,8 +2,11 @@
 //!
 //! Each test starts nodes on 127.0.0.1 port 0 with real files under a temp dir and talks to
 //! them over real gRPC; the Raft transport carries a seeded fault plan (printed at start).
+//! A follower whose Raft log is damaged on disk repairs it from the leader before it votes.
 
 use std::time::Duration;
+
+use anyhow::Context;
 
 use rocketraft_broker::node::BrokerNode;
 use rocketraft_broker::store::record::MESSAGE_BODY_SIZE_MAX;
@@ -391,6 +394,88 @@ async fn given_auto_create_off_should_send_only_to_created_topics_and_queues() -
         code_of(client.send(send(0)).await.expect_err("deleted")),
         Some(ResponseCode::TopicNotExist)
     );
+    group.shutdown().await;
+    Ok(())
+}
+
+/// Flips one byte a third into `node`'s largest Raft log segment, where entries follow it.
+fn damage_raft_log(group: &TestGroup, node: u64) -> anyhow::Result<()> {
+    let dir = group
+        .data_dir(node)
+        .join("raft")
+        .join("log")
+        .join("segments");
+    let mut segments = Vec::new();
+    for entry in std::fs::read_dir(&dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|ext| ext == "log") {
+            segments.push((path.metadata()?.len(), path));
+        }
+    }
+    let (_, largest) = segments.into_iter().max().context("no raft log segment")?;
+    let mut bytes = std::fs::read(&largest)?;
+    let at = bytes.len() / 3;
+    bytes[at] ^= 0x40;
+    std::fs::write(&largest, bytes)?;
+    info!(path = %largest.display(), at, "flipped a byte");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_follower_raft_log_damaged_should_repair_it_before_it_votes_and_lose_nothing()
+-> anyhow::Result<()> {
+    init_tracing();
+    let mut group = TestGroup::start(3, 0x5EED_000A, |_| {}).await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let follower = group.a_follower(leader);
+    send_many(&group, 600, 8).await?;
+    assert_converged(&group, leader).await?;
+    let held = group
+        .status(follower)
+        .await?
+        .last_log_index
+        .context("follower log index")?;
+
+    info!(
+        follower,
+        "--- stop a follower and flip a byte in its raft log"
+    );
+    group.stop(follower).await;
+    damage_raft_log(&group, follower)?;
+    group.restart(follower).await?;
+    let status = group.status(follower).await?;
+    assert!(
+        status.raft_log_repair.contains("damaged at entry"),
+        "the status says what was found: {:?}",
+        status.raft_log_repair
+    );
+
+    info!("--- it takes the lost entries back from the leader, then votes again");
+    let repaired = wait_for("the follower's repair", CONVERGE_TIMEOUT, || async {
+        let status = group.status(follower).await.ok()?;
+        (status.raft_log_repair_up_to == 0).then_some(status)
+    })
+    .await?;
+    assert!(
+        repaired.raft_log_repair.ends_with("(done)"),
+        "{:?}",
+        repaired.raft_log_repair
+    );
+    assert!(repaired.last_log_index.is_some_and(|index| index >= held));
+
+    info!(
+        leader,
+        "--- stop the leader: the other two elect one and lose nothing"
+    );
+    group.stop(leader).await;
+    let new_leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    send_many(&group, 100, 4).await?;
+    assert_converged(&group, new_leader).await?;
+    let units: usize = consume_queues(group.node(new_leader))
+        .iter()
+        .map(Vec::len)
+        .sum();
+    assert_eq!(units, 700, "every acknowledged message is in the queues");
     group.shutdown().await;
     Ok(())
 }

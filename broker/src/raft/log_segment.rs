@@ -2,8 +2,11 @@
 //!
 //! A record is `[len u32 LE][crc32 u32 LE][entry bytes]`. The file only grows, except when a
 //! conflicting tail is truncated. Recovery keeps the longest prefix of records whose length,
-//! checksum and index check out and cuts the rest: a torn write at a crash loses only entries
-//! whose append was never acknowledged, since acknowledgement waits for fsync.
+//! checksum and index check out and cuts the rest. A torn write at a crash leaves nothing valid
+//! after the cut: it loses only entries whose append was never acknowledged, since
+//! acknowledgement waits for fsync. A valid record after the cut means the file was damaged
+//! where it had been written before: recovery reports the highest index found beyond the cut,
+//! so the node can treat those entries as acknowledged and lost (see `raft::repair`).
 
 use std::fs;
 use std::fs::File;
@@ -26,6 +29,18 @@ pub const RECORD_HEADER_SIZE: u64 = 8;
 pub const ENTRY_SIZE_MAX: u32 = 256 * 1024 * 1024;
 /// Segment files are named `<first index, 20 digits>.log`.
 const SEGMENT_SUFFIX: &str = "log";
+
+/// What [`LogSegment::recover`] found.
+#[derive(Debug)]
+pub struct SegmentRecovery {
+    /// The segment, holding its valid prefix.
+    pub segment: LogSegment,
+    /// Bytes cut after the valid prefix.
+    pub bytes_truncated: u64,
+    /// The highest index of a valid record found beyond the cut: set only when the cut was
+    /// damage to written data, not a torn last write.
+    pub damaged_up_to: Option<u64>,
+}
 
 /// Where one entry's record lives in its segment.
 #[derive(Debug, Clone, Copy)]
@@ -83,23 +98,28 @@ impl LogSegment {
         Ok(found)
     }
 
-    /// Opens a segment and keeps its longest valid prefix; returns the segment and the number
-    /// of bytes cut from a torn or corrupt tail.
-    pub fn recover(first_index: u64, path: PathBuf) -> io::Result<(LogSegment, u64)> {
+    /// Opens a segment and keeps its longest valid prefix, cutting the rest.
+    pub fn recover(first_index: u64, path: PathBuf) -> io::Result<SegmentRecovery> {
         let file = OpenOptions::new().read(true).write(true).open(&path)?;
         let bytes = fs::read(&path)?;
         let mut records = Vec::new();
         let mut position = 0u64;
-        while let Some(len) = valid_record_at(&bytes, position, first_index + records.len() as u64)
+        while let Some((len, _)) =
+            valid_record_at(&bytes, position, Some(first_index + records.len() as u64))
         {
             records.push(RecordLocation { position, len });
             position += RECORD_HEADER_SIZE + u64::from(len);
         }
         let bytes_truncated = bytes.len() as u64 - position;
-        if bytes_truncated > 0 {
+        let cut_index = first_index + records.len() as u64;
+        let damaged_up_to = if bytes_truncated > 0 {
+            let found = last_index_after(&bytes, position + 1, cut_index);
             file.set_len(position)?;
             file.sync_all()?;
-        }
+            found
+        } else {
+            None
+        };
         let segment = LogSegment {
             first_index,
             path,
@@ -107,7 +127,11 @@ impl LogSegment {
             records,
             size_bytes: position,
         };
-        Ok((segment, bytes_truncated))
+        Ok(SegmentRecovery {
+            segment,
+            bytes_truncated,
+            damaged_up_to,
+        })
     }
 
     pub fn first_index(&self) -> u64 {
@@ -210,8 +234,26 @@ impl LogSegment {
     }
 }
 
-/// The entry length of a valid record at `position` whose entry has index `expected_index`.
-fn valid_record_at(bytes: &[u8], position: u64, expected_index: u64) -> Option<u32> {
+/// The highest index of the valid records at or after byte `from` whose indexes are at least
+/// `min_index`, trying every byte as a record start; `None` if there is none.
+fn last_index_after(bytes: &[u8], from: u64, min_index: u64) -> Option<u64> {
+    let mut highest = None;
+    let mut position = from;
+    while position + RECORD_HEADER_SIZE <= bytes.len() as u64 {
+        match valid_record_at(bytes, position, None) {
+            Some((len, index)) if index >= min_index => {
+                highest = highest.max(Some(index));
+                position += RECORD_HEADER_SIZE + u64::from(len);
+            }
+            _ => position += 1,
+        }
+    }
+    highest
+}
+
+/// The entry length and index of a valid record at `position`, whose index must be
+/// `expected_index` if one is given.
+fn valid_record_at(bytes: &[u8], position: u64, expected_index: Option<u64>) -> Option<(u32, u64)> {
     let start = usize::try_from(position).ok()?;
     let header = bytes.get(start..start + RECORD_HEADER_SIZE as usize)?;
     let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
@@ -225,5 +267,8 @@ fn valid_record_at(bytes: &[u8], position: u64, expected_index: u64) -> Option<u
         return None;
     }
     let entry: Entry = codec::decode("raft log entry", body).ok()?;
-    (entry.index() == expected_index).then_some(len)
+    let index = entry.index();
+    expected_index
+        .is_none_or(|expected| index == expected)
+        .then_some((len, index))
 }

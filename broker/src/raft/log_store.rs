@@ -34,6 +34,8 @@ use crate::raft::codec;
 use crate::raft::entry_cache::EntryCache;
 use crate::raft::log_segment::LogSegment;
 use crate::raft::log_segment::RECORD_HEADER_SIZE;
+use crate::raft::repair;
+use crate::raft::repair::RepairMark;
 use crate::raft::types::Entry;
 use crate::raft::types::LogId;
 use crate::raft::types::TypeConfig;
@@ -105,7 +107,10 @@ impl LogStore {
             .map(|bytes| codec::decode::<PurgeMark>("raft purge mark", &bytes))
             .transpose()?
             .and_then(|mark| mark.last_purged);
-        let segments = recover_segments(&segments_dir)?;
+        let (segments, damage) = recover_segments(&segments_dir)?;
+        if let Some(found) = damage {
+            repair::record_damage(&config.dir, found)?;
+        }
         let mut files = LogFiles {
             root: config.dir.clone(),
             dir: segments_dir,
@@ -313,20 +318,56 @@ impl LogFiles {
     }
 }
 
-fn recover_segments(dir: &std::path::Path) -> io::Result<Vec<LogSegment>> {
+/// The segments of `dir` with their valid prefixes, contiguous from the first; and the
+/// damage found, if valid entries were cut (see `raft::repair`).
+fn recover_segments(dir: &std::path::Path) -> io::Result<(Vec<LogSegment>, Option<RepairMark>)> {
     let mut segments: Vec<LogSegment> = Vec::new();
+    let mut damage: Option<RepairMark> = None;
+    let mut note_damage = |cut_at_index: u64, up_to_index: u64| {
+        let merged = match damage.take() {
+            Some(known) => RepairMark {
+                cut_at_index: known.cut_at_index.min(cut_at_index),
+                up_to_index: known.up_to_index.max(up_to_index),
+            },
+            None => RepairMark {
+                cut_at_index,
+                up_to_index,
+            },
+        };
+        damage = Some(merged);
+    };
     for (first_index, path) in LogSegment::list(dir)? {
-        let contiguous = segments
-            .last()
-            .is_none_or(|prev| prev.end_index() == first_index);
-        if !contiguous {
+        let recovered = LogSegment::recover(first_index, path.clone())?;
+        let segment = recovered.segment;
+        let expected_first = segments.last().map(LogSegment::end_index);
+        if expected_first.is_some_and(|expected| expected != first_index) {
+            // Written after entries that are now gone: its entries were held too.
+            let cut_at_index = expected_first.unwrap_or(first_index);
+            let held_up_to = recovered
+                .damaged_up_to
+                .unwrap_or(0)
+                .max(segment.end_index().saturating_sub(1));
+            if held_up_to >= cut_at_index {
+                note_damage(cut_at_index, held_up_to);
+            }
             tracing::error!(path = %path.display(), "raft log segment after a gap: deleted");
-            fs::remove_file(&path)?;
+            segment.delete()?;
             continue;
         }
-        let (segment, bytes_truncated) = LogSegment::recover(first_index, path.clone())?;
-        if bytes_truncated > 0 {
-            tracing::warn!(path = %path.display(), bytes_truncated, "raft log torn tail cut");
+        if recovered.bytes_truncated > 0 {
+            let bytes_truncated = recovered.bytes_truncated;
+            match recovered.damaged_up_to {
+                Some(up_to_index) => {
+                    tracing::error!(
+                        path = %path.display(), bytes_truncated, cut_at_index = segment.end_index(),
+                        up_to_index, "raft log damaged: valid entries follow the cut"
+                    );
+                    note_damage(segment.end_index(), up_to_index);
+                }
+                None => {
+                    tracing::warn!(path = %path.display(), bytes_truncated, "raft log torn tail cut")
+                }
+            }
         }
         if segment.is_empty() {
             segment.delete()?;
@@ -334,7 +375,7 @@ fn recover_segments(dir: &std::path::Path) -> io::Result<Vec<LogSegment>> {
             segments.push(segment);
         }
     }
-    Ok(segments)
+    Ok((segments, damage))
 }
 
 fn bounds_debug<RB: RangeBounds<u64>>(range: &RB) -> String {
@@ -631,8 +672,45 @@ mod tests {
 
         let mut store = open(dir.path());
         assert_eq!(indexes(&mut store).await, vec![0, 1, 2, 3, 4]);
+        assert_eq!(
+            repair::load(dir.path()).expect("mark"),
+            None,
+            "a torn tail needs no repair"
+        );
         append(&mut store, [entry(1, 5)]).await;
         assert_eq!(indexes(&mut store).await, vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[tokio::test]
+    async fn damage_before_valid_entries_is_cut_and_marked_for_repair() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        append(&mut store, (0..40).map(|i| entry(1, i))).await;
+        drop(store);
+        let segments = LogSegment::list(&dir.path().join("segments")).expect("list");
+        assert!(segments.len() > 2);
+        // A flipped byte in entry 1 of the first segment: its later entries and the later
+        // segments all hold entries the node may have acknowledged.
+        let (first_index, first_path) = &segments[0];
+        assert_eq!(*first_index, 0);
+        let mut bytes = std::fs::read(first_path).expect("read");
+        let second_record = (RECORD_HEADER_SIZE as usize + 300) * 3 / 2;
+        bytes[second_record] ^= 1;
+        std::fs::write(first_path, &bytes).expect("write");
+
+        let mut store = open(dir.path());
+        assert_eq!(indexes(&mut store).await, vec![0]);
+        let mark = repair::load(dir.path())
+            .expect("mark")
+            .expect("a repair is due");
+        assert_eq!((mark.cut_at_index, mark.up_to_index), (1, 39));
+        drop(store);
+        let _ = open(dir.path());
+        assert_eq!(
+            repair::load(dir.path()).expect("mark"),
+            Some(mark),
+            "a restart keeps the mark though the damage is gone from disk"
+        );
     }
 
     #[tokio::test]

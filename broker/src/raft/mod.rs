@@ -2,7 +2,8 @@
 //! module, so an openraft upgrade touches nothing else (DESIGN §2).
 //!
 //! - `types`: the type config and the replicated [`types::Command`]s;
-//! - `log_store` + `log_segment` + `entry_cache`: the durable Raft log;
+//! - `log_store` + `log_segment` + `entry_cache`: the durable Raft log; `repair`: a node whose
+//!   log was found damaged re-fetches it before it votes again;
 //! - `state_machine` + `snapshot`: applying commands to the store, snapshots;
 //! - `network` (client) and `service` (server): the gRPC transport; `faults`: test faults;
 //! - `propose`: submitting commands and mapping their outcome; `role`: this node's role;
@@ -18,6 +19,7 @@ pub mod log_segment;
 pub mod log_store;
 pub mod network;
 pub mod propose;
+pub mod repair;
 pub mod role;
 pub mod service;
 pub mod setup;

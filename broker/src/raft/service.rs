@@ -24,6 +24,7 @@ use crate::group_state::GroupState;
 use crate::raft::codec;
 use crate::raft::faults::FaultPlan;
 use crate::raft::network::SnapshotHeader;
+use crate::raft::repair::RepairState;
 use crate::raft::snapshot::CommitLogSource;
 use crate::raft::snapshot::SnapshotData;
 use crate::raft::types::NodeId;
@@ -42,6 +43,9 @@ pub struct RaftService {
     shutdown: CancellationToken,
     /// Injected faults: while this node is isolated, it refuses Raft RPCs.
     faults: Option<(NodeId, Arc<FaultPlan>)>,
+    /// While its damaged log is repaired, the node refuses votes, and replication until the
+    /// leader accepted its shorter log.
+    repair: Arc<RepairState>,
 }
 
 impl RaftService {
@@ -51,6 +55,7 @@ impl RaftService {
         staging_dir: PathBuf,
         shutdown: CancellationToken,
         faults: Option<(NodeId, Arc<FaultPlan>)>,
+        repair: Arc<RepairState>,
     ) -> RaftService {
         RaftService {
             raft,
@@ -59,6 +64,21 @@ impl RaftService {
             staged_count: AtomicU64::new(0),
             shutdown,
             faults,
+            repair,
+        }
+    }
+
+    fn refuse_vote_if_repairing(&self) -> Result<(), Status> {
+        match self.repair.refuses_votes() {
+            Some(reason) => Err(Status::unavailable(format!("not voting: {reason}"))),
+            None => Ok(()),
+        }
+    }
+
+    fn refuse_replication_if_repairing(&self) -> Result<(), Status> {
+        match self.repair.refuses_replication() {
+            Some(reason) => Err(Status::unavailable(reason)),
+            None => Ok(()),
         }
     }
 
@@ -179,6 +199,7 @@ impl RaftRpc for RaftService {
         request: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
         self.refuse_if_isolated()?;
+        self.refuse_replication_if_repairing()?;
         let rpc = decode("append entries", request)?;
         let response = self.raft.append_entries(rpc).await.map_err(internal)?;
         Ok(Response::new(encode("append entries response", &response)?))
@@ -191,6 +212,7 @@ impl RaftRpc for RaftService {
         request: Request<Streaming<pb::RaftPayload>>,
     ) -> Result<Response<Self::StreamAppendStream>, Status> {
         self.refuse_if_isolated()?;
+        self.refuse_replication_if_repairing()?;
         // An undecodable or failed item ends the stream, so requests and results stay paired;
         // so does an injected partition.
         let faults = self.faults.clone();
@@ -227,6 +249,7 @@ impl RaftRpc for RaftService {
         request: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
         self.refuse_if_isolated()?;
+        self.refuse_vote_if_repairing()?;
         let rpc = decode("vote", request)?;
         let response = self.raft.vote(rpc).await.map_err(internal)?;
         Ok(Response::new(encode("vote response", &response)?))
@@ -237,6 +260,7 @@ impl RaftRpc for RaftService {
         request: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
         self.refuse_if_isolated()?;
+        self.refuse_vote_if_repairing()?;
         let rpc = decode("pre-vote", request)?;
         let response = self.raft.pre_vote(rpc).await.map_err(internal)?;
         Ok(Response::new(encode("pre-vote response", &response)?))
@@ -247,6 +271,7 @@ impl RaftRpc for RaftService {
         request: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
         self.refuse_if_isolated()?;
+        self.refuse_vote_if_repairing()?;
         let rpc = decode("transfer leader", request)?;
         let response = self
             .raft
@@ -273,6 +298,7 @@ impl RaftRpc for RaftService {
         request: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
         self.refuse_if_isolated()?;
+        self.refuse_replication_if_repairing()?;
         Ok(Response::new(
             self.receive_snapshot(request.into_inner()).await?,
         ))

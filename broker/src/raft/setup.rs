@@ -15,14 +15,16 @@ use crate::raft::state_machine::StateMachine;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 
-/// Starts Raft over the node's opened log and state machine.
+/// Starts Raft over the node's opened log and state machine; `may_elect` false keeps the node
+/// from standing for election until `runtime_config().elect(true)`.
 pub async fn start_raft(
     config: &BrokerConfig,
     log_store: LogStore,
     state_machine: StateMachine,
     faults: Option<Arc<FaultPlan>>,
+    may_elect: bool,
 ) -> Result<Raft, String> {
-    let raft_config = raft_config(config).map_err(|error| error.to_string())?;
+    let raft_config = raft_config(config, may_elect).map_err(|error| error.to_string())?;
     let network = NetworkFactory::new(config.node_id, faults);
     Raft::new(
         config.node_id,
@@ -36,7 +38,10 @@ pub async fn start_raft(
 }
 
 /// openraft settings for a broker (notes/openraft.md §3).
-fn raft_config(config: &BrokerConfig) -> Result<openraft::Config, openraft::ConfigError> {
+fn raft_config(
+    config: &BrokerConfig,
+    may_elect: bool,
+) -> Result<openraft::Config, openraft::ConfigError> {
     let timings = &config.raft;
     openraft::Config {
         cluster_name: format!("{}/{}", config.cluster, config.group),
@@ -44,6 +49,7 @@ fn raft_config(config: &BrokerConfig) -> Result<openraft::Config, openraft::Conf
         election_timeout_min: timings.election_timeout_min_ms,
         election_timeout_max: timings.election_timeout_max_ms,
         enable_pre_vote: Some(true),
+        enable_elect: may_elect,
         // A restarted node must win an election before it leads again.
         enable_leader_restore: Some(false),
         // Snapshots are taken and the log purged by retention, not by entry count.

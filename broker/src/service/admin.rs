@@ -86,7 +86,10 @@ impl BrokerService {
         allow_empty_rejoin(&self.raft, node_id)
             .await
             .map_err(BrokerError::BadRequest)?;
-        tracing::warn!(node_id, "node may rejoin with an empty log (replaced disk)");
+        tracing::warn!(
+            node_id,
+            "node may rejoin with a shorter log (a replaced disk or a repaired log)"
+        );
         Ok(())
     }
 

@@ -26,6 +26,7 @@ use crate::error::BrokerError;
 use crate::group_commit::GroupCommit;
 use crate::group_state::GroupState;
 use crate::raft::faults::FaultPlan;
+use crate::raft::repair::RepairState;
 use crate::raft::types::Raft;
 use crate::schedule::service::ScheduleStatus;
 
@@ -45,6 +46,8 @@ pub struct ServiceOptions {
     pub schedule: Arc<ScheduleStatus>,
     /// The node's own fault plan, when `enable_fault_injection` is set (drills).
     pub fault_injection: Option<Arc<FaultPlan>>,
+    /// The repair of this node's Raft log, for its status.
+    pub repair: Arc<RepairState>,
 }
 
 pub struct BrokerService {
@@ -59,6 +62,7 @@ pub struct BrokerService {
     consumers: Arc<ConsumerRegistry>,
     schedule: Arc<ScheduleStatus>,
     fault_injection: Option<Arc<FaultPlan>>,
+    repair: Arc<RepairState>,
 }
 
 impl BrokerService {
@@ -76,6 +80,7 @@ impl BrokerService {
             consumers: options.consumers,
             schedule: options.schedule,
             fault_injection: options.fault_injection,
+            repair: options.repair,
         }
     }
 

@@ -30,6 +30,7 @@ impl BrokerService {
 
     pub(super) fn handle_node_status(&self) -> pb::NodeStatusResponse {
         let status = raft_status(&self.raft);
+        let (raft_log_repair_up_to, raft_log_repair) = self.repair.status();
         let store = self.group.store();
         pb::NodeStatusResponse {
             node_id: status.node_id,
@@ -47,6 +48,8 @@ impl BrokerService {
             schedule_service_running: self.schedule.is_running(),
             process_cpu_micros: rocketraft_proto::process::cpu_time().as_micros() as u64,
             process_id: std::process::id(),
+            raft_log_repair_up_to,
+            raft_log_repair,
         }
     }
 }

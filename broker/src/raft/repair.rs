@@ -1,0 +1,278 @@
+//! Repair of a damaged Raft log, after protocol-aware recovery (Alagappan et al., FAST '18).
+//!
+//! A node whose log lost entries it may have acknowledged could, with its shorter log, help
+//! elect a leader that lacks them: that is how a committed write gets lost. So when recovery
+//! finds valid entries beyond a cut (damage, not a torn last write), the log store records a
+//! durable repair mark with the highest index the damaged log held. While a mark exists the
+//! node neither votes nor stands for election. It asks the leader to accept its shorter log,
+//! refusing replication until the leader has, then takes the entries back from the leader.
+//! Once it has applied the group's log up to the mark, the mark is removed and it votes again.
+//!
+//! Invariant: the mark is removed only after the node applied an index at or past it, and a
+//! restart in between finds the mark again (the cut entries are gone from disk by then).
+
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use openraft::async_runtime::watch::WatchReceiver;
+use rocketraft_proto::broker as pb;
+use rocketraft_proto::broker::broker_client::BrokerClient;
+use serde::Deserialize;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::durable_file;
+use crate::raft::codec;
+use crate::raft::types::NodeId;
+use crate::raft::types::Raft;
+
+/// The mark's file, in the Raft log directory.
+const MARK_FILE: &str = "repair";
+/// Pause between rounds of asking the group's nodes for the leader's consent.
+const CONSENT_RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// How long one request for consent may take.
+const CONSENT_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What a damaged log lost: everything after `cut_at_index` up to `up_to_index` may have been
+/// acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepairMark {
+    pub cut_at_index: u64,
+    pub up_to_index: u64,
+}
+
+impl RepairMark {
+    fn describe(&self) -> String {
+        format!(
+            "raft log damaged at entry {}; entries up to {} are re-fetched from the leader",
+            self.cut_at_index, self.up_to_index
+        )
+    }
+}
+
+/// The mark in `log_dir`, if any.
+pub fn load(log_dir: &Path) -> std::io::Result<Option<RepairMark>> {
+    durable_file::read(&log_dir.join(MARK_FILE))?
+        .map(|bytes| Ok(codec::decode("raft repair mark", &bytes)?))
+        .transpose()
+}
+
+/// Records damage found by recovery, merged with a mark left by an unfinished repair.
+pub fn record_damage(log_dir: &Path, found: RepairMark) -> std::io::Result<RepairMark> {
+    let mark = match load(log_dir)? {
+        Some(pending) => RepairMark {
+            cut_at_index: pending.cut_at_index.min(found.cut_at_index),
+            up_to_index: pending.up_to_index.max(found.up_to_index),
+        },
+        None => found,
+    };
+    let encoded = codec::encode("raft repair mark", &mark)?;
+    durable_file::write_atomic(&log_dir.join(MARK_FILE), &encoded)?;
+    Ok(mark)
+}
+
+fn clear(log_dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(log_dir.join(MARK_FILE)) {
+        Ok(()) => crate::durable_file::sync_parent_dir(&log_dir.join(MARK_FILE)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Where a repair stands, shared by the Raft service (which refuses RPCs accordingly), the
+/// node status and the repair task.
+#[derive(Debug, Default)]
+pub struct RepairState {
+    inner: Mutex<Progress>,
+}
+
+#[derive(Debug, Default)]
+struct Progress {
+    pending: Option<RepairMark>,
+    /// The leader accepted that this node's log went back.
+    consented: bool,
+    /// What the last repair found and did, for the node status.
+    note: String,
+}
+
+impl RepairState {
+    pub fn new(pending: Option<RepairMark>) -> Arc<RepairState> {
+        let note = pending
+            .as_ref()
+            .map(|mark| format!("{} (in progress)", mark.describe()))
+            .unwrap_or_default();
+        Arc::new(RepairState {
+            inner: Mutex::new(Progress {
+                pending,
+                consented: false,
+                note,
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Why this node must not vote now, if it must not.
+    pub fn refuses_votes(&self) -> Option<String> {
+        self.lock().pending.as_ref().map(RepairMark::describe)
+    }
+
+    /// Why this node must not take replication now: the leader has not yet accepted that its
+    /// log went back (openraft treats an unannounced reversion as a bug).
+    pub fn refuses_replication(&self) -> Option<String> {
+        let progress = self.lock();
+        match &progress.pending {
+            Some(mark) if !progress.consented => Some(format!(
+                "{}; waiting for the leader to accept the shorter log",
+                mark.describe()
+            )),
+            _ => None,
+        }
+    }
+
+    /// The index the repair waits for (0 when none), and what the last repair did.
+    pub fn status(&self) -> (u64, String) {
+        let progress = self.lock();
+        let up_to = progress.pending.as_ref().map_or(0, |mark| mark.up_to_index);
+        (up_to, progress.note.clone())
+    }
+}
+
+/// Drives a pending repair to its end: the leader's consent, then catching up to the mark.
+pub async fn run_repair(
+    raft: Raft,
+    state: Arc<RepairState>,
+    log_dir: PathBuf,
+    node_id: NodeId,
+    peers: Vec<String>,
+    shutdown: CancellationToken,
+) {
+    let Some(mark) = state.lock().pending.clone() else {
+        return;
+    };
+    tracing::error!(
+        cut_at_index = mark.cut_at_index,
+        up_to_index = mark.up_to_index,
+        "raft log damaged: this node neither votes nor stands for election until it has \
+         re-fetched the lost entries from the leader"
+    );
+    tokio::select! {
+        () = obtain_consent(node_id, &peers) => {}
+        () = shutdown.cancelled() => return,
+    }
+    state.lock().consented = true;
+    tracing::warn!(
+        "the leader accepted this node's shorter raft log; catching up to entry {}",
+        mark.up_to_index
+    );
+    let mut metrics = raft.metrics();
+    loop {
+        let applied = metrics
+            .borrow_watched()
+            .last_applied
+            .as_ref()
+            .map_or(0, |log_id| log_id.index);
+        if applied >= mark.up_to_index {
+            break;
+        }
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() { return },
+            () = shutdown.cancelled() => return,
+        }
+    }
+    if let Err(error) = clear(&log_dir) {
+        tracing::error!(%error, "could not remove the raft repair mark; still not voting");
+        return;
+    }
+    {
+        let mut progress = state.lock();
+        progress.pending = None;
+        progress.note = format!("{} (done)", mark.describe());
+    }
+    // Raft was started with elections off (`setup::start_raft`).
+    raft.runtime_config().elect(true);
+    tracing::warn!(
+        up_to_index = mark.up_to_index,
+        "raft log repaired: this node votes again"
+    );
+}
+
+/// Asks the group's other nodes until the leader among them lets `node_id` rejoin with a
+/// shorter log.
+async fn obtain_consent(node_id: NodeId, peers: &[String]) {
+    loop {
+        for addr in peers {
+            match ask_consent(addr, node_id).await {
+                Ok(()) => return,
+                Err(error) => tracing::debug!(%addr, %error, "no consent to a shorter raft log"),
+            }
+        }
+        tokio::time::sleep(CONSENT_RETRY_PAUSE).await;
+    }
+}
+
+async fn ask_consent(addr: &str, node_id: NodeId) -> Result<(), String> {
+    let call = async {
+        let mut client = BrokerClient::connect(format!("http://{addr}"))
+            .await
+            .map_err(|error| error.to_string())?;
+        client
+            .prepare_node_replacement(pb::PrepareNodeReplacementRequest { node_id })
+            .await
+            .map_err(|status| status.to_string())?;
+        Ok(())
+    };
+    tokio::time::timeout(CONSENT_CALL_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| Err("timed out".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(cut_at_index: u64, up_to_index: u64) -> RepairMark {
+        RepairMark {
+            cut_at_index,
+            up_to_index,
+        }
+    }
+
+    #[test]
+    fn damage_found_twice_widens_the_mark_and_clearing_removes_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(load(dir.path()).expect("load"), None);
+        record_damage(dir.path(), mark(10, 20)).expect("record");
+        let merged = record_damage(dir.path(), mark(15, 30)).expect("record");
+        assert_eq!(merged, mark(10, 30));
+        assert_eq!(load(dir.path()).expect("load"), Some(mark(10, 30)));
+        clear(dir.path()).expect("clear");
+        clear(dir.path()).expect("clearing twice is fine");
+        assert_eq!(load(dir.path()).expect("load"), None);
+    }
+
+    #[test]
+    fn a_repairing_node_refuses_votes_throughout_and_replication_until_consent() {
+        let healthy = RepairState::new(None);
+        assert_eq!(healthy.refuses_votes(), None);
+        assert_eq!(healthy.refuses_replication(), None);
+        assert_eq!(healthy.status(), (0, String::new()));
+
+        let repairing = RepairState::new(Some(mark(7, 42)));
+        assert!(repairing.refuses_votes().is_some());
+        assert!(repairing.refuses_replication().is_some());
+        let (up_to, note) = repairing.status();
+        assert_eq!(up_to, 42);
+        assert!(note.contains("damaged at entry 7"), "{note}");
+        repairing.lock().consented = true;
+        assert!(repairing.refuses_votes().is_some());
+        assert_eq!(repairing.refuses_replication(), None);
+    }
+}
