@@ -37,6 +37,7 @@ use crate::raft::setup::bootstrap;
 use crate::raft::setup::start_raft;
 use crate::raft::state_machine::CHECKPOINT_INTERVAL_DEFAULT;
 use crate::raft::state_machine::StateMachine;
+use crate::raft::state_machine::StoreLostFlushedData;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 use crate::registration::Identity;
@@ -296,27 +297,38 @@ async fn open_raft(
     config: &BrokerConfig,
     faults: Option<Arc<FaultPlan>>,
 ) -> Result<(Raft, Arc<GroupState>, Option<RepairMark>), StartError> {
-    let store_config = config.store_config();
-    let (store, _report) =
-        MessageStore::open(store_config.clone()).map_err(|source| StartError::Store {
-            dir: store_config.dir.clone(),
-            source,
-        })?;
     let raft_dir = config.data_dir.join("raft");
     let raft_error = |source| StartError::RaftState {
         dir: raft_dir.clone(),
         source,
     };
-    let (state_machine, group) =
-        StateMachine::open(&raft_dir.join("state"), store, CHECKPOINT_INTERVAL_DEFAULT)
+    let (state_machine, group) = match open_state(config, &raft_dir) {
+        Err(StartError::RaftState { source, dir }) => {
+            let Some(lost) = StoreLostFlushedData::in_error(&source) else {
+                return Err(StartError::RaftState { source, dir });
+            };
+            tracing::error!(
+                error = %lost,
+                "the store is damaged: setting it aside and rebuilding this node from its group"
+            );
+            let last_log_index = open_log_store(config, &raft_dir.join("log"))
+                .and_then(|log| log.last_index())
+                .map_err(raft_error)?;
+            let up_to_index = last_log_index.max(lost.applied_index).unwrap_or(0);
+            let aside = repair::set_aside_for_rebuild(
+                &config.data_dir,
+                &config.store_config().dir,
+                &raft_dir,
+                up_to_index,
+            )
             .map_err(raft_error)?;
+            tracing::warn!(aside = %aside.display(), up_to_index, "damaged state set aside");
+            open_state(config, &raft_dir)?
+        }
+        opened => opened?,
+    };
     let log_dir = raft_dir.join("log");
-    let log_store = LogStore::open(LogStoreConfig {
-        dir: log_dir.clone(),
-        segment_size_bytes: config.store.raft_log_segment_bytes,
-        flush: config.flush_mode(),
-    })
-    .map_err(raft_error)?;
+    let log_store = open_log_store(config, &log_dir).map_err(raft_error)?;
     let pending_repair = repair::load(&log_dir).map_err(raft_error)?;
     // A node repairing its log must not stand for election, not even before the repair
     // task starts.
@@ -325,4 +337,31 @@ async fn open_raft(
         .await
         .map_err(StartError::Raft)?;
     Ok((raft, group, pending_repair))
+}
+
+/// Opens the message store and the state machine over it.
+fn open_state(
+    config: &BrokerConfig,
+    raft_dir: &std::path::Path,
+) -> Result<(StateMachine, Arc<GroupState>), StartError> {
+    let store_config = config.store_config();
+    let (store, _report) =
+        MessageStore::open(store_config.clone()).map_err(|source| StartError::Store {
+            dir: store_config.dir.clone(),
+            source,
+        })?;
+    StateMachine::open(&raft_dir.join("state"), store, CHECKPOINT_INTERVAL_DEFAULT).map_err(
+        |source| StartError::RaftState {
+            dir: raft_dir.to_path_buf(),
+            source,
+        },
+    )
+}
+
+fn open_log_store(config: &BrokerConfig, log_dir: &std::path::Path) -> std::io::Result<LogStore> {
+    LogStore::open(LogStoreConfig {
+        dir: log_dir.to_path_buf(),
+        segment_size_bytes: config.store.raft_log_segment_bytes,
+        flush: config.flush_mode(),
+    })
 }

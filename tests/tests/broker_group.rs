@@ -479,3 +479,97 @@ async fn given_a_follower_raft_log_damaged_should_repair_it_before_it_votes_and_
     group.shutdown().await;
     Ok(())
 }
+
+/// Flips one byte in the body of the first record of `node`'s CommitLog.
+fn damage_commit_log(group: &TestGroup, node: u64) -> anyhow::Result<()> {
+    let path = group
+        .data_dir(node)
+        .join("store")
+        .join("commitlog")
+        .join(format!("{:020}", 0));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)?;
+    let mut byte = [0u8; 1];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut byte, 500)?;
+    byte[0] ^= 0x40;
+    std::os::unix::fs::FileExt::write_all_at(&file, &byte, 500)?;
+    file.sync_all()?;
+    info!(path = %path.display(), "flipped a byte in the first record");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_follower_commit_log_damaged_should_rebuild_it_from_the_group_and_lose_nothing()
+-> anyhow::Result<()> {
+    init_tracing();
+    let mut group = TestGroup::start(3, 0x5EED_000B, |_| {}).await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let follower = group.a_follower(leader);
+    send_many(&group, 300, 8).await?;
+    let sent_at = std::time::SystemTime::now();
+    info!("--- wait until the follower checkpointed the first record as flushed");
+    let checkpoint = group
+        .data_dir(follower)
+        .join("raft")
+        .join("state")
+        .join("checkpoint");
+    wait_for("a checkpoint after the sends", CONVERGE_TIMEOUT, || {
+        let checkpoint = checkpoint.clone();
+        let group = &group;
+        async move {
+            // An apply after the checkpoint interval writes the next checkpoint.
+            group
+                .group_client()
+                .send(send_request("Ticks", 0, [b"tick".to_vec()]), SEND_TIMEOUT)
+                .await
+                .ok()?;
+            let written = checkpoint.metadata().ok()?.modified().ok()?;
+            (written > sent_at).then_some(())
+        }
+    })
+    .await?;
+    assert_converged(&group, leader).await?;
+    let expected = group.node(leader).group().store().commit_log_max_offset();
+
+    info!(
+        follower,
+        "--- stop the follower and flip a byte in its CommitLog"
+    );
+    group.stop(follower).await;
+    damage_commit_log(&group, follower)?;
+    group.restart(follower).await?;
+    let repaired = wait_for("the follower's rebuild", CONVERGE_TIMEOUT, || async {
+        let status = group.status(follower).await.ok()?;
+        (status.raft_log_repair_up_to == 0 && !status.raft_log_repair.is_empty()).then_some(status)
+    })
+    .await?;
+    assert!(
+        repaired.raft_log_repair.ends_with("(done)"),
+        "{:?}",
+        repaired.raft_log_repair
+    );
+    let aside = std::fs::read_dir(group.data_dir(follower))?
+        .filter_map(Result::ok)
+        .any(|entry| entry.file_name().to_string_lossy().starts_with("damaged-"));
+    assert!(aside, "the damaged state is kept aside for inspection");
+    assert_converged(&group, leader).await?;
+    assert!(group.node(follower).group().store().commit_log_max_offset() >= expected);
+
+    info!(
+        leader,
+        "--- stop the leader: the rebuilt follower and the third node lose nothing"
+    );
+    group.stop(leader).await;
+    let new_leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    send_many(&group, 50, 4).await?;
+    assert_converged(&group, new_leader).await?;
+    let units: usize = consume_queues(group.node(new_leader))
+        .iter()
+        .map(Vec::len)
+        .sum();
+    assert_eq!(units, 350, "every acknowledged message is in the queues");
+    group.shutdown().await;
+    Ok(())
+}

@@ -134,6 +134,15 @@ impl LogStore {
         })
     }
 
+    /// The index of the last entry the log holds or held before a purge, if any.
+    pub fn last_index(&self) -> io::Result<Option<u64>> {
+        let files = self
+            .files
+            .read()
+            .map_err(|_| io::Error::other("raft log lock poisoned"))?;
+        Ok(files.last_log_id.map(|log_id| log_id.index))
+    }
+
     fn write_files(&self) -> io::Result<std::sync::RwLockWriteGuard<'_, LogFiles>> {
         self.files
             .write()

@@ -8,6 +8,9 @@
 //! refusing replication until the leader has, then takes the entries back from the leader.
 //! Once it has applied the group's log up to the mark, the mark is removed and it votes again.
 //!
+//! A node whose store lost flushed data (a damaged CommitLog) is repaired the same way, from
+//! nothing: its damaged state is set aside and it is rebuilt from the group's log or snapshot.
+//!
 //! Invariant: the mark is removed only after the node applied an index at or past it, and a
 //! restart in between finds the mark again (the cut entries are gone from disk by then).
 
@@ -72,6 +75,42 @@ pub fn record_damage(log_dir: &Path, found: RepairMark) -> std::io::Result<Repai
     let encoded = codec::encode("raft repair mark", &mark)?;
     durable_file::write_atomic(&log_dir.join(MARK_FILE), &encoded)?;
     Ok(mark)
+}
+
+/// Moves a node's damaged state (its store, its state machine and its Raft log entries, but
+/// not its vote) into `<data_dir>/damaged-<unix ms>/` for an operator to inspect, and marks
+/// the Raft log for repair up to `up_to_index`. The node then starts empty and is rebuilt
+/// from its group, neither voting nor standing for election until it is whole again.
+pub fn set_aside_for_rebuild(
+    data_dir: &Path,
+    store_dir: &Path,
+    raft_dir: &Path,
+    up_to_index: u64,
+) -> std::io::Result<PathBuf> {
+    let aside = data_dir.join(format!("damaged-{}", crate::clock::now_ms()));
+    std::fs::create_dir_all(&aside)?;
+    let log_dir = raft_dir.join("log");
+    let moves = [
+        (store_dir.to_path_buf(), "store"),
+        (raft_dir.join("state"), "raft-state"),
+        (log_dir.join("segments"), "raft-log-segments"),
+        (log_dir.join("purged"), "raft-log-purged"),
+    ];
+    for (from, name) in moves {
+        if from.exists() {
+            std::fs::rename(&from, aside.join(name))?;
+            durable_file::sync_parent_dir(&from)?;
+        }
+    }
+    durable_file::sync_parent_dir(&aside.join("store"))?;
+    record_damage(
+        &log_dir,
+        RepairMark {
+            cut_at_index: 0,
+            up_to_index,
+        },
+    )?;
+    Ok(aside)
 }
 
 fn clear(log_dir: &Path) -> std::io::Result<()> {

@@ -62,6 +62,26 @@ struct Checkpoint {
     commit_log_end: i64,
 }
 
+/// The store ends before what the checkpoint says was flushed: flushed data is gone (a
+/// damaged CommitLog), so the node's state must be rebuilt from its group.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the CommitLog ends at {store_end} but the checkpoint at applied index {applied_index:?} \
+     needs {needed}: the store lost flushed data"
+)]
+pub struct StoreLostFlushedData {
+    pub store_end: i64,
+    pub needed: i64,
+    pub applied_index: Option<u64>,
+}
+
+impl StoreLostFlushedData {
+    /// The loss an error from [`StateMachine::open`] reports, if it is one.
+    pub fn in_error(error: &io::Error) -> Option<&StoreLostFlushedData> {
+        error.get_ref()?.downcast_ref()
+    }
+}
+
 pub struct StateMachine {
     group: Arc<GroupState>,
     dir: PathBuf,
@@ -123,11 +143,11 @@ impl StateMachine {
         if store_end < start.commit_log_end {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!(
-                    "CommitLog ends at {store_end} but the checkpoint at {:?} needs {}: the store \
-                     lost flushed data; wipe this node's data dir to rebuild it from the group",
-                    start.last_applied, start.commit_log_end
-                ),
+                StoreLostFlushedData {
+                    store_end,
+                    needed: start.commit_log_end,
+                    applied_index: start.last_applied.map(|log_id| log_id.index),
+                },
             ));
         }
         store.truncate(start.commit_log_end)?;
