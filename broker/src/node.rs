@@ -77,6 +77,9 @@ pub enum StartError {
     },
     #[error("start raft: {0}")]
     Raft(String),
+    /// Local state is damaged and no other node of the group holds it.
+    #[error("cannot repair this node: {0}")]
+    Unrepairable(String),
 }
 
 pub struct BrokerNode {
@@ -307,6 +310,11 @@ async fn open_raft(
             let Some(lost) = StoreLostFlushedData::in_error(&source) else {
                 return Err(StartError::RaftState { source, dir });
             };
+            if !has_other_nodes(config)? {
+                return Err(StartError::Unrepairable(format!(
+                    "{lost}, and the group has no other node to rebuild it from"
+                )));
+            }
             tracing::error!(
                 error = %lost,
                 "the store is damaged: setting it aside and rebuilding this node from its group"
@@ -330,6 +338,15 @@ async fn open_raft(
     let log_dir = raft_dir.join("log");
     let log_store = open_log_store(config, &log_dir).map_err(raft_error)?;
     let pending_repair = repair::load(&log_dir).map_err(raft_error)?;
+    if let Some(mark) = &pending_repair
+        && !has_other_nodes(config)?
+    {
+        return Err(StartError::Unrepairable(format!(
+            "the raft log lost entries {} to {}, and the group has no other node to re-fetch \
+             them from",
+            mark.cut_at_index, mark.up_to_index
+        )));
+    }
     // A node repairing its log must not stand for election, not even before the repair
     // task starts.
     let may_elect = pending_repair.is_none();
@@ -337,6 +354,11 @@ async fn open_raft(
         .await
         .map_err(StartError::Raft)?;
     Ok((raft, group, pending_repair))
+}
+
+/// Whether the group has a node other than this one to repair it from.
+fn has_other_nodes(config: &BrokerConfig) -> Result<bool, StartError> {
+    Ok(config.peer_map()?.keys().any(|id| *id != config.node_id))
 }
 
 /// Opens the message store and the state machine over it.

@@ -573,3 +573,24 @@ async fn given_a_follower_commit_log_damaged_should_rebuild_it_from_the_group_an
     group.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_single_node_with_a_damaged_raft_log_should_refuse_to_start() -> anyhow::Result<()>
+{
+    init_tracing();
+    let mut group = TestGroup::start(1, 0x5EED_000C, |_| {}).await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    send_many(&group, 300, 8).await?;
+    group.stop(leader).await;
+    damage_raft_log(&group, leader)?;
+    let error = group
+        .restart(leader)
+        .await
+        .expect_err("no other node holds the lost entries");
+    assert!(
+        format!("{error:#}").contains("no other node"),
+        "the error says why: {error:#}"
+    );
+    group.shutdown().await;
+    Ok(())
+}
