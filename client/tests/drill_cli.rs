@@ -23,7 +23,7 @@ fn given_scheduled_faults_the_drill_should_lose_nothing_acknowledged() -> anyhow
             "--heal-after-ms",
             "1500",
             "--faults",
-            "kill-leader,kill-leader,kill-leader,kill-leader,kill-leader,kill-follower,pause-leader,partition-leader,restart-all",
+            "kill-leader,kill-leader,kill-leader,kill-leader,corrupt-follower,kill-follower,pause-leader,partition-leader,restart-all",
             "--rate",
             "100",
             "--heartbeat-ms",
@@ -40,7 +40,11 @@ fn given_scheduled_faults_the_drill_should_lose_nothing_acknowledged() -> anyhow
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "drill failed: {stdout}\n{stderr}");
     let report: serde_json::Value = serde_json::from_str(stdout.trim())?;
-    let number = |key: &str| report[key].as_u64().unwrap_or(u64::MAX);
+    let number = |key: &str| {
+        report[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no number {key:?} in the report: {report}"))
+    };
     assert_eq!(report["passed"], true, "{report}");
     assert_eq!(number("lost"), 0, "{report}");
     assert_eq!(number("order_violations"), 0, "{report}");
@@ -72,5 +76,12 @@ fn given_scheduled_faults_the_drill_should_lose_nothing_acknowledged() -> anyhow
         kills_recovered,
         "every killed leader was replaced: {report}"
     );
+    let repaired = report["faults"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|fault| fault["kind"] == "corrupt-follower")
+        .all(|fault| fault["detail"].to_string().contains("(done)"));
+    assert!(repaired, "the damaged follower repaired itself: {report}");
     Ok(())
 }

@@ -445,7 +445,7 @@ async fn given_a_follower_raft_log_damaged_should_repair_it_before_it_votes_and_
     group.restart(follower).await?;
     let status = group.status(follower).await?;
     assert!(
-        status.raft_log_repair.contains("damaged at entry"),
+        status.raft_log_repair.contains("damaged from entry"),
         "the status says what was found: {:?}",
         status.raft_log_repair
     );

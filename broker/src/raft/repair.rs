@@ -50,7 +50,7 @@ pub struct RepairMark {
 impl RepairMark {
     fn describe(&self) -> String {
         format!(
-            "raft log damaged at entry {}; entries up to {} are re-fetched from the leader",
+            "local state damaged from entry {}; entries up to {} are re-fetched from the leader",
             self.cut_at_index, self.up_to_index
         )
     }
@@ -309,7 +309,7 @@ mod tests {
         assert!(repairing.refuses_replication().is_some());
         let (up_to, note) = repairing.status();
         assert_eq!(up_to, 42);
-        assert!(note.contains("damaged at entry 7"), "{note}");
+        assert!(note.contains("damaged from entry 7"), "{note}");
         repairing.lock().consented = true;
         assert!(repairing.refuses_votes().is_some());
         assert_eq!(repairing.refuses_replication(), None);

@@ -159,11 +159,12 @@ struct DrillArgs {
     #[arg(long, default_value_t = 20)]
     fault_every_secs: u64,
     /// Faults, in turn: kill-leader, kill-follower, pause-leader, partition-leader,
-    /// restart-all.
+    /// restart-all, corrupt-follower (kill a follower, flip a byte in its Raft log and its
+    /// CommitLog, restart it: it must repair itself from the group).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "kill-leader,kill-follower,pause-leader,partition-leader,restart-all"
+        default_value = "kill-leader,kill-follower,pause-leader,partition-leader,restart-all,corrupt-follower"
     )]
     faults: Vec<FaultKind>,
     /// Restart a killed node, or resume a paused one, this long after the fault (default:

@@ -131,6 +131,7 @@ struct Node {
     addr: SocketAddr,
     process: Process,
     paused: bool,
+    data_dir: PathBuf,
 }
 
 pub struct LocalCluster {
@@ -197,6 +198,7 @@ impl LocalCluster {
                 nodes.insert(
                     id,
                     Node {
+                        data_dir: spec.work_dir.join(format!("{name}-{id}")),
                         addr: group_addrs[id as usize - 1],
                         process,
                         paused: false,
@@ -280,6 +282,33 @@ impl LocalCluster {
     /// Starts a stopped node on its address and data.
     pub fn restart(&mut self, group: &str, id: u64) -> Result<(), ClusterError> {
         self.node_mut(group, id)?.process.start()
+    }
+
+    /// Flips one byte a third into the stopped node's largest Raft log segment and one in the
+    /// body of its first CommitLog record, as a failing disk would; says what it flipped.
+    pub fn damage(&mut self, group: &str, id: u64) -> Result<Vec<String>, ClusterError> {
+        let node = self.node_mut(group, id)?;
+        assert!(!node.process.is_running(), "damage a stopped node only");
+        let segments = node.data_dir.join("raft").join("log").join("segments");
+        let largest = std::fs::read_dir(&segments)
+            .map_err(io(format!("list {}", segments.display())))?
+            .filter_map(Result::ok)
+            .filter_map(|entry| Some((entry.metadata().ok()?.len(), entry.path())))
+            .max();
+        let commit_log = node
+            .data_dir
+            .join("store")
+            .join("commitlog")
+            .join(format!("{:020}", 0));
+        let mut flipped = Vec::new();
+        if let Some((len, path)) = largest {
+            flipped.push(flip_byte(&path, len / 3)?);
+        }
+        // 500 bytes in lies in the first record's body (a record's header is 100 bytes or so).
+        if commit_log.exists() {
+            flipped.push(flip_byte(&commit_log, 500)?);
+        }
+        Ok(flipped)
     }
 
     /// SIGSTOP: the process stays, answers nothing.
@@ -366,6 +395,23 @@ fn free_addrs(count: usize) -> Result<Vec<SocketAddr>, ClusterError> {
         .map(|listener| listener.local_addr())
         .collect::<Result<_, _>>()
         .map_err(io("read a loopback port"))
+}
+
+/// Inverts one bit of the byte at `at` of `path`, durably; describes what it did.
+fn flip_byte(path: &Path, at: u64) -> Result<String, ClusterError> {
+    use std::os::unix::fs::FileExt;
+    let what = format!("flip byte {at} of {}", path.display());
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io(what.clone()))?;
+    let mut byte = [0u8; 1];
+    file.read_exact_at(&mut byte, at)
+        .and_then(|()| file.write_all_at(&[byte[0] ^ 0x10], at))
+        .and_then(|()| file.sync_all())
+        .map_err(io(what.clone()))?;
+    Ok(what)
 }
 
 fn write_config(

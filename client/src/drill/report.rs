@@ -14,6 +14,8 @@ pub struct FaultOutcome {
     pub node: Option<u64>,
     /// From the fault to the first acknowledgement of a send started after it.
     pub recovery_ms: Option<u64>,
+    /// What the fault damaged and what the node reported it repaired (`corrupt-follower`).
+    pub detail: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -73,6 +75,9 @@ impl DrillReport {
                 "  {:>6.1} s {:<16} {} node {node}: first ack after {recovery}\n",
                 fault.at_s, fault.kind, fault.group
             ));
+            for line in &fault.detail {
+                text.push_str(&format!("           {line}\n"));
+            }
         }
         if let (Some(median), Some(max)) = (self.recovery_ms_median, self.recovery_ms_max) {
             text.push_str(&format!("recovery: median {median} ms, worst {max} ms\n"));

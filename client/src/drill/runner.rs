@@ -72,6 +72,7 @@ pub enum FaultKind {
     RestartAll,
     PauseLeader,
     PartitionLeader,
+    CorruptFollower,
 }
 
 impl FaultKind {
@@ -82,6 +83,7 @@ impl FaultKind {
             FaultKind::RestartAll => "restart-all",
             FaultKind::PauseLeader => "pause-leader",
             FaultKind::PartitionLeader => "partition-leader",
+            FaultKind::CorruptFollower => "corrupt-follower",
         }
     }
 }
@@ -96,12 +98,14 @@ impl std::str::FromStr for FaultKind {
             FaultKind::RestartAll,
             FaultKind::PauseLeader,
             FaultKind::PartitionLeader,
+            FaultKind::CorruptFollower,
         ]
         .into_iter()
         .find(|kind| kind.name() == text)
         .ok_or_else(|| {
             format!(
-                "unknown fault {text:?}: kill-leader, kill-follower, restart-all or pause-leader"
+                "unknown fault {text:?}: kill-leader, kill-follower, restart-all, pause-leader, \
+                 partition-leader or corrupt-follower"
             )
         })
     }
@@ -325,12 +329,22 @@ async fn produce(
     while sends.join_next().await.is_some() {}
 }
 
+/// A fault the drill injected.
+struct InjectedFault {
+    kind: FaultKind,
+    group: String,
+    node: Option<u64>,
+    at: Instant,
+    /// What was damaged, and what the node said it repaired.
+    detail: Vec<String>,
+}
+
 /// One fault every `fault_every`, healed `heal_after` later; returns what was done when.
 async fn inject_faults(
     cluster: &mut LocalCluster,
     config: &DrillConfig,
     started: Instant,
-) -> Result<Vec<(FaultKind, String, Option<u64>, Instant)>, DrillError> {
+) -> Result<Vec<InjectedFault>, DrillError> {
     let groups = cluster.group_names();
     let mut done = Vec::new();
     let mut round = 0usize;
@@ -358,7 +372,7 @@ async fn inject_faults(
                 }
                 None => None,
             },
-            FaultKind::KillFollower => cluster
+            FaultKind::KillFollower | FaultKind::CorruptFollower => cluster
                 .node_ids(&group)
                 .into_iter()
                 .find(|id| Some(*id) != leader)
@@ -372,10 +386,20 @@ async fn inject_faults(
                 None
             }
         };
+        let detail = match (kind, node) {
+            (FaultKind::CorruptFollower, Some(id)) => cluster.damage(&group, id)?,
+            _ => Vec::new(),
+        };
         // Timed once the fault is done: sends started before could still be acknowledged.
         let now = Instant::now();
-        tracing::info!(fault = kind.name(), group, ?node, "fault injected");
-        done.push((kind, group.clone(), node, now));
+        tracing::info!(fault = kind.name(), group, ?node, ?detail, "fault injected");
+        done.push(InjectedFault {
+            kind,
+            group: group.clone(),
+            node,
+            at: now,
+            detail,
+        });
         if kind == FaultKind::RestartAll {
             for id in cluster.node_ids(&group) {
                 cluster.restart(&group, id)?;
@@ -387,12 +411,51 @@ async fn inject_faults(
                 FaultKind::PauseLeader => cluster.resume(&group, id)?,
                 FaultKind::PartitionLeader => cluster.partition(&group, id, false).await?,
                 FaultKind::KillLeader | FaultKind::KillFollower => cluster.restart(&group, id)?,
+                FaultKind::CorruptFollower => {
+                    cluster.restart(&group, id)?;
+                    let next_fault = started + config.fault_every * (round as u32 + 1);
+                    let report = repair_report(cluster, &group, id, next_fault).await;
+                    if let Some(fault) = done.last_mut() {
+                        fault.detail.push(report);
+                    }
+                }
                 FaultKind::RestartAll => {}
             }
         }
     }
     tokio::time::sleep_until((started + config.duration).into()).await;
     Ok(done)
+}
+
+/// What a restarted, damaged node reports it repaired, once it reports the repair done (or
+/// where it stands at `deadline`).
+async fn repair_report(
+    cluster: &LocalCluster,
+    group: &str,
+    node: u64,
+    deadline: Instant,
+) -> String {
+    loop {
+        let status = cluster
+            .statuses(group)
+            .await
+            .into_iter()
+            .find(|(id, _)| *id == node)
+            .map(|(_, status)| status);
+        let done = status
+            .as_ref()
+            .is_some_and(|status| status.raft_log_repair_up_to == 0);
+        if done || Instant::now() >= deadline {
+            return match status {
+                Some(status) if status.raft_log_repair.is_empty() => {
+                    "node reports: nothing to repair".to_owned()
+                }
+                Some(status) => format!("node reports: {}", status.raft_log_repair),
+                None => "node reports nothing: no status".to_owned(),
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Samples committed offsets (they must never go back) and which nodes run the schedule
@@ -486,7 +549,7 @@ fn report(
     config: &DrillConfig,
     cluster: &LocalCluster,
     record: &Record,
-    faults: Vec<(FaultKind, String, Option<u64>, Instant)>,
+    faults: Vec<InjectedFault>,
     started: Instant,
     offset_regressions: usize,
     schedule_service_overlaps: usize,
@@ -500,19 +563,29 @@ fn report(
     let refused = lock(&record.refused).clone();
     let faults: Vec<FaultOutcome> = faults
         .into_iter()
-        .map(|(kind, group, node, at)| FaultOutcome {
-            at_s: (at - started).as_secs_f64(),
-            kind: kind.name().to_owned(),
-            // The first acknowledgement of a send started after the fault: the group
-            // accepts writes again (through a new leader, when the fault took the old one).
-            recovery_ms: acked
-                .iter()
-                .filter(|(a, started, _)| a.group == group && *started >= at)
-                .map(|(_, _, acked_at)| *acked_at)
-                .min()
-                .map(|first| (first - at).as_millis() as u64),
-            group,
-            node,
+        .map(|fault| {
+            let InjectedFault {
+                kind,
+                group,
+                node,
+                at,
+                detail,
+            } = fault;
+            FaultOutcome {
+                at_s: (at - started).as_secs_f64(),
+                kind: kind.name().to_owned(),
+                // The first acknowledgement of a send started after the fault: the group
+                // accepts writes again (through a new leader, when the fault took the old one).
+                recovery_ms: acked
+                    .iter()
+                    .filter(|(a, started, _)| a.group == group && *started >= at)
+                    .map(|(_, _, acked_at)| *acked_at)
+                    .min()
+                    .map(|first| (first - at).as_millis() as u64),
+                group,
+                node,
+                detail,
+            }
         })
         .collect();
     let mut recoveries: Vec<u64> = faults.iter().filter_map(|f| f.recovery_ms).collect();
