@@ -18,6 +18,16 @@ use tokio::sync::broadcast;
 pub const CLIENT_EXPIRY_DEFAULT: Duration = Duration::from_secs(120);
 /// Subscriptions one heartbeat may carry at most.
 pub const HEARTBEAT_SUBSCRIPTIONS_MAX: usize = 1024;
+/// Members the registry holds at most, over all groups, so heartbeats with ever new client ids
+/// cannot grow the leader's memory without bound; known members always refresh.
+pub const CONSUMER_MEMBERS_MAX: usize = 65_536;
+
+/// A heartbeat from a new member found the registry full.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the consumer registry holds its maximum of {max} members (CONSUMER_MEMBERS_MAX)")]
+pub struct RegistryFull {
+    pub max: usize,
+}
 
 /// Membership events buffered for slow watchers; one that falls behind is told every group
 /// may have changed.
@@ -65,30 +75,42 @@ impl Default for ConsumerRegistry {
 }
 
 impl ConsumerRegistry {
+    /// Records a member's heartbeat; a new member is refused once the registry holds
+    /// [`CONSUMER_MEMBERS_MAX`].
     pub fn heartbeat(
         &self,
         group: &str,
         client_id: &str,
         subscriptions: Subscriptions,
         now: Instant,
-    ) {
-        let joined = {
-            let mut groups = self.lock();
-            let members = groups.entry(group.to_owned()).or_default();
-            members
-                .insert(
-                    client_id.to_owned(),
-                    Entry {
-                        subscriptions,
-                        last_seen: now,
-                    },
-                )
-                .is_none()
+    ) -> Result<(), RegistryFull> {
+        let entry = Entry {
+            subscriptions,
+            last_seen: now,
         };
-        if joined {
-            tracing::info!(group, client_id, "consumer joined");
-            self.publish(MembershipEvent::GroupChanged(group.to_owned()));
+        {
+            let mut groups = self.lock();
+            if let Some(known) = groups
+                .get_mut(group)
+                .and_then(|members| members.get_mut(client_id))
+            {
+                *known = entry;
+                return Ok(());
+            }
+            let held: usize = groups.values().map(BTreeMap::len).sum();
+            if held >= CONSUMER_MEMBERS_MAX {
+                return Err(RegistryFull {
+                    max: CONSUMER_MEMBERS_MAX,
+                });
+            }
+            groups
+                .entry(group.to_owned())
+                .or_default()
+                .insert(client_id.to_owned(), entry);
         }
+        tracing::info!(group, client_id, "consumer joined");
+        self.publish(MembershipEvent::GroupChanged(group.to_owned()));
+        Ok(())
     }
 
     /// Removes a member that leaves gracefully; false if it was not a member.
@@ -227,14 +249,20 @@ mod tests {
         let start = Instant::now();
         let registry = ConsumerRegistry::default();
         let mut events = registry.subscribe();
-        registry.heartbeat("g", "c2", subscription("t", "A"), start);
-        registry.heartbeat("g", "c2", subscription("t", "A"), start);
-        registry.heartbeat(
-            "g",
-            "c1",
-            subscription("t", "A"),
-            start + Duration::from_secs(50),
-        );
+        registry
+            .heartbeat("g", "c2", subscription("t", "A"), start)
+            .expect("heartbeat");
+        registry
+            .heartbeat("g", "c2", subscription("t", "A"), start)
+            .expect("heartbeat");
+        registry
+            .heartbeat(
+                "g",
+                "c1",
+                subscription("t", "A"),
+                start + Duration::from_secs(50),
+            )
+            .expect("heartbeat");
         assert!(registry.subscriptions_consistent("g"));
         let ids: Vec<String> = registry
             .members("g", start)
@@ -243,12 +271,14 @@ mod tests {
             .collect();
         assert_eq!(ids, ["c1", "c2"], "sorted by client id");
 
-        registry.heartbeat(
-            "g",
-            "c3",
-            subscription("t", "B"),
-            start + Duration::from_secs(60),
-        );
+        registry
+            .heartbeat(
+                "g",
+                "c3",
+                subscription("t", "B"),
+                start + Duration::from_secs(60),
+            )
+            .expect("heartbeat");
         assert!(!registry.subscriptions_consistent("g"));
 
         let expiry = Duration::from_secs(100);
@@ -288,5 +318,34 @@ mod tests {
                 MembershipEvent::LeadershipLost,
             ]
         );
+    }
+
+    #[test]
+    fn a_full_registry_refuses_new_members_and_still_refreshes_known_ones() {
+        let registry = ConsumerRegistry::default();
+        let now = Instant::now();
+        for i in 0..CONSUMER_MEMBERS_MAX {
+            registry
+                .heartbeat(
+                    &format!("g{}", i % 7),
+                    &format!("c{i}"),
+                    Subscriptions::new(),
+                    now,
+                )
+                .expect("below the maximum");
+        }
+        assert_eq!(
+            registry.heartbeat("g0", "one-more", Subscriptions::new(), now),
+            Err(RegistryFull {
+                max: CONSUMER_MEMBERS_MAX
+            })
+        );
+        registry
+            .heartbeat("g0", "c0", Subscriptions::new(), now)
+            .expect("a known member refreshes");
+        assert!(registry.unregister("g1", "c1"));
+        registry
+            .heartbeat("g0", "one-more", Subscriptions::new(), now)
+            .expect("room again");
     }
 }

@@ -36,6 +36,8 @@ pub enum BrokerError {
     Store(String),
     #[error("broker unavailable: {0}")]
     Unavailable(String),
+    #[error("limit exceeded: {0}")]
+    LimitExceeded(String),
 }
 
 fn leader_hint(leader_addr: &Option<String>) -> String {
@@ -70,6 +72,7 @@ impl BrokerError {
             BrokerError::ReplicationFailed(_) => ResponseCode::ReplicationTimeout,
             BrokerError::Store(_) => ResponseCode::StoreError,
             BrokerError::Unavailable(_) => ResponseCode::ServiceUnavailable,
+            BrokerError::LimitExceeded(_) => ResponseCode::LimitExceeded,
         }
     }
 
@@ -86,6 +89,7 @@ impl BrokerError {
             | BrokerError::BadRequest(_) => tonic::Code::InvalidArgument,
             BrokerError::ReplicationFailed(_) => tonic::Code::DeadlineExceeded,
             BrokerError::Store(_) => tonic::Code::Internal,
+            BrokerError::LimitExceeded(_) => tonic::Code::ResourceExhausted,
         }
     }
 }

@@ -43,13 +43,14 @@ impl BrokerService {
         if !known && self.auto_create_group {
             self.group_config(&request.group).await?;
         }
-        self.consumers.heartbeat(
-            &request.group,
-            &request.client_id,
-            subscriptions,
-            Instant::now(),
-        );
-        Ok(())
+        self.consumers
+            .heartbeat(
+                &request.group,
+                &request.client_id,
+                subscriptions,
+                Instant::now(),
+            )
+            .map_err(|full| BrokerError::LimitExceeded(full.to_string()))
     }
 
     pub(super) fn handle_unregister_consumer(
