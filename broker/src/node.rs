@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rocketraft_proto::broker::broker_server::BrokerServer;
+use rocketraft_proto::limits::SEND_REQUEST_BYTES_MAX;
 use rocketraft_proto::raft::raft_server::RaftServer;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -176,8 +177,10 @@ impl BrokerNode {
         );
         let server = tonic::transport::Server::builder()
             .add_service(
+                // The largest legal broker request is a full `Send`; pull responses stay
+                // below the pull budget plus one message, far under the encoding limit.
                 BrokerServer::new(broker)
-                    .max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX)
+                    .max_decoding_message_size(SEND_REQUEST_BYTES_MAX)
                     .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX),
             )
             .add_service(

@@ -22,6 +22,7 @@ use rocketraft_proto::common as common_pb;
 use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::limits::SEND_BATCH_BODY_BYTES_MAX;
 use rocketraft_proto::limits::SEND_BATCH_COUNT_MAX;
+use rocketraft_proto::limits::SEND_BATCH_PROPERTIES_BYTES_MAX;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -171,14 +172,16 @@ async fn drive(lane: Arc<Lane>, brokers: Arc<Brokers>) {
 /// The oldest waiting sends that fit one request (at least one).
 fn take_batch(waiting: &mut VecDeque<Pending>) -> Vec<Pending> {
     let mut batch = Vec::new();
-    let mut body_bytes = 0;
+    let (mut body_bytes, mut property_bytes) = (0, 0);
     while let Some(next) = waiting.front() {
         let fits = batch.len() < SEND_BATCH_COUNT_MAX
-            && body_bytes + next.message.body.len() <= SEND_BATCH_BODY_BYTES_MAX;
+            && body_bytes + next.message.body.len() <= SEND_BATCH_BODY_BYTES_MAX
+            && property_bytes + next.message.properties.len() <= SEND_BATCH_PROPERTIES_BYTES_MAX;
         if !fits && !batch.is_empty() {
             break;
         }
         body_bytes += next.message.body.len();
+        property_bytes += next.message.properties.len();
         batch.extend(waiting.pop_front());
     }
     batch
@@ -307,6 +310,19 @@ mod tests {
             deadline: Instant::now(),
             reply: oneshot::channel().0,
         }
+    }
+
+    #[test]
+    fn a_batch_stops_at_the_property_limit() {
+        let with_properties = |bytes: usize| {
+            let mut pending = pending(1);
+            pending.message.properties = vec![b'p'; bytes].into();
+            pending
+        };
+        let quarter = SEND_BATCH_PROPERTIES_BYTES_MAX / 4;
+        let mut waiting: VecDeque<Pending> = (0..5).map(|_| with_properties(quarter)).collect();
+        assert_eq!(take_batch(&mut waiting).len(), 4, "exactly the limit fits");
+        assert_eq!(take_batch(&mut waiting).len(), 1);
     }
 
     #[test]

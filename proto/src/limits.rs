@@ -5,6 +5,18 @@
 pub const SEND_BATCH_COUNT_MAX: usize = 1024;
 /// Sum of the bodies of one `Send` at most (RocketMQ's batch limit).
 pub const SEND_BATCH_BODY_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Sum of the encoded properties of one `Send` at most (one message's may be up to 32 KiB).
+pub const SEND_BATCH_PROPERTIES_BYTES_MAX: usize = 1024 * 1024;
+/// Bytes one message of a `Send` adds besides its body and properties, at most: its topic
+/// name and the protobuf framing of its fields.
+const SEND_MESSAGE_OVERHEAD_BYTES_MAX: usize = crate::names::NAME_LEN_MAX + 32;
+/// The largest `Send` request a broker decodes: a batch with every limit above at its maximum,
+/// plus the request's own fields. A larger request is refused by the transport before it is
+/// read whole, so a client cannot make a broker buffer more than this per request.
+pub const SEND_REQUEST_BYTES_MAX: usize = SEND_BATCH_BODY_BYTES_MAX
+    + SEND_BATCH_PROPERTIES_BYTES_MAX
+    + SEND_BATCH_COUNT_MAX * SEND_MESSAGE_OVERHEAD_BYTES_MAX
+    + 1024;
 /// Stored bytes of the messages one `Pull` returns at most, unless its first message alone is
 /// larger: a pull always returns at least one message, so a response stays below
 /// `max(PULL_RESPONSE_BYTES_MAX, largest message)` plus framing, far under the transport limit.

@@ -13,6 +13,7 @@ use rocketraft_broker::store::record::MESSAGE_BODY_SIZE_MAX;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::leader_addr;
+use rocketraft_proto::limits::SEND_REQUEST_BYTES_MAX;
 use rocketraft_proto::response_code;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
@@ -285,6 +286,22 @@ async fn given_largest_message_when_sent_should_replicate_and_one_byte_more_shou
         response_code(&status),
         Some(ResponseCode::MessageIllegal),
         "{status}"
+    );
+    assert_eq!(
+        group.node(leader).group().store().commit_log_max_offset(),
+        end_before
+    );
+    info!("--- a request past the largest legal one is refused before it is read whole");
+    let oversized = send_request(TOPIC, 0, [vec![7u8; SEND_REQUEST_BYTES_MAX + 1]]);
+    let status = group
+        .client(leader)
+        .await?
+        .send(oversized)
+        .await
+        .expect_err("over the request limit");
+    assert!(
+        status.message().contains("too large"),
+        "the error says why: {status}"
     );
     assert_eq!(
         group.node(leader).group().store().commit_log_max_offset(),

@@ -36,6 +36,7 @@ use crate::topic::validate_topic_name;
 
 pub use rocketraft_proto::limits::SEND_BATCH_BODY_BYTES_MAX;
 pub use rocketraft_proto::limits::SEND_BATCH_COUNT_MAX;
+pub use rocketraft_proto::limits::SEND_BATCH_PROPERTIES_BYTES_MAX;
 /// How long a send waits for its batch to commit before it reports `REPLICATION_TIMEOUT`.
 /// Clients wait longer than this, so they learn the outcome rather than time out blind.
 pub const SEND_COMMIT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -268,6 +269,16 @@ fn validate_batch_size(messages: &[common_pb::Message]) -> Result<(), BrokerErro
             "a batch has at most {SEND_BATCH_BODY_BYTES_MAX} body bytes, got {body_bytes}"
         )));
     }
+    let property_bytes: usize = messages
+        .iter()
+        .map(|message| message.properties.len())
+        .sum();
+    if property_bytes > SEND_BATCH_PROPERTIES_BYTES_MAX {
+        return Err(BrokerError::MessageIllegal(format!(
+            "a batch has at most {SEND_BATCH_PROPERTIES_BYTES_MAX} property bytes \
+             (SEND_BATCH_PROPERTIES_BYTES_MAX), got {property_bytes}"
+        )));
+    }
     Ok(())
 }
 
@@ -319,6 +330,15 @@ mod tests {
         assert!(validate_batch_size(&vec![message(1); SEND_BATCH_COUNT_MAX + 1]).is_err());
         assert!(validate_batch_size(&[message(SEND_BATCH_BODY_BYTES_MAX)]).is_ok());
         assert!(validate_batch_size(&[message(SEND_BATCH_BODY_BYTES_MAX + 1)]).is_err());
+        let with_properties = |bytes: usize| common_pb::Message {
+            properties: vec![b'p'; bytes].into(),
+            ..message(1)
+        };
+        let at_max = vec![with_properties(SEND_BATCH_PROPERTIES_BYTES_MAX / 4); 4];
+        assert!(validate_batch_size(&at_max).is_ok());
+        let mut past_max = at_max;
+        past_max.push(with_properties(1));
+        assert!(validate_batch_size(&past_max).is_err());
         assert!(validate_batch_size(&[]).is_err());
     }
 }
