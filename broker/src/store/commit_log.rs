@@ -121,7 +121,8 @@ impl CommitLog {
             warn!(
                 bytes_truncated,
                 commit_log_end = report.commit_log_end,
-                "commit log: truncated torn tail"
+                "commit log: cut after the last valid record (a torn last write; damage if the \
+                 checkpoint says the cut bytes were flushed)"
             );
         }
         info!(
