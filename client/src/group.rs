@@ -106,18 +106,31 @@ impl BrokerGroupClient {
         self.find_leader_report().await.map(|report| report.addr)
     }
 
-    /// [`Self::find_leader`], saying whether the leader answered for itself.
+    /// [`Self::find_leader`], saying whether the leader answered for itself. Asks every node
+    /// at once and stops waiting once a majority answered and the best report is a leader
+    /// speaking for itself: a paused node never answers, and waiting out its timeout would
+    /// delay every failover by it.
     pub async fn find_leader_report(&self) -> Option<LeaderReport> {
-        let asked = self.nodes.iter().map(|addr| async move {
-            tokio::time::timeout(STATUS_TIMEOUT, self.node_status(*addr))
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .map(|status| (*addr, status))
-        });
-        let statuses = futures::future::join_all(asked).await;
+        use futures::StreamExt;
+        let mut asked: futures::stream::FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|addr| async move {
+                tokio::time::timeout(STATUS_TIMEOUT, self.node_status(*addr))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(|status| (*addr, status))
+            })
+            .collect();
+        let majority = self.nodes.len() / 2 + 1;
+        let mut answered = 0;
         let mut best: Option<LeaderReport> = None;
-        for (addr, status) in statuses.into_iter().flatten() {
+        while let Some(answer) = asked.next().await {
+            let Some((addr, status)) = answer else {
+                continue;
+            };
+            answered += 1;
             let leads = status.role == "leader";
             let leader = if leads {
                 Some(addr)
@@ -132,6 +145,9 @@ impl BrokerGroupClient {
                     term: status.term,
                     answered_itself: leads,
                 });
+            }
+            if answered >= majority && best.is_some_and(|best| best.answered_itself) {
+                break;
             }
         }
         best

@@ -10,6 +10,7 @@ use anyhow::Context;
 
 use rocketraft_broker::node::BrokerNode;
 use rocketraft_broker::store::record::MESSAGE_BODY_SIZE_MAX;
+use rocketraft_client::group::BrokerGroupClient;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::leader_addr;
@@ -608,6 +609,33 @@ async fn given_a_single_node_with_a_damaged_raft_log_should_refuse_to_start() ->
         format!("{error:#}").contains("no other node"),
         "the error says why: {error:#}"
     );
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_node_that_never_answers_the_leader_should_still_be_found_at_once()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_000D, |_| {}).await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let follower = group.a_follower(leader);
+    // Accepts connections and never answers, as a paused (SIGSTOP) process does.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let silent_addr = silent.local_addr()?;
+    let client =
+        BrokerGroupClient::new(vec![silent_addr, group.addr(follower), group.addr(leader)]);
+    let started = std::time::Instant::now();
+    let report = client.find_leader_report().await.context("a leader")?;
+    let took = started.elapsed();
+    assert_eq!(report.addr, group.addr(leader));
+    assert!(report.answered_itself);
+    // Waiting for the silent node would take its whole status timeout (500 ms).
+    assert!(
+        took < Duration::from_millis(500),
+        "a majority answered, yet the lookup took {took:?}"
+    );
+    drop(silent);
     group.shutdown().await;
     Ok(())
 }
