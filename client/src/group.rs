@@ -137,8 +137,13 @@ impl BrokerGroupClient {
             } else {
                 status.leader_addr.parse().ok()
             };
+            // A higher term wins; in the same term, the leader's own word beats hearsay.
+            let better = |best: LeaderReport| {
+                status.term > best.term
+                    || (status.term == best.term && leads && !best.answered_itself)
+            };
             if let Some(leader) = leader
-                && best.is_none_or(|best| status.term > best.term)
+                && best.is_none_or(better)
             {
                 best = Some(LeaderReport {
                     addr: leader,
