@@ -416,6 +416,29 @@ async fn given_auto_create_off_should_send_only_to_created_topics_and_queues() -
     Ok(())
 }
 
+/// Stops `leader`, sends `more` messages through the two nodes left, and checks they converge
+/// holding all `expected` messages: nothing acknowledged was lost with the leader.
+async fn stop_leader_and_count(
+    group: &mut TestGroup,
+    leader: u64,
+    more: usize,
+    expected: usize,
+) -> anyhow::Result<()> {
+    group.stop(leader).await;
+    let new_leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    send_many(group, more, 4).await?;
+    assert_converged(group, new_leader).await?;
+    let units: usize = consume_queues(group.node(new_leader))
+        .iter()
+        .map(Vec::len)
+        .sum();
+    assert_eq!(
+        units, expected,
+        "every acknowledged message is in the queues"
+    );
+    Ok(())
+}
+
 /// Flips one byte a third into `node`'s largest Raft log segment, where entries follow it.
 fn damage_raft_log(group: &TestGroup, node: u64) -> anyhow::Result<()> {
     let dir = group
@@ -485,15 +508,7 @@ async fn given_a_follower_raft_log_damaged_should_repair_it_before_it_votes_and_
         leader,
         "--- stop the leader: the other two elect one and lose nothing"
     );
-    group.stop(leader).await;
-    let new_leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
-    send_many(&group, 100, 4).await?;
-    assert_converged(&group, new_leader).await?;
-    let units: usize = consume_queues(group.node(new_leader))
-        .iter()
-        .map(Vec::len)
-        .sum();
-    assert_eq!(units, 700, "every acknowledged message is in the queues");
+    stop_leader_and_count(&mut group, leader, 100, 700).await?;
     group.shutdown().await;
     Ok(())
 }
@@ -579,15 +594,7 @@ async fn given_a_follower_commit_log_damaged_should_rebuild_it_from_the_group_an
         leader,
         "--- stop the leader: the rebuilt follower and the third node lose nothing"
     );
-    group.stop(leader).await;
-    let new_leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
-    send_many(&group, 50, 4).await?;
-    assert_converged(&group, new_leader).await?;
-    let units: usize = consume_queues(group.node(new_leader))
-        .iter()
-        .map(Vec::len)
-        .sum();
-    assert_eq!(units, 350, "every acknowledged message is in the queues");
+    stop_leader_and_count(&mut group, leader, 50, 350).await?;
     group.shutdown().await;
     Ok(())
 }

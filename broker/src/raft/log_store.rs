@@ -333,17 +333,14 @@ fn recover_segments(dir: &std::path::Path) -> io::Result<(Vec<LogSegment>, Optio
     let mut segments: Vec<LogSegment> = Vec::new();
     let mut damage: Option<RepairMark> = None;
     let mut note_damage = |cut_at_index: u64, up_to_index: u64| {
-        let merged = match damage.take() {
-            Some(known) => RepairMark {
-                cut_at_index: known.cut_at_index.min(cut_at_index),
-                up_to_index: known.up_to_index.max(up_to_index),
-            },
-            None => RepairMark {
-                cut_at_index,
-                up_to_index,
-            },
+        let found = RepairMark {
+            cut_at_index,
+            up_to_index,
         };
-        damage = Some(merged);
+        damage = Some(match damage.take() {
+            Some(known) => known.merge(found),
+            None => found,
+        });
     };
     for (first_index, path) in LogSegment::list(dir)? {
         let recovered = LogSegment::recover(first_index, path.clone())?;

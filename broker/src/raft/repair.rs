@@ -48,6 +48,14 @@ pub struct RepairMark {
 }
 
 impl RepairMark {
+    /// One mark covering both: the earlier cut and the higher index.
+    pub fn merge(self, other: RepairMark) -> RepairMark {
+        RepairMark {
+            cut_at_index: self.cut_at_index.min(other.cut_at_index),
+            up_to_index: self.up_to_index.max(other.up_to_index),
+        }
+    }
+
     fn describe(&self) -> String {
         format!(
             "local state damaged from entry {}; entries up to {} are re-fetched from the leader",
@@ -66,10 +74,7 @@ pub fn load(log_dir: &Path) -> std::io::Result<Option<RepairMark>> {
 /// Records damage found by recovery, merged with a mark left by an unfinished repair.
 pub fn record_damage(log_dir: &Path, found: RepairMark) -> std::io::Result<RepairMark> {
     let mark = match load(log_dir)? {
-        Some(pending) => RepairMark {
-            cut_at_index: pending.cut_at_index.min(found.cut_at_index),
-            up_to_index: pending.up_to_index.max(found.up_to_index),
-        },
+        Some(pending) => pending.merge(found),
         None => found,
     };
     let encoded = codec::encode("raft repair mark", &mark)?;
@@ -115,7 +120,7 @@ pub fn set_aside_for_rebuild(
 
 fn clear(log_dir: &Path) -> std::io::Result<()> {
     match std::fs::remove_file(log_dir.join(MARK_FILE)) {
-        Ok(()) => crate::durable_file::sync_parent_dir(&log_dir.join(MARK_FILE)),
+        Ok(()) => durable_file::sync_parent_dir(&log_dir.join(MARK_FILE)),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(error) => Err(error),
     }
