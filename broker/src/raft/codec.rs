@@ -22,8 +22,21 @@ impl From<CodecError> for std::io::Error {
     }
 }
 
+/// Encodes `value` into a buffer of exactly its size (no regrowth while encoding).
 pub fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, CodecError> {
-    bincode::serialize(value).map_err(|source| CodecError { what, source })
+    let size = bincode::serialized_size(value).map_err(|source| CodecError { what, source })?;
+    let mut encoded = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    encode_into(what, &mut encoded, value)?;
+    Ok(encoded)
+}
+
+/// Appends the encoding of `value` to `buffer`.
+pub fn encode_into<T: Serialize>(
+    what: &'static str,
+    buffer: &mut Vec<u8>,
+    value: &T,
+) -> Result<(), CodecError> {
+    bincode::serialize_into(buffer, value).map_err(|source| CodecError { what, source })
 }
 
 pub fn decode<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T, CodecError> {

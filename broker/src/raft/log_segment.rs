@@ -49,6 +49,79 @@ struct RecordLocation {
     len: u32,
 }
 
+/// Records encoded for one append, in one buffer that keeps its capacity from append to
+/// append: each entry is encoded once, straight into the bytes that are written.
+#[derive(Debug, Default)]
+pub struct RecordBatch {
+    bytes: Vec<u8>,
+    /// Encoded length of each record's entry, in order.
+    lens: Vec<u32>,
+}
+
+impl RecordBatch {
+    /// Capacity kept across appends; a larger buffer (one huge batch) is released.
+    const RETAINED_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+    /// Encodes `entry` as the next record and returns the length of its encoding.
+    pub fn push(&mut self, entry: &Entry) -> io::Result<u32> {
+        let start = self.bytes.len();
+        self.bytes
+            .extend_from_slice(&[0; RECORD_HEADER_SIZE as usize]);
+        let body = start + RECORD_HEADER_SIZE as usize;
+        let encoded = codec::encode_into("raft log entry", &mut self.bytes, entry)
+            .map_err(io::Error::from)
+            .and_then(|()| {
+                u32::try_from(self.bytes.len() - body)
+                    .ok()
+                    .filter(|len| *len <= ENTRY_SIZE_MAX)
+                    .ok_or_else(|| {
+                        io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!(
+                                "raft entry of {} bytes exceeds {ENTRY_SIZE_MAX}",
+                                self.bytes.len() - body
+                            ),
+                        )
+                    })
+            });
+        let len = match encoded {
+            Ok(len) => len,
+            Err(error) => {
+                self.bytes.truncate(start);
+                return Err(error);
+            }
+        };
+        let crc = crc32fast::hash(&self.bytes[body..]);
+        self.bytes[start..start + 4].copy_from_slice(&len.to_le_bytes());
+        self.bytes[start + 4..body].copy_from_slice(&crc.to_le_bytes());
+        self.lens.push(len);
+        Ok(len)
+    }
+
+    /// Number of records in the batch.
+    pub fn len(&self) -> usize {
+        self.lens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lens.is_empty()
+    }
+
+    /// Bytes the batch adds to a segment.
+    pub fn size_bytes(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    /// Empties the batch, keeping a bounded capacity for the next one.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.lens.clear();
+        if self.bytes.capacity() > Self::RETAINED_BYTES_MAX {
+            self.bytes.shrink_to(Self::RETAINED_BYTES_MAX);
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct LogSegment {
     first_index: u64,
@@ -155,38 +228,17 @@ impl LogSegment {
         &self.file
     }
 
-    /// Appends encoded entries, the first of which has index [`Self::end_index`], with one
-    /// write. The data is readable at once and durable after the file is synced.
-    pub fn append(&mut self, encoded: &[Vec<u8>]) -> io::Result<()> {
-        let mut buffer = Vec::with_capacity(
-            encoded
-                .iter()
-                .map(|e| e.len() + RECORD_HEADER_SIZE as usize)
-                .sum(),
-        );
-        let mut locations = Vec::with_capacity(encoded.len());
-        for entry in encoded {
-            let len = u32::try_from(entry.len())
-                .ok()
-                .filter(|len| *len <= ENTRY_SIZE_MAX);
-            let len = len.ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "raft entry of {} bytes exceeds {ENTRY_SIZE_MAX}",
-                        entry.len()
-                    ),
-                )
-            })?;
-            let position = self.size_bytes + buffer.len() as u64;
-            buffer.extend_from_slice(&len.to_le_bytes());
-            buffer.extend_from_slice(&crc32fast::hash(entry).to_le_bytes());
-            buffer.extend_from_slice(entry);
-            locations.push(RecordLocation { position, len });
-        }
-        self.file.write_all_at(&buffer, self.size_bytes)?;
-        self.size_bytes += buffer.len() as u64;
-        self.records.extend(locations);
+    /// Appends the batch's records, the first of which has index [`Self::end_index`], with
+    /// one write. The data is readable at once and durable after the file is synced.
+    pub fn append(&mut self, batch: &RecordBatch) -> io::Result<()> {
+        self.file.write_all_at(&batch.bytes, self.size_bytes)?;
+        let mut position = self.size_bytes;
+        self.records.extend(batch.lens.iter().map(|&len| {
+            let location = RecordLocation { position, len };
+            position += RECORD_HEADER_SIZE + u64::from(len);
+            location
+        }));
+        self.size_bytes = position;
         Ok(())
     }
 

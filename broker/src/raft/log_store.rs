@@ -17,6 +17,7 @@ use std::ops::RangeBounds;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::RwLock;
+use std::sync::RwLockWriteGuard;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -33,7 +34,7 @@ use crate::durable_file;
 use crate::raft::codec;
 use crate::raft::entry_cache::EntryCache;
 use crate::raft::log_segment::LogSegment;
-use crate::raft::log_segment::RECORD_HEADER_SIZE;
+use crate::raft::log_segment::RecordBatch;
 use crate::raft::repair;
 use crate::raft::repair::RepairMark;
 use crate::raft::types::Entry;
@@ -88,6 +89,8 @@ pub struct LogStore {
     files: Arc<RwLock<LogFiles>>,
     segment_size_bytes: u64,
     flusher: Flusher,
+    /// Encoding buffer of appends, reused so a busy log allocates no per-append buffers.
+    batch: RecordBatch,
 }
 
 #[derive(Clone)]
@@ -131,6 +134,7 @@ impl LogStore {
             files,
             segment_size_bytes: config.segment_size_bytes,
             flusher,
+            batch: RecordBatch::default(),
         })
     }
 
@@ -143,23 +147,20 @@ impl LogStore {
         Ok(files.last_log_id.map(|log_id| log_id.index))
     }
 
-    fn write_files(&self) -> io::Result<std::sync::RwLockWriteGuard<'_, LogFiles>> {
-        self.files
-            .write()
-            .map_err(|_| io::Error::other("raft log lock poisoned"))
+    fn write_files(&self) -> io::Result<RwLockWriteGuard<'_, LogFiles>> {
+        lock_for_write(&self.files)
     }
 
-    fn append_encoded(
-        &self,
-        entries: Vec<(LogId, Vec<u8>)>,
-        appended: Vec<(u64, Entry)>,
-    ) -> io::Result<Option<Arc<File>>> {
-        let mut files = self.write_files()?;
+    /// Writes `entries` after the last one, encoding each once into the reused record batch
+    /// and writing each segment's share with one write; rolls segments as they fill.
+    fn append_entries(&mut self, entries: &[Entry]) -> io::Result<Option<Arc<File>>> {
+        let mut files = lock_for_write(&self.files)?;
+        let batch = &mut self.batch;
+        batch.clear();
         let mut expected_index = files.next_index();
-        let mut batch: Vec<Vec<u8>> = Vec::new();
-        let mut batch_bytes = 0u64;
-        let mut last_appended = None;
-        for (log_id, encoded) in entries {
+        let mut encoded_sizes = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let log_id = entry.log_id();
             if let Some(expected) = expected_index.filter(|expected| *expected != log_id.index) {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
@@ -171,28 +172,31 @@ impl LogStore {
             }
             expected_index = Some(log_id.index + 1);
             let roll = files.segments.last().is_none_or(|last| {
-                let size_bytes = last.size_bytes() + batch_bytes;
+                let size_bytes = last.size_bytes() + batch.size_bytes();
                 last.end_index() + batch.len() as u64 != log_id.index
                     || (size_bytes > 0 && size_bytes >= self.segment_size_bytes)
             });
             if roll {
-                files.flush_batch(&mut batch)?;
-                batch_bytes = 0;
+                files.write_batch(batch)?;
                 files.start_segment(log_id.index)?;
             }
-            batch_bytes += encoded.len() as u64 + RECORD_HEADER_SIZE;
-            batch.push(encoded);
-            last_appended = Some(log_id);
+            encoded_sizes.push(u64::from(batch.push(entry)?));
         }
-        files.flush_batch(&mut batch)?;
-        if last_appended.is_some() {
-            files.last_log_id = last_appended;
+        files.write_batch(batch)?;
+        if let Some(last) = entries.last() {
+            files.last_log_id = Some(last.log_id());
         }
-        for (encoded_bytes, entry) in appended {
-            files.cache.push(entry, encoded_bytes);
+        for (entry, encoded_bytes) in entries.iter().zip(encoded_sizes) {
+            files.cache.push(entry.clone(), encoded_bytes);
         }
         Ok(files.segments.last().map(|s| s.file().clone()))
     }
+}
+
+fn lock_for_write(files: &RwLock<LogFiles>) -> io::Result<RwLockWriteGuard<'_, LogFiles>> {
+    files
+        .write()
+        .map_err(|_| io::Error::other("raft log lock poisoned"))
 }
 
 impl LogFiles {
@@ -206,7 +210,7 @@ impl LogFiles {
         }
     }
 
-    fn flush_batch(&mut self, batch: &mut Vec<Vec<u8>>) -> io::Result<()> {
+    fn write_batch(&mut self, batch: &mut RecordBatch) -> io::Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -484,14 +488,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let mut encoded = Vec::new();
-        let mut appended = Vec::new();
-        for entry in entries {
-            let bytes = codec::encode("raft log entry", &entry)?;
-            appended.push((bytes.len() as u64, entry.clone()));
-            encoded.push((entry.log_id(), bytes));
-        }
-        let written_to = self.append_encoded(encoded, appended)?;
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let written_to = self.append_entries(&entries)?;
         self.flusher.after_write(written_to, callback);
         Ok(())
     }
@@ -604,6 +602,7 @@ mod tests {
     use openraft::type_config::TypeConfigExt;
 
     use super::*;
+    use crate::raft::log_segment::RECORD_HEADER_SIZE;
     use crate::raft::types::Command;
 
     fn entry(term: u64, index: u64) -> Entry {
