@@ -24,19 +24,27 @@ impl From<CodecError> for std::io::Error {
 
 /// Encodes `value` into a buffer of exactly its size (no regrowth while encoding).
 pub fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, CodecError> {
-    let size = bincode::serialized_size(value).map_err(|source| CodecError { what, source })?;
-    let mut encoded = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    encode_into(what, &mut encoded, value)?;
+    let mut encoded = Vec::with_capacity(encoded_size(what, value)?);
+    encode_to_writer(what, &mut encoded, value)?;
     Ok(encoded)
 }
 
-/// Appends the encoding of `value` to `buffer`.
-pub fn encode_into<T: Serialize>(
+/// The number of bytes `value` encodes to.
+pub fn encoded_size<T: Serialize>(what: &'static str, value: &T) -> Result<usize, CodecError> {
+    let size = bincode::serialized_size(value).map_err(|source| CodecError { what, source })?;
+    usize::try_from(size).map_err(|_| CodecError {
+        what,
+        source: Box::new(bincode::ErrorKind::SizeLimit),
+    })
+}
+
+/// Writes the encoding of `value` to `writer` (appends, for a `Vec` or a `BufMut` writer).
+pub fn encode_to_writer<T: Serialize>(
     what: &'static str,
-    buffer: &mut Vec<u8>,
+    writer: impl std::io::Write,
     value: &T,
 ) -> Result<(), CodecError> {
-    bincode::serialize_into(buffer, value).map_err(|source| CodecError { what, source })
+    bincode::serialize_into(writer, value).map_err(|source| CodecError { what, source })
 }
 
 pub fn decode<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T, CodecError> {

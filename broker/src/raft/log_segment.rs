@@ -68,7 +68,7 @@ impl RecordBatch {
         self.bytes
             .extend_from_slice(&[0; RECORD_HEADER_SIZE as usize]);
         let body = start + RECORD_HEADER_SIZE as usize;
-        let encoded = codec::encode_into("raft log entry", &mut self.bytes, entry)
+        let encoded = codec::encode_to_writer("raft log entry", &mut self.bytes, entry)
             .map_err(io::Error::from)
             .and_then(|()| {
                 u32::try_from(self.bytes.len() - body)

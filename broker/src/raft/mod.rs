@@ -11,6 +11,7 @@
 //! - `setup`: openraft's settings for a broker, founding a group;
 //! - `codec`: the binary encoding of openraft values.
 
+mod append_codec;
 pub mod codec;
 pub mod compaction;
 pub mod entry_cache;

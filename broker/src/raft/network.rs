@@ -35,9 +35,11 @@ use rocketraft_proto::raft as pb;
 use rocketraft_proto::raft::raft_client::RaftClient;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 use tonic::transport::Endpoint;
 
+use crate::raft::append_codec::AppendCodec;
 use crate::raft::codec;
 use crate::raft::faults::FaultPlan;
 use crate::raft::faults::Verdict;
@@ -52,6 +54,8 @@ use crate::raft::types::Vote;
 /// gRPC messages between nodes may carry a batch of messages near the 4 MiB body maximum
 /// plus framing; tonic's 4 MiB default would reject them.
 pub const RAFT_GRPC_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// The generated client's path of `Raft.StreamAppend`, called here with [`AppendCodec`].
+const STREAM_APPEND_PATH: &str = "/rocketraft.raft.Raft/StreamAppend";
 /// How long an unreachable peer is left alone before the next attempt.
 const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
 
@@ -91,15 +95,10 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
-        let client = self.channel(&node.addr).map(|channel| {
-            RaftClient::new(channel)
-                .max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX)
-        });
         PeerClient {
             from: self.node_id,
             target,
-            client,
+            channel: self.channel(&node.addr),
             faults: self.faults.clone(),
         }
     }
@@ -110,15 +109,21 @@ pub struct PeerClient {
     from: NodeId,
     target: NodeId,
     /// `Err` if the peer's address cannot be used at all.
-    client: Result<RaftClient<Channel>, String>,
+    channel: Result<Channel, String>,
     faults: Option<Arc<FaultPlan>>,
 }
 
 impl PeerClient {
-    fn client(&self) -> Result<RaftClient<Channel>, RPCError<TypeConfig>> {
-        self.client
+    fn channel(&self) -> Result<Channel, RPCError<TypeConfig>> {
+        self.channel
             .clone()
             .map_err(|reason| RPCError::Unreachable(Unreachable::from_string(reason)))
+    }
+
+    fn client(&self) -> Result<RaftClient<Channel>, RPCError<TypeConfig>> {
+        Ok(RaftClient::new(self.channel()?)
+            .max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX))
     }
 
     /// Applies injected faults to one RPC; `Err` if it is dropped.
@@ -352,7 +357,9 @@ impl NetStreamAppend<TypeConfig> for PeerClient {
     {
         Box::pin(async move {
             self.pass_faults(option.hard_ttl()).await?;
-            let mut client = self.client()?;
+            let mut grpc = tonic::client::Grpc::new(self.channel()?)
+                .max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX);
             let (from, target, faults) = (self.from, self.target, self.faults.clone());
             // A dropped request ends the stream: openraft sees it close and retries.
             let requests = input
@@ -367,18 +374,22 @@ impl NetStreamAppend<TypeConfig> for PeerClient {
                             Verdict::Delay(delay) => tokio::time::sleep(delay).await,
                             Verdict::Deliver => {}
                         }
-                        codec::encode("append entries", &request)
-                            .inspect_err(
-                                |error| tracing::error!(%error, "ending replication stream"),
-                            )
-                            .ok()
-                            .map(|data| pb::RaftPayload { data: data.into() })
+                        Some(request)
                     }
                 })
                 .take_while(|request| futures::future::ready(request.is_some()))
                 .filter_map(futures::future::ready);
-            let response = client
-                .stream_append(requests)
+            grpc.ready().await.map_err(|error| {
+                RPCError::Unreachable(Unreachable::from_string(format!(
+                    "raft channel to {target}: {error}"
+                )))
+            })?;
+            let response = grpc
+                .streaming(
+                    tonic::Request::new(requests),
+                    PathAndQuery::from_static(STREAM_APPEND_PATH),
+                    AppendCodec::default(),
+                )
                 .await
                 .map_err(status_to_rpc_error)?;
             let results = response.into_inner().map(|item| {
