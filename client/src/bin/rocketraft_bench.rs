@@ -22,6 +22,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use clap::Parser;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use rocketraft_client::admin::Admin;
 use rocketraft_client::consumer::ConsumeFrom;
 use rocketraft_client::consumer::ConsumeResult;
@@ -37,7 +39,6 @@ use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::common as common_pb;
 use std::net::SocketAddr;
-use tokio::sync::Semaphore;
 use tonic::transport::Channel;
 
 /// How long to wait for the group to have a leader.
@@ -463,30 +464,27 @@ async fn produce(
     topic: String,
     body: Bytes,
 ) -> anyhow::Result<Vec<Duration>> {
-    let permits = Arc::new(Semaphore::new(inflight));
-    let mut sends = tokio::task::JoinSet::new();
+    // The producer's sends in flight, polled by this task: an app that keeps many sends in
+    // flight from one task, not one spawned task per send.
+    let mut sends = FuturesUnordered::new();
     let mut latencies = Vec::new();
     loop {
-        let permit = permits.clone().acquire_owned().await?;
-        let sequence = next.fetch_add(1, Ordering::Relaxed);
-        if sequence >= total {
+        while sends.len() < inflight {
+            let sequence = next.fetch_add(1, Ordering::Relaxed);
+            if sequence >= total {
+                break;
+            }
+            let send = sender.clone().send(topic.clone(), body.clone(), sequence);
+            sends.push(async move {
+                let started = Instant::now();
+                send.await.map(|()| started.elapsed())
+            });
+        }
+        let Some(done) = sends.next().await else {
             break;
-        }
-        let send = sender.clone().send(topic.clone(), body.clone(), sequence);
-        let acked = acked.clone();
-        sends.spawn(async move {
-            let started = Instant::now();
-            let result = send.await;
-            drop(permit);
-            acked.fetch_add(1, Ordering::Relaxed);
-            result.map(|()| started.elapsed())
-        });
-        while let Some(done) = sends.try_join_next() {
-            latencies.push(done??);
-        }
-    }
-    while let Some(done) = sends.join_next().await {
-        latencies.push(done??);
+        };
+        latencies.push(done?);
+        acked.fetch_add(1, Ordering::Relaxed);
     }
     Ok(latencies)
 }
