@@ -77,8 +77,9 @@ impl Message {
         self
     }
 
-    /// The wire form, carrying `unique_id` as its `UNIQ_KEY`. The tags, keys and delay level
-    /// win over application properties of the same name.
+    /// The wire form for a `SendRequest`, carrying `unique_id` as its `UNIQ_KEY`. The tags,
+    /// keys and delay level win over application properties of the same name. The topic is
+    /// left out: a request names it once for all its messages.
     pub fn to_wire(&self, unique_id: &str) -> pb::Message {
         let keys = (!self.keys.is_empty()).then(|| self.keys.join(&KEY_SEPARATOR.to_string()));
         let delay = (self.delay_level > 0).then(|| self.delay_level.to_string());
@@ -101,7 +102,7 @@ impl Message {
             .iter()
             .filter_map(|(name, value)| Some((*name, (*value)?)));
         pb::Message {
-            topic: self.topic.clone(),
+            topic: String::new(),
             body: self.body.clone(),
             properties: encode_properties(application.chain(core)),
             flag: 0,
@@ -111,8 +112,16 @@ impl Message {
 
 /// Properties in the wire encoding (`rocketraft_proto::properties`). Keys and values must not
 /// hold `\x01` or `\x02`; the broker refuses a message whose do.
-pub fn encode_properties<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Bytes {
-    let mut out = Vec::new();
+pub fn encode_properties<'a, I>(pairs: I) -> Bytes
+where
+    I: IntoIterator<Item = (&'a str, &'a str)> + Clone,
+{
+    let size = pairs
+        .clone()
+        .into_iter()
+        .map(|(key, value)| key.len() + value.len() + 2)
+        .sum();
+    let mut out = Vec::with_capacity(size);
     for (key, value) in pairs {
         rocketraft_proto::properties::put_pair(&mut out, key, value);
     }
