@@ -7,17 +7,17 @@
 //! - [`route`]: topic routes from the nameservers, cached; [`subscription`]: tag expressions;
 //! - [`group`]: a leader-following connection to one broker group (tools and tests);
 //! - [`brokers`]: leader-following calls to broker groups; [`clients`]: cached connections;
-//! - [`admin`]: cluster administration (what `mqadmin` does); [`drill`]: failover drills;
+//! - [`admin`]: cluster administration (what `mqadmin` does);
 //! - [`error`]: what can go wrong, in the application's terms.
 //!
-//! Binaries: `mqadmin` (admin CLI) and `rocketraft-bench` (append benchmark).
+//! The tools (`mqadmin`, `rocketraft-bench`, the failover drill) live in `rocketraft-cli`
+//! (`client/cli`), so an app that embeds this crate compiles none of them.
 
 pub mod admin;
 pub mod brokers;
 pub mod clients;
 mod clock;
 pub mod consumer;
-pub mod drill;
 pub mod error;
 pub mod group;
 pub mod message;

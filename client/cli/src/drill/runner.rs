@@ -20,12 +20,6 @@ use std::time::Instant;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::Admin;
-use crate::admin::AdminError;
-use crate::consumer::ConsumeFrom;
-use crate::consumer::ConsumeResult;
-use crate::consumer::ConsumerError;
-use crate::consumer::PushConsumer;
 use crate::drill::checker::Acked;
 use crate::drill::checker::Consumed;
 use crate::drill::checker::check;
@@ -33,11 +27,17 @@ use crate::drill::cluster::ClusterError;
 use crate::drill::cluster::LocalCluster;
 use crate::drill::report::DrillReport;
 use crate::drill::report::FaultOutcome;
-use crate::error::ProducerError;
-use crate::group::BrokerGroupClient;
-use crate::message::Message;
-use crate::message::MessageExt;
-use crate::producer::Producer;
+use rocketraft_client::admin::Admin;
+use rocketraft_client::admin::AdminError;
+use rocketraft_client::consumer::ConsumeFrom;
+use rocketraft_client::consumer::ConsumeResult;
+use rocketraft_client::consumer::ConsumerError;
+use rocketraft_client::consumer::PushConsumer;
+use rocketraft_client::error::ProducerError;
+use rocketraft_client::group::BrokerGroupClient;
+use rocketraft_client::message::Message;
+use rocketraft_client::message::MessageExt;
+use rocketraft_client::producer::Producer;
 
 /// The drill's topic and consumer group.
 pub const DRILL_TOPIC: &str = "DrillTopic";

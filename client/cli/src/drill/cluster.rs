@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
 
-use crate::group::BrokerGroupClient;
+use rocketraft_client::group::BrokerGroupClient;
 
 /// Nodes of each drill broker group.
 pub const DRILL_GROUP_NODES: u64 = 3;
@@ -335,7 +335,7 @@ impl LocalCluster {
             what: format!("partition {group} node {id}"),
             reason,
         };
-        let mut client = crate::group::connect(addr)
+        let mut client = rocketraft_client::group::connect(addr)
             .await
             .map_err(|error| refused(error.to_string()))?;
         client
