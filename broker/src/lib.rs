@@ -10,10 +10,8 @@
 //! - [`group_commit`]: coalescing concurrent sends into one Raft entry;
 //! - [`service`]: the broker gRPC API; [`error`]: its errors and wire codes;
 //! - [`registration`]: telling the nameservers who this node is and whether it leads;
-//! - [`node`]: wiring one node together; [`config`]: its TOML configuration;
-//!   [`clock`]: the time records are stamped with.
+//! - [`node`]: wiring one node together; [`config`]: its TOML configuration.
 
-pub mod clock;
 pub mod config;
 pub mod consumer_registry;
 pub mod delay_levels;

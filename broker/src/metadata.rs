@@ -9,10 +9,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde::Serialize;
 
-/// RocketMQ permission bit: the topic's queues may be read.
-pub const PERM_READ: u32 = 4;
-/// RocketMQ permission bit: the topic's queues may be written.
-pub const PERM_WRITE: u32 = 2;
+pub use rocketraft_proto::perm::PERM_READ;
+pub use rocketraft_proto::perm::PERM_WRITE;
 
 /// A topic's configuration, replicated so every node routes and validates alike.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,9 +1,5 @@
 //! Topic names: what a valid name is, and which names belong to the system.
 
-use crate::store::record::TOPIC_NAME_LEN_MAX;
-
-const _: () = assert!(TOPIC_NAME_LEN_MAX == rocketraft_proto::names::NAME_LEN_MAX);
-
 pub use rocketraft_proto::names::DLQ_TOPIC_PREFIX;
 pub use rocketraft_proto::names::RETRY_TOPIC_PREFIX;
 pub use rocketraft_proto::names::SCHEDULE_TOPIC;

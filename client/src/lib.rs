@@ -16,7 +16,6 @@
 pub mod admin;
 pub mod brokers;
 pub mod clients;
-mod clock;
 pub mod consumer;
 pub mod error;
 pub mod group;

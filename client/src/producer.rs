@@ -30,7 +30,6 @@ use rocketraft_proto::names::validate_topic_name;
 
 use crate::brokers::Brokers;
 use crate::brokers::CallError;
-use crate::clock::now_ms;
 use crate::error::ProducerError;
 use crate::message::Message;
 use crate::route::ROUTE_TTL_DEFAULT;
@@ -39,6 +38,7 @@ use crate::route::TopicRoute;
 use crate::send_lanes::SendLanes;
 use crate::send_lanes::send_request;
 use crate::unique_id::UniqueIdGenerator;
+use rocketraft_proto::time::now_ms;
 
 /// How long a send may take, all retries included.
 pub const SEND_TIMEOUT_DEFAULT: Duration = Duration::from_secs(3);

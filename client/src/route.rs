@@ -12,16 +12,14 @@ use std::time::Instant;
 
 use rocketraft_proto::nameserver as pb;
 use rocketraft_proto::nameserver::name_server_client::NameServerClient;
+use rocketraft_proto::perm::PERM_READ;
+use rocketraft_proto::perm::PERM_WRITE;
 use tonic::transport::Channel;
 
 /// How long a cached route is used before it is fetched again (RocketMQ's default).
 pub const ROUTE_TTL_DEFAULT: Duration = Duration::from_secs(30);
 /// How long one nameserver query may take.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(3);
-/// RocketMQ permission bit: the topic's queues in a group may be written.
-const PERM_WRITE: u32 = 2;
-/// RocketMQ permission bit: the topic's queues in a group may be read.
-const PERM_READ: u32 = 4;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use crate::brokers::Brokers;
 use crate::brokers::CallError;
-use crate::clock::now_ms;
+use rocketraft_proto::time::now_ms;
 
 /// The outcome of one send through a lane.
 pub type LaneResult = Result<pb::SendResult, CallError>;

@@ -11,9 +11,7 @@ use std::time::Duration;
 use std::time::Instant;
 
 use rocketraft_proto::nameserver as pb;
-
-/// RocketMQ permission bits read (4) and write (2).
-const PERM_READ_WRITE: u32 = 6;
+use rocketraft_proto::perm::PERM_READ_WRITE;
 
 #[derive(Debug, Clone)]
 struct NodeEntry {
@@ -196,7 +194,7 @@ mod tests {
                     name: (*name).into(),
                     read_queue_count: 4,
                     write_queue_count: 4,
-                    perm: 6,
+                    perm: PERM_READ_WRITE,
                 })
                 .collect(),
         }

@@ -6,8 +6,10 @@
 
 pub mod limits;
 pub mod names;
+pub mod perm;
 pub mod process;
 pub mod properties;
+pub mod time;
 
 /// Message types and response codes shared by every service.
 pub mod common {

@@ -27,6 +27,12 @@ pub fn validate_group_name(name: &str) -> Result<(), String> {
     validate_name("group", name)
 }
 
+/// Whether `c` may appear in a topic or group name: `[A-Za-z0-9_%|-]`. Topics name
+/// directories on the brokers, so nothing else is allowed.
+pub fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '%' | '|' | '-')
+}
+
 fn validate_name(kind: &str, name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err(format!("the {kind} name is empty"));
@@ -37,10 +43,7 @@ fn validate_name(kind: &str, name: &str) -> Result<(), String> {
             name.len()
         ));
     }
-    match name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '%' | '|' | '-')))
-    {
+    match name.chars().find(|c| !is_name_char(*c)) {
         Some(bad) => Err(format!(
             "the {kind} name {name:?} contains {bad:?}; allowed are A-Z a-z 0-9 _ % | -"
         )),

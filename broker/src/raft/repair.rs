@@ -92,7 +92,7 @@ pub fn set_aside_for_rebuild(
     raft_dir: &Path,
     up_to_index: u64,
 ) -> std::io::Result<PathBuf> {
-    let aside = data_dir.join(format!("damaged-{}", crate::clock::now_ms()));
+    let aside = data_dir.join(format!("damaged-{}", rocketraft_proto::time::now_ms()));
     std::fs::create_dir_all(&aside)?;
     let log_dir = raft_dir.join("log");
     let moves = [

@@ -18,7 +18,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::now_ms;
 use crate::delay_levels::DelayLevels;
 use crate::group_state::GroupState;
 use crate::metadata::PERM_WRITE;
@@ -31,6 +30,7 @@ use crate::raft::types::Command;
 use crate::raft::types::Raft;
 use crate::schedule::delayed::restore;
 use crate::topic::SCHEDULE_TOPIC;
+use rocketraft_proto::time::now_ms;
 
 /// Messages one `DeliverDelayed` entry carries at most.
 pub const DELIVER_BATCH_MESSAGES_MAX: usize = 1024;

@@ -13,7 +13,6 @@ use std::time::Duration;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common as common_pb;
 
-use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::metadata::PERM_WRITE;
 use crate::raft::types::AppendedMessage;
@@ -33,6 +32,7 @@ use crate::topic::RETRY_TOPIC_PREFIX;
 use crate::topic::is_system_topic;
 use crate::topic::validate_group_name;
 use crate::topic::validate_topic_name;
+use rocketraft_proto::time::now_ms;
 
 pub use rocketraft_proto::limits::SEND_BATCH_BODY_BYTES_MAX;
 pub use rocketraft_proto::limits::SEND_BATCH_COUNT_MAX;

@@ -10,7 +10,6 @@
 
 use rocketraft_proto::broker as pb;
 
-use crate::clock::now_ms;
 use crate::error::BrokerError;
 use crate::schedule::delayed::park;
 use crate::service::BrokerService;
@@ -27,6 +26,7 @@ use crate::store::properties::UNIQ_KEY;
 use crate::topic::RETRY_TOPIC_PREFIX;
 use crate::topic::validate_group_name;
 use rocketraft_proto::names::RETRY_DELAY_LEVEL_BASE;
+use rocketraft_proto::time::now_ms;
 
 impl BrokerService {
     pub(super) async fn handle_send_message_back(

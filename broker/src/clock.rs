@@ -1,8 +1,0 @@
-//! Wall-clock time as the broker stamps it into records (ms since the Unix epoch).
-
-/// Now, in ms since the Unix epoch (0 if the clock is before it).
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as i64)
-}
