@@ -115,6 +115,17 @@ impl TestCluster {
         Ok(units.iter().map(|unit| unit.commit_log_offset).collect())
     }
 
+    /// Pull requests every running node of every group received so far (`NodeStatus`).
+    pub async fn pull_requests(&self) -> anyhow::Result<u64> {
+        let mut total = 0;
+        for group in &self.groups {
+            for node in group.running() {
+                total += group.status(node.node_id()).await?.pull_requests;
+            }
+        }
+        Ok(total)
+    }
+
     pub async fn shutdown(self) {
         for group in self.groups {
             group.shutdown().await;

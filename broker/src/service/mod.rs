@@ -14,6 +14,7 @@ mod system_topics;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use rocketraft_proto::broker as pb;
 use tonic::Request;
@@ -63,6 +64,8 @@ pub struct BrokerService {
     schedule: Arc<ScheduleStatus>,
     fault_injection: Option<Arc<FaultPlan>>,
     repair: Arc<RepairState>,
+    /// Pull requests received since the node started (`NodeStatus.pull_requests`).
+    pull_requests: AtomicU64,
 }
 
 impl BrokerService {
@@ -81,6 +84,7 @@ impl BrokerService {
             schedule: options.schedule,
             fault_injection: options.fault_injection,
             repair: options.repair,
+            pull_requests: AtomicU64::new(0),
         }
     }
 

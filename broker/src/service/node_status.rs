@@ -1,6 +1,8 @@
 //! `NodeStatus`: this node's view of its group, for operators, tests and benchmarks; and
 //! `InjectFault`, the drill hook that cuts this node off from its group.
 
+use std::sync::atomic::Ordering;
+
 use rocketraft_proto::broker as pb;
 
 use crate::error::BrokerError;
@@ -50,6 +52,7 @@ impl BrokerService {
             process_id: std::process::id(),
             raft_log_repair_up_to,
             raft_log_repair,
+            pull_requests: self.pull_requests.load(Ordering::Relaxed),
         }
     }
 }

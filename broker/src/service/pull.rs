@@ -6,6 +6,7 @@
 //! message is applied to its queue (or its wait runs out) and then looks again.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
@@ -34,6 +35,7 @@ impl BrokerService {
         &self,
         request: pb::PullRequest,
     ) -> Result<pb::PullResponse, BrokerError> {
+        self.pull_requests.fetch_add(1, Ordering::Relaxed);
         validate_pull(&request)?;
         let tags: Option<HashSet<i64>> = (!request.tags.is_empty()
             && !request.tags.iter().any(|t| t == SUBSCRIBE_ALL))
