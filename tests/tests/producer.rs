@@ -1,6 +1,9 @@
 //! The producer against a real cluster: a nameserver and two 3-node broker groups on
 //! loopback, topics created in both groups.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rocketraft_client::error::ProducerError;
@@ -211,17 +214,22 @@ async fn given_leader_isolated_mid_sends_should_never_report_a_lost_send() -> an
     let group_a = cluster.group("broker-a");
     let leader = group_a.wait_for_leader(TIMEOUT).await?;
 
+    let completed = Arc::new(AtomicUsize::new(0));
     let sender = {
-        let producer = producer.clone();
+        let (producer, completed) = (producer.clone(), completed.clone());
         tokio::spawn(async move {
             let mut outcomes = Vec::new();
             for i in 0..200 {
                 outcomes.push(producer.send(Message::new(TOPIC, format!("f{i}"))).await);
+                completed.fetch_add(1, Ordering::Relaxed);
             }
             outcomes
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_for("the first sends", TIMEOUT, || async {
+        (completed.load(Ordering::Relaxed) >= 10).then_some(())
+    })
+    .await?;
     info!(
         leader,
         "--- isolate broker-a's leader while sends are in flight"

@@ -62,6 +62,7 @@ async fn given_held_pull_when_message_arrives_should_answer_at_once() -> anyhow:
 
     info!("--- a held pull is answered as soon as a message is applied");
     let mut held_client = client.clone();
+    let pulls_before = group.status(leader).await?.pull_requests;
     let held = tokio::spawn(async move {
         let started = Instant::now();
         let response = held_client
@@ -70,7 +71,11 @@ async fn given_held_pull_when_message_arrives_should_answer_at_once() -> anyhow:
             .map(tonic::Response::into_inner);
         (response, started.elapsed())
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for("the held pull reached the leader", TIMEOUT, || async {
+        let received = group.status(leader).await.ok()?.pull_requests;
+        (received > pulls_before).then_some(())
+    })
+    .await?;
     let sent_at = Instant::now();
     client.send(tagged("TagA", "second")).await?;
     let (response, waited) = held.await?;

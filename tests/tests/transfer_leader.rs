@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
@@ -20,6 +21,9 @@ use tracing::info;
 const TIMEOUT: Duration = Duration::from_secs(20);
 const TOPIC: &str = "Moving";
 const QUEUES: usize = 4;
+/// Sends acknowledged before the transfer starts, and again on the new leader before the
+/// producer stops: the transfer happens under load and the load goes on after it.
+const SENDS_AROUND_TRANSFER: usize = 50;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_a_transfer_the_chosen_node_should_lead_and_nothing_acknowledged_is_lost()
@@ -29,8 +33,10 @@ async fn given_a_transfer_the_chosen_node_should_lead_and_nothing_acknowledged_i
     let leader = group.wait_for_leader(TIMEOUT).await?;
     let target = group.a_follower(leader);
     let sending = Arc::new(AtomicBool::new(true));
+    let acked_count = Arc::new(AtomicUsize::new(0));
     let sender = {
         let (client, sending) = (group.group_client(), sending.clone());
+        let acked_count = acked_count.clone();
         tokio::spawn(async move {
             let mut acked = Vec::new();
             let mut slowest = Duration::ZERO;
@@ -42,12 +48,20 @@ async fn given_a_transfer_the_chosen_node_should_lead_and_nothing_acknowledged_i
                 let response = client.send(request, Duration::from_secs(10)).await?;
                 slowest = slowest.max(started.elapsed());
                 acked.extend(response.results);
+                acked_count.fetch_add(1, Ordering::Relaxed);
                 i += 1;
             }
             anyhow::Ok((acked, slowest))
         })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let acked_at_least = |count: usize| {
+        let acked_count = acked_count.clone();
+        async move { (acked_count.load(Ordering::Relaxed) >= count).then_some(()) }
+    };
+    wait_for("sends before the transfer", TIMEOUT, || {
+        acked_at_least(SENDS_AROUND_TRANSFER)
+    })
+    .await?;
 
     info!(leader, target, "--- transfer leadership under load");
     let mut client = group.client(leader).await?;
@@ -57,7 +71,11 @@ async fn given_a_transfer_the_chosen_node_should_lead_and_nothing_acknowledged_i
         .into_inner();
     assert_eq!(moved.leader_id, target);
     assert_eq!(group.status(target).await?.role, "leader");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let acked_at_transfer = acked_count.load(Ordering::Relaxed);
+    wait_for("sends after the transfer", TIMEOUT, || {
+        acked_at_least(acked_at_transfer + SENDS_AROUND_TRANSFER)
+    })
+    .await?;
     sending.store(false, Ordering::Relaxed);
     let (acked, slowest) = sender.await??;
     info!(
