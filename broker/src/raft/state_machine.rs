@@ -45,6 +45,7 @@ use crate::raft::types::SnapshotMeta;
 use crate::raft::types::StoredMembership;
 use crate::raft::types::TypeConfig;
 use crate::store::MessageStore;
+use crate::store::StoreError;
 use crate::store::record;
 
 /// How often applied state is flushed and checkpointed while entries keep arriving.
@@ -366,7 +367,11 @@ fn append_records(group: &GroupState, records: &[u8]) -> io::Result<Vec<Appended
         while position < records.len() {
             let size = record_size_at(records, position)?;
             let record = &records[position..position + size];
-            let (topic, queue_id) = record::read_topic_and_queue(record)?;
+            let (topic, queue_id) =
+                record::read_topic_and_queue(record).map_err(|source| StoreError::Corrupt {
+                    offset: position as u64,
+                    source,
+                })?;
             // Few distinct queues per batch: a scan avoids an allocation per record.
             if !queues
                 .iter()

@@ -202,11 +202,11 @@ impl CommitLog {
         let offset = self.max_offset();
         let start = self.staged.len();
         self.staged.extend_from_slice(record);
-        if let Err(error) =
+        if let Err(source) =
             record::patch_offsets(&mut self.staged[start..], queue_offset, offset as i64)
         {
             self.staged.truncate(start);
-            return Err(error);
+            return Err(StoreError::Corrupt { offset, source });
         }
         if self.staged.len() >= STAGED_BYTES_MAX {
             self.write_staged()?;
@@ -235,7 +235,7 @@ impl CommitLog {
         self.segments
             .last_mut()
             .ok_or(StoreError::OffsetOutOfRange {
-                offset,
+                offset: offset as i64,
                 min: offset,
                 max: offset,
             })
@@ -274,7 +274,7 @@ impl CommitLog {
 
     fn out_of_range(&self, offset: u64) -> StoreError {
         StoreError::OffsetOutOfRange {
-            offset,
+            offset: offset as i64,
             min: self.min_offset(),
             max: self.max_offset(),
         }

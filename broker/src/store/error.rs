@@ -25,7 +25,8 @@ pub enum StoreError {
     /// Bytes at `offset` are not a valid record (bad length, magic, field lengths or CRC).
     #[error("corrupt record at offset {offset}")]
     Corrupt {
-        /// CommitLog offset of the record (or offset inside the buffer given to `decode`).
+        /// CommitLog offset of the record, or its position in the buffer decoded (`decode`,
+        /// the records of one replicated command).
         offset: u64,
         #[source]
         source: RecordError,
@@ -59,9 +60,9 @@ pub enum StoreError {
     /// Raw bytes do not consist of whole records and blank fillers laid out for our segment size.
     #[error("raw bytes at offset {offset} are not whole records: {reason}")]
     RawLayout { offset: u64, reason: &'static str },
-    /// An offset outside `[min, max]` of a log.
+    /// An offset outside `[min, max]` of a log (negative as a request gave it).
     #[error("offset {offset} out of range [{min}, {max}]")]
-    OffsetOutOfRange { offset: u64, min: u64, max: u64 },
+    OffsetOutOfRange { offset: i64, min: u64, max: u64 },
     /// A segment file has a size other than the configured segment size.
     #[error("segment {path} is {actual} bytes, expected {expected}")]
     SegmentSize {

@@ -114,7 +114,7 @@ pub struct MessageStore {
 
 fn to_offset(offset: i64, log: &CommitLog) -> Result<u64, StoreError> {
     u64::try_from(offset).map_err(|_negative| StoreError::OffsetOutOfRange {
-        offset: 0,
+        offset,
         min: log.min_offset(),
         max: log.max_offset(),
     })

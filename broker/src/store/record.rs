@@ -313,7 +313,7 @@ pub fn decode_at(buf: &[u8], offset: u64) -> Result<DecodedRecord, StoreError> {
         };
     }
     let view = RecordView::parse(buf).map_err(corrupt)?;
-    view.to_record()
+    view.to_record(offset)
         .map(DecodedRecord::Message)
         .map_err(|source| match source {
             StoreError::Corrupt { source, .. } => corrupt(source),
@@ -456,19 +456,15 @@ impl<'a> RecordView<'a> {
         self.topic
     }
 
-    /// Encoded properties.
-    pub fn properties_bytes(&self) -> &'a [u8] {
-        self.properties
-    }
-
     /// One property, read from the encoded properties without building a map.
     pub fn property(&self, key: &str) -> Result<Option<&'a str>, StoreError> {
         properties::find(self.properties, key)
     }
 
-    /// Builds the owned [`MessageRecord`] (decodes hosts and properties).
-    pub fn to_record(&self) -> Result<MessageRecord, StoreError> {
-        let corrupt = |source| StoreError::Corrupt { offset: 0, source };
+    /// Builds the owned [`MessageRecord`] (decodes hosts and properties); errors name
+    /// `offset`, where the record was read.
+    fn to_record(self, offset: u64) -> Result<MessageRecord, StoreError> {
+        let corrupt = |source| StoreError::Corrupt { offset, source };
         let store_ts = self.store_timestamp_pos();
         let store_host_pos = store_ts + 8;
         let after_hosts = store_host_pos + self.store_host_len;
@@ -518,47 +514,27 @@ fn flag_host_len(sys_flag: i32, bit: i32) -> usize {
 }
 
 /// Topic and queue id of an encoded record (validated first).
-pub fn read_topic_and_queue(buf: &[u8]) -> Result<(&str, i32), StoreError> {
-    let view =
-        RecordView::parse(buf).map_err(|source| StoreError::Corrupt { offset: 0, source })?;
+pub fn read_topic_and_queue(buf: &[u8]) -> Result<(&str, i32), RecordError> {
+    let view = RecordView::parse(buf)?;
     Ok((view.topic(), view.queue_id()))
 }
 
-/// The `TAGS` property of an encoded record (validated first).
-pub fn read_tags(buf: &[u8]) -> Result<Option<&str>, StoreError> {
-    let view =
-        RecordView::parse(buf).map_err(|source| StoreError::Corrupt { offset: 0, source })?;
-    view.property(properties::TAGS)
-}
-
-/// Writes QUEUEOFFSET into an encoded record. The body CRC does not cover it.
-pub fn patch_queue_offset(buf: &mut [u8], queue_offset: i64) -> Result<(), StoreError> {
-    patch_i64(buf, POS_QUEUE_OFFSET, queue_offset)
-}
-
-/// Writes PHYSICALOFFSET into an encoded record. The body CRC does not cover it.
-pub fn patch_physical_offset(buf: &mut [u8], physical_offset: i64) -> Result<(), StoreError> {
-    patch_i64(buf, POS_PHYSICAL_OFFSET, physical_offset)
-}
-
-/// Writes both QUEUEOFFSET and PHYSICALOFFSET into an encoded record.
+/// Writes QUEUEOFFSET and PHYSICALOFFSET into an encoded record. The body CRC does not
+/// cover them.
 pub fn patch_offsets(
     buf: &mut [u8],
     queue_offset: i64,
     physical_offset: i64,
-) -> Result<(), StoreError> {
-    patch_queue_offset(buf, queue_offset)?;
-    patch_physical_offset(buf, physical_offset)
+) -> Result<(), RecordError> {
+    patch_i64(buf, POS_QUEUE_OFFSET, queue_offset)?;
+    patch_i64(buf, POS_PHYSICAL_OFFSET, physical_offset)
 }
 
-fn patch_i64(buf: &mut [u8], pos: usize, value: i64) -> Result<(), StoreError> {
+fn patch_i64(buf: &mut [u8], pos: usize, value: i64) -> Result<(), RecordError> {
     let available = buf.len();
-    let slot = buf.get_mut(pos..pos + 8).ok_or(StoreError::Corrupt {
-        offset: 0,
-        source: RecordError::Truncated {
-            needed: pos + 8,
-            available,
-        },
+    let slot = buf.get_mut(pos..pos + 8).ok_or(RecordError::Truncated {
+        needed: pos + 8,
+        available,
     })?;
     slot.copy_from_slice(&value.to_be_bytes());
     Ok(())
@@ -696,11 +672,14 @@ pub(crate) mod tests {
     fn in_place_helpers() {
         let mut bytes = sample("TopicA", 7, b"x").encode().expect("encode");
         assert_eq!(read_topic_and_queue(&bytes).expect("read"), ("TopicA", 7));
-        assert_eq!(read_tags(&bytes).expect("tags"), Some("TagA"));
         patch_offsets(&mut bytes, 11, 1 << 40).expect("patch");
         let view = RecordView::parse(&bytes).expect("still valid");
         assert_eq!((view.queue_offset(), view.physical_offset()), (11, 1 << 40));
-        assert!(patch_queue_offset(&mut bytes[..10], 1).is_err());
+        assert_eq!(view.property(TAGS).expect("tags"), Some("TagA"));
+        assert!(matches!(
+            patch_offsets(&mut bytes[..10], 1, 1),
+            Err(RecordError::Truncated { .. })
+        ));
     }
 
     fn limit_of(result: Result<Vec<u8>, StoreError>) -> Option<&'static str> {
