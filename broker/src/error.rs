@@ -4,11 +4,16 @@
 //! (`rr-code`) and, for `NOT_LEADER`, the leader's address (`rr-leader-addr`), so clients
 //! can branch on the code instead of parsing messages.
 
-use rocketraft_proto::LEADER_ADDR_HEADER;
-use rocketraft_proto::RESPONSE_CODE_HEADER;
 use rocketraft_proto::common::ResponseCode;
 
+use openraft::errors::Fatal;
+
 use crate::raft::propose::ProposeError;
+use crate::raft::propose::Undecided;
+use crate::raft::role::TransferError;
+use crate::raft::setup::SetupError;
+use crate::raft::types::TypeConfig;
+use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -30,14 +35,25 @@ pub enum BrokerError {
     QueueIllegal { queue_id: i32, reason: String },
     #[error("bad request: {0}")]
     BadRequest(String),
-    #[error("the write was not confirmed by a quorum: {0}")]
-    ReplicationFailed(String),
-    #[error("store error: {0}")]
-    Store(String),
+    #[error("the write was not committed within {timeout:?}; it may still commit")]
+    CommitTimeout { timeout: std::time::Duration },
+    #[error("the write's outcome is unknown; it may still commit")]
+    Undecided(#[source] Undecided),
+    #[error("the store failed")]
+    Store(#[from] StoreError),
     #[error("broker unavailable: {0}")]
     Unavailable(String),
+    #[error("raft stopped on this node")]
+    RaftStopped(#[source] Fatal<TypeConfig>),
+    #[error("leadership transfer failed")]
+    Transfer(#[source] TransferError),
+    #[error("the node may not be replaced")]
+    NodeReplacement(#[source] SetupError),
     #[error("limit exceeded: {0}")]
     LimitExceeded(String),
+    /// A broker invariant failed: a bug, named in the message.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 fn leader_hint(leader_addr: &Option<String>) -> String {
@@ -51,8 +67,8 @@ impl From<ProposeError> for BrokerError {
     fn from(error: ProposeError) -> Self {
         match error {
             ProposeError::NotLeader { leader_addr } => BrokerError::NotLeader { leader_addr },
-            ProposeError::Unknown(reason) => BrokerError::ReplicationFailed(reason),
-            ProposeError::Stopped(reason) => BrokerError::Unavailable(reason),
+            ProposeError::Unknown(undecided) => BrokerError::Undecided(undecided),
+            ProposeError::Stopped(fatal) => BrokerError::RaftStopped(fatal),
         }
     }
 }
@@ -69,44 +85,53 @@ impl BrokerError {
             BrokerError::NoPermission(_) => ResponseCode::NoPermission,
             BrokerError::QueueIllegal { .. } => ResponseCode::QueueIllegal,
             BrokerError::BadRequest(_) => ResponseCode::BadRequest,
-            BrokerError::ReplicationFailed(_) => ResponseCode::ReplicationTimeout,
+            BrokerError::CommitTimeout { .. } | BrokerError::Undecided(_) => {
+                ResponseCode::ReplicationTimeout
+            }
             BrokerError::Store(_) => ResponseCode::StoreError,
-            BrokerError::Unavailable(_) => ResponseCode::ServiceUnavailable,
+            BrokerError::Unavailable(_) | BrokerError::RaftStopped(_) => {
+                ResponseCode::ServiceUnavailable
+            }
+            BrokerError::Transfer(TransferError::NotAVoter(_)) => ResponseCode::BadRequest,
+            BrokerError::Transfer(TransferError::NotLeader) => ResponseCode::NotLeader,
+            BrokerError::Transfer(_) => ResponseCode::ServiceUnavailable,
+            BrokerError::NodeReplacement(_) => ResponseCode::BadRequest,
             BrokerError::LimitExceeded(_) => ResponseCode::LimitExceeded,
+            BrokerError::Internal(_) => ResponseCode::InternalError,
         }
     }
 
     fn grpc_code(&self) -> tonic::Code {
-        match self {
-            BrokerError::NotLeader { .. } | BrokerError::Unavailable(_) => tonic::Code::Unavailable,
-            BrokerError::TopicNotExist(_)
-            | BrokerError::GroupNotExist(_)
-            | BrokerError::MessageNotFound(_) => tonic::Code::NotFound,
-            BrokerError::NoPermission(_) => tonic::Code::PermissionDenied,
-            BrokerError::MessageIllegal(_)
-            | BrokerError::TopicIllegal(_)
-            | BrokerError::QueueIllegal { .. }
-            | BrokerError::BadRequest(_) => tonic::Code::InvalidArgument,
-            BrokerError::ReplicationFailed(_) => tonic::Code::DeadlineExceeded,
-            BrokerError::Store(_) => tonic::Code::Internal,
-            BrokerError::LimitExceeded(_) => tonic::Code::ResourceExhausted,
+        match self.code() {
+            ResponseCode::NotLeader | ResponseCode::ServiceUnavailable => tonic::Code::Unavailable,
+            ResponseCode::TopicNotExist
+            | ResponseCode::SubscriptionGroupNotExist
+            | ResponseCode::MessageNotFound => tonic::Code::NotFound,
+            ResponseCode::NoPermission => tonic::Code::PermissionDenied,
+            ResponseCode::MessageIllegal
+            | ResponseCode::TopicIllegal
+            | ResponseCode::QueueIllegal
+            | ResponseCode::BadRequest => tonic::Code::InvalidArgument,
+            ResponseCode::ReplicationTimeout => tonic::Code::DeadlineExceeded,
+            ResponseCode::LimitExceeded => tonic::Code::ResourceExhausted,
+            _ => tonic::Code::Internal,
         }
     }
 }
 
 impl From<BrokerError> for tonic::Status {
+    /// The message is the whole chain of causes, so a client sees why, not only what.
     fn from(error: BrokerError) -> Self {
-        let mut status = tonic::Status::new(error.grpc_code(), error.to_string());
-        let metadata = status.metadata_mut();
-        metadata.insert(RESPONSE_CODE_HEADER, (error.code() as i32).into());
-        if let BrokerError::NotLeader {
-            leader_addr: Some(addr),
-        } = &error
-            && let Ok(value) = addr.parse()
-        {
-            metadata.insert(LEADER_ADDR_HEADER, value);
-        }
-        status
+        let leader_addr = match &error {
+            BrokerError::NotLeader { leader_addr } => leader_addr.as_deref(),
+            _ => None,
+        };
+        rocketraft_proto::error_status(
+            error.grpc_code(),
+            error.code(),
+            rocketraft_proto::error_chain(&error),
+            leader_addr,
+        )
     }
 }
 
@@ -127,5 +152,24 @@ mod tests {
         );
         assert_eq!(rocketraft_proto::leader_addr(&status), Some("127.0.0.1:7"));
         assert!(status.message().contains("the leader is 127.0.0.1:7"));
+    }
+
+    #[test]
+    fn a_store_failure_tells_the_client_its_cause() {
+        let status: tonic::Status = BrokerError::from(StoreError::OffsetOutOfRange {
+            offset: -5,
+            min: 0,
+            max: 10,
+        })
+        .into();
+        assert_eq!(status.code(), tonic::Code::Internal);
+        assert_eq!(
+            rocketraft_proto::response_code(&status),
+            Some(ResponseCode::StoreError)
+        );
+        assert_eq!(
+            status.message(),
+            "the store failed: offset -5 out of range [0, 10]"
+        );
     }
 }

@@ -106,7 +106,7 @@ async fn run(raft: Raft, mut queue: mpsc::Receiver<PendingSend>) {
             match result {
                 Ok(CommandResult::Appended(appended)) => distribute(sends, appended),
                 Ok(CommandResult::Done) => reply_all(sends, || {
-                    BrokerError::Store("append applied without results".into())
+                    BrokerError::Internal("an append applied without results".into())
                 }),
                 Err(error) => reply_all(sends, || error.clone().into()),
             }
@@ -120,7 +120,7 @@ fn distribute(sends: Vec<(usize, Reply)>, appended: Vec<AppendedMessage>) {
     if expected != appended.len() {
         let reason = format!("batch of {expected} messages applied as {}", appended.len());
         tracing::error!(%reason, "group commit result mismatch");
-        reply_all(sends, || BrokerError::Store(reason.clone()));
+        reply_all(sends, || BrokerError::Internal(reason.clone()));
         return;
     }
     let mut results = appended.into_iter();

@@ -76,8 +76,8 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
-    #[error("start raft: {0}")]
-    Raft(String),
+    #[error("start raft")]
+    Raft(#[from] crate::raft::setup::SetupError),
     /// Local state is damaged and no other node of the group holds it.
     #[error("cannot repair this node: {0}")]
     Unrepairable(String),

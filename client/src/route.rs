@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 use std::time::Instant;
 
+use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::nameserver as pb;
 use rocketraft_proto::nameserver::name_server_client::NameServerClient;
 use rocketraft_proto::perm::PERM_READ;
@@ -259,7 +260,12 @@ async fn query(channel: Channel, topic: &str) -> Result<TopicRoute, QueryError> 
         .await
     {
         Ok(response) => Ok(to_route(response.into_inner())),
-        Err(status) if status.code() == tonic::Code::NotFound => Err(QueryError::NotFound),
+        Err(status)
+            if rocketraft_proto::response_code(&status)
+                == Some(ResponseCode::TopicRouteNotExist) =>
+        {
+            Err(QueryError::NotFound)
+        }
         Err(status) => Err(QueryError::Failed(status.to_string())),
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::sync::MutexGuard;
 use std::time::Instant;
 
+use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::nameserver as pb;
 use rocketraft_proto::nameserver::name_server_server::NameServer;
 use tonic::Request;
@@ -37,14 +38,42 @@ impl NameServerService {
     }
 }
 
-fn validate(registration: &pb::RegisterBrokerRequest) -> Result<(), Status> {
+/// What the nameserver refuses, each with its one wire code.
+#[derive(Debug, thiserror::Error)]
+pub enum NameServerError {
+    #[error("no broker group serves topic {topic:?}")]
+    RouteNotFound { topic: String },
+    #[error("bad registration: {0}")]
+    BadRegistration(&'static str),
+}
+
+impl NameServerError {
+    pub fn code(&self) -> ResponseCode {
+        match self {
+            NameServerError::RouteNotFound { .. } => ResponseCode::TopicRouteNotExist,
+            NameServerError::BadRegistration(_) => ResponseCode::BadRequest,
+        }
+    }
+}
+
+impl From<NameServerError> for Status {
+    fn from(error: NameServerError) -> Self {
+        let grpc_code = match error {
+            NameServerError::RouteNotFound { .. } => tonic::Code::NotFound,
+            NameServerError::BadRegistration(_) => tonic::Code::InvalidArgument,
+        };
+        rocketraft_proto::error_status(grpc_code, error.code(), error.to_string(), None)
+    }
+}
+
+fn validate(registration: &pb::RegisterBrokerRequest) -> Result<(), NameServerError> {
     if registration.group.is_empty() || registration.addr.is_empty() {
-        return Err(Status::invalid_argument(
+        return Err(NameServerError::BadRegistration(
             "a registration names its group and address",
         ));
     }
     if registration.role() == pb::Role::Unknown {
-        return Err(Status::invalid_argument(
+        return Err(NameServerError::BadRegistration(
             "a registration states the node's role",
         ));
     }
@@ -71,7 +100,7 @@ impl NameServer for NameServerService {
         let route = self.registry.lock().topic_route(&topic);
         route
             .map(Response::new)
-            .ok_or_else(|| Status::not_found(format!("no broker group serves topic {topic:?}")))
+            .ok_or_else(|| NameServerError::RouteNotFound { topic }.into())
     }
 
     async fn get_cluster_info(
@@ -86,5 +115,23 @@ impl NameServer for NameServerService {
         _request: Request<pb::GetTopicListRequest>,
     ) -> Result<Response<pb::TopicList>, Status> {
         Ok(Response::new(self.registry.lock().topic_list()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_topic_is_answered_with_its_own_code() {
+        let status = Status::from(NameServerError::RouteNotFound {
+            topic: "Nowhere".into(),
+        });
+        assert_eq!(status.code(), tonic::Code::NotFound);
+        assert_eq!(
+            rocketraft_proto::response_code(&status),
+            Some(ResponseCode::TopicRouteNotExist)
+        );
+        assert!(status.message().contains("\"Nowhere\""));
     }
 }

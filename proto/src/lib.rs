@@ -53,3 +53,33 @@ pub fn response_code(status: &tonic::Status) -> Option<common::ResponseCode> {
 pub fn leader_addr(status: &tonic::Status) -> Option<&str> {
     status.metadata().get(LEADER_ADDR_HEADER)?.to_str().ok()
 }
+
+/// A failed call as the wire carries it: the gRPC code, the numeric [`common::ResponseCode`]
+/// in `rr-code`, and for `NOT_LEADER` the leader's address in `rr-leader-addr`. Brokers and
+/// nameservers answer every failure this way.
+pub fn error_status(
+    grpc_code: tonic::Code,
+    code: common::ResponseCode,
+    message: String,
+    leader_addr: Option<&str>,
+) -> tonic::Status {
+    let mut status = tonic::Status::new(grpc_code, message);
+    let metadata = status.metadata_mut();
+    metadata.insert(RESPONSE_CODE_HEADER, (code as i32).into());
+    if let Some(value) = leader_addr.and_then(|addr| addr.parse().ok()) {
+        metadata.insert(LEADER_ADDR_HEADER, value);
+    }
+    status
+}
+
+/// `error` and each of its causes, joined by `: ` (what a remote caller is told).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut chain = error.to_string();
+    let mut cause = error.source();
+    while let Some(source) = cause {
+        chain.push_str(": ");
+        chain.push_str(&source.to_string());
+        cause = source.source();
+    }
+    chain
+}

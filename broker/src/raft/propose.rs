@@ -4,11 +4,14 @@
 use std::future::Future;
 
 use openraft::errors::ClientWriteError;
+use openraft::errors::Fatal;
+use openraft::errors::LinearizableReadError;
 use openraft::impls::ProgressResponder;
 
 use crate::raft::types::Command;
 use crate::raft::types::CommandResult;
 use crate::raft::types::Raft;
+use crate::raft::types::TypeConfig;
 
 /// Why a proposed command has no result.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -17,11 +20,22 @@ pub enum ProposeError {
     #[error("not the leader")]
     NotLeader { leader_addr: Option<String> },
     /// The command's fate is unknown: it may still commit.
-    #[error("outcome unknown: {0}")]
-    Unknown(String),
+    #[error("the outcome is unknown; it may still commit")]
+    Unknown(#[source] Undecided),
     /// Raft has stopped on this node.
-    #[error("raft stopped: {0}")]
-    Stopped(String),
+    #[error("raft stopped on this node")]
+    Stopped(#[source] Fatal<TypeConfig>),
+}
+
+/// Why a command's (or a read's) outcome is unknown.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Undecided {
+    #[error(transparent)]
+    Write(ClientWriteError<TypeConfig>),
+    #[error(transparent)]
+    Read(LinearizableReadError<TypeConfig>),
+    #[error("leadership was lost before the command committed")]
+    LeadershipLost,
 }
 
 /// Submits `command` now, in submission order with other proposals, and returns a future
@@ -34,17 +48,15 @@ pub async fn propose(
     let (responder, applied) = ProgressResponder::complete_only();
     raft.client_write_ff(command, Some(responder))
         .await
-        .map_err(|fatal| ProposeError::Stopped(fatal.to_string()))?;
+        .map_err(ProposeError::Stopped)?;
     Ok(async move {
         match applied.await {
             Ok(Ok(response)) => Ok(response.data),
             Ok(Err(ClientWriteError::ForwardToLeader(forward))) => Err(ProposeError::NotLeader {
                 leader_addr: forward.leader_node.map(|node| node.addr),
             }),
-            Ok(Err(error)) => Err(ProposeError::Unknown(error.to_string())),
-            Err(_) => Err(ProposeError::Unknown(
-                "leadership lost before the command committed".into(),
-            )),
+            Ok(Err(error)) => Err(ProposeError::Unknown(Undecided::Write(error))),
+            Err(_) => Err(ProposeError::Unknown(Undecided::LeadershipLost)),
         }
     })
 }
@@ -63,7 +75,6 @@ pub fn ensure_leader(raft: &Raft) -> Result<(), ProposeError> {
 /// previous leader acknowledged. A new leader's state machine may still lag right after an
 /// election; this closes that window.
 pub async fn linearizable_read(raft: &Raft) -> Result<(), ProposeError> {
-    use openraft::errors::LinearizableReadError;
     use openraft::errors::RaftError;
     match raft
         .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
@@ -75,7 +86,7 @@ pub async fn linearizable_read(raft: &Raft) -> Result<(), ProposeError> {
                 leader_addr: forward.leader_node.map(|node| node.addr),
             })
         }
-        Err(RaftError::APIError(error)) => Err(ProposeError::Unknown(error.to_string())),
-        Err(RaftError::Fatal(fatal)) => Err(ProposeError::Stopped(fatal.to_string())),
+        Err(RaftError::APIError(error)) => Err(ProposeError::Unknown(Undecided::Read(error))),
+        Err(RaftError::Fatal(fatal)) => Err(ProposeError::Stopped(fatal)),
     }
 }

@@ -83,8 +83,9 @@ pub enum TransferError {
         to: u64,
         timeout: std::time::Duration,
     },
-    #[error("raft stopped: {0}")]
-    Stopped(String),
+    /// Raft stopped on this node (with openraft's reason when it gave one).
+    #[error("raft stopped on this node")]
+    Stopped(#[source] Option<openraft::errors::Fatal<crate::raft::types::TypeConfig>>),
 }
 
 /// Hands leadership to voter `to` (planned maintenance) and waits until this node follows
@@ -112,7 +113,7 @@ pub async fn transfer_leadership(
     raft.trigger()
         .transfer_leader(to)
         .await
-        .map_err(|fatal| TransferError::Stopped(fatal.to_string()))?;
+        .map_err(|fatal| TransferError::Stopped(Some(fatal)))?;
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         {
@@ -123,7 +124,7 @@ pub async fn transfer_leadership(
         }
         match tokio::time::timeout_at(deadline, metrics.changed()).await {
             Ok(Ok(())) => {}
-            Ok(Err(_)) => return Err(TransferError::Stopped("metrics closed".into())),
+            Ok(Err(_)) => return Err(TransferError::Stopped(None)),
             Err(_) => return Err(TransferError::Timeout { to, timeout }),
         }
     }

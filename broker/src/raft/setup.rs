@@ -6,6 +6,10 @@ use std::sync::Arc;
 
 use openraft::BasicNode;
 use openraft::SnapshotPolicy;
+use openraft::errors::AllowNextRevertError;
+use openraft::errors::Fatal;
+use openraft::errors::InitializeError;
+use openraft::errors::RaftError;
 
 use crate::config::BrokerConfig;
 use crate::raft::faults::FaultPlan;
@@ -14,6 +18,24 @@ use crate::raft::network::NetworkFactory;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
+use crate::raft::types::TypeConfig;
+
+/// Why Raft could not be started, a group founded, or a node let back in.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("invalid raft settings")]
+    Config(#[from] openraft::ConfigError),
+    #[error("raft stopped")]
+    Stopped(#[from] Fatal<TypeConfig>),
+    #[error("founding the group failed")]
+    Initialize(#[from] RaftError<TypeConfig, InitializeError<TypeConfig>>),
+    #[error("node {node} may not rejoin with a shorter log")]
+    Rejoin {
+        node: NodeId,
+        #[source]
+        source: AllowNextRevertError<TypeConfig>,
+    },
+}
 
 /// Starts Raft over the node's opened log and state machine; `may_elect` false keeps the node
 /// from standing for election until `runtime_config().elect(true)`.
@@ -23,8 +45,8 @@ pub async fn start_raft(
     state_machine: StateMachine,
     faults: Option<Arc<FaultPlan>>,
     may_elect: bool,
-) -> Result<Raft, String> {
-    let raft_config = raft_config(config, may_elect).map_err(|error| error.to_string())?;
+) -> Result<Raft, SetupError> {
+    let raft_config = raft_config(config, may_elect)?;
     let network = NetworkFactory::new(config.node_id, faults);
     Raft::new(
         config.node_id,
@@ -34,7 +56,7 @@ pub async fn start_raft(
         state_machine,
     )
     .await
-    .map_err(|error| error.to_string())
+    .map_err(SetupError::from)
 }
 
 /// openraft settings for a broker (notes/openraft.md §3).
@@ -65,11 +87,8 @@ fn raft_config(
 }
 
 /// Founds the group on its first start; a node that is already part of a group skips it.
-pub async fn bootstrap(raft: &Raft, peers: &BTreeMap<NodeId, String>) -> Result<(), String> {
-    let initialized = raft
-        .is_initialized()
-        .await
-        .map_err(|error| error.to_string())?;
+pub async fn bootstrap(raft: &Raft, peers: &BTreeMap<NodeId, String>) -> Result<(), SetupError> {
+    let initialized = raft.is_initialized().await?;
     if initialized {
         return Ok(());
     }
@@ -78,18 +97,15 @@ pub async fn bootstrap(raft: &Raft, peers: &BTreeMap<NodeId, String>) -> Result<
         .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
         .collect();
     tracing::info!(?peers, "bootstrapping a new broker group");
-    raft.initialize(members)
-        .await
-        .map_err(|error| format!("initialize: {error}"))
+    Ok(raft.initialize(members).await?)
 }
 
 /// On the leader: lets the follower `node` come back with an empty log (its disk replaced),
 /// to be rebuilt from the leader's log or snapshot. Without this, a follower whose log went
 /// backwards is treated as a bug. Call it after stopping the node and before restarting it.
-pub async fn allow_empty_rejoin(raft: &Raft, node: NodeId) -> Result<(), String> {
+pub async fn allow_empty_rejoin(raft: &Raft, node: NodeId) -> Result<(), SetupError> {
     raft.trigger()
         .allow_next_revert(&node, true)
-        .await
-        .map_err(|fatal| fatal.to_string())?
-        .map_err(|error| error.to_string())
+        .await?
+        .map_err(|source| SetupError::Rejoin { node, source })
 }

@@ -12,6 +12,7 @@ use crate::metadata::TopicConfig;
 use crate::raft::propose::propose;
 use crate::raft::role::TransferError;
 use crate::raft::role::transfer_leadership;
+use crate::raft::setup::SetupError;
 use crate::raft::setup::allow_empty_rejoin;
 use crate::raft::types::Command;
 use crate::service::BrokerService;
@@ -85,7 +86,10 @@ impl BrokerService {
         self.ensure_leader()?;
         allow_empty_rejoin(&self.raft, node_id)
             .await
-            .map_err(BrokerError::BadRequest)?;
+            .map_err(|error| match error {
+                SetupError::Stopped(fatal) => BrokerError::RaftStopped(fatal),
+                error => BrokerError::NodeReplacement(error),
+            })?;
         tracing::warn!(
             node_id,
             "node may rejoin with a shorter log (a replaced disk or a repaired log)"
@@ -102,7 +106,7 @@ impl BrokerService {
         let term = transfer_leadership(&self.raft, to, TRANSFER_LEADER_TIMEOUT)
             .await
             .map_err(|error| match error {
-                TransferError::NotAVoter(_) => BrokerError::BadRequest(error.to_string()),
+                // Name the new leader, as any other NOT_LEADER answer does.
                 TransferError::NotLeader => BrokerError::from(
                     crate::raft::propose::ensure_leader(&self.raft)
                         .err()
@@ -110,9 +114,7 @@ impl BrokerService {
                             leader_addr: None,
                         }),
                 ),
-                TransferError::Timeout { .. } | TransferError::Stopped(_) => {
-                    BrokerError::Unavailable(error.to_string())
-                }
+                error => BrokerError::Transfer(error),
             })?;
         Ok(pb::TransferLeaderResponse {
             leader_id: to,

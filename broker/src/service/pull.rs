@@ -97,7 +97,7 @@ impl BrokerService {
         for (queue_offset, unit) in picked {
             let record = store
                 .read_message(unit.commit_log_offset)
-                .map_err(|error| BrokerError::Store(error.to_string()))?;
+                .map_err(BrokerError::Store)?;
             messages.push(to_pulled(record, queue_offset, unit.commit_log_offset));
         }
         let status = if messages.is_empty() {

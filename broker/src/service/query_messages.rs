@@ -24,7 +24,7 @@ impl BrokerService {
             .group
             .store()
             .query_by_key(key)
-            .map_err(|error| BrokerError::Store(error.to_string()))?
+            .map_err(BrokerError::Store)?
             .into_iter()
             .map(|record| {
                 let (queue_offset, commit_log_offset) =

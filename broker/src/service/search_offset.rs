@@ -16,6 +16,6 @@ impl BrokerService {
         self.group
             .store()
             .search_offset_by_time(&request.topic, request.queue_id, request.timestamp_ms)
-            .map_err(|error| BrokerError::Store(error.to_string()))
+            .map_err(BrokerError::Store)
     }
 }

@@ -97,10 +97,8 @@ impl BrokerService {
             self.group_commit.append(records, message_count),
         )
         .await
-        .map_err(|_| {
-            BrokerError::ReplicationFailed(format!(
-                "not committed within {SEND_COMMIT_TIMEOUT:?}; it may still commit"
-            ))
+        .map_err(|_| BrokerError::CommitTimeout {
+            timeout: SEND_COMMIT_TIMEOUT,
         })?
     }
 
