@@ -1,4 +1,4 @@
-//! The consumer registry of a broker group's leader (DESIGN §6): which clients of each
+//! The consumer registry of a broker group's leader: which clients of each
 //! consumer group are alive, from their heartbeats, and what each subscribes to.
 //!
 //! It is leader-only, in memory and not replicated: after a failover clients heartbeat the

@@ -1,4 +1,4 @@
-//! Delay levels (DESIGN §5): level `L` (1-based) delays a message by the `L`-th duration of
+//! Delay levels: level `L` (1-based) delays a message by the `L`-th duration of
 //! the configured list. A level above the last is clamped to the last; level 0 means no delay.
 
 use std::time::Duration;

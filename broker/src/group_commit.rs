@@ -1,6 +1,6 @@
 //! Group commit on the leader: concurrent sends are coalesced into one `Append` entry, so the
 //! Raft cost (one log write, one fsync, one replication round) is paid per batch, not per
-//! message (DESIGN §2).
+//! message.
 //!
 //! Sends enter a bounded queue; one task drains whatever is queued, up to
 //! [`GROUP_COMMIT_MESSAGES_MAX`] messages and [`GROUP_COMMIT_BYTES_MAX`] bytes, proposes it,

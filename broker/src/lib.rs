@@ -1,11 +1,11 @@
 //! rocketraft broker: a node of a broker group whose CommitLog is replicated through Raft.
 //!
 //! # Layout
-//! - [`store`]: CommitLog (mmap segments), ConsumeQueues and the message index (DESIGN §3);
-//! - [`raft`]: the Raft log, state machine and transport of a broker group (DESIGN §2);
+//! - [`store`]: CommitLog (mmap segments), ConsumeQueues and the message index;
+//! - [`raft`]: the Raft log, state machine and transport of a broker group;
 //! - [`group_state`] and [`metadata`]: the replicated state a node serves from;
 //! - [`consumer_registry`]: live consumers from heartbeats (leader only);
-//! - [`schedule`]: delayed messages and the leader-only ScheduleMessageService (DESIGN §5);
+//! - [`schedule`]: delayed messages and the leader-only ScheduleMessageService;
 //!   [`delay_levels`]: the configured delays;
 //! - [`group_commit`]: coalescing concurrent sends into one Raft entry;
 //! - [`service`]: the broker gRPC API; [`error`]: its errors and wire codes;

@@ -1,4 +1,4 @@
-//! Registers this node with every nameserver (DESIGN §8): at start, every interval, and at
+//! Registers this node with every nameserver: at start, every interval, and at
 //! once when its role or term changes, so clients find a new leader without waiting for the
 //! next interval. A leader also sends its group's topic configs, and registers again at once
 //! when they change.

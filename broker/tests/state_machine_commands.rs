@@ -1,4 +1,4 @@
-//! Every replicated command of DESIGN §2 changes a node's state when applied, and that state
+//! Every replicated command changes a node's state when applied, and that state
 //! survives a restart (checkpoint) and moves to another node whole (snapshot).
 
 use std::path::Path;

@@ -1,5 +1,5 @@
 //! A message as an application builds it ([`Message`]) and as a consumer receives it
-//! ([`MessageExt`]), with the core properties of DESIGN §4 (`TAGS`, `KEYS`, `UNIQ_KEY`,
+//! ([`MessageExt`]), with the core properties of ARCHITECTURE.md (`TAGS`, `KEYS`, `UNIQ_KEY`,
 //! `DELAY`).
 
 use std::collections::BTreeMap;

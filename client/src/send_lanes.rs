@@ -1,6 +1,6 @@
 //! Send lanes: concurrent sends to the same queue of the same broker group travel together
 //! in one `Send` request, so a producer under load pays one RPC per batch, not per message
-//! (DESIGN §10), while each send keeps its own result.
+//!, while each send keeps its own result.
 //!
 //! Invariants:
 //! - a lane has at most one request in flight; sends that arrive meanwhile wait in the lane

@@ -1,4 +1,4 @@
-//! rocketraft nameserver: the stateless route registry (DESIGN §1, §8).
+//! rocketraft nameserver: the stateless route registry.
 //!
 //! Broker nodes register with every nameserver on start, periodically and at once on a role
 //! change; a node not heard from within the expiry is dropped. Clients ask which broker

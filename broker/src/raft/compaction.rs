@@ -2,7 +2,7 @@
 //! checkpoint (plus a tail for followers that lag a little), so each node periodically takes
 //! a snapshot (a flushed checkpoint) and purges its log behind it.
 //!
-//! openraft's own snapshot policy is off (notes/openraft.md §3); this is the one place that
+//! openraft's own snapshot policy is off; this is the one place that
 //! decides when log entries go. A follower that needs a purged entry is sent a snapshot,
 //! which ships only the CommitLog bytes it lacks.
 

@@ -3,8 +3,10 @@
 //! A record is `[len u32 LE][crc32 u32 LE][entry bytes]`. The file only grows, except when a
 //! conflicting tail is truncated. Recovery keeps the longest prefix of records whose length,
 //! checksum and index check out and cuts the rest. A torn write at a crash leaves nothing valid
-//! after the cut: it loses only entries whose append was never acknowledged, since
-//! acknowledgement waits for fsync. A valid record after the cut means the file was damaged
+//! after the cut. With `flush = sync` it loses only entries whose append was never
+//! acknowledged, since acknowledgement waits for fsync; with `flush = async` a power loss can
+//! also cut acknowledged entries the OS had not written back (a killed process loses nothing:
+//! its writes are in the page cache). A valid record after the cut means the file was damaged
 //! where it had been written before: recovery reports the highest index found beyond the cut,
 //! so the node can treat those entries as acknowledged and lost (see `raft::repair`).
 
@@ -132,6 +134,8 @@ pub struct LogSegment {
 }
 
 impl LogSegment {
+    /// Creates an empty segment file. Its directory entry is durable only once the caller
+    /// syncs `dir` (the log store's flusher does, before an entry in it is acknowledged).
     pub fn create(dir: &Path, first_index: u64) -> io::Result<LogSegment> {
         let path = dir.join(format!("{first_index:020}.{SEGMENT_SUFFIX}"));
         let file = OpenOptions::new()
@@ -139,7 +143,6 @@ impl LogSegment {
             .write(true)
             .create_new(true)
             .open(&path)?;
-        crate::durable_file::sync_parent_dir(&path)?;
         Ok(LogSegment {
             first_index,
             path,

@@ -14,6 +14,7 @@ use std::fs::File;
 use std::io;
 use std::ops::Bound;
 use std::ops::RangeBounds;
+use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::RwLock;
@@ -48,7 +49,7 @@ pub const LOG_SEGMENT_SIZE_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
 /// is always returned), so a message near the 4 MiB maximum never makes one RPC huge.
 pub const REPLICATION_READ_BYTES_MAX: u64 = 8 * 1024 * 1024;
 
-/// When an appended entry counts as durable (DESIGN §2, RocketMQ's flushDiskType).
+/// When an appended entry counts as durable (RocketMQ's flushDiskType).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FlushMode {
     /// fsync before acknowledging an append.
@@ -116,7 +117,7 @@ impl LogStore {
         }
         let mut files = LogFiles {
             root: config.dir.clone(),
-            dir: segments_dir,
+            dir: segments_dir.clone(),
             segments,
             vote,
             last_purged,
@@ -129,7 +130,7 @@ impl LogStore {
             last_log_id = ?files.last_log_id, last_purged = ?files.last_purged, "raft log opened"
         );
         let files = Arc::new(RwLock::new(files));
-        let flusher = Flusher::start(config.flush, files.clone())?;
+        let flusher = Flusher::start(config.flush, files.clone(), &segments_dir)?;
         Ok(LogStore {
             files,
             segment_size_bytes: config.segment_size_bytes,
@@ -152,13 +153,16 @@ impl LogStore {
     }
 
     /// Writes `entries` after the last one, encoding each once into the reused record batch
-    /// and writing each segment's share with one write; rolls segments as they fill.
-    fn append_entries(&mut self, entries: &[Entry]) -> io::Result<Option<Arc<File>>> {
+    /// and writing each segment's share with one write; rolls segments as they fill. Returns
+    /// what the flusher must sync: a roll's sealed segment and new directory entry are synced
+    /// there too, not here, so a roll never stalls appends behind an fsync.
+    fn append_entries(&mut self, entries: &[Entry]) -> io::Result<Written> {
         let mut files = lock_for_write(&self.files)?;
         let batch = &mut self.batch;
         batch.clear();
         let mut expected_index = files.next_index();
         let mut encoded_sizes = Vec::with_capacity(entries.len());
+        let mut written = Written::default();
         for entry in entries {
             let log_id = entry.log_id();
             if let Some(expected) = expected_index.filter(|expected| *expected != log_id.index) {
@@ -178,7 +182,8 @@ impl LogStore {
             });
             if roll {
                 files.write_batch(batch)?;
-                files.start_segment(log_id.index)?;
+                written.sealed.extend(files.start_segment(log_id.index)?);
+                written.created_segment = true;
             }
             encoded_sizes.push(u64::from(batch.push(entry)?));
         }
@@ -189,7 +194,8 @@ impl LogStore {
         for (entry, encoded_bytes) in entries.iter().zip(encoded_sizes) {
             files.cache.push(entry.clone(), encoded_bytes);
         }
-        Ok(files.segments.last().map(|s| s.file().clone()))
+        written.current = files.segments.last().map(|s| s.file().clone());
+        Ok(written)
     }
 }
 
@@ -223,19 +229,20 @@ impl LogFiles {
         Ok(())
     }
 
-    /// Seals the current segment (durably) and starts one whose first entry is `first_index`.
-    fn start_segment(&mut self, first_index: u64) -> io::Result<()> {
-        if let Some(last) = self.segments.last() {
-            last.file().sync_data()?;
-            if last.is_empty()
-                && let Some(empty) = self.segments.pop()
-            {
+    /// Seals the current segment and starts one whose first entry is `first_index`. Returns
+    /// the sealed segment's file, for the caller to have synced (an empty one is deleted).
+    fn start_segment(&mut self, first_index: u64) -> io::Result<Option<Arc<File>>> {
+        let mut sealed = None;
+        if self.segments.last().is_some_and(LogSegment::is_empty) {
+            if let Some(empty) = self.segments.pop() {
                 empty.delete()?;
             }
+        } else if let Some(last) = self.segments.last() {
+            sealed = Some(last.file().clone());
         }
         self.segments
             .push(LogSegment::create(&self.dir, first_index)?);
-        Ok(())
+        Ok(sealed)
     }
 
     fn read_last_log_id(&self) -> io::Result<Option<LogId>> {
@@ -529,34 +536,77 @@ struct Flusher {
     jobs: mpsc::Sender<FlushJob>,
 }
 
+/// What one append wrote.
+#[derive(Default)]
+struct Written {
+    /// Segments sealed by a roll during the append.
+    sealed: Vec<Arc<File>>,
+    /// A new segment file was created: the directory must be synced.
+    created_segment: bool,
+    /// The segment the append ended in.
+    current: Option<Arc<File>>,
+}
+
 struct FlushJob {
-    file: Option<Arc<File>>,
-    callback: IOFlushed<TypeConfig>,
+    /// Files to sync.
+    files: Vec<Arc<File>>,
+    /// The segment directory must be synced too (a segment was created).
+    sync_dir: bool,
+    /// Completed after the sync; `None` for work done in the background.
+    callback: Option<IOFlushed<TypeConfig>>,
 }
 
 impl Flusher {
-    fn start(mode: FlushMode, files: Arc<RwLock<LogFiles>>) -> io::Result<Flusher> {
+    fn start(mode: FlushMode, files: Arc<RwLock<LogFiles>>, dir: &Path) -> io::Result<Flusher> {
         let (jobs, receiver) = mpsc::channel();
+        let dir = File::open(dir)?;
         thread::Builder::new()
             .name("raft-log-flush".into())
-            .spawn(move || run_flusher(mode, receiver, files))?;
+            .spawn(move || run_flusher(mode, receiver, files, dir))?;
         Ok(Flusher { mode, jobs })
     }
 
-    fn after_write(&self, file: Option<Arc<File>>, callback: IOFlushed<TypeConfig>) {
-        match self.mode {
-            FlushMode::Async { .. } => callback.io_completed(Ok(())),
-            FlushMode::Sync => {
-                if let Err(mpsc::SendError(job)) = self.jobs.send(FlushJob { file, callback }) {
-                    job.callback
-                        .io_completed(Err(io::Error::other("raft log flusher stopped")));
+    /// Completes `callback` once what an append wrote is durable as the mode promises:
+    /// synced first with `Sync`; at once with `Async`, where only a roll's sealed segment and
+    /// directory are queued for a sync (the current segment is synced every interval).
+    fn after_write(&self, written: Written, callback: IOFlushed<TypeConfig>) {
+        let mut files = written.sealed;
+        let job = match self.mode {
+            FlushMode::Async { .. } => {
+                callback.io_completed(Ok(()));
+                if files.is_empty() && !written.created_segment {
+                    return;
                 }
+                FlushJob {
+                    files,
+                    sync_dir: written.created_segment,
+                    callback: None,
+                }
+            }
+            FlushMode::Sync => {
+                files.extend(written.current);
+                FlushJob {
+                    files,
+                    sync_dir: written.created_segment,
+                    callback: Some(callback),
+                }
+            }
+        };
+        if let Err(mpsc::SendError(job)) = self.jobs.send(job) {
+            tracing::error!("raft log flusher stopped");
+            if let Some(callback) = job.callback {
+                callback.io_completed(Err(io::Error::other("raft log flusher stopped")));
             }
         }
     }
 }
 
-fn run_flusher(mode: FlushMode, receiver: mpsc::Receiver<FlushJob>, files: Arc<RwLock<LogFiles>>) {
+fn run_flusher(
+    mode: FlushMode,
+    receiver: mpsc::Receiver<FlushJob>,
+    files: Arc<RwLock<LogFiles>>,
+    dir: File,
+) {
     loop {
         let first = match mode {
             FlushMode::Sync => match receiver.recv() {
@@ -572,9 +622,9 @@ fn run_flusher(mode: FlushMode, receiver: mpsc::Receiver<FlushJob>, files: Arc<R
         let mut jobs: Vec<FlushJob> = first.into_iter().collect();
         jobs.extend(receiver.try_iter());
         let mut to_sync: Vec<Arc<File>> = Vec::new();
-        for file in jobs.iter().filter_map(|job| job.file.clone()) {
-            if !to_sync.iter().any(|known| Arc::ptr_eq(known, &file)) {
-                to_sync.push(file);
+        for file in jobs.iter().flat_map(|job| &job.files) {
+            if !to_sync.iter().any(|known| Arc::ptr_eq(known, file)) {
+                to_sync.push(file.clone());
             }
         }
         if let FlushMode::Async { .. } = mode
@@ -582,16 +632,20 @@ fn run_flusher(mode: FlushMode, receiver: mpsc::Receiver<FlushJob>, files: Arc<R
         {
             to_sync.extend(files.segments.last().map(|s| s.file().clone()));
         }
-        let result = to_sync.iter().try_for_each(|file| file.sync_data());
+        let sync_dir = jobs.iter().any(|job| job.sync_dir);
+        let result = to_sync
+            .iter()
+            .try_for_each(|file| file.sync_data())
+            .and_then(|()| if sync_dir { dir.sync_all() } else { Ok(()) });
         if let Err(error) = &result {
             tracing::error!(%error, "raft log fsync failed");
         }
-        for job in jobs {
+        for callback in jobs.into_iter().filter_map(|job| job.callback) {
             let outcome = match &result {
                 Ok(()) => Ok(()),
                 Err(error) => Err(io::Error::new(error.kind(), error.to_string())),
             };
-            job.callback.io_completed(outcome);
+            callback.io_completed(outcome);
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Raft for a broker group (openraft over tonic). Every openraft type stays inside this
-//! module, so an openraft upgrade touches nothing else (DESIGN §2).
+//! module, so an openraft upgrade touches nothing else.
 //!
 //! - `types`: the type config and the replicated [`types::Command`]s;
 //! - `log_store` + `log_segment` + `entry_cache`: the durable Raft log; `repair`: a node whose

@@ -1,4 +1,4 @@
-//! Starting openraft for a broker node: the settings a broker needs (notes/openraft.md §3),
+//! Starting openraft for a broker node: the settings a broker needs,
 //! founding a new group, and letting a node with a replaced disk rejoin.
 
 use std::collections::BTreeMap;
@@ -59,7 +59,7 @@ pub async fn start_raft(
     .map_err(SetupError::from)
 }
 
-/// openraft settings for a broker (notes/openraft.md §3).
+/// openraft settings for a broker.
 fn raft_config(
     config: &BrokerConfig,
     may_elect: bool,

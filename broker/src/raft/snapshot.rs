@@ -1,4 +1,4 @@
-//! Snapshots of a broker group's state (DESIGN §2, notes/openraft.md §5).
+//! Snapshots of a broker group's state.
 //!
 //! A snapshot is the metadata tables at an applied log id plus the CommitLog up to
 //! `commit_log_end`. The CommitLog is never copied into the snapshot: a sender ships only the

@@ -2,7 +2,7 @@
 //! store and the metadata tables, builds and installs snapshots.
 //!
 //! Invariants:
-//! - apply is a pure function of the entry and the state before it (DESIGN §2): offsets come
+//! - apply is a pure function of the entry and the state before it: offsets come
 //!   from the store's own counters, times and hosts are already in the encoded records;
 //! - the durable checkpoint (`<dir>/checkpoint`) names an applied log id whose effects are all
 //!   flushed; at open the store is cut back to the checkpoint's CommitLog end, and openraft

@@ -1,5 +1,5 @@
 //! The openraft type configuration of a broker group and the commands replicated through it
-//! (DESIGN §2).
+//!.
 //!
 //! Every change to a broker group's durable state is one [`Command`], applied in log order by
 //! every node. A command carries everything time- or node-dependent already stamped by the

@@ -1,4 +1,4 @@
-//! How a delayed message is parked and restored (DESIGN §5).
+//! How a delayed message is parked and restored.
 //!
 //! Parking: a record with `DELAY = L > 0` goes to `SCHEDULE_TOPIC_XXXX` queue `L - 1` with
 //! `REAL_TOPIC` and `REAL_QID` naming where it belongs and `SCHEDULE_DELIVER_MS` its due

@@ -1,4 +1,4 @@
-//! Delayed delivery (DESIGN §5): [`delayed`] parks and restores delayed messages;
+//! Delayed delivery: [`delayed`] parks and restores delayed messages;
 //! [`service`] is the leader-only ScheduleMessageService that delivers them when due.
 
 pub mod delayed;

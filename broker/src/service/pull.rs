@@ -1,5 +1,5 @@
 //! `Pull`: messages of one queue from an offset, filtered by the subscription's tags hash
-//! codes, with long polling (DESIGN §6).
+//! codes, with long polling.
 //!
 //! Any node serves pulls: the store holds only committed, applied messages, so a follower
 //! may lag but never shows a message the group could lose. An empty pull waits until a

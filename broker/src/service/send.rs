@@ -2,7 +2,7 @@
 //! (store time and host), encodes the records and hands them to group commit.
 //!
 //! Only the leader accepts sends; nothing reaches the Raft log that would fail to apply. A
-//! message with `DELAY = L > 0` is parked in `SCHEDULE_TOPIC_XXXX` (DESIGN §5). Users may not
+//! message with `DELAY = L > 0` is parked in `SCHEDULE_TOPIC_XXXX`. Users may not
 //! send to system topics, except a consumer's `%RETRY%<group>`, which its client uses when
 //! `SendMessageBack` fails: such a message carries its reconsume count (`RECONSUME_TIME`) and
 //! goes to `%DLQ%<group>` once that count passes the maximum.

@@ -1,4 +1,4 @@
-//! `SendMessageBack` (DESIGN §7): a consumer could not consume a message; the leader stores
+//! `SendMessageBack`: a consumer could not consume a message; the leader stores
 //! a copy that comes back later.
 //!
 //! The copy keeps the message's body, properties and unique id, and adds `RETRY_TOPIC` (the

@@ -180,8 +180,8 @@ impl ConsumeQueue {
         self.units_per_segment * CQ_UNIT_SIZE as u64
     }
 
-    /// Makes an empty queue start at `queue_offset` (its earlier messages are not in this
-    /// store, e.g. after a snapshot install from a node whose retention dropped them).
+    /// Makes an empty queue start at `queue_offset`: its earlier messages are not in this
+    /// store (a snapshot installed from a node whose CommitLog no longer starts at 0).
     pub fn start_at(&mut self, queue_offset: u64) -> Result<(), StoreError> {
         assert_eq!(
             self.min_offset,

@@ -2,8 +2,9 @@
 //!
 //! Encoding (RocketMQ `MessageDecoder.messageProperties2String`): every pair is written as
 //! `key \x01 value \x02`. Invariant: no key or value held by [`Properties`] contains either
-//! separator, so `decode(encode(p)) == p`. Keys are kept sorted (a `BTreeMap`) so that the
-//! same properties always encode to the same bytes on every replica.
+//! separator, so `decode(encode(p)) == p`. Keys are kept sorted (a `BTreeMap`), so the same
+//! map always encodes to the same bytes. (A send's properties are stored as the producer
+//! encoded them; replicas copy those bytes and never re-encode.)
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,9 @@
 //! `mqadmin drill` on real processes, as CI runs it: one 3-node group, a producer and a push
-//! consumer, and every 4 s a fault: the leader SIGKILLed five times in a row, a follower
-//! killed and restarted, the leader paused (SIGSTOP) and resumed, the leader partitioned
-//! from its followers and healed, all three nodes restarted at once. The report must show nothing acknowledged lost, no acknowledged position
+//! consumer, and every 4 s a fault: the leader SIGKILLed four times in a row, a follower
+//! killed with a byte flipped in its Raft log and CommitLog (it must repair itself), a
+//! follower killed and restarted, the leader paused (SIGSTOP) and resumed, the leader
+//! partitioned from its followers and healed, all three nodes restarted at once. The report
+//! must show nothing acknowledged lost, no acknowledged position
 //! overwritten, committed offsets never going back and the schedule service on one node per
 //! term; delayed and retried messages must all arrive.
 //!

@@ -1,4 +1,4 @@
-//! The push consumer (DESIGN §6): an application subscribes topics with tag expressions and
+//! The push consumer: an application subscribes topics with tag expressions and
 //! gets a listener called with the messages; the consumer pulls, rebalances and commits
 //! offsets itself.
 //!

@@ -1,4 +1,4 @@
-//! Handing a message the listener refused back to the brokers (DESIGN §7), clustering only.
+//! Handing a message the listener refused back to the brokers, clustering only.
 //!
 //! First `SendMessageBack` to the leader of the group that stores the message (a copy goes to
 //! `%RETRY%<group>` or, past the maximum, `%DLQ%<group>`). If that fails, the client sends the

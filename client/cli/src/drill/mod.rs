@@ -1,4 +1,4 @@
-//! Failover drills (DESIGN §8): start a local cluster of real processes, run a producer and a
+//! Failover drills: start a local cluster of real processes, run a producer and a
 //! push consumer through scheduled faults, and check that nothing acknowledged was lost.
 //!
 //! - [`cluster`]: the processes (nameserver, 3-node broker groups) and the faults done to them;
