@@ -44,9 +44,8 @@ use crate::raft::types::Snapshot;
 use crate::raft::types::SnapshotMeta;
 use crate::raft::types::StoredMembership;
 use crate::raft::types::TypeConfig;
+use crate::store::Appended;
 use crate::store::MessageStore;
-use crate::store::StoreError;
-use crate::store::record;
 
 /// How often applied state is flushed and checkpointed while entries keep arriving.
 pub const CHECKPOINT_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
@@ -367,11 +366,11 @@ fn append_records(group: &GroupState, records: &[u8]) -> io::Result<Vec<Appended
         while position < records.len() {
             let size = record_size_at(records, position)?;
             let record = &records[position..position + size];
-            let (topic, queue_id) =
-                record::read_topic_and_queue(record).map_err(|source| StoreError::Corrupt {
-                    offset: position as u64,
-                    source,
-                })?;
+            let Appended {
+                result,
+                topic,
+                queue_id,
+            } = batch.append(record)?;
             // Few distinct queues per batch: a scan avoids an allocation per record.
             if !queues
                 .iter()
@@ -379,7 +378,6 @@ fn append_records(group: &GroupState, records: &[u8]) -> io::Result<Vec<Appended
             {
                 queues.insert((topic.to_owned(), queue_id));
             }
-            let result = batch.append(record)?;
             appended.push(AppendedMessage {
                 queue_id,
                 queue_offset: result.queue_offset,

@@ -47,6 +47,15 @@ pub struct AppendResult {
     pub store_timestamp_ms: i64,
 }
 
+/// A record appended inside a batch: where it went, and its queue as the record names it
+/// (read once, while the record was checked, so the caller need not parse it again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended<'r> {
+    pub result: AppendResult,
+    pub topic: &'r str,
+    pub queue_id: i32,
+}
+
 /// What `MessageStore::open` found and repaired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -216,7 +225,7 @@ impl MessageStore {
     /// Appends one encoded record: assigns its queue offset and CommitLog offset, writes it
     /// with both patched into the stored copy, and dispatches it.
     pub fn append(&mut self, record: &[u8]) -> Result<AppendResult, StoreError> {
-        self.append_batch(|batch| batch.append(record))
+        self.append_batch(|batch| batch.append(record).map(|appended| appended.result))
     }
 
     /// [`MessageStore::append`] with an explicit ConsumeQueue tags code. The override must be
@@ -227,7 +236,11 @@ impl MessageStore {
         record: &[u8],
         tags_code: Option<i64>,
     ) -> Result<AppendResult, StoreError> {
-        self.append_batch(|batch| batch.append_with_tags_code(record, tags_code))
+        self.append_batch(|batch| {
+            batch
+                .append_with_tags_code(record, tags_code)
+                .map(|appended| appended.result)
+        })
     }
 
     /// Runs `f`, which appends records through the [`AppendBatch`] it is given, then writes
@@ -424,16 +437,16 @@ pub struct AppendBatch<'a> {
 
 impl AppendBatch<'_> {
     /// See [`MessageStore::append`].
-    pub fn append(&mut self, record: &[u8]) -> Result<AppendResult, StoreError> {
+    pub fn append<'r>(&mut self, record: &'r [u8]) -> Result<Appended<'r>, StoreError> {
         self.append_with_tags_code(record, None)
     }
 
     /// See [`MessageStore::append_with_tags_code`].
-    pub fn append_with_tags_code(
+    pub fn append_with_tags_code<'r>(
         &mut self,
-        record: &[u8],
+        record: &'r [u8],
         tags_code: Option<i64>,
-    ) -> Result<AppendResult, StoreError> {
+    ) -> Result<Appended<'r>, StoreError> {
         let store = &mut *self.store;
         let at = store.commit_log.max_offset();
         let corrupt = |source| StoreError::Corrupt { offset: at, source };
@@ -457,11 +470,15 @@ impl AppendBatch<'_> {
             }
             return Err(err);
         }
-        Ok(AppendResult {
-            commit_log_offset: offset as i64,
-            queue_offset: queue_offset as i64,
-            size: info.size,
-            store_timestamp_ms: info.store_timestamp_ms,
+        Ok(Appended {
+            result: AppendResult {
+                commit_log_offset: offset as i64,
+                queue_offset: queue_offset as i64,
+                size: info.size,
+                store_timestamp_ms: info.store_timestamp_ms,
+            },
+            topic: info.topic,
+            queue_id: info.queue_id,
         })
     }
 }

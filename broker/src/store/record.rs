@@ -513,12 +513,6 @@ fn flag_host_len(sys_flag: i32, bit: i32) -> usize {
     }
 }
 
-/// Topic and queue id of an encoded record (validated first).
-pub fn read_topic_and_queue(buf: &[u8]) -> Result<(&str, i32), RecordError> {
-    let view = RecordView::parse(buf)?;
-    Ok((view.topic(), view.queue_id()))
-}
-
 /// Writes QUEUEOFFSET and PHYSICALOFFSET into an encoded record. The body CRC does not
 /// cover them.
 pub fn patch_offsets(
@@ -671,7 +665,6 @@ pub(crate) mod tests {
     #[test]
     fn in_place_helpers() {
         let mut bytes = sample("TopicA", 7, b"x").encode().expect("encode");
-        assert_eq!(read_topic_and_queue(&bytes).expect("read"), ("TopicA", 7));
         patch_offsets(&mut bytes, 11, 1 << 40).expect("patch");
         let view = RecordView::parse(&bytes).expect("still valid");
         assert_eq!((view.queue_offset(), view.physical_offset()), (11, 1 << 40));
