@@ -186,6 +186,12 @@ async fn given_a_held_pull_a_new_message_should_arrive_at_once() -> anyhow::Resu
     deliveries.wait_for_all(&late, TIMEOUT).await?;
     let latency = sent_at.elapsed();
     info!(?latency, "delivered while the pull was held");
+    let late_id = late.iter().next().expect("one sent");
+    let born_host: std::net::SocketAddr = deliveries.of(late_id)[0].message.born_host.parse()?;
+    assert!(
+        born_host.ip().is_loopback() && born_host.port() != 0,
+        "the born host is the producer's connection, not {born_host}"
+    );
     assert!(
         latency < Duration::from_secs(1),
         "a held pull answered after {latency:?}: no long polling"

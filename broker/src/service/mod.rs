@@ -100,7 +100,10 @@ impl pb::broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::SendRequest>,
     ) -> Result<Response<pb::SendResponse>, Status> {
-        Ok(Response::new(self.handle_send(request.into_inner()).await?))
+        let peer = request.remote_addr();
+        Ok(Response::new(
+            self.handle_send(request.into_inner(), peer).await?,
+        ))
     }
 
     async fn node_status(

@@ -7,6 +7,8 @@
 //! `SendMessageBack` fails: such a message carries its reconsume count (`RECONSUME_TIME`) and
 //! goes to `%DLQ%<group>` once that count passes the maximum.
 
+use std::net::IpAddr;
+use std::net::Ipv4Addr;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -53,9 +55,12 @@ struct Placement {
 }
 
 impl BrokerService {
+    /// Stores a `Send`; `peer` is the producer's address as this node sees the connection,
+    /// its born host unless the request names one.
     pub(super) async fn handle_send(
         &self,
         request: pb::SendRequest,
+        peer: Option<SocketAddr>,
     ) -> Result<pb::SendResponse, BrokerError> {
         self.ensure_leader()?;
         validate_batch_size(&request.messages)?;
@@ -72,7 +77,11 @@ impl BrokerService {
                 vec![placement; request.messages.len()]
             }
         };
-        let (records, message_count) = self.encode_send(&request, &placements)?;
+        let born_host = match request.born_host.as_str() {
+            "" => peer.unwrap_or(UNKNOWN_BORN_HOST),
+            named => parse_born_host(named)?,
+        };
+        let (records, message_count) = self.encode_send(&request, &placements, born_host)?;
         let appended = self.commit_records(records, message_count).await?;
         let results = appended
             .into_iter()
@@ -190,8 +199,8 @@ impl BrokerService {
         &self,
         request: &pb::SendRequest,
         placements: &[Placement],
+        born_host: SocketAddr,
     ) -> Result<(Vec<u8>, usize), BrokerError> {
-        let born_host = parse_born_host(&request.born_host)?;
         let store_timestamp_ms = now_ms();
         let body_bytes: usize = request.messages.iter().map(|m| m.body.len()).sum();
         let mut records =
@@ -280,10 +289,10 @@ fn validate_batch_size(messages: &[common_pb::Message]) -> Result<(), BrokerErro
     Ok(())
 }
 
+/// The born host of a message whose producer is not known (no address on the connection).
+const UNKNOWN_BORN_HOST: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+
 fn parse_born_host(born_host: &str) -> Result<SocketAddr, BrokerError> {
-    if born_host.is_empty() {
-        return Ok(SocketAddr::from(([0, 0, 0, 0], 0)));
-    }
     born_host.parse().map_err(|_| {
         BrokerError::BadRequest(format!("born_host {born_host:?} is not an ip:port address"))
     })
