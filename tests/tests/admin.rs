@@ -114,7 +114,7 @@ async fn consume(
     assert!(
         messages
             .iter()
-            .all(|m| m.msg_id.len() == 48 && subscription.matches(m.tags.as_deref()))
+            .all(|m| m.msg_id.len() == 32 && subscription.matches(m.tags.as_deref()))
     );
     Ok(messages.into_iter().map(|m| m.body).collect())
 }
