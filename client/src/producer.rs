@@ -6,13 +6,15 @@
 //! - Queues are chosen round-robin over every group's write queues, or by a key's hash for
 //!   ordered sends (same key, same queue, in send order).
 //! - A send is retried (default 2 more times) after `NOT_LEADER`, an unavailable node or a
-//!   transport failure. Each attempt gets an equal share of the deadline on one group, where
-//!   [`Brokers`] follows leader hints and finds a new leader among the group's nodes with a
-//!   growing pause; a failed attempt refreshes the route and prefers another group. Ordered
-//!   sends stay on their queue.
-//! - A send reported OK is committed by a majority of its group; a retried send may be
-//!   stored twice (at least once). Every attempt shares one deadline (default 3 s, longer
-//!   than the broker's own commit timeout, so the broker reports its outcome first).
+//!   transport failure. Each attempt gets an equal share of the remaining deadline on one
+//!   group, where [`Brokers`] follows leader hints and finds a new leader among the group's
+//!   nodes with a growing pause; a failed attempt refreshes the route and prefers another
+//!   group. Ordered sends stay on their queue.
+//! - Invariant: a send reported OK is committed by a majority of its group. A retried send
+//!   may be stored twice (at least once): with the default 3 s deadline an attempt gets 1 s,
+//!   less than the broker's 2 s commit timeout, so a commit slower than the attempt is sent
+//!   again without its outcome known. Retries that are deduplicated by `UNIQ_KEY` on the
+//!   leader are not built yet.
 
 use std::future::Future;
 use std::hash::Hash;

@@ -1,6 +1,9 @@
 //! Admin writes of the broker API: create, update and delete topics, upsert subscription
-//! groups, prepare the replacement of a node's disk, transfer leadership. The leader validates each request at the edge and replicates it as one command;
-//! the call returns once the command is applied.
+//! groups, prepare the replacement of a node's disk, transfer leadership.
+//!
+//! Invariant: only the leader accepts them; it validates each request at the edge and
+//! replicates it as one command, and the call returns once the command is applied, so a
+//! config the caller was told about survives any failover.
 
 use rocketraft_proto::broker as pb;
 

@@ -1,5 +1,9 @@
 //! `Heartbeat`, `UnregisterConsumer`, `ListConsumers` and `WatchConsumers`: the leader's
 //! consumer registry, fed by heartbeats, and its membership events.
+//!
+//! Invariant: only the leader answers (a follower says `NOT_LEADER`). The registry is not
+//! replicated: after a failover the new leader knows a consumer from its next heartbeat,
+//! which the client sends at once when its calls hit the new leader.
 
 use std::pin::Pin;
 use std::time::Instant;
