@@ -111,6 +111,7 @@ async fn send_range(
             }],
             born_timestamp_ms: 0,
             born_host: String::new(),
+            deduplicate: false,
         };
         acked.extend(group.send(request, SEND_TIMEOUT).await?.results);
     }

@@ -20,6 +20,7 @@ use rocketraft_broker::raft::types::LogId;
 use rocketraft_broker::store::MessageStore;
 use rocketraft_broker::store::StoreConfig;
 use rocketraft_broker::store::properties::Properties;
+use rocketraft_broker::store::properties::UNIQ_KEY;
 use rocketraft_broker::store::record::MessageRecord;
 
 const TOPIC: &str = "Orders";
@@ -35,7 +36,20 @@ fn open(dir: &Path) -> anyhow::Result<(StateMachine, Arc<GroupState>)> {
 }
 
 fn record(queue_id: i32, body: &str) -> anyhow::Result<bytes::Bytes> {
+    keyed_record(queue_id, body, None)
+}
+
+/// A record carrying `unique_key` as its `UNIQ_KEY`, if given.
+fn keyed_record(
+    queue_id: i32,
+    body: &str,
+    unique_key: Option<&str>,
+) -> anyhow::Result<bytes::Bytes> {
     let host = "127.0.0.1:10911".parse()?;
+    let mut properties = Properties::new();
+    if let Some(key) = unique_key {
+        properties.insert(UNIQ_KEY, key)?;
+    }
     let record = MessageRecord {
         queue_id,
         flag: 0,
@@ -50,7 +64,7 @@ fn record(queue_id: i32, body: &str) -> anyhow::Result<bytes::Bytes> {
         prepared_transaction_offset: 0,
         body: body.as_bytes().to_vec().into(),
         topic: TOPIC.into(),
-        properties: Properties::new(),
+        properties,
     };
     Ok(record.encode()?.into())
 }
@@ -72,6 +86,17 @@ fn commands() -> anyhow::Result<Vec<Command>> {
         }),
         Command::Append {
             records: record(0, "first")?,
+        },
+        Command::Append {
+            records: keyed_record(0, "once", Some("K1"))?,
+        },
+        // A producer's retry of K1, which is stored already: answered, not stored again.
+        Command::AppendOnce {
+            records: keyed_record(0, "once", Some("K1"))?,
+        },
+        // A retry whose first attempt never committed: stored.
+        Command::AppendOnce {
+            records: keyed_record(0, "new", Some("K2"))?,
         },
         Command::CommitOffsets {
             group: "billing".into(),
@@ -153,8 +178,9 @@ async fn given_every_command_when_applied_should_survive_restart_and_snapshot() 
     assert_eq!(*group.metadata(), expected_metadata());
     assert_eq!(
         queue_lengths(&group),
-        vec![1, 1],
-        "Append and the first DeliverDelayed each stored one message; the stale one none"
+        vec![3, 1],
+        "each Append, the new AppendOnce and the first DeliverDelayed stored one message; \
+         the AppendOnce of a stored UNIQ_KEY and the stale DeliverDelayed none"
     );
     drop((machine, group));
 
@@ -169,7 +195,7 @@ async fn given_every_command_when_applied_should_survive_restart_and_snapshot() 
         expected_metadata(),
         "metadata survives a restart"
     );
-    assert_eq!(queue_lengths(&group), vec![1, 1]);
+    assert_eq!(queue_lengths(&group), vec![3, 1]);
 
     let snapshot = machine
         .get_snapshot_builder()
@@ -194,6 +220,6 @@ async fn given_every_command_when_applied_should_survive_restart_and_snapshot() 
         group.store().read_commit_log(0, end as usize)?,
         "and the CommitLog bytes"
     );
-    assert_eq!(queue_lengths(&receiver_group), vec![1, 1]);
+    assert_eq!(queue_lengths(&receiver_group), vec![3, 1]);
     Ok(())
 }

@@ -10,11 +10,12 @@
 //!   group, where [`Brokers`] follows leader hints and finds a new leader among the group's
 //!   nodes with a growing pause; a failed attempt refreshes the route and prefers another
 //!   group. Ordered sends stay on their queue.
-//! - Invariant: a send reported OK is committed by a majority of its group. A retried send
-//!   may be stored twice (at least once): with the default 3 s deadline an attempt gets 1 s,
-//!   less than the broker's 2 s commit timeout, so a commit slower than the attempt is sent
-//!   again without its outcome known. Retries that are deduplicated by `UNIQ_KEY` on the
-//!   leader are not built yet.
+//! - Invariant: a send reported OK is committed by a majority of its group. With the default
+//!   3 s deadline an attempt gets 1 s, less than the broker's 2 s commit timeout, so a slow
+//!   commit is sent again before its outcome is known. A retry therefore asks the leader to
+//!   deduplicate (`SendRequest.deduplicate`): it stores a message only if the topic does not
+//!   hold its `UNIQ_KEY` yet in that group. A retry that moves to another broker group
+//!   (because the first failed) can still store a second copy there: at least once.
 
 use std::future::Future;
 use std::hash::Hash;
@@ -190,14 +191,16 @@ impl Producer {
             .map(|(message, id)| message.to_wire(id))
             .collect();
         let (group, results) = self
-            .deliver(&topic, Choice::RoundRobin, |group, queue_id, deadline| {
+            .deliver(&topic, Choice::RoundRobin, |group, queue_id, attempt| {
                 let request = pb::SendRequest {
                     topic: topic.clone(),
                     queue_id,
                     messages: wire.clone(),
                     born_timestamp_ms: now_ms(),
                     born_host: String::new(),
+                    deduplicate: attempt.retry,
                 };
+                let deadline = attempt.deadline;
                 async move {
                     let response = send_request(&inner.brokers, &group, &request, deadline).await?;
                     Ok((group, response.results))
@@ -238,13 +241,13 @@ impl Producer {
         let wire = message.to_wire(&id);
         let topic = message.topic;
         let (group, result) = self
-            .deliver(&topic, choice, |group, queue_id, deadline| {
+            .deliver(&topic, choice, |group, queue_id, attempt| {
                 let wire = wire.clone();
                 let topic = &topic;
                 async move {
                     let result = inner
                         .lanes
-                        .send(&group, topic, queue_id, wire, deadline)
+                        .send(&group, topic, queue_id, wire, attempt)
                         .await?;
                     Ok((group, result))
                 }
@@ -255,7 +258,7 @@ impl Producer {
 
     /// Runs `attempt` on a queue of `topic` until it succeeds, is refused, or the retries or
     /// the send timeout run out; a failed attempt refreshes the route and prefers another
-    /// broker group. `attempt` gets the group, the queue id and the attempt's deadline.
+    /// broker group. `attempt` gets the group, the queue id and the [`Attempt`].
     async fn deliver<T, F, Fut>(
         &self,
         topic: &str,
@@ -263,7 +266,7 @@ impl Producer {
         mut attempt: F,
     ) -> Result<T, ProducerError>
     where
-        F: FnMut(String, i32, Instant) -> Fut,
+        F: FnMut(String, i32, Attempt) -> Fut,
         Fut: Future<Output = Result<T, CallError>>,
     {
         let inner = &self.inner;
@@ -289,8 +292,11 @@ impl Producer {
             if remaining.is_zero() {
                 break;
             }
-            let attempt_deadline = Instant::now() + remaining / (attempts - attempt_index);
-            match attempt(group.clone(), queue_id, attempt_deadline).await {
+            let this_attempt = Attempt {
+                deadline: Instant::now() + remaining / (attempts - attempt_index),
+                retry: attempt_index > 0,
+            };
+            match attempt(group.clone(), queue_id, this_attempt).await {
                 Ok(value) => return Ok(value),
                 Err(CallError::Rejected { status, .. }) => {
                     return Err(ProducerError::from_rejection(&status, topic, &group));
@@ -306,6 +312,15 @@ impl Producer {
             last_error,
         })
     }
+}
+
+/// One attempt of a send.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Attempt {
+    pub deadline: Instant,
+    /// An earlier attempt may have stored the messages: the leader stores each only if its
+    /// topic does not hold its `UNIQ_KEY` yet (`SendRequest.deduplicate`).
+    pub retry: bool,
 }
 
 /// The queue to send to: round-robin over all write queues, skipping `avoid_group` while

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use crate::brokers::Brokers;
 use crate::brokers::CallError;
+use crate::producer::Attempt;
 use rocketraft_proto::time::now_ms;
 
 /// The outcome of one send through a lane.
@@ -66,6 +67,8 @@ struct LaneState {
 struct Pending {
     message: common_pb::Message,
     deadline: Instant,
+    /// A retry: its request asks the leader to deduplicate.
+    retry: bool,
     reply: oneshot::Sender<LaneResult>,
 }
 
@@ -79,15 +82,17 @@ impl SendLanes {
     }
 
     /// Sends `message` to `queue_id` of `topic` on `group`'s leader, together with whatever
-    /// else is sent to that queue meanwhile; fails once `deadline` passes.
-    pub async fn send(
+    /// else is sent to that queue meanwhile; fails once the attempt's deadline passes. A
+    /// request holding a retry asks the leader to deduplicate all of its messages.
+    pub(crate) async fn send(
         &self,
         group: &str,
         topic: &str,
         queue_id: i32,
         message: common_pb::Message,
-        deadline: Instant,
+        attempt: Attempt,
     ) -> LaneResult {
+        let deadline = attempt.deadline;
         let lane = self.lane(group, topic, queue_id);
         let (reply, result) = oneshot::channel();
         let start_driver = {
@@ -95,6 +100,7 @@ impl SendLanes {
             state.waiting.push_back(Pending {
                 message,
                 deadline,
+                retry: attempt.retry,
                 reply,
             });
             !std::mem::replace(&mut state.busy, true)
@@ -197,6 +203,7 @@ async fn send_batch(brokers: &Brokers, key: &LaneKey, batch: Vec<Pending>) {
         .map(|pending| pending.deadline)
         .min()
         .unwrap_or_else(Instant::now);
+    let deduplicate = batch.iter().any(|pending| pending.retry);
     let (messages, replies): (Vec<_>, Vec<_>) = batch
         .into_iter()
         .map(|pending| (pending.message, pending.reply))
@@ -207,6 +214,7 @@ async fn send_batch(brokers: &Brokers, key: &LaneKey, batch: Vec<Pending>) {
         messages: Vec::new(),
         born_timestamp_ms: now_ms(),
         born_host: String::new(),
+        deduplicate,
     };
     // Parts still to send, in lane order; each keeps its messages and replies together.
     let mut parts = VecDeque::from([(messages, replies)]);
@@ -308,6 +316,7 @@ mod tests {
                 ..Default::default()
             },
             deadline: Instant::now(),
+            retry: false,
             reply: oneshot::channel().0,
         }
     }

@@ -283,5 +283,6 @@ pub fn send_request(
             .collect(),
         born_timestamp_ms: 1_700_000_000_000,
         born_host: "127.0.0.1:40000".to_owned(),
+        deduplicate: false,
     }
 }

@@ -6,10 +6,12 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use rocketraft_client::admin::Admin;
 use rocketraft_client::error::ProducerError;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::producer::SendResult;
+use rocketraft_client::route::RouteCache;
 use rocketraft_proto::common::ResponseCode;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
@@ -356,6 +358,65 @@ async fn given_every_group_down_should_fail_within_the_timeout() -> anyhow::Resu
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "bounded by the send timeout"
+    );
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_commit_slower_than_an_attempt_the_retry_should_store_the_message_once()
+-> anyhow::Result<()> {
+    const SLOW_TOPIC: &str = "SlowCommits";
+    init_tracing();
+    // Elections far above the injected delay: the leader stays, its commits are only slow.
+    let cluster = TestCluster::start_with(0x5EED_0207, |config| {
+        config.raft.election_timeout_min_ms = 6_000;
+        config.raft.election_timeout_max_ms = 9_000;
+    })
+    .await?;
+    let group_a = cluster.group("broker-a");
+    let leader = group_a.wait_for_leader(TIMEOUT).await?;
+    // One group only, so the retry goes where the first attempt went.
+    Admin::new(cluster.nameservers())
+        .create_topic(SLOW_TOPIC, 1, Some("broker-a"))
+        .await?;
+    let routes = RouteCache::new(cluster.nameservers(), Duration::ZERO);
+    wait_for("the topic's route", TIMEOUT, || async {
+        let route = routes.refresh(SLOW_TOPIC).await.ok()?;
+        route
+            .groups
+            .iter()
+            .all(|g| g.leader.is_some())
+            .then_some(())
+    })
+    .await?;
+    // The defaults: 3 s per send, 2 retries, so the first attempt gets 1 s.
+    let producer = Producer::builder(cluster.nameservers(), "test-producer").build()?;
+    producer.send(Message::new(SLOW_TOPIC, "warm-up")).await?;
+    let log_before = group_a.status(leader).await?.last_log_index.unwrap_or(0);
+
+    info!("--- every Raft RPC takes 1.5 s now: the commit outlasts the first attempt");
+    group_a.faults.set_delay(Duration::from_millis(1500));
+    let sending =
+        tokio::spawn(async move { producer.send(Message::new(SLOW_TOPIC, "once")).await });
+    wait_for("the retry in the leader's log", TIMEOUT, || async {
+        let last = group_a.status(leader).await.ok()?.last_log_index?;
+        (last >= log_before + 2).then_some(())
+    })
+    .await?;
+    group_a.faults.heal();
+    let sent = sending.await??;
+
+    let queue = cluster.queue("broker-a", SLOW_TOPIC, 0).await?;
+    assert_eq!(
+        queue.len(),
+        2,
+        "the warm-up and one copy, not two: {queue:?}"
+    );
+    assert_eq!(
+        queue.get(sent.queue_offset as usize),
+        Some(&sent.commit_log_offset),
+        "the retry answered with where the first copy is"
     );
     cluster.shutdown().await;
     Ok(())

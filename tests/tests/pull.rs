@@ -42,6 +42,7 @@ fn tagged(tag: &str, body: &str) -> pb::SendRequest {
         messages: vec![message],
         born_timestamp_ms: 1,
         born_host: String::new(),
+        deduplicate: false,
     }
 }
 

@@ -29,6 +29,8 @@ struct Faults {
     /// Probability in parts per million that an RPC is dropped.
     drop_ppm: u32,
     delay_max: Duration,
+    /// Every delivered RPC waits at least this long (a slow network or a slow peer).
+    delay_min: Duration,
     rng_state: u64,
 }
 
@@ -63,6 +65,12 @@ impl FaultPlan {
         });
     }
 
+    /// Delays every RPC by exactly `delay` (on top of [`Self::set_lossy`]'s), e.g. so that
+    /// commits take longer than a client's attempt.
+    pub fn set_delay(&self, delay: Duration) {
+        self.with(|faults| faults.delay_min = delay);
+    }
+
     /// Whether `node` is cut off now.
     pub fn is_isolated(&self, node: NodeId) -> bool {
         self.with(|faults| faults.isolated.contains(&node))
@@ -74,6 +82,7 @@ impl FaultPlan {
             faults.isolated.clear();
             faults.drop_ppm = 0;
             faults.delay_max = Duration::ZERO;
+            faults.delay_min = Duration::ZERO;
         });
     }
 
@@ -88,12 +97,14 @@ impl FaultPlan {
                 return Verdict::Drop;
             }
             let delay_max_us = faults.delay_max.as_micros() as u64;
-            if delay_max_us == 0 {
-                return Verdict::Deliver;
+            let random = match delay_max_us {
+                0 => Duration::ZERO,
+                max => Duration::from_micros(next_random(&mut faults.rng_state) % max),
+            };
+            match faults.delay_min + random {
+                Duration::ZERO => Verdict::Deliver,
+                delay => Verdict::Delay(delay),
             }
-            Verdict::Delay(Duration::from_micros(
-                next_random(&mut faults.rng_state) % delay_max_us,
-            ))
         })
     }
 

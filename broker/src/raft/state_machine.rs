@@ -46,6 +46,9 @@ use crate::raft::types::StoredMembership;
 use crate::raft::types::TypeConfig;
 use crate::store::Appended;
 use crate::store::MessageStore;
+use crate::store::RecordView;
+use crate::store::StoreError;
+use crate::store::properties::UNIQ_KEY;
 
 /// How often applied state is flushed and checkpointed while entries keep arriving.
 pub const CHECKPOINT_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
@@ -174,7 +177,16 @@ impl StateMachine {
             Command::Append { records } => Ok(CommandResult::Appended(append_records(
                 &self.group,
                 &records,
+                &[],
             )?)),
+            Command::AppendOnce { records } => {
+                let stored = find_stored(&self.group, &records)?;
+                Ok(CommandResult::Appended(append_records(
+                    &self.group,
+                    &records,
+                    &stored,
+                )?))
+            }
             Command::DeliverDelayed {
                 level,
                 from_offset,
@@ -191,7 +203,7 @@ impl StateMachine {
                     );
                     return Ok(CommandResult::Done);
                 }
-                let appended = append_records(&self.group, &records)?;
+                let appended = append_records(&self.group, &records, &[])?;
                 self.group
                     .metadata_mut()
                     .set_schedule_progress(level, next_offset);
@@ -357,14 +369,53 @@ impl StateMachine {
     }
 }
 
-/// Appends every record of an encoded batch; offsets are assigned by the store.
-fn append_records(group: &GroupState, records: &[u8]) -> io::Result<Vec<AppendedMessage>> {
+/// For each record of an encoded batch, where a message of its topic with its `UNIQ_KEY`
+/// is stored already, if one is (records without a `UNIQ_KEY` are never found).
+fn find_stored(group: &GroupState, records: &[u8]) -> io::Result<Vec<Option<AppendedMessage>>> {
+    let store = group.store();
+    let mut found = Vec::new();
+    let mut position = 0usize;
+    while position < records.len() {
+        let size = record_size_at(records, position)?;
+        let view = RecordView::parse(&records[position..position + size]).map_err(|source| {
+            StoreError::Corrupt {
+                offset: position as u64,
+                source,
+            }
+        })?;
+        let stored = match view.property(UNIQ_KEY)? {
+            Some(key) => store.find_unique(view.topic(), key)?,
+            None => None,
+        };
+        found.push(stored.map(|stored| AppendedMessage {
+            queue_id: stored.queue_id,
+            queue_offset: stored.queue_offset,
+            commit_log_offset: stored.commit_log_offset,
+            size: stored.size,
+        }));
+        position += size;
+    }
+    Ok(found)
+}
+
+/// Appends the records of an encoded batch (offsets are assigned by the store), except the
+/// n-th when `stored[n]` says where it is already: that is its result.
+fn append_records(
+    group: &GroupState,
+    records: &[u8],
+    stored: &[Option<AppendedMessage>],
+) -> io::Result<Vec<AppendedMessage>> {
     let mut appended = Vec::new();
     let mut queues = std::collections::BTreeSet::new();
     group.store_mut().append_batch(|batch| {
         let mut position = 0usize;
         while position < records.len() {
             let size = record_size_at(records, position)?;
+            if let Some(Some(first_copy)) = stored.get(appended.len()) {
+                appended.push(*first_copy);
+                position += size;
+                continue;
+            }
             let record = &records[position..position + size];
             let Appended {
                 result,

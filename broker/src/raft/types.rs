@@ -66,6 +66,15 @@ pub enum Command {
         next_offset: i64,
         records: Bytes,
     },
+    /// Messages of a send that may be stored already (a producer's retry after an unknown
+    /// outcome), encoded as in `Append`. A message whose topic in this group already holds
+    /// its `UNIQ_KEY` is not stored again; its result is where the first copy is. Applied
+    /// in log order, so every node decides alike, and an earlier attempt that committed at
+    /// all is in the log before this entry. (New variants go last: the log stores the
+    /// variant's index.)
+    AppendOnce {
+        records: Bytes,
+    },
 }
 
 impl fmt::Display for Command {
@@ -88,6 +97,7 @@ impl fmt::Display for Command {
                 "DeliverDelayed(level {level}, {from_offset}..{next_offset}, {} bytes)",
                 records.len()
             ),
+            Command::AppendOnce { records } => write!(f, "AppendOnce({} bytes)", records.len()),
         }
     }
 }

@@ -47,6 +47,15 @@ pub struct AppendResult {
     pub store_timestamp_ms: i64,
 }
 
+/// Where a stored message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    pub queue_id: i32,
+    pub queue_offset: i64,
+    pub commit_log_offset: i64,
+    pub size: i32,
+}
+
 /// A record appended inside a batch: where it went, and its queue as the record names it
 /// (read once, while the record was checked, so the caller need not parse it again).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -386,6 +395,20 @@ impl MessageStore {
 
     /// The message record at CommitLog `commit_log_offset`.
     pub fn read_message(&self, commit_log_offset: i64) -> Result<MessageRecord, StoreError> {
+        let (bytes, offset) = self.record_bytes(commit_log_offset)?;
+        match record::decode_at(bytes, offset)? {
+            DecodedRecord::Message(message) => Ok(message),
+            DecodedRecord::Blank { .. } => Err(StoreError::Corrupt {
+                offset,
+                source: RecordError::Magic {
+                    magic: record::BLANK_MAGIC_CODE,
+                },
+            }),
+        }
+    }
+
+    /// The bytes of the record (or filler) at `commit_log_offset`, by its TOTALSIZE.
+    fn record_bytes(&self, commit_log_offset: i64) -> Result<(&[u8], u64), StoreError> {
         let offset = to_offset(commit_log_offset, &self.commit_log)?;
         let head = self.commit_log.read(offset, 4)?;
         let total_size = i32::from_be_bytes([head[0], head[1], head[2], head[3]]);
@@ -396,15 +419,25 @@ impl MessageStore {
                 offset,
                 source: RecordError::TotalSize { total_size },
             })?;
-        match record::decode_at(self.commit_log.read(offset, len)?, offset)? {
-            DecodedRecord::Message(message) => Ok(message),
-            DecodedRecord::Blank { .. } => Err(StoreError::Corrupt {
-                offset,
-                source: RecordError::Magic {
-                    magic: record::BLANK_MAGIC_CODE,
-                },
-            }),
+        Ok((self.commit_log.read(offset, len)?, offset))
+    }
+
+    /// The stored message of `topic` whose `UNIQ_KEY` is `unique_key`, if any (the newest).
+    pub fn find_unique(&self, topic: &str, unique_key: &str) -> Result<Option<Stored>, StoreError> {
+        for commit_log_offset in self.dispatcher.index().lookup(unique_key) {
+            let (bytes, offset) = self.record_bytes(commit_log_offset)?;
+            let view = RecordView::parse(bytes)
+                .map_err(|source| StoreError::Corrupt { offset, source })?;
+            if view.topic() == topic && view.property(properties::UNIQ_KEY)? == Some(unique_key) {
+                return Ok(Some(Stored {
+                    queue_id: view.queue_id(),
+                    queue_offset: view.queue_offset(),
+                    commit_log_offset,
+                    size: view.total_size() as i32,
+                }));
+            }
         }
+        Ok(None)
     }
 
     /// Messages whose `UNIQ_KEY` or one of whose `KEYS` equals `key`, newest first, at most

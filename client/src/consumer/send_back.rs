@@ -120,5 +120,7 @@ fn retry_copy(shared: &Shared, message: &MessageExt, delay_level: i32) -> pb::Se
         }],
         born_timestamp_ms: message.born_timestamp_ms,
         born_host: String::new(),
+        // Each hand-back is a new copy with the same UNIQ_KEY in the same retry topic.
+        deduplicate: false,
     }
 }

@@ -221,6 +221,7 @@ impl Sender {
                     messages: vec![message],
                     born_timestamp_ms: 0,
                     born_host: String::new(),
+                    deduplicate: false,
                 };
                 client.send(request).await?;
             }
