@@ -7,6 +7,10 @@
 //! and hands each send the offsets its messages got at apply time. Batches are proposed in
 //! queue order; up to [`GROUP_COMMIT_IN_FLIGHT_MAX`] wait for their commit at once, and the
 //! queue fills while they do, which is what makes the next batch large under load.
+//!
+//! A producer's retry (`deduplicate`) goes through the same queue, so it never overtakes an
+//! earlier attempt queued here; a batch holding one is proposed as `AppendOnce`, whose apply
+//! skips every message of the batch whose `UNIQ_KEY` its topic already holds.
 
 use std::sync::Arc;
 
@@ -37,6 +41,8 @@ type Reply = oneshot::Sender<Result<Vec<AppendedMessage>, BrokerError>>;
 struct PendingSend {
     records: Vec<u8>,
     message_count: usize,
+    /// A retry: store only messages not stored yet.
+    deduplicate: bool,
     reply: Reply,
 }
 
@@ -54,17 +60,20 @@ impl GroupCommit {
     }
 
     /// Appends `message_count` encoded records; returns where each landed once the batch
-    /// holding them is committed and applied.
+    /// holding them is committed and applied. With `deduplicate`, a message whose `UNIQ_KEY`
+    /// its topic holds already is not stored again, and its result is the first copy's.
     pub async fn append(
         &self,
         records: Vec<u8>,
         message_count: usize,
+        deduplicate: bool,
     ) -> Result<Vec<AppendedMessage>, BrokerError> {
         let (reply, result) = oneshot::channel();
         self.queue
             .send(PendingSend {
                 records,
                 message_count,
+                deduplicate,
                 reply,
             })
             .await
@@ -83,15 +92,20 @@ async fn run(raft: Raft, mut queue: mpsc::Receiver<PendingSend>) {
         };
         let mut records = first.records;
         let mut message_count = first.message_count;
+        let mut deduplicate = first.deduplicate;
         let mut sends = vec![(first.message_count, first.reply)];
         while message_count < GROUP_COMMIT_MESSAGES_MAX && records.len() < GROUP_COMMIT_BYTES_MAX {
             let Ok(next) = queue.try_recv() else { break };
             records.extend_from_slice(&next.records);
             message_count += next.message_count;
+            deduplicate |= next.deduplicate;
             sends.push((next.message_count, next.reply));
         }
-        let command = Command::Append {
-            records: records.into(),
+        let records = records.into();
+        let command = if deduplicate {
+            Command::AppendOnce { records }
+        } else {
+            Command::Append { records }
         };
         let applied = match propose(&raft, command).await {
             Ok(applied) => applied,

@@ -17,10 +17,7 @@ use rocketraft_proto::common as common_pb;
 
 use crate::error::BrokerError;
 use crate::metadata::PERM_WRITE;
-use crate::raft::propose::propose;
 use crate::raft::types::AppendedMessage;
-use crate::raft::types::Command;
-use crate::raft::types::CommandResult;
 use crate::schedule::delayed::park;
 use crate::schedule::delayed::requested_level;
 use crate::service::BrokerService;
@@ -85,11 +82,9 @@ impl BrokerService {
             named => parse_born_host(named)?,
         };
         let (records, message_count) = self.encode_send(&request, &placements, born_host)?;
-        let appended = if request.deduplicate {
-            self.commit_records_once(records, message_count).await?
-        } else {
-            self.commit_records(records, message_count).await?
-        };
+        let appended = self
+            .commit_records(records, message_count, request.deduplicate)
+            .await?;
         let results = appended
             .into_iter()
             .map(|message| pb::SendResult {
@@ -102,45 +97,23 @@ impl BrokerService {
         Ok(pb::SendResponse { results })
     }
 
-    /// Appends encoded records through group commit; answers once they are applied.
+    /// Appends encoded records through group commit; answers once they are applied. With
+    /// `deduplicate` (a producer's retry), messages stored already are not stored again.
     pub(super) async fn commit_records(
         &self,
         records: Vec<u8>,
         message_count: usize,
+        deduplicate: bool,
     ) -> Result<Vec<AppendedMessage>, BrokerError> {
         tokio::time::timeout(
             SEND_COMMIT_TIMEOUT,
-            self.group_commit.append(records, message_count),
+            self.group_commit
+                .append(records, message_count, deduplicate),
         )
         .await
         .map_err(|_| BrokerError::CommitTimeout {
             timeout: SEND_COMMIT_TIMEOUT,
         })?
-    }
-
-    /// Appends encoded records that an earlier attempt may have stored, as one `AppendOnce`
-    /// entry of their own (not batched: only retries pay for the lookups); a message whose
-    /// `UNIQ_KEY` its topic holds already answers with the first copy.
-    async fn commit_records_once(
-        &self,
-        records: Vec<u8>,
-        message_count: usize,
-    ) -> Result<Vec<AppendedMessage>, BrokerError> {
-        let command = Command::AppendOnce {
-            records: records.into(),
-        };
-        let applied = propose(&self.raft, command).await?;
-        let outcome = tokio::time::timeout(SEND_COMMIT_TIMEOUT, applied)
-            .await
-            .map_err(|_| BrokerError::CommitTimeout {
-                timeout: SEND_COMMIT_TIMEOUT,
-            })??;
-        match outcome {
-            CommandResult::Appended(appended) if appended.len() == message_count => Ok(appended),
-            other => Err(BrokerError::Internal(format!(
-                "{message_count} messages applied as {other:?}"
-            ))),
-        }
     }
 
     /// Where each message of a send to `%RETRY%<group>` goes: the retry topic (created on

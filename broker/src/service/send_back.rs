@@ -111,7 +111,8 @@ impl BrokerService {
             retry_topic(&request.group)
         };
         let encoded = copy.encode().map_err(illegal)?;
-        let appended = self.commit_records(encoded, 1).await?;
+        // Each hand-back is a new copy: a message handed back twice is stored twice.
+        let appended = self.commit_records(encoded, 1, false).await?;
         Ok(pb::SendMessageBackResponse {
             topic,
             reconsume_times: times + 1,

@@ -4,12 +4,15 @@
 //!
 //! - lost: acknowledged, never consumed;
 //! - duplicates: consumed more than once (deliveries the consumer refused on purpose, to
-//!   drive retries, are not consumptions);
+//!   drive retries, are not consumptions); of these, stored twice: consumed from more than
+//!   one position, so the cluster holds two copies (the rest are redeliveries of one copy,
+//!   whose consumption was not committed before a fault);
 //! - order violations: an acknowledged position (group, queue, offset) that holds another
 //!   message than the one acknowledged there, or that was acknowledged twice. Retried and
 //!   delayed messages are checked by id only, since they are stored again elsewhere.
 
 use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::collections::HashMap;
 
 use serde::Serialize;
@@ -41,6 +44,8 @@ pub struct Verdict {
     pub consumed_unique: usize,
     pub lost: usize,
     pub duplicates: usize,
+    /// Messages consumed from more than one position: stored twice.
+    pub stored_twice: usize,
     pub order_violations: usize,
     /// Up to 10 lost ids, to start an investigation.
     pub lost_examples: Vec<String>,
@@ -68,6 +73,15 @@ pub fn check(acked: &[Acked], consumed: &[Consumed]) -> Verdict {
         }
     }
     let duplicates = times_consumed.values().map(|times| times - 1).sum();
+    let mut positions: HashMap<&str, BTreeSet<(&str, i32, i64)>> = HashMap::new();
+    for message in consumed {
+        positions.entry(&message.msg_id).or_default().insert((
+            &message.group,
+            message.queue_id,
+            message.queue_offset,
+        ));
+    }
+    let stored_twice = positions.values().filter(|seen| seen.len() > 1).count();
 
     // What the consumer saw at each first-time (not retried) position.
     let mut at_position: HashMap<(&str, i32, i64), &str> = HashMap::new();
@@ -95,6 +109,7 @@ pub fn check(acked: &[Acked], consumed: &[Consumed]) -> Verdict {
         consumed_unique: times_consumed.len(),
         lost,
         duplicates,
+        stored_twice,
         order_violations,
         lost_examples,
     }
@@ -154,11 +169,18 @@ mod tests {
         assert_eq!(verdict.lost, 1);
         assert_eq!(verdict.lost_examples, ["2"]);
         assert_eq!(verdict.duplicates, 1);
+        assert_eq!(verdict.stored_twice, 0, "1 came twice from one position");
         assert_eq!(
             verdict.order_violations, 2,
             "position 2: held by 3, acked twice"
         );
         assert!(!verdict.passed());
+    }
+
+    #[test]
+    fn a_message_consumed_from_two_positions_was_stored_twice() {
+        let verdict = check(&[acked("1", 0)], &[consumed("1", 0), consumed("1", 4)]);
+        assert_eq!((verdict.duplicates, verdict.stored_twice), (1, 1));
     }
 
     #[test]

@@ -45,7 +45,7 @@ impl DrillReport {
     pub fn to_text(&self) -> String {
         let mut text = format!(
             "drill: {:.0} s, {} group(s), {} msg/s\n\
-             acknowledged {}  consumed {}  lost {}  duplicates {}  order violations {}\n\
+             acknowledged {}  consumed {}  lost {}  duplicates {} (stored twice {})  order violations {}\n\
              send failures {}  delayed {} sent / {} delivered  retries {} refused / {} delivered\n\
              offset regressions {}  schedule service overlaps {}\n",
             self.duration_s,
@@ -55,6 +55,7 @@ impl DrillReport {
             self.verdict.consumed_unique,
             self.verdict.lost,
             self.verdict.duplicates,
+            self.verdict.stored_twice,
             self.verdict.order_violations,
             self.send_failures,
             self.delayed_sent,
