@@ -49,6 +49,8 @@ pub struct Verdict {
     pub order_violations: usize,
     /// Up to 10 lost ids, to start an investigation.
     pub lost_examples: Vec<String>,
+    /// Up to 10 ids stored twice, each with the reconsume counts it was consumed at.
+    pub stored_twice_examples: Vec<(String, Vec<i32>)>,
 }
 
 impl Verdict {
@@ -73,15 +75,28 @@ pub fn check(acked: &[Acked], consumed: &[Consumed]) -> Verdict {
         }
     }
     let duplicates = times_consumed.values().map(|times| times - 1).sum();
-    let mut positions: HashMap<&str, BTreeSet<(&str, i32, i64)>> = HashMap::new();
+    let mut positions: BTreeMap<&str, BTreeSet<(&str, i32, i64, i32)>> = BTreeMap::new();
     for message in consumed {
         positions.entry(&message.msg_id).or_default().insert((
             &message.group,
             message.queue_id,
             message.queue_offset,
+            message.reconsume_times,
         ));
     }
-    let stored_twice = positions.values().filter(|seen| seen.len() > 1).count();
+    let twice: Vec<_> = positions
+        .iter()
+        .filter(|(_, seen)| seen.len() > 1)
+        .collect();
+    let stored_twice = twice.len();
+    let stored_twice_examples = twice
+        .iter()
+        .take(10)
+        .map(|(id, seen)| {
+            let reconsumes = seen.iter().map(|position| position.3).collect();
+            (id.to_string(), reconsumes)
+        })
+        .collect();
 
     // What the consumer saw at each first-time (not retried) position.
     let mut at_position: HashMap<(&str, i32, i64), &str> = HashMap::new();
@@ -112,6 +127,7 @@ pub fn check(acked: &[Acked], consumed: &[Consumed]) -> Verdict {
         stored_twice,
         order_violations,
         lost_examples,
+        stored_twice_examples,
     }
 }
 

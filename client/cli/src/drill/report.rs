@@ -89,6 +89,11 @@ impl DrillReport {
                 self.verdict.lost_examples.join(", ")
             ));
         }
+        for (id, reconsumes) in &self.verdict.stored_twice_examples {
+            text.push_str(&format!(
+                "stored twice: {id}, consumed at reconsume counts {reconsumes:?}\n"
+            ));
+        }
         text.push_str(if self.passed {
             "PASSED: nothing acknowledged was lost\n"
         } else {
