@@ -501,6 +501,7 @@ async fn given_a_deleted_topic_its_delayed_messages_are_dropped_and_the_level_go
         commit_log_offset: offset,
         delay_level: 0,
         max_reconsume_times: max,
+        deduplicate: false,
     };
     let missing = client
         .send_message_back(back(1 << 40, 0))
@@ -526,6 +527,33 @@ async fn given_a_deleted_topic_its_delayed_messages_are_dropped_and_the_level_go
     assert_eq!(
         rocketraft_proto::response_code(&refused),
         Some(rocketraft_proto::common::ResponseCode::NotLeader)
+    );
+
+    info!("--- a repeated hand-back with deduplicate stores no second copy");
+    let mut keyed = rocketraft_tests::send_request("Kept", 0, [b"handed back".to_vec()]);
+    keyed.messages[0].properties = encode_properties([("UNIQ_KEY", "0A0B0C0D")]);
+    let sent = client.send(keyed).await?.into_inner();
+    let offset = sent.results[0].commit_log_offset;
+    let first = client
+        .send_message_back(back(offset, 0))
+        .await?
+        .into_inner();
+    let repeated = pb::SendMessageBackRequest {
+        deduplicate: true,
+        ..back(offset, 0)
+    };
+    let again = client.send_message_back(repeated).await?.into_inner();
+    assert_eq!(
+        again.commit_log_offset, first.commit_log_offset,
+        "the first copy answers"
+    );
+    let fresh = client
+        .send_message_back(back(offset, 0))
+        .await?
+        .into_inner();
+    assert_ne!(
+        fresh.commit_log_offset, first.commit_log_offset,
+        "without deduplicate, a new copy"
     );
     group.shutdown().await;
     Ok(())

@@ -369,8 +369,8 @@ impl StateMachine {
     }
 }
 
-/// For each record of an encoded batch, where a message of its topic with its `UNIQ_KEY`
-/// is stored already, if one is (records without a `UNIQ_KEY` are never found).
+/// For each record of an encoded batch, where a copy of its topic with its `UNIQ_KEY` and
+/// reconsume count is stored already, if one is (records without a `UNIQ_KEY` never are).
 fn find_stored(group: &GroupState, records: &[u8]) -> io::Result<Vec<Option<AppendedMessage>>> {
     let store = group.store();
     let mut found = Vec::new();
@@ -384,7 +384,7 @@ fn find_stored(group: &GroupState, records: &[u8]) -> io::Result<Vec<Option<Appe
             }
         })?;
         let stored = match view.property(UNIQ_KEY)? {
-            Some(key) => store.find_unique(view.topic(), key)?,
+            Some(key) => store.find_unique(view.topic(), key, view.reconsume_times())?,
             None => None,
         };
         found.push(stored.map(|stored| AppendedMessage {

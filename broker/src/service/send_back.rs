@@ -111,8 +111,9 @@ impl BrokerService {
             retry_topic(&request.group)
         };
         let encoded = copy.encode().map_err(illegal)?;
-        // Each hand-back is a new copy: a message handed back twice is stored twice.
-        let appended = self.commit_records(encoded, 1, false).await?;
+        // Each hand-back is a copy with a higher reconsume count; a repeated call for the same
+        // one is deduplicated by the message's UNIQ_KEY and that count.
+        let appended = self.commit_records(encoded, 1, request.deduplicate).await?;
         Ok(pb::SendMessageBackResponse {
             topic,
             reconsume_times: times + 1,

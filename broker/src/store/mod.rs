@@ -422,13 +422,23 @@ impl MessageStore {
         Ok((self.commit_log.read(offset, len)?, offset))
     }
 
-    /// The stored message of `topic` whose `UNIQ_KEY` is `unique_key`, if any (the newest).
-    pub fn find_unique(&self, topic: &str, unique_key: &str) -> Result<Option<Stored>, StoreError> {
+    /// The stored copy of `topic` whose `UNIQ_KEY` is `unique_key` and whose reconsume count
+    /// is `reconsume_times`, if any (the newest): a message's copy of one hand-back (or its
+    /// first send, count 0).
+    pub fn find_unique(
+        &self,
+        topic: &str,
+        unique_key: &str,
+        reconsume_times: i32,
+    ) -> Result<Option<Stored>, StoreError> {
         for commit_log_offset in self.dispatcher.index().lookup(unique_key) {
             let (bytes, offset) = self.record_bytes(commit_log_offset)?;
             let view = RecordView::parse(bytes)
                 .map_err(|source| StoreError::Corrupt { offset, source })?;
-            if view.topic() == topic && view.property(properties::UNIQ_KEY)? == Some(unique_key) {
+            if view.topic() == topic
+                && view.reconsume_times() == reconsume_times
+                && view.property(properties::UNIQ_KEY)? == Some(unique_key)
+            {
                 return Ok(Some(Stored {
                     queue_id: view.queue_id(),
                     queue_offset: view.queue_offset(),

@@ -456,6 +456,16 @@ impl<'a> RecordView<'a> {
         self.topic
     }
 
+    /// Where RECONSUMETIMES is: after the store timestamp and the store host.
+    fn reconsume_times_pos(&self) -> usize {
+        self.store_timestamp_pos() + 8 + self.store_host_len
+    }
+
+    /// RECONSUMETIMES: how many times the message was handed back before this copy.
+    pub fn reconsume_times(&self) -> i32 {
+        self.i32_at(self.reconsume_times_pos())
+    }
+
     /// One property, read from the encoded properties without building a map.
     pub fn property(&self, key: &str) -> Result<Option<&'a str>, StoreError> {
         properties::find(self.properties, key)
@@ -465,9 +475,7 @@ impl<'a> RecordView<'a> {
     /// `offset`, where the record was read.
     fn to_record(self, offset: u64) -> Result<MessageRecord, StoreError> {
         let corrupt = |source| StoreError::Corrupt { offset, source };
-        let store_ts = self.store_timestamp_pos();
-        let store_host_pos = store_ts + 8;
-        let after_hosts = store_host_pos + self.store_host_len;
+        let store_host_pos = self.store_timestamp_pos() + 8;
         Ok(MessageRecord {
             queue_id: self.queue_id(),
             flag: self.i32_at(POS_FLAG),
@@ -482,8 +490,8 @@ impl<'a> RecordView<'a> {
             store_host: self
                 .host(store_host_pos, self.store_host_len)
                 .map_err(corrupt)?,
-            reconsume_times: self.i32_at(after_hosts),
-            prepared_transaction_offset: self.i64_at(after_hosts + 4),
+            reconsume_times: self.reconsume_times(),
+            prepared_transaction_offset: self.i64_at(self.reconsume_times_pos() + 4),
             body: Bytes::copy_from_slice(self.body()),
             topic: self.topic.to_owned(),
             properties: Properties::decode(self.properties)?,

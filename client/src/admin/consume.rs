@@ -196,6 +196,7 @@ impl Admin {
                     commit_log_offset: message.commit_log_offset,
                     delay_level: 0,
                     max_reconsume_times: 0,
+                    deduplicate: false,
                 };
                 // The cursor's client is the group leader's, where send-back must go.
                 cursor

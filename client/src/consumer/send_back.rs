@@ -7,6 +7,8 @@
 //! too, the message is not handed back: it stays in the queue's buffer, holding the offset,
 //! and is consumed again after a pause.
 
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
@@ -31,12 +33,18 @@ pub async fn hand_back(shared: &Shared, message: &MessageExt, delay_level: i32) 
             .config
             .max_reconsume_times
             .map_or(0, |max| max as i32),
+        deduplicate: false,
     };
+    let called = AtomicBool::new(false);
     let sent_back = shared
         .brokers
         .on_leader(&message.group, SEND_BACK_TIMEOUT, |mut client| {
-            let request = request.clone();
-            async move { Ok(client.send_message_back(request).await?.into_inner()) }
+            // A repeated call may follow one whose copy was stored: deduplicate it.
+            let call = pb::SendMessageBackRequest {
+                deduplicate: called.swap(true, Ordering::Relaxed),
+                ..request.clone()
+            };
+            async move { Ok(client.send_message_back(call).await?.into_inner()) }
         })
         .await;
     let error = match sent_back {
@@ -120,7 +128,8 @@ fn retry_copy(shared: &Shared, message: &MessageExt, delay_level: i32) -> pb::Se
         }],
         born_timestamp_ms: message.born_timestamp_ms,
         born_host: String::new(),
-        // Each hand-back is a new copy with the same UNIQ_KEY in the same retry topic.
-        deduplicate: false,
+        // `SendMessageBack` failed, perhaps after storing this very copy (same UNIQ_KEY and
+        // reconsume count): the broker keeps one.
+        deduplicate: true,
     }
 }
