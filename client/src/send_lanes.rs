@@ -1,6 +1,6 @@
 //! Send lanes: concurrent sends to the same queue of the same broker group travel together
-//! in one `Send` request, so a producer under load pays one RPC per batch, not per message
-//!, while each send keeps its own result.
+//! in one `Send` request, so a producer under load pays one RPC per batch, not per message,
+//! while each send keeps its own result.
 //!
 //! Invariants:
 //! - a lane has at most one request in flight; sends that arrive meanwhile wait in the lane
@@ -10,12 +10,16 @@
 //! - a send whose deadline passed while it waited fails without being sent;
 //! - a request refused as `MESSAGE_ILLEGAL` stored nothing and may be refused for one
 //!   message alone, so it is split and sent again in halves until the bad messages stand
-//!   alone: a bad message never fails the sends it happened to travel with.
+//!   alone: a bad message never fails the sends it happened to travel with;
+//! - a request sent again (to a new leader, or after no answer) asks the leader to
+//!   deduplicate, as does every request that holds a retried send: each is stored once.
 
 use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common as common_pb;
@@ -285,11 +289,16 @@ pub(crate) async fn send_request(
             ),
         });
     }
+    // A call after the first (the leader changed or did not answer) may follow one that
+    // was stored: it asks the leader to deduplicate.
+    let called = AtomicBool::new(false);
     brokers
         .on_leader(group, budget, |mut client| {
-            let mut request = tonic::Request::new(request.clone());
-            request.set_timeout(deadline.saturating_duration_since(Instant::now()));
-            async move { Ok(client.send(request).await?.into_inner()) }
+            let mut call = request.clone();
+            call.deduplicate |= called.swap(true, Ordering::Relaxed);
+            let mut call = tonic::Request::new(call);
+            call.set_timeout(deadline.saturating_duration_since(Instant::now()));
+            async move { Ok(client.send(call).await?.into_inner()) }
         })
         .await
 }
