@@ -148,3 +148,46 @@ fn reply_all(sends: Vec<(usize, Reply)>, error: impl Fn() -> BrokerError) {
         let _ = reply.send(Err(error()));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(queue_offset: i64) -> AppendedMessage {
+        AppendedMessage {
+            queue_id: 0,
+            queue_offset,
+            commit_log_offset: queue_offset * 100,
+            size: 100,
+        }
+    }
+
+    #[test]
+    fn each_send_gets_its_own_messages_in_batch_order() {
+        let (replies, mut results): (Vec<_>, Vec<_>) = (0..3).map(|_| oneshot::channel()).unzip();
+        let sends = [2, 1, 3].into_iter().zip(replies).collect();
+        distribute(sends, (0..6).map(message).collect());
+        let offsets: Vec<Vec<i64>> = results
+            .iter_mut()
+            .map(|result| {
+                let appended = result.try_recv().expect("answered").expect("stored");
+                appended.iter().map(|m| m.queue_offset).collect()
+            })
+            .collect();
+        assert_eq!(offsets, [vec![0, 1], vec![2], vec![3, 4, 5]]);
+    }
+
+    #[test]
+    fn a_result_count_that_does_not_match_fails_every_send() {
+        let (replies, mut results): (Vec<_>, Vec<_>) = (0..2).map(|_| oneshot::channel()).unzip();
+        let sends = [2, 2].into_iter().zip(replies).collect();
+        distribute(sends, (0..3).map(message).collect());
+        for result in &mut results {
+            let error = result.try_recv().expect("answered").expect_err("refused");
+            assert!(
+                matches!(error, BrokerError::Internal(_)),
+                "a broken invariant, not a stored send: {error}"
+            );
+        }
+    }
+}

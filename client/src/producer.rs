@@ -358,3 +358,67 @@ fn to_result(result: pb::SendResult, msg_id: String, topic: &str, group: &str) -
         offset_msg_id: result.offset_msg_id,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rocketraft_proto::perm::PERM_READ_WRITE;
+
+    use super::*;
+    use crate::route::test_group;
+
+    fn route(groups: &[(&str, u32)]) -> TopicRoute {
+        let groups = groups
+            .iter()
+            .map(|(name, queues)| test_group(name, *queues, PERM_READ_WRITE))
+            .collect();
+        TopicRoute::new("T".into(), groups)
+    }
+
+    #[test]
+    fn round_robin_visits_every_write_queue_once_per_cycle() {
+        let route = route(&[("a", 2), ("b", 3)]);
+        let next = AtomicUsize::new(0);
+        let picked: Vec<_> = (0..10)
+            .map(|_| pick_queue(&route, Choice::RoundRobin, None, &next))
+            .collect();
+        let cycle = [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)].map(Some);
+        assert_eq!(picked[..5], cycle);
+        assert_eq!(picked[5..], cycle);
+    }
+
+    #[test]
+    fn a_retry_avoids_the_failed_group_while_another_has_queues() {
+        let route = route(&[("a", 2), ("b", 1)]);
+        let next = AtomicUsize::new(0);
+        for _ in 0..6 {
+            let (group, _) =
+                pick_queue(&route, Choice::RoundRobin, Some("a"), &next).expect("a queue");
+            assert_eq!(route.groups[group].group, "b");
+        }
+        let only_a = self::route(&[("a", 2)]);
+        assert_eq!(
+            pick_queue(&only_a, Choice::RoundRobin, Some("a"), &next).map(|(g, _)| g),
+            Some(0),
+            "the failed group is used when it is the only one"
+        );
+    }
+
+    #[test]
+    fn a_key_always_picks_the_same_queue() {
+        let route = route(&[("a", 2), ("b", 3)]);
+        let next = AtomicUsize::new(0);
+        let first = pick_queue(&route, Choice::Keyed(7), Some("b"), &next);
+        for _ in 0..5 {
+            assert_eq!(
+                pick_queue(&route, Choice::Keyed(7), None, &next),
+                first,
+                "ordered sends stay on their queue, whatever failed before"
+            );
+        }
+        assert_eq!(first, Some((1, 0)), "7 % 5 = 2: the third queue, b's first");
+        assert_eq!(
+            pick_queue(&self::route(&[]), Choice::Keyed(7), None, &next),
+            None
+        );
+    }
+}

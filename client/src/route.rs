@@ -68,6 +68,16 @@ pub struct TopicRoute {
 }
 
 impl TopicRoute {
+    /// A route fetched now; its groups are kept ordered by name.
+    pub(crate) fn new(topic: String, mut groups: Vec<GroupQueues>) -> TopicRoute {
+        groups.sort_by(|a, b| a.group.cmp(&b.group));
+        TopicRoute {
+            topic,
+            groups,
+            fetched_at: Instant::now(),
+        }
+    }
+
     /// How many writable queues the topic has over all groups.
     pub fn write_queue_count(&self) -> usize {
         self.writable_groups()
@@ -271,7 +281,7 @@ async fn query(channel: Channel, topic: &str) -> Result<TopicRoute, QueryError> 
 }
 
 fn to_route(route: pb::TopicRoute) -> TopicRoute {
-    let mut groups: Vec<GroupQueues> = route
+    let groups: Vec<GroupQueues> = route
         .queues
         .iter()
         .map(|queues| {
@@ -295,11 +305,19 @@ fn to_route(route: pb::TopicRoute) -> TopicRoute {
             }
         })
         .collect();
-    groups.sort_by(|a, b| a.group.cmp(&b.group));
-    TopicRoute {
-        topic: route.topic,
-        groups,
-        fetched_at: Instant::now(),
+    TopicRoute::new(route.topic, groups)
+}
+
+/// A group of a test route: no nodes, as many read as write queues.
+#[cfg(test)]
+pub(crate) fn test_group(name: &str, write_queue_count: u32, perm: u32) -> GroupQueues {
+    GroupQueues {
+        group: name.into(),
+        leader: None,
+        nodes: Vec::new(),
+        read_queue_count: write_queue_count,
+        write_queue_count,
+        perm,
     }
 }
 
@@ -307,28 +325,16 @@ fn to_route(route: pb::TopicRoute) -> TopicRoute {
 mod tests {
     use super::*;
 
-    fn group(name: &str, write_queue_count: u32, perm: u32) -> GroupQueues {
-        GroupQueues {
-            group: name.into(),
-            leader: None,
-            nodes: Vec::new(),
-            read_queue_count: write_queue_count,
-            write_queue_count,
-            perm,
-        }
-    }
-
     #[test]
     fn write_queues_skip_read_only_groups_and_end_at_the_count() {
-        let route = TopicRoute {
-            topic: "T".into(),
-            groups: vec![
-                group("a", 2, PERM_READ | PERM_WRITE),
-                group("b", 3, PERM_READ),
-                group("c", 1, PERM_WRITE),
+        let route = TopicRoute::new(
+            "T".into(),
+            vec![
+                test_group("a", 2, PERM_READ | PERM_WRITE),
+                test_group("b", 3, PERM_READ),
+                test_group("c", 1, PERM_WRITE),
             ],
-            fetched_at: Instant::now(),
-        };
+        );
         assert_eq!(route.write_queue_count(), 3);
         let queues: Vec<_> = (0..4).map(|n| route.write_queue(n)).collect();
         assert_eq!(queues, [Some((0, 0)), Some((0, 1)), Some((2, 0)), None]);
