@@ -98,6 +98,15 @@ fn commands() -> anyhow::Result<Vec<Command>> {
         Command::AppendOnce {
             records: keyed_record(0, "new", Some("K2"))?,
         },
+        // An attempt and its retry batched together: stored once.
+        Command::AppendOnce {
+            records: [
+                keyed_record(1, "pair", Some("K3"))?,
+                keyed_record(1, "pair", Some("K3"))?,
+            ]
+            .concat()
+            .into(),
+        },
         Command::CommitOffsets {
             group: "billing".into(),
             offsets: vec![QueueOffset {
@@ -178,9 +187,10 @@ async fn given_every_command_when_applied_should_survive_restart_and_snapshot() 
     assert_eq!(*group.metadata(), expected_metadata());
     assert_eq!(
         queue_lengths(&group),
-        vec![3, 1],
-        "each Append, the new AppendOnce and the first DeliverDelayed stored one message; \
-         the AppendOnce of a stored UNIQ_KEY and the stale DeliverDelayed none"
+        vec![3, 2],
+        "each Append, each new AppendOnce (one for a batched pair) and the first \
+         DeliverDelayed stored one message; the AppendOnce of a stored UNIQ_KEY and the stale \
+         DeliverDelayed none"
     );
     drop((machine, group));
 
@@ -195,7 +205,7 @@ async fn given_every_command_when_applied_should_survive_restart_and_snapshot() 
         expected_metadata(),
         "metadata survives a restart"
     );
-    assert_eq!(queue_lengths(&group), vec![3, 1]);
+    assert_eq!(queue_lengths(&group), vec![3, 2]);
 
     let snapshot = machine
         .get_snapshot_builder()
@@ -220,6 +230,6 @@ async fn given_every_command_when_applied_should_survive_restart_and_snapshot() 
         group.store().read_commit_log(0, end as usize)?,
         "and the CommitLog bytes"
     );
-    assert_eq!(queue_lengths(&receiver_group), vec![3, 1]);
+    assert_eq!(queue_lengths(&receiver_group), vec![3, 2]);
     Ok(())
 }

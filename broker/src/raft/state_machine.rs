@@ -10,6 +10,7 @@
 //! - the Raft log is purged only up to a snapshot, and a snapshot is itself a checkpoint,
 //!   so the entries a restart must replay are always still in the log.
 
+use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 use std::path::PathBuf;
@@ -180,11 +181,11 @@ impl StateMachine {
                 &[],
             )?)),
             Command::AppendOnce { records } => {
-                let stored = find_stored(&self.group, &records)?;
+                let earlier = find_earlier_copies(&self.group, &records)?;
                 Ok(CommandResult::Appended(append_records(
                     &self.group,
                     &records,
-                    &stored,
+                    &earlier,
                 )?))
             }
             Command::DeliverDelayed {
@@ -369,11 +370,23 @@ impl StateMachine {
     }
 }
 
-/// For each record of an encoded batch, where a copy of its topic with its `UNIQ_KEY` and
-/// reconsume count is stored already, if one is (records without a `UNIQ_KEY` never are).
-fn find_stored(group: &GroupState, records: &[u8]) -> io::Result<Vec<Option<AppendedMessage>>> {
+/// Where an earlier copy of a record of an `AppendOnce` batch is.
+#[derive(Debug, Clone, Copy)]
+enum EarlierCopy {
+    /// In the store already.
+    Stored(AppendedMessage),
+    /// The n-th record of the same batch (an attempt and its retry that were batched
+    /// together): stored once, for both.
+    InBatch(usize),
+}
+
+/// For each record of an encoded batch, its earlier copy, if one is stored or comes before
+/// it in the batch: the same topic, `UNIQ_KEY` and reconsume count (records without a
+/// `UNIQ_KEY` have none).
+fn find_earlier_copies(group: &GroupState, records: &[u8]) -> io::Result<Vec<Option<EarlierCopy>>> {
     let store = group.store();
     let mut found = Vec::new();
+    let mut in_batch: HashMap<(&str, &str, i32), usize> = HashMap::new();
     let mut position = 0usize;
     while position < records.len() {
         let size = record_size_at(records, position)?;
@@ -383,27 +396,38 @@ fn find_stored(group: &GroupState, records: &[u8]) -> io::Result<Vec<Option<Appe
                 source,
             }
         })?;
-        let stored = match view.property(UNIQ_KEY)? {
-            Some(key) => store.find_unique(view.topic(), key, view.reconsume_times())?,
+        let earlier = match view.property(UNIQ_KEY)? {
+            Some(key) => {
+                let copy = (view.topic(), key, view.reconsume_times());
+                match in_batch.get(&copy) {
+                    Some(index) => Some(EarlierCopy::InBatch(*index)),
+                    None => {
+                        in_batch.insert(copy, found.len());
+                        store.find_unique(copy.0, copy.1, copy.2)?.map(|stored| {
+                            EarlierCopy::Stored(AppendedMessage {
+                                queue_id: stored.queue_id,
+                                queue_offset: stored.queue_offset,
+                                commit_log_offset: stored.commit_log_offset,
+                                size: stored.size,
+                            })
+                        })
+                    }
+                }
+            }
             None => None,
         };
-        found.push(stored.map(|stored| AppendedMessage {
-            queue_id: stored.queue_id,
-            queue_offset: stored.queue_offset,
-            commit_log_offset: stored.commit_log_offset,
-            size: stored.size,
-        }));
+        found.push(earlier);
         position += size;
     }
     Ok(found)
 }
 
 /// Appends the records of an encoded batch (offsets are assigned by the store), except the
-/// n-th when `stored[n]` says where it is already: that is its result.
+/// n-th when `earlier[n]` names an earlier copy: that copy's place is its result.
 fn append_records(
     group: &GroupState,
     records: &[u8],
-    stored: &[Option<AppendedMessage>],
+    earlier: &[Option<EarlierCopy>],
 ) -> io::Result<Vec<AppendedMessage>> {
     let mut appended = Vec::new();
     let mut queues = std::collections::BTreeSet::new();
@@ -411,8 +435,12 @@ fn append_records(
         let mut position = 0usize;
         while position < records.len() {
             let size = record_size_at(records, position)?;
-            if let Some(Some(first_copy)) = stored.get(appended.len()) {
-                appended.push(*first_copy);
+            if let Some(Some(copy)) = earlier.get(appended.len()) {
+                let first = match *copy {
+                    EarlierCopy::Stored(first) => first,
+                    EarlierCopy::InBatch(index) => appended[index],
+                };
+                appended.push(first);
                 position += size;
                 continue;
             }
