@@ -124,7 +124,8 @@ impl Brokers {
     }
 
     /// Runs `call` against the leader of `group` until it succeeds, fails for good, or
-    /// `timeout` passes.
+    /// `timeout` passes. `call` is told whether it is a repeat: an earlier call was made and
+    /// may have taken effect though it failed (a write then asks the leader to deduplicate).
     pub async fn on_leader<T, F, Fut>(
         &self,
         group: &str,
@@ -132,11 +133,12 @@ impl Brokers {
         call: F,
     ) -> Result<T, CallError>
     where
-        F: Fn(BrokerClient<Channel>) -> Fut,
+        F: Fn(BrokerClient<Channel>, bool) -> Fut,
         Fut: Future<Output = Result<T, tonic::Status>>,
     {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut pause = RETRY_PAUSE_MIN;
+        let mut called = false;
         loop {
             let last_error = match self.leader(group).await {
                 None => "no node knows a leader".to_owned(),
@@ -145,7 +147,7 @@ impl Brokers {
                         self.suspect_leader(group);
                         error.to_string()
                     }
-                    Ok(client) => match call(client).await {
+                    Ok(client) => match call(client, std::mem::replace(&mut called, true)).await {
                         Ok(value) => return Ok(value),
                         Err(status) if is_retryable(&status) => {
                             self.leader_failed(group, &status);

@@ -18,8 +18,6 @@ use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicBool;
-use std::sync::atomic::Ordering;
 
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common as common_pb;
@@ -289,13 +287,11 @@ pub(crate) async fn send_request(
             ),
         });
     }
-    // A call after the first (the leader changed or did not answer) may follow one that
-    // was stored: it asks the leader to deduplicate.
-    let called = AtomicBool::new(false);
     brokers
-        .on_leader(group, budget, |mut client| {
+        .on_leader(group, budget, |mut client, repeat| {
+            // A repeat may follow a call that was stored: it asks the leader to deduplicate.
             let mut call = request.clone();
-            call.deduplicate |= called.swap(true, Ordering::Relaxed);
+            call.deduplicate |= repeat;
             let mut call = tonic::Request::new(call);
             call.set_timeout(deadline.saturating_duration_since(Instant::now()));
             async move { Ok(client.send(call).await?.into_inner()) }

@@ -38,7 +38,7 @@ pub async fn heartbeat(shared: &Shared, group: &str) -> Result<(), ConsumerError
     };
     shared
         .brokers
-        .on_leader(group, HEARTBEAT_TIMEOUT, |mut client| {
+        .on_leader(group, HEARTBEAT_TIMEOUT, |mut client, _repeat| {
             let request = request.clone();
             async move { client.heartbeat(request).await.map(|_| ()) }
         })
@@ -54,7 +54,7 @@ pub async fn unregister(shared: &Shared, group: &str) -> Result<(), ConsumerErro
     };
     shared
         .brokers
-        .on_leader(group, HEARTBEAT_TIMEOUT, |mut client| {
+        .on_leader(group, HEARTBEAT_TIMEOUT, |mut client, _repeat| {
             let request = request.clone();
             async move { client.unregister_consumer(request).await.map(|_| ()) }
         })
@@ -107,7 +107,7 @@ async fn watch_once(shared: &Shared, group: &str) -> Result<(), ConsumerError> {
     };
     let mut events = shared
         .brokers
-        .on_leader(group, HEARTBEAT_TIMEOUT, |mut client| {
+        .on_leader(group, HEARTBEAT_TIMEOUT, |mut client, _repeat| {
             let request = request.clone();
             async move { Ok(client.watch_consumers(request).await?.into_inner()) }
         })

@@ -77,7 +77,7 @@ impl OffsetStore {
                     queue_id: queue.queue_id,
                 };
                 brokers
-                    .on_leader(&queue.group, OFFSET_CALL_TIMEOUT, |mut client| {
+                    .on_leader(&queue.group, OFFSET_CALL_TIMEOUT, |mut client, _repeat| {
                         let request = request.clone();
                         async move { Ok(client.query_offset(request).await?.into_inner().offset) }
                     })
@@ -201,7 +201,7 @@ async fn commit_to_groups(
             offsets: entries,
         };
         let committed = brokers
-            .on_leader(group, OFFSET_CALL_TIMEOUT, |mut client| {
+            .on_leader(group, OFFSET_CALL_TIMEOUT, |mut client, _repeat| {
                 let request = request.clone();
                 async move { client.commit_offsets(request).await.map(|_| ()) }
             })

@@ -60,7 +60,7 @@ pub async fn run_pull_loop(
         let pulled = tokio::select! {
             () = process.dropped() => return,
             () = shared.shutdown.cancelled() => return,
-            pulled = shared.brokers.on_leader(&queue.group, call_timeout, |mut client| {
+            pulled = shared.brokers.on_leader(&queue.group, call_timeout, |mut client, _repeat| {
                 let mut request = tonic::Request::new(request.clone());
                 request.set_timeout(call_timeout);
                 async move { Ok(client.pull(request).await?.into_inner()) }

@@ -122,10 +122,14 @@ async fn members(shared: &Shared, route: &TopicRoute) -> Result<Vec<String>, Con
     for group in &route.groups {
         let listed = shared
             .brokers
-            .on_leader(&group.group, REBALANCE_CALL_TIMEOUT, |mut client| {
-                let request = request.clone();
-                async move { Ok(client.list_consumers(request).await?.into_inner()) }
-            })
+            .on_leader(
+                &group.group,
+                REBALANCE_CALL_TIMEOUT,
+                |mut client, _repeat| {
+                    let request = request.clone();
+                    async move { Ok(client.list_consumers(request).await?.into_inner()) }
+                },
+            )
             .await;
         match listed {
             Ok(listed) => {
@@ -222,7 +226,7 @@ async fn start_offset(shared: &Shared, queue: &MessageQueue) -> Result<i64, Cons
         .on_leader(
             &queue.group,
             REBALANCE_CALL_TIMEOUT,
-            |mut client| async move {
+            |mut client, _repeat| async move {
                 consume_from::start_offset(&mut client, &queue.topic, queue.queue_id, from).await
             },
         )

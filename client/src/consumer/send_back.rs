@@ -7,8 +7,6 @@
 //! too, the message is not handed back: it stays in the queue's buffer, holding the offset,
 //! and is consumed again after a pause.
 
-use std::sync::atomic::AtomicBool;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
@@ -35,13 +33,12 @@ pub async fn hand_back(shared: &Shared, message: &MessageExt, delay_level: i32) 
             .map_or(0, |max| max as i32),
         deduplicate: false,
     };
-    let called = AtomicBool::new(false);
     let sent_back = shared
         .brokers
-        .on_leader(&message.group, SEND_BACK_TIMEOUT, |mut client| {
-            // A repeated call may follow one whose copy was stored: deduplicate it.
+        .on_leader(&message.group, SEND_BACK_TIMEOUT, |mut client, repeat| {
+            // A repeat may follow a call whose copy was stored: deduplicate it.
             let call = pb::SendMessageBackRequest {
-                deduplicate: called.swap(true, Ordering::Relaxed),
+                deduplicate: repeat,
                 ..request.clone()
             };
             async move { Ok(client.send_message_back(call).await?.into_inner()) }
@@ -62,7 +59,7 @@ pub async fn hand_back(shared: &Shared, message: &MessageExt, delay_level: i32) 
     let copy = retry_copy(shared, message, delay_level);
     let sent = shared
         .brokers
-        .on_leader(&message.group, SEND_BACK_TIMEOUT, |mut client| {
+        .on_leader(&message.group, SEND_BACK_TIMEOUT, |mut client, _repeat| {
             let copy = copy.clone();
             async move { client.send(copy).await.map(|_| ()) }
         })
