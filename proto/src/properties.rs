@@ -57,13 +57,26 @@ pub fn pairs(encoded: &[u8]) -> impl Iterator<Item = Result<(&str, &str), Malfor
         })
 }
 
-/// The value of `key` in encoded properties.
+/// The value of `key` in encoded properties. Only the pair that holds `key` is read as
+/// text and checked (a value holding `\x01` or invalid UTF-8 is an error): records in the
+/// CommitLog were checked whole by [`validate`] when they were sent, and looking up a
+/// property is on the path of every record dispatched.
 pub fn find<'a>(encoded: &'a [u8], key: &str) -> Result<Option<&'a str>, MalformedProperty> {
-    for pair in pairs(encoded) {
-        let (k, v) = pair?;
-        if k == key {
-            return Ok(Some(v));
+    let key = key.as_bytes();
+    for pair in encoded.split(|b| *b == PROPERTY_SEPARATOR) {
+        let Some(value) = pair
+            .strip_prefix(key)
+            .and_then(|rest| rest.strip_prefix(&[NAME_VALUE_SEPARATOR]))
+        else {
+            continue;
+        };
+        let key = String::from_utf8_lossy(key);
+        if value.contains(&NAME_VALUE_SEPARATOR) {
+            return Err(malformed(&key, "value contains \\x01"));
         }
+        return std::str::from_utf8(value)
+            .map(Some)
+            .map_err(|_utf8| malformed(&key, "not UTF-8"));
     }
     Ok(None)
 }
@@ -113,6 +126,25 @@ mod tests {
             Ok(Some("2")),
             "final \\x02 optional"
         );
+    }
+
+    #[test]
+    fn find_reads_only_the_pair_it_returns() {
+        assert_eq!(find(b"A\x011\x02B\x012\x02", "B"), Ok(Some("2")));
+        assert_eq!(
+            find(b"AB\x011\x02B\x012", "B"),
+            Ok(Some("2")),
+            "a longer key"
+        );
+        assert_eq!(
+            find(b"BA\x011\x02", "B"),
+            Ok(None),
+            "a key that starts alike"
+        );
+        assert_eq!(find(b"A\x01\xff\x02B\x012\x02", "B"), Ok(Some("2")));
+        assert_eq!(find(b"B\x01\x02", "B"), Ok(Some("")));
+        assert!(find(b"B\x01\xff\x02", "B").is_err());
+        assert!(find(b"B\x011\x01x\x02", "B").is_err());
     }
 
     #[test]

@@ -79,8 +79,14 @@ pub struct DispatchOutcome {
 pub struct Dispatcher {
     store_dir: PathBuf,
     units_per_segment: u64,
-    /// topic -> queue id -> queue; nested so a lookup borrows the topic name.
-    queues: HashMap<String, HashMap<i32, ConsumeQueue>>,
+    /// Every queue; a queue keeps its slot for the dispatcher's life (queues are never
+    /// dropped, only truncated).
+    queues: Vec<ConsumeQueue>,
+    /// topic -> queue id -> slot in `queues`; nested so a lookup borrows the topic name.
+    slots: HashMap<String, HashMap<i32, usize>>,
+    /// The slot dispatched to last: the records of a batch share a queue, so all but the
+    /// first find it without hashing.
+    last_slot: Option<usize>,
     index: Index,
 }
 
@@ -89,22 +95,29 @@ impl Dispatcher {
     pub fn open(config: &StoreConfig) -> Result<Dispatcher, StoreError> {
         let root = config.dir.join(CONSUME_QUEUE_DIR);
         mapped_file::create_dir_durable(&root)?;
-        let mut queues: HashMap<String, HashMap<i32, ConsumeQueue>> = HashMap::new();
-        for (topic, queue_id) in list_queue_dirs(&root)? {
-            let queue = ConsumeQueue::open(
-                &config.dir,
-                &topic,
-                queue_id,
-                config.consume_queue_units_per_segment,
-            )?;
-            queues.entry(topic).or_default().insert(queue_id, queue);
-        }
-        Ok(Dispatcher {
+        let mut dispatcher = Dispatcher {
             store_dir: config.dir.clone(),
             units_per_segment: config.consume_queue_units_per_segment,
-            queues,
+            queues: Vec::new(),
+            slots: HashMap::new(),
+            last_slot: None,
             index: Index::open(&config.dir)?,
-        })
+        };
+        for (topic, queue_id) in list_queue_dirs(&root)? {
+            dispatcher.open_queue(&topic, queue_id)?;
+        }
+        Ok(dispatcher)
+    }
+
+    fn open_queue(&mut self, topic: &str, queue_id: i32) -> Result<usize, StoreError> {
+        let queue = ConsumeQueue::open(&self.store_dir, topic, queue_id, self.units_per_segment)?;
+        let slot = self.queues.len();
+        self.queues.push(queue);
+        self.slots
+            .entry(topic.to_owned())
+            .or_default()
+            .insert(queue_id, slot);
+        Ok(slot)
     }
 
     /// The queue `topic`/`queue_id`, created if new.
@@ -113,35 +126,28 @@ impl Dispatcher {
         topic: &str,
         queue_id: i32,
     ) -> Result<&mut ConsumeQueue, StoreError> {
-        let known = self
-            .queues
-            .get(topic)
-            .is_some_and(|queues| queues.contains_key(&queue_id));
-        if !known {
-            let queue =
-                ConsumeQueue::open(&self.store_dir, topic, queue_id, self.units_per_segment)?;
-            self.queues
-                .entry(topic.to_owned())
-                .or_default()
-                .insert(queue_id, queue);
-        }
-        self.queues
-            .get_mut(topic)
-            .and_then(|queues| queues.get_mut(&queue_id))
-            .ok_or(StoreError::InvalidQueueId { queue_id })
+        let last = self.last_slot.filter(|slot| {
+            let queue = &self.queues[*slot];
+            queue.queue_id() == queue_id && queue.topic() == topic
+        });
+        let slot = match last {
+            Some(slot) => slot,
+            None => match self.slot(topic, queue_id) {
+                Some(slot) => slot,
+                None => self.open_queue(topic, queue_id)?,
+            },
+        };
+        self.last_slot = Some(slot);
+        Ok(&mut self.queues[slot])
+    }
+
+    fn slot(&self, topic: &str, queue_id: i32) -> Option<usize> {
+        self.slots.get(topic)?.get(&queue_id).copied()
     }
 
     /// The queue `topic`/`queue_id`, if it exists.
     pub fn queue(&self, topic: &str, queue_id: i32) -> Option<&ConsumeQueue> {
-        self.queues.get(topic)?.get(&queue_id)
-    }
-
-    fn all_queues(&self) -> impl Iterator<Item = &ConsumeQueue> {
-        self.queues.values().flat_map(HashMap::values)
-    }
-
-    fn all_queues_mut(&mut self) -> impl Iterator<Item = &mut ConsumeQueue> {
-        self.queues.values_mut().flat_map(HashMap::values_mut)
+        Some(&self.queues[self.slot(topic, queue_id)?])
     }
 
     pub fn index(&self) -> &Index {
@@ -183,7 +189,7 @@ impl Dispatcher {
     /// returns `(units, index entries)` dropped.
     pub fn truncate(&mut self, end: u64) -> Result<(u64, u64), StoreError> {
         let mut units = 0;
-        for queue in self.all_queues_mut() {
+        for queue in &mut self.queues {
             units += queue.truncate_by_commit_log(end)?;
         }
         let entries = self.index.truncate(end)? as u64;
@@ -197,18 +203,18 @@ impl Dispatcher {
 
     /// Number of queues.
     pub fn queue_count(&self) -> u64 {
-        self.all_queues().count() as u64
+        self.queues.len() as u64
     }
 
     /// Sum of the queues' max offsets.
     pub fn queue_offset_sum(&self) -> u64 {
-        self.all_queues().map(ConsumeQueue::max_offset).sum()
+        self.queues.iter().map(ConsumeQueue::max_offset).sum()
     }
 
     /// Marks every queue and the index clean and adds what makes their writes durable to
     /// `targets`.
     pub fn begin_flush(&mut self, targets: &mut Vec<FlushTarget>) -> Result<(), StoreError> {
-        for queue in self.all_queues_mut() {
+        for queue in &mut self.queues {
             queue.begin_flush(targets);
         }
         targets.push(self.index.begin_flush()?);

@@ -11,6 +11,7 @@
 //! beyond amortized vector growth, and a lookup walks one key's chain newest first.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry as MapEntry;
 use std::fs::{File, OpenOptions};
 use std::hash::BuildHasherDefault;
 use std::hash::Hasher;
@@ -154,20 +155,32 @@ impl Index {
     }
 
     /// Maps `key` to the record at `offset`. Re-adding an existing pair is a no-op; a new
-    /// pair older than the last entry is an error (entries must stay in offset order).
+    /// pair older than the last entry is an error (entries must stay in offset order). One
+    /// probe of the hash map finds the key's chain and links the new entry.
     pub fn add(&mut self, key: &str, offset: i64) -> Result<(), StoreError> {
         let hash = key_hash(key);
+        let slot = self.entries.len();
+        let Index {
+            entries,
+            previous,
+            newest,
+            ..
+        } = self;
+        let head = newest.entry(hash);
+        let newest_of_hash = match &head {
+            MapEntry::Occupied(occupied) => *occupied.get(),
+            MapEntry::Vacant(_) => NO_ENTRY,
+        };
         // Entries are in offset order: a pair at or after the last offset can only be stored
         // as its hash's newest entry; an older one (re-dispatch after a restart) is looked
         // for down its hash's chain, which ends before any smaller offset.
-        let stored = self
-            .chain(hash)
+        let stored = chain(entries, previous, newest_of_hash)
             .take_while(|stored| *stored >= offset)
             .any(|stored| stored == offset);
         if stored {
             return Ok(());
         }
-        if let Some(last) = self.entries.last()
+        if let Some(last) = entries.last()
             && offset < last.offset
         {
             return Err(StoreError::IndexOutOfOrder {
@@ -175,29 +188,24 @@ impl Index {
                 last: last.offset,
             });
         }
-        if self.entries.len() >= NO_ENTRY as usize {
-            return Err(StoreError::IndexFull {
-                entries: self.entries.len(),
-            });
+        if slot >= NO_ENTRY as usize {
+            return Err(StoreError::IndexFull { entries: slot });
         }
-        self.entries.push(Entry { hash, offset });
-        self.link(self.entries.len() - 1);
+        entries.push(Entry { hash, offset });
+        previous.push(newest_of_hash);
+        match head {
+            MapEntry::Occupied(mut occupied) => *occupied.get_mut() = slot as u32,
+            MapEntry::Vacant(vacant) => {
+                vacant.insert(slot as u32);
+            }
+        }
         Ok(())
     }
 
     /// Candidate CommitLog offsets for `key`, newest first (verify against the record).
     pub fn lookup(&self, key: &str) -> impl Iterator<Item = i64> + '_ {
-        self.chain(key_hash(key))
-    }
-
-    /// The offsets of `hash`'s entries, newest first.
-    fn chain(&self, hash: u64) -> impl Iterator<Item = i64> + '_ {
-        let mut slot = self.newest.get(&hash).copied().unwrap_or(NO_ENTRY);
-        std::iter::from_fn(move || {
-            let entry = self.entries.get(slot as usize)?;
-            slot = self.previous[slot as usize];
-            Some(entry.offset)
-        })
+        let newest = self.newest.get(&key_hash(key)).copied().unwrap_or(NO_ENTRY);
+        chain(&self.entries, &self.previous, newest)
     }
 
     /// Drops entries pointing at or beyond CommitLog offset `end`; returns how many.
@@ -237,6 +245,19 @@ impl Index {
         self.persisted = self.entries.len();
         Ok(FlushTarget::new(self.file.clone(), self.path.clone()))
     }
+}
+
+/// The offsets of the chain that starts at entry `slot`, newest first.
+fn chain<'a>(
+    entries: &'a [Entry],
+    previous: &'a [u32],
+    mut slot: u32,
+) -> impl Iterator<Item = i64> + 'a {
+    std::iter::from_fn(move || {
+        let entry = entries.get(slot as usize)?;
+        slot = previous[slot as usize];
+        Some(entry.offset)
+    })
 }
 
 /// Whole entries from the start of `bytes`, stopping at a torn entry, a negative offset or
