@@ -80,14 +80,11 @@ impl BrokerService {
         if request.queue_offset == max_offset {
             return Ok(answer(pb::PullStatus::NoNewMessage, Vec::new(), max_offset));
         }
-        let units = store.read_consume_queue(
-            &request.topic,
-            request.queue_id,
-            request.queue_offset,
-            PULL_SCAN_UNITS_MAX,
-        );
+        let units = store
+            .consume_queue_units(&request.topic, request.queue_id, request.queue_offset)
+            .take(PULL_SCAN_UNITS_MAX);
         let (picked, next_offset) = pick_units(
-            &units,
+            units,
             request.queue_offset,
             request.max_messages as usize,
             PULL_RESPONSE_BYTES_MAX,
@@ -112,9 +109,10 @@ impl BrokerService {
 /// The units a pull from `first_offset` returns, with their queue offsets, and the offset the
 /// next pull starts at: units in order, skipping those whose tags do not match, until
 /// `max_messages` are taken or the next one would pass `bytes_max` (the first is taken
-/// whatever its size, so a queue never stalls behind a large message).
+/// whatever its size, so a queue never stalls behind a large message). Units are taken from
+/// `units` only as long as the pull may still take one.
 fn pick_units(
-    units: &[CqUnit],
+    units: impl IntoIterator<Item = CqUnit>,
     first_offset: i64,
     max_messages: usize,
     bytes_max: usize,
@@ -123,10 +121,11 @@ fn pick_units(
     let mut picked = Vec::new();
     let mut bytes = 0usize;
     let mut next_offset = first_offset;
-    for unit in units {
-        if picked.len() >= max_messages {
+    let mut units = units.into_iter();
+    while picked.len() < max_messages {
+        let Some(unit) = units.next() else {
             break;
-        }
+        };
         if tags.is_some_and(|codes| !codes.contains(&unit.tags_code)) {
             next_offset += 1;
             continue;
@@ -136,7 +135,7 @@ fn pick_units(
             break;
         }
         bytes = bytes.saturating_add(size);
-        picked.push((next_offset, *unit));
+        picked.push((next_offset, unit));
         next_offset += 1;
     }
     (picked, next_offset)
@@ -224,26 +223,38 @@ mod tests {
     #[test]
     fn a_pull_stops_at_the_byte_budget_but_returns_at_least_one_message() {
         let queue = units(&[400, 300, 300, 200], 1);
-        let (picked, next) = pick_units(&queue, 10, 32, 1000, None);
+        let (picked, next) = pick_units(queue.iter().copied(), 10, 32, 1000, None);
         assert_eq!(
             (offsets(&picked), next),
             (vec![10, 11, 12], 13),
             "exactly the budget"
         );
-        let (picked, next) = pick_units(&queue, 10, 32, 999, None);
+        let (picked, next) = pick_units(queue.iter().copied(), 10, 32, 999, None);
         assert_eq!(
             (offsets(&picked), next),
             (vec![10, 11], 12),
             "one byte short"
         );
-        let (picked, next) = pick_units(&units(&[5000, 10], 1), 0, 32, 1000, None);
+        let (picked, next) = pick_units(units(&[5000, 10], 1), 0, 32, 1000, None);
         assert_eq!(
             (offsets(&picked), next),
             (vec![0], 1),
             "a large message alone"
         );
-        let (picked, next) = pick_units(&queue, 0, 2, usize::MAX, None);
+        let (picked, next) = pick_units(queue.iter().copied(), 0, 2, usize::MAX, None);
         assert_eq!((offsets(&picked), next), (vec![0, 1], 2), "the count limit");
+    }
+
+    #[test]
+    fn a_pull_reads_no_unit_beyond_what_it_takes() {
+        let mut read = 0;
+        let queue = units(&[10; 100], 1).into_iter().inspect(|_| read += 1);
+        let (picked, next) = pick_units(queue, 0, 4, usize::MAX, None);
+        assert_eq!((picked.len(), next, read), (4, 4, 4), "the count limit");
+        let mut read = 0;
+        let queue = units(&[10; 100], 1).into_iter().inspect(|_| read += 1);
+        let (picked, next) = pick_units(queue, 0, 32, 25, None);
+        assert_eq!((picked.len(), next, read), (2, 2, 3), "the byte budget");
     }
 
     #[test]
@@ -251,9 +262,9 @@ mod tests {
         let mut queue = units(&[900], 7);
         queue.extend(units(&[100, 100], 1));
         let wanted = HashSet::from([1]);
-        let (picked, next) = pick_units(&queue, 0, 32, 200, Some(&wanted));
+        let (picked, next) = pick_units(queue.iter().copied(), 0, 32, 200, Some(&wanted));
         assert_eq!((offsets(&picked), next), (vec![1, 2], 3));
-        let (picked, next) = pick_units(&units(&[5, 5], 7), 4, 32, 200, Some(&wanted));
+        let (picked, next) = pick_units(units(&[5, 5], 7), 4, 32, 200, Some(&wanted));
         assert_eq!((picked.len(), next), (0, 6));
     }
 

@@ -258,11 +258,13 @@ impl ConsumeQueue {
 
     /// Up to `max_units` units from `from` (clamped to `min_offset`).
     pub fn read(&self, from: u64, max_units: usize) -> Vec<CqUnit> {
-        let start = from.max(self.min_offset);
-        let end = self
-            .max_offset()
-            .min(start.saturating_add(max_units as u64));
-        (start..end).map_while(|q| self.get(q)).collect()
+        self.units(from).take(max_units).collect()
+    }
+
+    /// The units from `from` (clamped to `min_offset`) to the end, read as they are taken:
+    /// a reader that stops early decodes no more than it took.
+    pub fn units(&self, from: u64) -> impl Iterator<Item = CqUnit> + '_ {
+        (from.max(self.min_offset)..self.max_offset()).map_while(|q| self.get(q))
     }
 
     /// Drops units at or after `queue_offset` (clamped to `[min, max]`).

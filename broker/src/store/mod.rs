@@ -349,9 +349,22 @@ impl MessageStore {
         from: i64,
         max_units: usize,
     ) -> Vec<CqUnit> {
+        self.consume_queue_units(topic, queue_id, from)
+            .take(max_units)
+            .collect()
+    }
+
+    /// The units of a queue from `from` on, read lazily (none if the queue is unknown).
+    pub fn consume_queue_units(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        from: i64,
+    ) -> impl Iterator<Item = CqUnit> + '_ {
         self.dispatcher
             .queue(topic, queue_id)
-            .map_or_else(Vec::new, |q| q.read(from.max(0) as u64, max_units))
+            .into_iter()
+            .flat_map(move |queue| queue.units(from.max(0) as u64))
     }
 
     /// `(min, max)` queue offsets of a queue; `(0, 0)` if unknown.
