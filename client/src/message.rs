@@ -154,7 +154,16 @@ pub struct MessageExt {
 impl MessageExt {
     /// A pulled message. One from a retry topic shows its original topic (`RETRY_TOPIC`).
     pub fn from_pulled(message: PulledMessage, group: &str) -> MessageExt {
-        let properties: BTreeMap<String, String> = message.properties.into_iter().collect();
+        let properties: BTreeMap<String, String> =
+            rocketraft_proto::properties::pairs(&message.properties)
+                .filter_map(|pair| match pair {
+                    Ok((key, value)) => Some((key.to_owned(), value.to_owned())),
+                    Err(error) => {
+                        tracing::warn!(%error, topic = %message.topic, queue_offset = message.queue_offset, "skipping a malformed property of a pulled message");
+                        None
+                    }
+                })
+                .collect();
         let topic = match properties.get(property::RETRY_TOPIC) {
             Some(original) if message.topic.starts_with(RETRY_TOPIC_PREFIX) => original.clone(),
             _ => message.topic,

@@ -310,12 +310,12 @@ async fn stored_ids(
                 break;
             }
             offset = response.next_offset;
-            ids.extend(
-                response
-                    .messages
-                    .into_iter()
-                    .filter_map(|m| m.properties.get("UNIQ_KEY").cloned()),
-            );
+            ids.extend(response.messages.into_iter().filter_map(|m| {
+                rocketraft_proto::properties::find(&m.properties, "UNIQ_KEY")
+                    .ok()
+                    .flatten()
+                    .map(str::to_owned)
+            }));
         }
     }
     Ok(ids)

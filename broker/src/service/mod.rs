@@ -5,6 +5,7 @@ mod consumers;
 mod node_status;
 mod offsets;
 mod pull;
+mod pulled;
 mod query_messages;
 mod read_consume_queue;
 mod search_offset;

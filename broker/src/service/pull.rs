@@ -14,8 +14,9 @@ use rocketraft_proto::limits::PULL_RESPONSE_BYTES_MAX;
 
 use crate::error::BrokerError;
 use crate::service::BrokerService;
+use crate::service::pulled::HostText;
+use crate::service::pulled::to_pulled;
 use crate::store::CqUnit;
-use crate::store::record::MessageRecord;
 use crate::store::tags::tags_code;
 use crate::topic::validate_group_name;
 use crate::topic::validate_topic_name;
@@ -91,11 +92,15 @@ impl BrokerService {
             tags,
         );
         let mut messages = Vec::with_capacity(picked.len());
+        let mut hosts = HostText::default();
         for (queue_offset, unit) in picked {
-            let record = store
-                .read_message(unit.commit_log_offset)
-                .map_err(BrokerError::Store)?;
-            messages.push(to_pulled(record, queue_offset, unit.commit_log_offset));
+            let view = store.read_view(unit.commit_log_offset)?;
+            messages.push(to_pulled(
+                &view,
+                queue_offset,
+                unit.commit_log_offset,
+                &mut hosts,
+            )?);
         }
         let status = if messages.is_empty() {
             pb::PullStatus::NoMatchedMessage
@@ -162,31 +167,6 @@ fn validate_pull(request: &pb::PullRequest) -> Result<(), BrokerError> {
         ));
     }
     Ok(())
-}
-
-pub(super) fn to_pulled(
-    record: MessageRecord,
-    queue_offset: i64,
-    commit_log_offset: i64,
-) -> pb::PulledMessage {
-    pb::PulledMessage {
-        topic: record.topic,
-        queue_id: record.queue_id,
-        queue_offset,
-        commit_log_offset,
-        properties: record
-            .properties
-            .iter()
-            .map(|(key, value)| (key.to_owned(), value.to_owned()))
-            .collect(),
-        body: record.body,
-        flag: record.flag,
-        reconsume_times: record.reconsume_times,
-        born_timestamp_ms: record.born_timestamp_ms,
-        store_timestamp_ms: record.store_timestamp_ms,
-        born_host: record.born_host.to_string(),
-        store_host: record.store_host.to_string(),
-    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@ use rocketraft_proto::broker as pb;
 
 use crate::error::BrokerError;
 use crate::service::BrokerService;
-use crate::service::pull::to_pulled;
+use crate::service::pulled::HostText;
+use crate::service::pulled::to_pulled;
 
 /// Characters of a query key at most.
 pub const QUERY_KEY_LEN_MAX: usize = 1024;
@@ -20,18 +21,20 @@ impl BrokerService {
                 "a query key has 1 to {QUERY_KEY_LEN_MAX} characters"
             )));
         }
-        let messages = self
-            .group
-            .store()
-            .query_by_key(key)
-            .map_err(BrokerError::Store)?
-            .into_iter()
-            .map(|record| {
-                let (queue_offset, commit_log_offset) =
-                    (record.queue_offset, record.physical_offset);
-                to_pulled(record, queue_offset, commit_log_offset)
+        let store = self.group.store();
+        let mut hosts = HostText::default();
+        let messages = store
+            .query_by_key(key)?
+            .iter()
+            .map(|view| {
+                to_pulled(
+                    view,
+                    view.queue_offset(),
+                    view.physical_offset(),
+                    &mut hosts,
+                )
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         Ok(pb::QueryMessagesResponse { messages })
     }
 }

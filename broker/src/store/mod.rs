@@ -420,6 +420,12 @@ impl MessageStore {
         }
     }
 
+    /// The message record at `commit_log_offset`, read in place (a filler is an error).
+    pub fn read_view(&self, commit_log_offset: i64) -> Result<RecordView<'_>, StoreError> {
+        let (bytes, offset) = self.record_bytes(commit_log_offset)?;
+        RecordView::parse(bytes).map_err(|source| StoreError::Corrupt { offset, source })
+    }
+
     /// The bytes of the record (or filler) at `commit_log_offset`, by its TOTALSIZE.
     fn record_bytes(&self, commit_log_offset: i64) -> Result<(&[u8], u64), StoreError> {
         let offset = to_offset(commit_log_offset, &self.commit_log)?;
@@ -445,9 +451,7 @@ impl MessageStore {
         reconsume_times: i32,
     ) -> Result<Option<Stored>, StoreError> {
         for commit_log_offset in self.dispatcher.index().lookup(unique_key) {
-            let (bytes, offset) = self.record_bytes(commit_log_offset)?;
-            let view = RecordView::parse(bytes)
-                .map_err(|source| StoreError::Corrupt { offset, source })?;
+            let view = self.read_view(commit_log_offset)?;
             if view.topic() == topic
                 && view.reconsume_times() == reconsume_times
                 && view.property(properties::UNIQ_KEY)? == Some(unique_key)
@@ -465,17 +469,16 @@ impl MessageStore {
 
     /// Messages whose `UNIQ_KEY` or one of whose `KEYS` equals `key`, newest first, at most
     /// [`QUERY_BY_KEY_RESULTS_MAX`].
-    pub fn query_by_key(&self, key: &str) -> Result<Vec<MessageRecord>, StoreError> {
+    pub fn query_by_key(&self, key: &str) -> Result<Vec<RecordView<'_>>, StoreError> {
         let mut found = Vec::new();
         for offset in self.dispatcher.index().lookup(key) {
-            let message = self.read_message(offset)?;
-            let props = &message.properties;
-            let matches = props.get(properties::UNIQ_KEY) == Some(key)
-                || props
-                    .get(properties::KEYS)
+            let view = self.read_view(offset)?;
+            let matches = view.property(properties::UNIQ_KEY)? == Some(key)
+                || view
+                    .property(properties::KEYS)?
                     .is_some_and(|keys| properties::split_keys(keys).any(|k| k == key));
             if matches {
-                found.push(message);
+                found.push(view);
                 if found.len() == QUERY_BY_KEY_RESULTS_MAX {
                     break;
                 }

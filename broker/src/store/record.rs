@@ -431,6 +431,27 @@ impl<'a> RecordView<'a> {
         self.i32_at(POS_QUEUE_ID)
     }
 
+    pub fn flag(&self) -> i32 {
+        self.i32_at(POS_FLAG)
+    }
+
+    pub fn born_timestamp_ms(&self) -> i64 {
+        self.i64_at(POS_BORN_TIMESTAMP)
+    }
+
+    pub fn born_host(&self) -> Result<SocketAddr, RecordError> {
+        self.host(POS_BORN_HOST, self.born_host_len)
+    }
+
+    pub fn store_host(&self) -> Result<SocketAddr, RecordError> {
+        self.host(self.store_timestamp_pos() + 8, self.store_host_len)
+    }
+
+    /// The properties as stored: every pair `key \x01 value \x02`.
+    pub fn properties_bytes(&self) -> &'a [u8] {
+        self.properties
+    }
+
     pub fn queue_offset(&self) -> i64 {
         self.i64_at(POS_QUEUE_OFFSET)
     }
@@ -475,21 +496,16 @@ impl<'a> RecordView<'a> {
     /// `offset`, where the record was read.
     fn to_record(self, offset: u64) -> Result<MessageRecord, StoreError> {
         let corrupt = |source| StoreError::Corrupt { offset, source };
-        let store_host_pos = self.store_timestamp_pos() + 8;
         Ok(MessageRecord {
             queue_id: self.queue_id(),
-            flag: self.i32_at(POS_FLAG),
+            flag: self.flag(),
             queue_offset: self.queue_offset(),
             physical_offset: self.physical_offset(),
             sys_flag: self.i32_at(POS_SYS_FLAG),
-            born_timestamp_ms: self.i64_at(POS_BORN_TIMESTAMP),
-            born_host: self
-                .host(POS_BORN_HOST, self.born_host_len)
-                .map_err(corrupt)?,
+            born_timestamp_ms: self.born_timestamp_ms(),
+            born_host: self.born_host().map_err(corrupt)?,
             store_timestamp_ms: self.store_timestamp_ms(),
-            store_host: self
-                .host(store_host_pos, self.store_host_len)
-                .map_err(corrupt)?,
+            store_host: self.store_host().map_err(corrupt)?,
             reconsume_times: self.reconsume_times(),
             prepared_transaction_offset: self.i64_at(self.reconsume_times_pos() + 4),
             body: Bytes::copy_from_slice(self.body()),

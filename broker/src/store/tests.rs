@@ -233,14 +233,14 @@ fn query_by_key_and_uniq_key_after_restart() {
     let (store, _) = open(dir.path());
     let by_uniq = store.query_by_key("U7").expect("query");
     assert_eq!(by_uniq.len(), 1);
-    assert_eq!(by_uniq[0].physical_offset, results[7].commit_log_offset);
+    assert_eq!(by_uniq[0].physical_offset(), results[7].commit_log_offset);
     let by_key = store.query_by_key("k13").expect("query");
     assert_eq!(by_key.len(), 1);
-    assert_eq!(by_key[0].properties.get(UNIQ_KEY), Some("U13"));
+    assert_eq!(by_key[0].property(UNIQ_KEY).expect("property"), Some("U13"));
     let shared = store.query_by_key("shared").expect("query");
     assert_eq!(shared.len(), 20);
     assert_eq!(
-        shared[0].properties.get(UNIQ_KEY),
+        shared[0].property(UNIQ_KEY).expect("property"),
         Some("U19"),
         "newest first"
     );
@@ -278,7 +278,10 @@ fn query_by_key_results_at_max_and_max_plus_one() {
     let found = store.query_by_key("shared").expect("query");
     assert_eq!(found.len(), QUERY_BY_KEY_RESULTS_MAX);
     let newest = format!("U{QUERY_BY_KEY_RESULTS_MAX}");
-    assert_eq!(found[0].properties.get(UNIQ_KEY), Some(newest.as_str()));
+    assert_eq!(
+        found[0].property(UNIQ_KEY).expect("property"),
+        Some(newest.as_str())
+    );
 }
 
 #[test]
