@@ -14,6 +14,7 @@
 
 pub mod config;
 pub mod consumer_registry;
+pub mod data_dir_lock;
 pub mod delay_levels;
 pub mod durable_file;
 pub mod error;

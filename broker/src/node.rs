@@ -21,6 +21,7 @@ use tonic::transport::server::TcpIncoming;
 use crate::config::BrokerConfig;
 use crate::consumer_registry::ConsumerRegistry;
 use crate::consumer_registry::run_consumer_registry;
+use crate::data_dir_lock::DataDirLock;
 use crate::group_state::GroupState;
 use crate::raft::compaction::CompactionError;
 use crate::raft::compaction::compact_log;
@@ -58,6 +59,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 pub enum StartError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    DataDir(#[from] crate::data_dir_lock::LockError),
     #[error("open store under {dir}")]
     Store {
         dir: PathBuf,
@@ -90,6 +93,9 @@ pub struct BrokerNode {
     group: Arc<GroupState>,
     shutdown: CancellationToken,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
+    /// Held while the node runs, so no other node opens its data dir meanwhile; declared
+    /// last, so it is released after everything else the node owns is dropped.
+    _data_dir_lock: DataDirLock,
 }
 
 /// Options a test or the dev cluster sets that an operator's config does not carry.
@@ -122,6 +128,7 @@ impl BrokerNode {
         options: NodeOptions,
     ) -> Result<BrokerNode, StartError> {
         config.validate()?;
+        let data_dir_lock = DataDirLock::acquire(&config.data_dir)?;
         let peers = config.peer_map()?;
         let addr = listener.local_addr().map_err(|source| StartError::Bind {
             addr: config.listen,
@@ -251,6 +258,7 @@ impl BrokerNode {
             group,
             shutdown,
             server,
+            _data_dir_lock: data_dir_lock,
         })
     }
 

@@ -171,6 +171,11 @@ impl TestGroup {
         self.configs[&id].listen
     }
 
+    /// The config node `id` was started with.
+    pub fn config(&self, id: u64) -> BrokerConfig {
+        self.configs[&id].clone()
+    }
+
     pub fn data_dir(&self, id: u64) -> PathBuf {
         self.configs[&id].data_dir.clone()
     }

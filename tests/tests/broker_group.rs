@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use rocketraft_broker::data_dir_lock::LockError;
 use rocketraft_broker::node::BrokerNode;
+use rocketraft_broker::node::NodeOptions;
+use rocketraft_broker::node::StartError;
 use rocketraft_broker::store::record::MESSAGE_BODY_SIZE_MAX;
 use rocketraft_client::group::BrokerGroupClient;
 use rocketraft_proto::broker as pb;
@@ -146,6 +149,33 @@ async fn given_three_nodes_when_ten_thousand_appends_should_hold_identical_commi
     assert_offsets_dense(&results, 2_500);
     info!("--- every node ends with the same bytes");
     assert_converged(&group, leader).await?;
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_running_node_when_another_starts_on_its_data_dir_should_refuse_it()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_00D1, |_| {}).await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let mut intruder = group.config(leader);
+    intruder.listen = "127.0.0.1:0".parse()?;
+    intruder.bootstrap = false;
+    let error = BrokerNode::start(intruder, NodeOptions::default())
+        .await
+        .err()
+        .context("a second node started on a data dir in use")?;
+    assert!(
+        matches!(&error, StartError::DataDir(LockError::InUse { .. })),
+        "{error:?}"
+    );
+    let mut client = group.client(leader).await?;
+    let response = client
+        .send(send_request(TOPIC, 0, [b"still served".to_vec()]))
+        .await?
+        .into_inner();
+    assert_eq!(response.results.len(), 1, "the running node still serves");
     group.shutdown().await;
     Ok(())
 }

@@ -8,6 +8,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -89,6 +90,8 @@ async fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,openraft=warn".into()),
         )
+        // Colour codes only for a terminal: a log written to a file stays plain text.
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     let cli = Cli::parse();
     match cli.command {

@@ -1,5 +1,6 @@
 //! `nameserver`: runs the route registry until Ctrl-C.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -26,6 +27,8 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        // Colour codes only for a terminal: a log written to a file stays plain text.
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     let cli = Cli::parse();
     anyhow::ensure!(
