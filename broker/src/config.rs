@@ -131,6 +131,7 @@ impl Default for RaftTimings {
 pub struct StoreSizes {
     pub commit_log_segment_bytes: u64,
     pub consume_queue_units_per_segment: u64,
+    pub index_entries_per_file: u32,
     pub raft_log_segment_bytes: u64,
 }
 
@@ -140,6 +141,7 @@ impl Default for StoreSizes {
             commit_log_segment_bytes: crate::store::config::COMMIT_LOG_SEGMENT_BYTES_DEFAULT,
             consume_queue_units_per_segment:
                 crate::store::config::CONSUME_QUEUE_UNITS_PER_SEGMENT_DEFAULT,
+            index_entries_per_file: crate::store::config::INDEX_ENTRIES_PER_FILE_DEFAULT,
             raft_log_segment_bytes: LOG_SEGMENT_SIZE_BYTES_DEFAULT,
         }
     }
@@ -233,6 +235,7 @@ impl BrokerConfig {
         let mut config = crate::store::StoreConfig::new(self.data_dir.join("store"));
         config.commit_log_segment_bytes = self.store.commit_log_segment_bytes;
         config.consume_queue_units_per_segment = self.store.consume_queue_units_per_segment;
+        config.index_entries_per_file = self.store.index_entries_per_file;
         config.tags_code_fn = crate::schedule::delayed::broker_tags_code;
         config
     }

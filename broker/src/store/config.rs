@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use tracing::warn;
 
 use crate::store::error::StoreError;
+use crate::store::index::INDEX_ENTRIES_PER_SLOT;
 use crate::store::properties::TAGS;
 use crate::store::record::{END_FILE_MIN_BLANK_LENGTH, RECORD_SIZE_MAX, RecordView};
 use crate::store::tags::tags_code_of;
@@ -31,7 +32,15 @@ pub const CONSUME_QUEUE_UNITS_PER_SEGMENT_MAX: u64 = 50_000_000;
 /// Default units per ConsumeQueue file (RocketMQ: 300,000).
 pub const CONSUME_QUEUE_UNITS_PER_SEGMENT_DEFAULT: u64 = 300_000;
 
+/// Fewest entries per index file (one slot).
+pub const INDEX_ENTRIES_PER_FILE_MIN: u32 = INDEX_ENTRIES_PER_SLOT;
+/// Most entries per index file (a file of about 1.2 GB; RocketMQ's holds 20 M).
+pub const INDEX_ENTRIES_PER_FILE_MAX: u32 = 50_000_000;
+/// Default entries per index file: a file of 84 MB with 1 M slots.
+pub const INDEX_ENTRIES_PER_FILE_DEFAULT: u32 = 4_000_000;
+
 const _: () = assert!(COMMIT_LOG_SEGMENT_BYTES_MAX <= i32::MAX as u64);
+const _: () = assert!(INDEX_ENTRIES_PER_FILE_DEFAULT <= INDEX_ENTRIES_PER_FILE_MAX);
 const _: () = assert!(COMMIT_LOG_SEGMENT_BYTES_MIN.is_multiple_of(SEGMENT_ALIGNMENT_BYTES));
 const _: () = assert!(COMMIT_LOG_SEGMENT_BYTES_MAX.is_multiple_of(SEGMENT_ALIGNMENT_BYTES));
 const _: () = assert!(COMMIT_LOG_SEGMENT_BYTES_DEFAULT <= COMMIT_LOG_SEGMENT_BYTES_MAX);
@@ -59,6 +68,8 @@ pub struct StoreConfig {
     pub commit_log_segment_bytes: u64,
     /// ConsumeQueue file size in units of 20 bytes.
     pub consume_queue_units_per_segment: u64,
+    /// Index file size in entries of 20 bytes (plus a slot per four entries).
+    pub index_entries_per_file: u32,
     /// Tags code of a record (e.g. the deliver time for `SCHEDULE_TOPIC_XXXX`).
     pub tags_code_fn: TagsCodeFn,
 }
@@ -70,6 +81,7 @@ impl StoreConfig {
             dir: dir.into(),
             commit_log_segment_bytes: COMMIT_LOG_SEGMENT_BYTES_DEFAULT,
             consume_queue_units_per_segment: CONSUME_QUEUE_UNITS_PER_SEGMENT_DEFAULT,
+            index_entries_per_file: INDEX_ENTRIES_PER_FILE_DEFAULT,
             tags_code_fn: default_tags_code,
         }
     }
@@ -96,6 +108,15 @@ impl StoreConfig {
                 reason: format!(
                     "consume_queue_units_per_segment = {units}: must be in \
                      [{CONSUME_QUEUE_UNITS_PER_SEGMENT_MIN}, {CONSUME_QUEUE_UNITS_PER_SEGMENT_MAX}]"
+                ),
+            });
+        }
+        let entries = self.index_entries_per_file;
+        if !(INDEX_ENTRIES_PER_FILE_MIN..=INDEX_ENTRIES_PER_FILE_MAX).contains(&entries) {
+            return Err(StoreError::InvalidConfig {
+                reason: format!(
+                    "index_entries_per_file = {entries}: must be in \
+                     [{INDEX_ENTRIES_PER_FILE_MIN}, {INDEX_ENTRIES_PER_FILE_MAX}]"
                 ),
             });
         }
@@ -145,6 +166,27 @@ mod tests {
                 with(bad, 1).validate(),
                 Err(StoreError::InvalidConfig { .. })
             ));
+        }
+    }
+
+    #[test]
+    fn index_entries_per_file_limits() {
+        let index = |entries| StoreConfig {
+            index_entries_per_file: entries,
+            ..StoreConfig::new("/tmp/x")
+        };
+        for good in [INDEX_ENTRIES_PER_FILE_MIN, INDEX_ENTRIES_PER_FILE_MAX] {
+            index(good).validate().expect("in range");
+        }
+        for bad in [
+            INDEX_ENTRIES_PER_FILE_MIN - 1,
+            INDEX_ENTRIES_PER_FILE_MAX + 1,
+        ] {
+            let error = index(bad).validate().expect_err("out of range");
+            assert!(
+                error.to_string().contains("index_entries_per_file"),
+                "{error}"
+            );
         }
     }
 

@@ -91,8 +91,12 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// Opens every queue found under `<dir>/consumequeue/` and the index.
-    pub fn open(config: &StoreConfig) -> Result<Dispatcher, StoreError> {
+    /// Opens every queue found under `<dir>/consumequeue/` and the index, keeping the first
+    /// `trusted_index_entries` of it (see [`Index::open`]).
+    pub fn open(
+        config: &StoreConfig,
+        trusted_index_entries: u64,
+    ) -> Result<Dispatcher, StoreError> {
         let root = config.dir.join(CONSUME_QUEUE_DIR);
         mapped_file::create_dir_durable(&root)?;
         let mut dispatcher = Dispatcher {
@@ -101,7 +105,11 @@ impl Dispatcher {
             queues: Vec::new(),
             slots: HashMap::new(),
             last_slot: None,
-            index: Index::open(&config.dir)?,
+            index: Index::open(
+                &config.dir,
+                config.index_entries_per_file,
+                trusted_index_entries,
+            )?,
         };
         for (topic, queue_id) in list_queue_dirs(&root)? {
             dispatcher.open_queue(&topic, queue_id)?;
@@ -217,7 +225,7 @@ impl Dispatcher {
         for queue in &mut self.queues {
             queue.begin_flush(targets);
         }
-        targets.push(self.index.begin_flush()?);
+        self.index.begin_flush(targets)?;
         Ok(())
     }
 }
@@ -295,7 +303,7 @@ mod tests {
             consume_queue_units_per_segment: 4,
             ..StoreConfig::new(dir.path())
         };
-        let mut dispatcher = Dispatcher::open(&config).expect("open");
+        let mut dispatcher = Dispatcher::open(&config, 0).expect("open");
         let bytes = sample("TopicA", 3, b"x").encode().expect("encode");
         let view = RecordView::parse(&bytes).expect("parse");
         let info = RecordInfo::from_view(&view, 7).expect("info");
@@ -318,7 +326,7 @@ mod tests {
         std::fs::create_dir_all(dir.path().join(CONSUME_QUEUE_DIR).join("bad topic"))
             .expect("mkdir");
         drop(dispatcher);
-        let dispatcher = Dispatcher::open(&config).expect("reopen");
+        let dispatcher = Dispatcher::open(&config, 3).expect("reopen");
         assert_eq!(dispatcher.queue_count(), 1);
         assert_eq!(dispatcher.queue_offset_sum(), 1);
         assert_eq!(

@@ -101,9 +101,9 @@ pub enum StoreError {
     /// An index entry for an offset below the last indexed offset that is not already present.
     #[error("index entry at commit log offset {offset} is older than last indexed offset {last}")]
     IndexOutOfOrder { offset: i64, last: i64 },
-    /// The in-memory key index holds as many entries as it can address.
-    #[error("the key index is full ({entries} entries)")]
-    IndexFull { entries: usize },
+    /// An index file whose header is missing or does not match the file.
+    #[error("index file {path}: {reason}")]
+    IndexFile { path: PathBuf, reason: &'static str },
     /// The store configuration is invalid.
     #[error("invalid store config: {reason}")]
     InvalidConfig { reason: String },

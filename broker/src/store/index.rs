@@ -1,38 +1,54 @@
-//! `Index`: message keys and unique ids to CommitLog offsets, for `query-msg`.
+//! `Index`: message keys and unique ids to CommitLog offsets, for `query-msg` and for the
+//! deduplication of retried sends. It lives on disk in RocketMQ's hash-slot layout, so the
+//! memory it needs does not grow with the messages it holds.
 //!
-//! Stored as one append-only file `<dir>/index/entries` of fixed 16-byte entries
-//! (u64 FNV-1a hash of the key, i64 CommitLog offset, big-endian), loaded into memory on open.
-//! Invariants: entries are in non-decreasing CommitLog offset order (so truncation is a cut of
-//! the file's tail); a (hash, offset) pair is stored once; a hash only names candidates, so
-//! callers verify the key against the record read back (hash collisions).
+//! Files `<dir>/index/<sequence, 20 digits>`, fixed-size, preallocated and memory-mapped:
+//! - a header: magic, slot count, entry capacity, and the entry count as of the last flush
+//!   (u32 each);
+//! - a slot table: per slot (a key's hash modulo the slot count), the newest entry of the
+//!   slot as its number + 1, 0 for none (u32);
+//! - entries of [`INDEX_ENTRY_SIZE`] bytes: the key's u64 FNV-1a hash, the record's CommitLog
+//!   offset (i64), and the previous entry of the same slot as number + 1 (u32).
 //!
-//! In memory, as in RocketMQ's hash-slot index files, each hash maps to its newest entry and
-//! every entry links to the previous entry of its hash: an add is O(1) and allocates nothing
-//! beyond amortized vector growth, and a lookup walks one key's chain newest first.
+//! All big-endian. An add writes one entry and one slot: O(1). A lookup probes one slot per
+//! file, newest file first, and walks that slot's chain keeping the entries of the key's hash.
+//! When a file is full the next one starts; only the newest file ever changes, except when a
+//! truncation reaches back into older ones.
+//!
+//! Invariants: entries are in non-decreasing CommitLog offset order across all files (so a
+//! truncation drops a suffix); a (hash, offset) pair is stored once; a chain only goes to
+//! older entries; a hash names candidates only, so callers verify the key against the record
+//! read back. Durability: a flush writes each file's entry count into its header before the
+//! files are synced, and the store's checkpoint, written after, counts the entries. At open,
+//! the newest file keeps the entries its header counts that are in order, and its slot table
+//! is rebuilt from them: nothing written after the last flush is trusted, and the store
+//! re-dispatches what the checkpoint does not cover.
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry as MapEntry;
-use std::fs::{File, OpenOptions};
-use std::hash::BuildHasherDefault;
-use std::hash::Hasher;
-use std::io::Read;
-use std::os::unix::fs::FileExt;
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use tracing::warn;
 
 use crate::store::error::StoreError;
 use crate::store::mapped_file;
-use crate::store::mapped_file::FlushTarget;
+use crate::store::mapped_file::{FlushTarget, MappedFile};
 
-/// Bytes per index entry: key hash u64 + CommitLog offset i64.
-pub const INDEX_ENTRY_SIZE: usize = 16;
-const _: () = assert!(INDEX_ENTRY_SIZE == 8 + 8);
+/// Bytes per index entry: key hash u64 + CommitLog offset i64 + previous entry u32.
+pub const INDEX_ENTRY_SIZE: usize = 20;
+const _: () = assert!(INDEX_ENTRY_SIZE == 8 + 8 + 4);
 /// Sub-directory of the store holding the index.
 pub const INDEX_DIR: &str = "index";
-/// Name of the index entries file.
-pub const INDEX_FILE: &str = "entries";
+/// Entries per slot when a file is full (RocketMQ: 20 M entries over 5 M slots).
+pub const INDEX_ENTRIES_PER_SLOT: u32 = 4;
+/// File of the in-memory index of earlier versions: removed at open (the store rebuilds
+/// the index from the CommitLog, since none of it is then counted).
+const LEGACY_FILE: &str = "entries";
+
+const MAGIC: u32 = 0x5252_4958;
+const HEADER_SIZE: usize = 16;
+const SLOT_SIZE: usize = 4;
+/// A slot or link that names no entry.
+const NO_ENTRY: u32 = 0;
 
 /// Stable 64-bit FNV-1a hash of a key (must never change: it is persisted).
 pub fn key_hash(key: &str) -> u64 {
@@ -47,246 +63,384 @@ pub fn key_hash(key: &str) -> u64 {
 struct Entry {
     hash: u64,
     offset: i64,
+    /// The previous entry of the same slot, as number + 1.
+    previous: u32,
 }
 
-/// No entry: the end of a hash chain.
-const NO_ENTRY: u32 = u32::MAX;
+/// One index file.
+#[derive(Debug)]
+struct IndexFile {
+    map: MappedFile,
+    slots: u32,
+    capacity: u32,
+    count: u32,
+}
 
-/// Keys of `newest` are FNV-1a hashes already; hashing them again would only cost time.
-#[derive(Debug, Default)]
-struct KeyHashIdentity(u64);
+fn file_size(slots: u32, capacity: u32) -> u64 {
+    (HEADER_SIZE + slots as usize * SLOT_SIZE + capacity as usize * INDEX_ENTRY_SIZE) as u64
+}
 
-impl Hasher for KeyHashIdentity {
-    fn finish(&self) -> u64 {
-        self.0
+fn u32_at(bytes: &[u8], pos: usize) -> u32 {
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&bytes[pos..pos + 4]);
+    u32::from_be_bytes(word)
+}
+
+impl IndexFile {
+    fn create(dir: &Path, sequence: u64, capacity: u32) -> Result<IndexFile, StoreError> {
+        let slots = (capacity / INDEX_ENTRIES_PER_SLOT).max(1);
+        let mut map = MappedFile::create(dir, sequence, file_size(slots, capacity))?;
+        map.set_full();
+        let mut file = IndexFile {
+            map,
+            slots,
+            capacity,
+            count: 0,
+        };
+        let mut header = [0u8; HEADER_SIZE];
+        for (word, value) in header.chunks_exact_mut(4).zip([MAGIC, slots, capacity, 0]) {
+            word.copy_from_slice(&value.to_be_bytes());
+        }
+        file.map.overwrite(0, &header)?;
+        Ok(file)
     }
 
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 = (self.0 << 8) | u64::from(*byte);
+    /// Opens a file with the entry count of its header.
+    fn open(path: PathBuf, sequence: u64) -> Result<IndexFile, StoreError> {
+        let bad = |reason: &'static str| StoreError::IndexFile {
+            path: path.clone(),
+            reason,
+        };
+        let mut head = [0u8; HEADER_SIZE];
+        let len = fs::File::open(&path)
+            .and_then(|mut file| {
+                use std::io::Read;
+                file.read_exact(&mut head)?;
+                Ok(file.metadata()?.len())
+            })
+            .map_err(|e| StoreError::io("read index file header", &path, e))?;
+        if u32_at(&head, 0) != MAGIC {
+            return Err(bad("no index file header"));
+        }
+        let (slots, capacity, count) = (u32_at(&head, 4), u32_at(&head, 8), u32_at(&head, 12));
+        let size = file_size(slots, capacity);
+        if slots == 0 || count > capacity || len != size {
+            return Err(bad("header does not match the file"));
+        }
+        let mut map = MappedFile::open(path, sequence, size)?;
+        map.set_full();
+        Ok(IndexFile {
+            map,
+            slots,
+            capacity,
+            count,
+        })
+    }
+
+    /// Keeps the longest in-order prefix of the first `counted` entries and relinks them
+    /// into a cleared slot table.
+    fn rebuild_slots(&mut self, counted: u32) -> Result<(), StoreError> {
+        let table = vec![0u8; self.slots as usize * SLOT_SIZE];
+        self.map.overwrite(HEADER_SIZE, &table)?;
+        self.count = 0;
+        let mut last = i64::MIN;
+        for number in 0..counted {
+            let entry = self.entry(number);
+            if entry.offset < 0 || entry.offset < last {
+                warn!(
+                    path = %self.map.path().display(),
+                    kept = number,
+                    counted,
+                    "index file: dropped entries out of order"
+                );
+                break;
+            }
+            last = entry.offset;
+            self.push(entry.hash, entry.offset)?;
+        }
+        Ok(())
+    }
+
+    fn slot_pos(&self, hash: u64) -> usize {
+        HEADER_SIZE + (hash % u64::from(self.slots)) as usize * SLOT_SIZE
+    }
+
+    fn entry_pos(&self, number: u32) -> usize {
+        HEADER_SIZE + self.slots as usize * SLOT_SIZE + number as usize * INDEX_ENTRY_SIZE
+    }
+
+    fn whole(&self) -> &[u8] {
+        self.map.whole()
+    }
+
+    fn entry(&self, number: u32) -> Entry {
+        let bytes = &self.whole()[self.entry_pos(number)..][..INDEX_ENTRY_SIZE];
+        let mut hash = [0u8; 8];
+        let mut offset = [0u8; 8];
+        hash.copy_from_slice(&bytes[..8]);
+        offset.copy_from_slice(&bytes[8..16]);
+        Entry {
+            hash: u64::from_be_bytes(hash),
+            offset: i64::from_be_bytes(offset),
+            previous: u32_at(bytes, 16),
         }
     }
 
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
+    fn last_offset(&self) -> Option<i64> {
+        self.count
+            .checked_sub(1)
+            .map(|number| self.entry(number).offset)
+    }
+
+    fn first_offset(&self) -> Option<i64> {
+        (self.count > 0).then(|| self.entry(0).offset)
+    }
+
+    fn is_full(&self) -> bool {
+        self.count >= self.capacity
+    }
+
+    /// Appends an entry and makes it its slot's newest (the file has room).
+    fn push(&mut self, hash: u64, offset: i64) -> Result<(), StoreError> {
+        let slot_pos = self.slot_pos(hash);
+        let previous = u32_at(self.whole(), slot_pos);
+        let mut bytes = [0u8; INDEX_ENTRY_SIZE];
+        bytes[..8].copy_from_slice(&hash.to_be_bytes());
+        bytes[8..16].copy_from_slice(&offset.to_be_bytes());
+        bytes[16..].copy_from_slice(&previous.to_be_bytes());
+        self.map.overwrite(self.entry_pos(self.count), &bytes)?;
+        self.count += 1;
+        self.map.overwrite(slot_pos, &self.count.to_be_bytes())
+    }
+
+    /// Drops the newest entry, giving its slot back to the entry before it in the slot.
+    fn pop(&mut self) -> Result<(), StoreError> {
+        let Some(number) = self.count.checked_sub(1) else {
+            return Ok(());
+        };
+        let entry = self.entry(number);
+        let slot_pos = self.slot_pos(entry.hash);
+        self.map
+            .overwrite(slot_pos, &entry.previous.to_be_bytes())?;
+        self.count = number;
+        Ok(())
+    }
+
+    /// The entries of `hash`'s slot in this file (any hash), newest first.
+    fn slot_entries(&self, hash: u64) -> impl Iterator<Item = Entry> + '_ {
+        let mut link = u32_at(self.whole(), self.slot_pos(hash));
+        std::iter::from_fn(move || {
+            // A link names an older counted entry; anything else ends the chain.
+            if link == NO_ENTRY || link > self.count {
+                return None;
+            }
+            let entry = self.entry(link - 1);
+            link = if entry.previous < link {
+                entry.previous
+            } else {
+                NO_ENTRY
+            };
+            Some(entry)
+        })
+    }
+
+    /// The offsets of `hash`'s entries in this file, newest first.
+    fn chain(&self, hash: u64) -> impl Iterator<Item = i64> + '_ {
+        self.slot_entries(hash)
+            .filter(move |entry| entry.hash == hash)
+            .map(|entry| entry.offset)
+    }
+
+    /// Writes the entry count into the header and hands back what makes the file durable,
+    /// if it changed since the last flush.
+    fn begin_flush(&mut self) -> Result<Option<FlushTarget>, StoreError> {
+        if u32_at(self.whole(), 12) != self.count {
+            self.map.overwrite(12, &self.count.to_be_bytes())?;
+        }
+        Ok(self.map.begin_flush())
     }
 }
 
 /// The key index.
 #[derive(Debug)]
 pub struct Index {
-    path: PathBuf,
-    file: Arc<File>,
-    entries: Vec<Entry>,
-    /// For each entry, the previous entry with the same hash ([`NO_ENTRY`] if none).
-    previous: Vec<u32>,
-    /// The newest entry of each hash.
-    newest: HashMap<u64, u32, BuildHasherDefault<KeyHashIdentity>>,
-    /// Entries `[0, persisted)` are in the file.
-    persisted: usize,
+    dir: PathBuf,
+    entries_per_file: u32,
+    /// Oldest first; never empty.
+    files: Vec<IndexFile>,
 }
 
 impl Index {
-    /// Opens (creating if needed) the index and loads it, dropping a torn or invalid tail.
-    pub fn open(store_dir: &Path) -> Result<Index, StoreError> {
+    /// Opens (creating if needed) the index under `store_dir`; new files hold
+    /// `entries_per_file` entries. Only the first `trusted` entries (the store's checkpoint
+    /// counts them: they were synced before it was written) are kept; files that hold later
+    /// entries get their slot tables rebuilt from what is kept, and files past it are
+    /// deleted. The store re-dispatches the rest from the CommitLog.
+    pub fn open(
+        store_dir: &Path,
+        entries_per_file: u32,
+        trusted: u64,
+    ) -> Result<Index, StoreError> {
         let dir = store_dir.join(INDEX_DIR);
         mapped_file::create_dir_durable(&dir)?;
-        let path = dir.join(INDEX_FILE);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| StoreError::io("open index", &path, e))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|e| StoreError::io("read index", &path, e))?;
-        let entries = parse_entries(&bytes);
-        let valid_len = entries.len() * INDEX_ENTRY_SIZE;
-        if valid_len < bytes.len() {
+        let legacy = dir.join(LEGACY_FILE);
+        if legacy.exists() {
+            warn!(path = %legacy.display(), "removing the index of an earlier version; it is rebuilt");
+            fs::remove_file(&legacy).map_err(|e| StoreError::io("remove index", &legacy, e))?;
+            mapped_file::sync_dir(&dir)?;
+        }
+        let mut files: Vec<IndexFile> = Vec::new();
+        let mut untrusted_files = 0;
+        let mut remaining = trusted;
+        for (sequence, path) in mapped_file::list_segments(&dir)? {
+            if remaining == 0 && !files.is_empty() {
+                fs::remove_file(&path)
+                    .map_err(|e| StoreError::io("remove index file", &path, e))?;
+                untrusted_files += 1;
+                continue;
+            }
+            let mut file = IndexFile::open(path, sequence)?;
+            // The file still taking entries (not full) is rebuilt even when all of its
+            // entries are trusted: slots written after its last flush may name others.
+            if u64::from(file.count) > remaining || file.count < file.capacity {
+                let kept = u32::try_from(remaining).map_or(file.count, |r| r.min(file.count));
+                file.rebuild_slots(kept)?;
+            }
+            remaining -= u64::from(file.count);
+            files.push(file);
+        }
+        if untrusted_files > 0 {
             warn!(
-                path = %path.display(),
-                bytes_truncated = bytes.len() - valid_len,
-                "index: truncated torn tail"
+                files = untrusted_files,
+                "index: removed files written after the last checkpoint"
             );
-            file.set_len(valid_len as u64)
-                .and_then(|()| file.sync_data())
-                .map_err(|e| StoreError::io("truncate index", &path, e))?;
+            mapped_file::sync_dir(&dir)?;
         }
-        let mut index = Index {
-            path,
-            file: Arc::new(file),
-            persisted: entries.len(),
-            entries,
-            previous: Vec::new(),
-            newest: HashMap::default(),
-        };
-        index.rebuild_map();
-        Ok(index)
-    }
-
-    fn rebuild_map(&mut self) {
-        self.newest.clear();
-        self.previous.clear();
-        for slot in 0..self.entries.len() {
-            self.link(slot);
+        if files.is_empty() {
+            files.push(IndexFile::create(&dir, 0, entries_per_file)?);
         }
-    }
-
-    /// Makes entry `slot` the newest of its hash.
-    fn link(&mut self, slot: usize) {
-        let slot = slot as u32;
-        let previous = self
-            .newest
-            .insert(self.entries[slot as usize].hash, slot)
-            .unwrap_or(NO_ENTRY);
-        self.previous.push(previous);
+        Ok(Index {
+            dir,
+            entries_per_file,
+            files,
+        })
     }
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.files.iter().map(|file| file.count as usize).sum()
     }
 
     /// True when there are no entries.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
+    }
+
+    fn newest(&mut self) -> &mut IndexFile {
+        self.files
+            .last_mut()
+            .expect("the index keeps at least one file")
+    }
+
+    fn last_offset(&self) -> Option<i64> {
+        self.files.iter().rev().find_map(IndexFile::last_offset)
     }
 
     /// Maps `key` to the record at `offset`. Re-adding an existing pair is a no-op; a new
-    /// pair older than the last entry is an error (entries must stay in offset order). One
-    /// probe of the hash map finds the key's chain and links the new entry.
+    /// pair older than the last entry is an error (entries must stay in offset order).
     pub fn add(&mut self, key: &str, offset: i64) -> Result<(), StoreError> {
         let hash = key_hash(key);
-        let slot = self.entries.len();
-        let Index {
-            entries,
-            previous,
-            newest,
-            ..
-        } = self;
-        let head = newest.entry(hash);
-        let newest_of_hash = match &head {
-            MapEntry::Occupied(occupied) => *occupied.get(),
-            MapEntry::Vacant(_) => NO_ENTRY,
-        };
-        // Entries are in offset order: a pair at or after the last offset can only be stored
-        // as its hash's newest entry; an older one (re-dispatch after a restart) is looked
-        // for down its hash's chain, which ends before any smaller offset.
-        let stored = chain(entries, previous, newest_of_hash)
-            .take_while(|stored| *stored >= offset)
-            .any(|stored| stored == offset);
-        if stored {
+        if self.contains(hash, offset) {
             return Ok(());
         }
-        if let Some(last) = entries.last()
-            && offset < last.offset
+        if let Some(last) = self.last_offset()
+            && offset < last
         {
-            return Err(StoreError::IndexOutOfOrder {
-                offset,
-                last: last.offset,
-            });
+            return Err(StoreError::IndexOutOfOrder { offset, last });
         }
-        if slot >= NO_ENTRY as usize {
-            return Err(StoreError::IndexFull { entries: slot });
+        if self.newest().is_full() {
+            let sequence = self.newest().map.start_offset() + 1;
+            let file = IndexFile::create(&self.dir, sequence, self.entries_per_file)?;
+            self.files.push(file);
         }
-        entries.push(Entry { hash, offset });
-        previous.push(newest_of_hash);
-        match head {
-            MapEntry::Occupied(mut occupied) => *occupied.get_mut() = slot as u32,
-            MapEntry::Vacant(vacant) => {
-                vacant.insert(slot as u32);
+        self.newest().push(hash, offset)
+    }
+
+    /// Whether the pair is stored. Entries are in offset order, so only the slot entries at
+    /// or after `offset` are read, in the files that can hold them: a new pair (at or after
+    /// the last offset) costs one slot probe.
+    fn contains(&self, hash: u64, offset: i64) -> bool {
+        for file in self.files.iter().rev() {
+            if file
+                .slot_entries(hash)
+                .take_while(|entry| entry.offset >= offset)
+                .any(|entry| entry.hash == hash && entry.offset == offset)
+            {
+                return true;
+            }
+            // Older files hold no offset above this file's first.
+            if file.first_offset().is_some_and(|first| first < offset) {
+                return false;
             }
         }
-        Ok(())
+        false
     }
 
     /// Candidate CommitLog offsets for `key`, newest first (verify against the record).
     pub fn lookup(&self, key: &str) -> impl Iterator<Item = i64> + '_ {
-        let newest = self.newest.get(&key_hash(key)).copied().unwrap_or(NO_ENTRY);
-        chain(&self.entries, &self.previous, newest)
+        self.chain(key_hash(key))
     }
 
-    /// Drops entries pointing at or beyond CommitLog offset `end`; returns how many.
+    fn chain(&self, hash: u64) -> impl Iterator<Item = i64> + '_ {
+        self.files
+            .iter()
+            .rev()
+            .flat_map(move |file| file.chain(hash))
+    }
+
+    /// Drops entries pointing at or beyond CommitLog offset `end`; returns how many. Files
+    /// left empty are deleted, except the oldest.
     pub fn truncate(&mut self, end: u64) -> Result<usize, StoreError> {
-        let keep = self.entries.partition_point(|e| (e.offset as u64) < end);
-        let dropped = self.entries.len() - keep;
-        if dropped == 0 {
-            return Ok(0);
+        let mut dropped = 0;
+        loop {
+            match self.newest().last_offset() {
+                Some(offset) if offset as u64 >= end => {
+                    self.newest().pop()?;
+                    dropped += 1;
+                }
+                Some(_) => break,
+                None if self.files.len() > 1 => {
+                    let empty = self.files.pop().expect("more than one file");
+                    empty.map.delete()?;
+                }
+                None => break,
+            }
         }
-        self.entries.truncate(keep);
-        if keep < self.persisted {
-            self.file
-                .set_len((keep * INDEX_ENTRY_SIZE) as u64)
-                .map_err(|e| StoreError::io("truncate index", &self.path, e))?;
-            self.persisted = keep;
-        }
-        self.rebuild_map();
         Ok(dropped)
     }
 
-    /// Writes new entries and fsyncs the file.
+    /// Writes every file's entry count and fsyncs the files.
     pub fn flush(&mut self) -> Result<(), StoreError> {
-        self.begin_flush()?.sync()
+        let mut targets = Vec::new();
+        self.begin_flush(&mut targets)?;
+        targets.iter().try_for_each(FlushTarget::sync)
     }
 
-    /// Writes new entries to the file (not yet durably) and returns what makes them durable.
-    pub fn begin_flush(&mut self) -> Result<FlushTarget, StoreError> {
-        let pending = &self.entries[self.persisted..];
-        let mut bytes = Vec::with_capacity(pending.len() * INDEX_ENTRY_SIZE);
-        for entry in pending {
-            bytes.extend_from_slice(&entry.hash.to_be_bytes());
-            bytes.extend_from_slice(&entry.offset.to_be_bytes());
+    /// Writes every file's entry count (not yet durably) and adds what makes the files
+    /// durable to `targets`.
+    pub fn begin_flush(&mut self, targets: &mut Vec<FlushTarget>) -> Result<(), StoreError> {
+        for file in &mut self.files {
+            targets.extend(file.begin_flush()?);
         }
-        self.file
-            .write_all_at(&bytes, (self.persisted * INDEX_ENTRY_SIZE) as u64)
-            .map_err(|e| StoreError::io("flush index", &self.path, e))?;
-        self.persisted = self.entries.len();
-        Ok(FlushTarget::new(self.file.clone(), self.path.clone()))
+        Ok(())
     }
-}
-
-/// The offsets of the chain that starts at entry `slot`, newest first.
-fn chain<'a>(
-    entries: &'a [Entry],
-    previous: &'a [u32],
-    mut slot: u32,
-) -> impl Iterator<Item = i64> + 'a {
-    std::iter::from_fn(move || {
-        let entry = entries.get(slot as usize)?;
-        slot = previous[slot as usize];
-        Some(entry.offset)
-    })
-}
-
-/// Whole entries from the start of `bytes`, stopping at a torn entry, a negative offset or
-/// an offset going backwards.
-fn parse_entries(bytes: &[u8]) -> Vec<Entry> {
-    let mut entries: Vec<Entry> = Vec::with_capacity(bytes.len() / INDEX_ENTRY_SIZE);
-    for chunk in bytes.chunks_exact(INDEX_ENTRY_SIZE) {
-        let mut hash = [0u8; 8];
-        let mut offset = [0u8; 8];
-        hash.copy_from_slice(&chunk[..8]);
-        offset.copy_from_slice(&chunk[8..]);
-        let entry = Entry {
-            hash: u64::from_be_bytes(hash),
-            offset: i64::from_be_bytes(offset),
-        };
-        let in_order = entries
-            .last()
-            .is_none_or(|last| entry.offset >= last.offset);
-        if entry.offset < 0 || !in_order {
-            break;
-        }
-        entries.push(entry);
-    }
-    entries
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const SMALL: u32 = 8;
 
     #[test]
     fn fnv1a_is_stable() {
@@ -297,7 +451,7 @@ mod tests {
     #[test]
     fn add_lookup_dedup_and_order() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut index = Index::open(dir.path()).expect("open");
+        let mut index = Index::open(dir.path(), SMALL, 0).expect("open");
         index.add("k1", 0).expect("add");
         index.add("k2", 0).expect("add");
         index.add("k1", 100).expect("add");
@@ -314,7 +468,7 @@ mod tests {
     #[test]
     fn re_adding_an_older_stored_pair_is_a_no_op() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut index = Index::open(dir.path()).expect("open");
+        let mut index = Index::open(dir.path(), SMALL, 0).expect("open");
         for offset in [0, 10, 20, 30] {
             index.add("reused", offset).expect("add");
             index.add(&format!("uniq-{offset}"), offset).expect("add");
@@ -332,28 +486,86 @@ mod tests {
     }
 
     #[test]
-    fn persists_truncates_and_drops_torn_tail() {
+    fn full_files_roll_and_lookups_and_truncation_span_them() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut index = Index::open(dir.path()).expect("open");
+        let mut index = Index::open(dir.path(), SMALL, 0).expect("open");
+        for i in 0..20 {
+            index.add(&format!("k{i}"), i * 10).expect("add");
+            index.add("every", i * 10).expect("add");
+        }
+        assert_eq!(index.len(), 40);
+        assert_eq!(index.files.len(), 5, "8 entries per file");
+        assert_eq!(index.lookup("k3").collect::<Vec<_>>(), [30]);
+        assert_eq!(index.lookup("every").count(), 20);
+        index
+            .add("k3", 30)
+            .expect("a pair in an older file is found");
+        assert_eq!(index.len(), 40);
+        assert_eq!(index.truncate(55).expect("truncate"), 28);
+        assert_eq!(index.files.len(), 2, "emptied files are deleted");
+        assert_eq!(
+            index.lookup("every").collect::<Vec<_>>(),
+            [50, 40, 30, 20, 10, 0]
+        );
+        assert_eq!(index.lookup("k6").count(), 0);
+        index.add("k6", 60).expect("add after truncation");
+        assert_eq!(index.lookup("k6").collect::<Vec<_>>(), [60]);
+        assert_eq!(index.truncate(0).expect("clear"), 13);
+        assert!(index.is_empty());
+        assert_eq!(index.files.len(), 1);
+    }
+
+    #[test]
+    fn reopen_keeps_flushed_entries_and_drops_the_rest() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut index = Index::open(dir.path(), SMALL, 0).expect("open");
         for i in 0..10 {
             index.add(&format!("k{i}"), i * 10).expect("add");
         }
         index.flush().expect("flush");
-        assert_eq!(index.truncate(55).expect("truncate"), 4);
-        index.add("k9", 90).expect("add");
-        index.flush().expect("flush");
+        for i in 10..20 {
+            index.add(&format!("k{i}"), i * 10).expect("add");
+        }
+        index
+            .flush()
+            .expect("a flush the checkpoint did not follow");
+        assert_eq!(index.files.len(), 3);
         drop(index);
-        let path = dir.path().join(INDEX_DIR).join(INDEX_FILE);
-        let mut bytes = std::fs::read(&path).expect("read");
-        bytes.extend_from_slice(&[1, 2, 3]);
-        std::fs::write(&path, &bytes).expect("write");
-        let index = Index::open(dir.path()).expect("reopen");
-        assert_eq!(index.len(), 7);
-        assert_eq!(index.lookup("k9").collect::<Vec<_>>(), [90]);
-        assert_eq!(index.lookup("k6").count(), 0);
+        let mut index = Index::open(dir.path(), SMALL, 10).expect("reopen");
         assert_eq!(
-            std::fs::read(&path).expect("read").len(),
-            7 * INDEX_ENTRY_SIZE
+            index.len(),
+            10,
+            "entries the checkpoint does not count are dropped"
         );
+        assert_eq!(
+            index.files.len(),
+            2,
+            "the file holding only later entries is gone"
+        );
+        assert_eq!(index.lookup("k9").collect::<Vec<_>>(), [90]);
+        assert_eq!(
+            index.lookup("k11").count(),
+            0,
+            "its slot was rebuilt without it"
+        );
+        index.add("k11", 110).expect("re-dispatch adds it again");
+        assert_eq!(index.lookup("k11").collect::<Vec<_>>(), [110]);
+    }
+
+    #[test]
+    fn a_damaged_header_is_an_error_and_the_legacy_index_is_replaced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index_dir = dir.path().join(INDEX_DIR);
+        fs::create_dir_all(&index_dir).expect("mkdir");
+        fs::write(index_dir.join(LEGACY_FILE), [0u8; 32]).expect("legacy");
+        let index = Index::open(dir.path(), SMALL, 0).expect("open");
+        assert!(!index_dir.join(LEGACY_FILE).exists());
+        let path = index.files[0].map.path().to_owned();
+        drop(index);
+        let mut bytes = fs::read(&path).expect("read");
+        bytes[0] ^= 0xff;
+        fs::write(&path, &bytes).expect("damage");
+        let error = Index::open(dir.path(), SMALL, 0).expect_err("damaged header");
+        assert!(matches!(error, StoreError::IndexFile { .. }), "{error}");
     }
 }

@@ -302,6 +302,23 @@ impl MappedFile {
         self.write_pos = pos;
     }
 
+    /// Writes `data` over written bytes at `pos` (the write position does not move): for files
+    /// that are declared whole ([`MappedFile::set_full`]) and then laid out by their owner.
+    pub fn overwrite(&mut self, pos: usize, data: &[u8]) -> Result<(), StoreError> {
+        let end = pos
+            .checked_add(data.len())
+            .filter(|end| *end <= self.write_pos)
+            .ok_or_else(|| StoreError::SegmentFull {
+                path: self.path.clone(),
+                position: pos,
+                len: data.len(),
+                size: self.write_pos,
+            })?;
+        self.mmap[pos..end].copy_from_slice(data);
+        self.mark_dirty(pos, end);
+        Ok(())
+    }
+
     /// Declares the whole file written (a sealed segment before the recovery start point).
     pub fn set_full(&mut self) {
         self.write_pos = self.mmap.len();

@@ -150,7 +150,7 @@ impl MessageStore {
             config.commit_log_segment_bytes,
             checkpoint.commit_log_flushed_offset,
         )?;
-        let mut dispatcher = Dispatcher::open(&config)?;
+        let mut dispatcher = Dispatcher::open(&config, checkpoint.index_entry_count)?;
         let (cq_units_truncated, index_entries_truncated) =
             dispatcher.truncate(recovery.commit_log_end)?;
         let mut store = MessageStore {
