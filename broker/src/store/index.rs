@@ -366,10 +366,14 @@ impl Index {
         self.newest().push(hash, offset)
     }
 
-    /// Whether the pair is stored. Entries are in offset order, so only the slot entries at
-    /// or after `offset` are read, in the files that can hold them: a new pair (at or after
-    /// the last offset) costs one slot probe.
+    /// Whether the pair is stored. Entries are in offset order, so a pair past the last
+    /// entry reads nothing, and otherwise only the slot entries at or after `offset` are
+    /// read, in the files that can hold them.
     fn contains(&self, hash: u64, offset: i64) -> bool {
+        if self.last_offset().is_none_or(|last| last < offset) {
+            // The common add: a record newer than every entry.
+            return false;
+        }
         for file in self.files.iter().rev() {
             if file
                 .slot_entries(hash)
