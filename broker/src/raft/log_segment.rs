@@ -254,8 +254,13 @@ impl LogSegment {
             .ok_or_else(|| io::Error::other(format!("log index {index} not in {:?}", self.path)))?;
         let mut record = vec![0u8; RECORD_HEADER_SIZE as usize + location.len as usize];
         self.file.read_exact_at(&mut record, location.position)?;
-        let (header, body) = record.split_at(RECORD_HEADER_SIZE as usize);
-        if crc32fast::hash(body) != u32::from_le_bytes([header[4], header[5], header[6], header[7]])
+        let record = bytes::Bytes::from(record);
+        let (header, body) = (
+            &record[..RECORD_HEADER_SIZE as usize],
+            record.slice(RECORD_HEADER_SIZE as usize..),
+        );
+        if crc32fast::hash(&body)
+            != u32::from_le_bytes([header[4], header[5], header[6], header[7]])
         {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -265,7 +270,8 @@ impl LogSegment {
                 ),
             ));
         }
-        let entry: Entry = codec::decode("raft log entry", body)?;
+        // The entry's records stay in the buffer read: no second copy.
+        let entry: Entry = codec::decode_shared("raft log entry", &body)?;
         Ok((entry, location.len))
     }
 

@@ -227,7 +227,7 @@ impl RaftRpc for RaftService {
                 .inspect_err(|status| tracing::debug!(%status, "replication stream closed"))
                 .ok()
                 .and_then(|payload| {
-                    codec::decode("append entries", &payload.data)
+                    codec::decode_shared("append entries", &payload.data)
                         .inspect_err(|error| tracing::warn!(%error, "undecodable append entries"))
                         .ok()
                 });

@@ -44,6 +44,7 @@ pub enum Command {
     /// Messages encoded as store records (queue and commitlog offsets still zero),
     /// concatenated; each gets its offsets when applied.
     Append {
+        #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
         records: Bytes,
     },
     /// Consumer progress of one group.
@@ -64,6 +65,7 @@ pub enum Command {
         level: u32,
         from_offset: i64,
         next_offset: i64,
+        #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
         records: Bytes,
     },
     /// Messages of a send that may be stored already (a producer's retry after an unknown
@@ -73,6 +75,7 @@ pub enum Command {
     /// all is in the log before this entry. (New variants go last: the log stores the
     /// variant's index.)
     AppendOnce {
+        #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
         records: Bytes,
     },
 }
