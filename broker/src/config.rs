@@ -62,6 +62,10 @@ pub struct BrokerConfig {
     /// A consumer not heard from for this long leaves its group.
     #[serde(default = "default_client_expiry_ms")]
     pub client_expiry_ms: u64,
+    /// Pulls this node holds open at once (long polling) at most; a pull that would wait
+    /// beyond them is refused with `LIMIT_EXCEEDED`, and the consumer retries after a pause.
+    #[serde(default = "default_pull_holds_max")]
+    pub pull_holds_max: usize,
     /// Interval between registrations with the nameservers (a role change registers at once).
     #[serde(default = "default_register_interval_ms")]
     pub register_interval_ms: u64,
@@ -161,6 +165,10 @@ fn default_delay_levels() -> String {
 
 fn default_client_expiry_ms() -> u64 {
     crate::consumer_registry::CLIENT_EXPIRY_DEFAULT.as_millis() as u64
+}
+
+fn default_pull_holds_max() -> usize {
+    crate::service::PULL_HOLDS_MAX_DEFAULT
 }
 
 fn default_register_interval_ms() -> u64 {
@@ -274,6 +282,9 @@ impl BrokerConfig {
         self.parsed_delay_levels()?;
         if self.client_expiry_ms == 0 {
             return Err(ConfigError::new("client_expiry_ms", "must be positive"));
+        }
+        if self.pull_holds_max == 0 {
+            return Err(ConfigError::new("pull_holds_max", "must be positive"));
         }
         if self.register_interval_ms == 0 {
             return Err(ConfigError::new("register_interval_ms", "must be positive"));
@@ -396,6 +407,15 @@ mod tests {
         assert_eq!(
             config.validate().expect_err("small segment").key,
             "store.commit_log_segment_bytes"
+        );
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.pull_holds_max = 1;
+        config.validate().expect("one held pull is a bound");
+        config.pull_holds_max = 0;
+        assert_eq!(
+            config.validate().expect_err("no held pull").key,
+            "pull_holds_max"
         );
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");

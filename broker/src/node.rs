@@ -172,6 +172,7 @@ impl BrokerNode {
                 schedule: schedule_status.clone(),
                 fault_injection: drill_faults,
                 repair: repair.clone(),
+                pull_holds_max: config.pull_holds_max,
             },
         );
         let raft_service = RaftService::new(

@@ -97,6 +97,66 @@ async fn given_held_pull_when_message_arrives_should_answer_at_once() -> anyhow:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_pull_holds_max_held_pulls_when_one_more_would_wait_should_refuse_it()
+-> anyhow::Result<()> {
+    init_tracing();
+    const HOLDS: usize = 2;
+    let group = TestGroup::start(3, 0x5EED_0404, |config| config.pull_holds_max = HOLDS).await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let mut client = group.client(leader).await?;
+    client.send(tagged("TagA", "first")).await?;
+
+    info!("--- {HOLDS} pulls wait for a message: the most this node holds");
+    let mut held = Vec::new();
+    for _ in 0..HOLDS {
+        let mut held_client = client.clone();
+        held.push(tokio::spawn(async move {
+            held_client.pull(pull(1, &[], 15_000)).await
+        }));
+    }
+    wait_for("the leader to hold the pulls", TIMEOUT, || async {
+        let status = group.status(leader).await.ok()?;
+        (status.pulls_held == HOLDS as u64).then_some(())
+    })
+    .await?;
+
+    info!("--- one more that would wait is refused; one that finds a message is not");
+    let refused = client
+        .pull(pull(1, &[], 15_000))
+        .await
+        .expect_err("beyond pull_holds_max");
+    assert_eq!(
+        rocketraft_proto::response_code(&refused),
+        Some(rocketraft_proto::common::ResponseCode::LimitExceeded),
+        "{refused}"
+    );
+    assert!(refused.message().contains("pull_holds_max"), "{refused}");
+    let found = client.pull(pull(0, &[], 15_000)).await?.into_inner();
+    assert_eq!(found.status(), pb::PullStatus::Found);
+
+    info!("--- a message releases the held pulls, and the node holds pulls again");
+    client.send(tagged("TagA", "second")).await?;
+    for pull in held {
+        let response = pull.await??.into_inner();
+        assert_eq!(response.messages[0].body.as_ref(), b"second");
+    }
+    assert_eq!(group.status(leader).await?.pulls_held, 0);
+    let mut held_client = client.clone();
+    let again = tokio::spawn(async move { held_client.pull(pull(2, &[], 15_000)).await });
+    wait_for("the leader to hold a pull again", TIMEOUT, || async {
+        (group.status(leader).await.ok()?.pulls_held == 1).then_some(())
+    })
+    .await?;
+    client.send(tagged("TagA", "third")).await?;
+    assert_eq!(
+        again.await??.into_inner().messages[0].body.as_ref(),
+        b"third"
+    );
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_tags_should_filter_by_hash_and_check_offsets_on_any_node() -> anyhow::Result<()> {
     init_tracing();
     let group = TestGroup::start(3, 0x5EED_0402, |_| {}).await?;

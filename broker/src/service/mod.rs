@@ -5,6 +5,7 @@ mod consumers;
 mod node_status;
 mod offsets;
 mod pull;
+pub use pull::PULL_HOLDS_MAX_DEFAULT;
 mod pulled;
 mod query_messages;
 mod read_consume_queue;
@@ -46,6 +47,8 @@ pub struct ServiceOptions {
     pub consumers: Arc<ConsumerRegistry>,
     /// Whether this node's schedule service runs.
     pub schedule: Arc<ScheduleStatus>,
+    /// Pulls held open at once at most.
+    pub pull_holds_max: usize,
     /// The node's own fault plan, when `enable_fault_injection` is set (drills).
     pub fault_injection: Option<Arc<FaultPlan>>,
     /// The repair of this node's Raft log, for its status.
@@ -67,6 +70,9 @@ pub struct BrokerService {
     repair: Arc<RepairState>,
     /// Pull requests received since the node started (`NodeStatus.pull_requests`).
     pull_requests: AtomicU64,
+    /// One permit per pull held open (long polling), `pull_holds_max` in all.
+    pull_holds: Arc<tokio::sync::Semaphore>,
+    pull_holds_max: usize,
 }
 
 impl BrokerService {
@@ -86,6 +92,8 @@ impl BrokerService {
             fault_injection: options.fault_injection,
             repair: options.repair,
             pull_requests: AtomicU64::new(0),
+            pull_holds: Arc::new(tokio::sync::Semaphore::new(options.pull_holds_max)),
+            pull_holds_max: options.pull_holds_max,
         }
     }
 

@@ -53,6 +53,7 @@ impl BrokerService {
             raft_log_repair_up_to,
             raft_log_repair,
             pull_requests: self.pull_requests.load(Ordering::Relaxed),
+            pulls_held: (self.pull_holds_max - self.pull_holds.available_permits()) as u64,
         }
     }
 }

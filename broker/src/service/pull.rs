@@ -28,6 +28,9 @@ pub const PULL_BATCH_COUNT_MAX: u32 = 1024;
 pub const PULL_SCAN_UNITS_MAX: usize = 4096;
 /// How long an empty pull may be held (RocketMQ's long-polling default).
 pub const PULL_HOLD_MS_MAX: u32 = 15_000;
+/// Pulls a node holds open at once by default (`pull_holds_max`): a held pull costs a task
+/// and an HTTP/2 stream, so clients cannot make a node hold an unbounded number.
+pub const PULL_HOLDS_MAX_DEFAULT: usize = 10_000;
 /// The subscription expression that takes every message.
 const SUBSCRIBE_ALL: &str = "*";
 
@@ -44,13 +47,23 @@ impl BrokerService {
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(u64::from(request.max_wait_ms));
         let mut arrivals = self.group.watch_queue(&request.topic, request.queue_id);
+        // Taken before the first wait, released when the pull returns.
+        let mut hold = None;
         loop {
             // Mark the current version seen before reading, so an append between the read
             // and the wait still wakes this pull.
             arrivals.borrow_and_update();
             let response = self.read_queue(&request, tags.as_ref())?;
-            if response.status != pb::PullStatus::NoNewMessage as i32 {
+            if response.status != pb::PullStatus::NoNewMessage as i32 || request.max_wait_ms == 0 {
                 return Ok(response);
+            }
+            if hold.is_none() {
+                hold = Some(self.pull_holds.clone().try_acquire_owned().map_err(|_| {
+                    BrokerError::LimitExceeded(format!(
+                        "this node holds {} pulls open already (pull_holds_max); pull again later",
+                        self.pull_holds_max
+                    ))
+                })?);
             }
             match tokio::time::timeout_at(deadline, arrivals.changed()).await {
                 Ok(Ok(())) => continue,
