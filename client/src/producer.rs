@@ -273,7 +273,7 @@ impl Producer {
         validate_topic_name(topic).map_err(ProducerError::TopicIllegal)?;
         let deadline = Instant::now() + inner.send_timeout;
         let mut avoid_group: Option<String> = None;
-        let mut last_error = String::from("the send timed out before its first attempt");
+        let mut last_error = None;
         let attempts = inner.retries + 1;
         for attempt_index in 0..attempts {
             let route = if attempt_index == 0 {
@@ -303,13 +303,14 @@ impl Producer {
                 }
                 Err(CallError::Unavailable {
                     last_error: error, ..
-                }) => last_error = format!("{group}: {error}"),
+                }) => last_error = Some(format!("{group}: {error}")),
             }
             avoid_group = Some(group);
         }
         Err(ProducerError::AllGroupsUnavailable {
             attempts,
-            last_error,
+            last_error: last_error
+                .unwrap_or_else(|| "the send timed out before its first attempt".to_owned()),
         })
     }
 }

@@ -26,6 +26,10 @@ use std::sync::atomic::Ordering;
 
 /// Bytes 10..16 of an id: 32 bits of time and 16 of counter.
 const SEQUENCE_MASK: u64 = (1 << 48) - 1;
+/// Bytes 10..16 as upper-case hex (written by hand: `format!` cost more than the rest of
+/// the id).
+const SEQUENCE_HEX_DIGITS: usize = 12;
+const HEX_DIGITS: &[u8; 16] = b"0123456789ABCDEF";
 
 #[derive(Debug)]
 pub struct UniqueIdGenerator {
@@ -56,7 +60,14 @@ impl UniqueIdGenerator {
             })
             .unwrap_or_else(|last| last);
         let sequence = advance(previous);
-        format!("{}{sequence:012X}", self.prefix)
+        let mut id = String::with_capacity(self.prefix.len() + SEQUENCE_HEX_DIGITS);
+        id.push_str(&self.prefix);
+        id.extend(
+            (0..SEQUENCE_HEX_DIGITS)
+                .rev()
+                .map(|digit| HEX_DIGITS[((sequence >> (4 * digit)) & 0xf) as usize] as char),
+        );
+        id
     }
 }
 

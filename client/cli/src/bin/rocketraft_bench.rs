@@ -202,28 +202,19 @@ impl Sender {
     async fn send(self, topic: String, body: Bytes, sequence: u64) -> anyhow::Result<()> {
         match self {
             Sender::Direct {
-                mut client,
+                client,
                 queues,
                 delay_level,
             } => {
-                let delay = delay_level.to_string();
-                let message = common_pb::Message {
-                    topic: topic.clone(),
-                    body,
-                    properties: encode_properties(
-                        (delay_level > 0).then_some((property::DELAY, delay.as_str())),
-                    ),
-                    ..Default::default()
-                };
-                let request = pb::SendRequest {
+                Box::pin(send_direct(
+                    client,
+                    queues,
+                    delay_level,
                     topic,
-                    queue_id: (sequence % u64::from(queues)) as i32,
-                    messages: vec![message],
-                    born_timestamp_ms: 0,
-                    born_host: String::new(),
-                    deduplicate: false,
-                };
-                client.send(request).await?;
+                    body,
+                    sequence,
+                ))
+                .await
             }
             Sender::Sdk {
                 producer,
@@ -232,10 +223,41 @@ impl Sender {
                 producer
                     .send(Message::new(topic, body).with_delay_level(delay_level))
                     .await?;
+                Ok(())
             }
         }
-        Ok(())
     }
+}
+
+/// One send straight to the leader. Boxed by its caller: its gRPC call makes a large future,
+/// which would otherwise size every SDK send the bench keeps in flight too.
+async fn send_direct(
+    mut client: BrokerClient<Channel>,
+    queues: u32,
+    delay_level: u32,
+    topic: String,
+    body: Bytes,
+    sequence: u64,
+) -> anyhow::Result<()> {
+    let delay = delay_level.to_string();
+    let message = common_pb::Message {
+        topic: topic.clone(),
+        body,
+        properties: encode_properties(
+            (delay_level > 0).then_some((property::DELAY, delay.as_str())),
+        ),
+        ..Default::default()
+    };
+    let request = pb::SendRequest {
+        topic,
+        queue_id: (sequence % u64::from(queues)) as i32,
+        messages: vec![message],
+        born_timestamp_ms: 0,
+        born_host: String::new(),
+        deduplicate: false,
+    };
+    client.send(request).await?;
+    Ok(())
 }
 
 #[tokio::main]
