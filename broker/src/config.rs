@@ -179,38 +179,12 @@ fn default_async_flush_interval_ms() -> u64 {
     ASYNC_FLUSH_INTERVAL_DEFAULT.as_millis() as u64
 }
 
-/// A configuration value that cannot be used, named by its key.
-#[derive(Debug, thiserror::Error)]
-#[error("config key `{key}`: {reason}")]
-pub struct ConfigError {
-    pub key: String,
-    pub reason: String,
-}
-
-impl ConfigError {
-    fn new(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-        ConfigError {
-            key: key.into(),
-            reason: reason.into(),
-        }
-    }
-}
+pub use rocketraft_nameserver::config_file::ConfigError;
 
 impl BrokerConfig {
     /// Parses a TOML document; unknown keys are errors so a typo never goes unnoticed.
     pub fn from_toml(text: &str) -> Result<BrokerConfig, ConfigError> {
-        toml::from_str(text).map_err(|error| {
-            // The key is what precedes `=` on the line the error points into.
-            let key = error
-                .span()
-                .and_then(|span| text.get(..span.start))
-                .and_then(|before| before.lines().last())
-                .and_then(|line| line.split('=').next())
-                .map(|key| key.trim().to_owned())
-                .filter(|key| !key.is_empty())
-                .unwrap_or_else(|| "<file>".to_owned());
-            ConfigError::new(key, error.message().to_owned())
-        })
+        rocketraft_nameserver::config_file::parse_toml(text)
     }
 
     /// The peers with parsed node ids.
@@ -386,7 +360,7 @@ mod tests {
     fn errors_name_the_key() {
         let unknown =
             BrokerConfig::from_toml(&format!("bogus = 1\n{VALID}")).expect_err("unknown key");
-        assert!(unknown.to_string().contains("bogus"), "{unknown}");
+        assert_eq!(unknown.key, "bogus", "{unknown}");
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");
         config.node_id = 9;

@@ -6,8 +6,12 @@
 //! do not talk to each other: after a restart the registry refills from registrations.
 //!
 //! - [`registry`]: the registry itself, with time as an input;
-//! - [`service`]: its gRPC service; [`server`]: serving it and expiring nodes.
+//! - [`service`]: its gRPC service; [`server`]: serving it and expiring nodes;
+//! - [`settings`]: the binary's config file and flags; [`config_file`]: TOML config files
+//!   with errors that name their key (the broker's too).
 
+pub mod config_file;
 pub mod registry;
 pub mod server;
 pub mod service;
+pub mod settings;

@@ -1,5 +1,5 @@
-//! The `nameserver` binary: starts on the address it is given and says where it serves;
-//! refuses a bad setting with a clear error. The process is killed when the test ends.
+//! The `nameserver` binary: starts on the address it is given (a flag over its config file)
+//! and says where it serves; refuses a bad setting with an error naming the key. The process is killed when the test ends.
 
 use std::io::BufRead;
 use std::io::BufReader;
@@ -8,8 +8,20 @@ use std::process::Stdio;
 
 #[test]
 fn given_port_zero_it_serves_and_says_where() -> anyhow::Result<()> {
+    // The flag wins over the file's address (a port nothing can serve on here).
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("nameserver.toml");
+    std::fs::write(
+        &config,
+        "listen = \"192.0.2.1:9876\"\nbroker_expiry_ms = 60000\n",
+    )?;
     let mut child = Command::new(env!("CARGO_BIN_EXE_nameserver"))
-        .args(["--listen", "127.0.0.1:0"])
+        .args([
+            "--config",
+            config.to_str().unwrap_or_default(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()?;
@@ -36,15 +48,36 @@ fn given_port_zero_it_serves_and_says_where() -> anyhow::Result<()> {
 }
 
 #[test]
-fn given_a_zero_expiry_it_refuses_to_start() -> anyhow::Result<()> {
-    let output = Command::new(env!("CARGO_BIN_EXE_nameserver"))
-        .args(["--listen", "127.0.0.1:0", "--broker-expiry-ms", "0"])
-        .output()?;
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+fn given_a_bad_setting_in_a_flag_or_the_file_it_refuses_to_start_naming_the_key()
+-> anyhow::Result<()> {
+    let run = |args: &[&str]| -> anyhow::Result<(bool, String)> {
+        let output = Command::new(env!("CARGO_BIN_EXE_nameserver"))
+            .args(args)
+            .output()?;
+        Ok((
+            output.status.success(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        ))
+    };
+    let (ok, stderr) = run(&["--listen", "127.0.0.1:0", "--broker-expiry-ms", "0"])?;
+    assert!(!ok);
     assert!(
-        stderr.contains("--broker-expiry-ms must be positive"),
+        stderr.contains("config key `broker_expiry_ms`: must be positive"),
         "{stderr}"
     );
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("nameserver.toml");
+    let path = config.to_str().unwrap_or_default();
+    std::fs::write(&config, "listen = \"127.0.0.1:0\"\nexpiry = 5\n")?;
+    let (ok, stderr) = run(&["--config", path])?;
+    assert!(!ok, "an unknown key is refused");
+    assert!(stderr.contains("config key `expiry`"), "{stderr}");
+    std::fs::write(&config, "listen = \"127.0.0.1:0\"\nbroker_expiry_ms = 0\n")?;
+    let (ok, stderr) = run(&["--config", path])?;
+    assert!(!ok, "a zero expiry from the file is refused");
+    assert!(stderr.contains("config key `broker_expiry_ms`"), "{stderr}");
+    let (ok, stderr) = run(&["--config", path, "--broker-expiry-ms", "0x"])?;
+    assert!(!ok, "a malformed flag is refused");
+    assert!(stderr.contains("--broker-expiry-ms"), "{stderr}");
     Ok(())
 }

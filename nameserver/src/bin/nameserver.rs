@@ -2,23 +2,25 @@
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use rocketraft_nameserver::server::BROKER_EXPIRY_DEFAULT;
-use rocketraft_nameserver::server::LISTEN_DEFAULT;
 use rocketraft_nameserver::server::NameServer;
-use rocketraft_nameserver::server::NameServerConfig;
+use rocketraft_nameserver::settings::NameServerSettings;
 
 #[derive(Parser)]
 #[command(name = "nameserver", about = "rocketraft route registry", version)]
 struct Cli {
-    #[arg(long, default_value = LISTEN_DEFAULT)]
-    listen: SocketAddr,
-    /// Drop a broker node not heard from for this many milliseconds.
-    #[arg(long, default_value_t = BROKER_EXPIRY_DEFAULT.as_millis() as u64)]
-    broker_expiry_ms: u64,
+    /// A TOML config file (keys `listen`, `broker_expiry_ms`); flags override its keys.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Where to serve [default: 127.0.0.1:9876].
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Drop a broker node not heard from for this many milliseconds [default: 120000].
+    #[arg(long)]
+    broker_expiry_ms: Option<u64>,
 }
 
 #[tokio::main]
@@ -31,16 +33,21 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::stdout().is_terminal())
         .init();
     let cli = Cli::parse();
-    anyhow::ensure!(
-        cli.broker_expiry_ms > 0,
-        "--broker-expiry-ms must be positive"
-    );
-    let listener = tokio::net::TcpListener::bind(cli.listen)
-        .await
-        .with_context(|| format!("bind {}", cli.listen))?;
-    let config = NameServerConfig {
-        broker_expiry: Duration::from_millis(cli.broker_expiry_ms),
+    let mut settings = match &cli.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("read config {}", path.display()))?;
+            NameServerSettings::from_toml(&text)
+                .with_context(|| format!("config {}", path.display()))?
+        }
+        None => NameServerSettings::default(),
     };
+    settings.listen = cli.listen.or(settings.listen);
+    settings.broker_expiry_ms = cli.broker_expiry_ms.or(settings.broker_expiry_ms);
+    let (listen, config) = settings.resolve()?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("bind {listen}"))?;
     let server = NameServer::start_on(listener, config)?;
     println!("nameserver serving on {}", server.addr());
     tokio::signal::ctrl_c().await.context("wait for ctrl-c")?;

@@ -1,0 +1,97 @@
+//! `NameServerSettings`: what `nameserver` is told to do, from its config file
+//! (`nameserver --config FILE`, TOML) with its flags written over it.
+//!
+//! ```toml
+//! listen = "0.0.0.0:9876"
+//! broker_expiry_ms = 120000
+//! ```
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config_file::ConfigError;
+use crate::config_file::parse_toml;
+use crate::server::BROKER_EXPIRY_DEFAULT;
+use crate::server::LISTEN_DEFAULT;
+use crate::server::NameServerConfig;
+
+/// Every key is optional; a missing one takes its default.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NameServerSettings {
+    /// Where the nameserver serves ([`LISTEN_DEFAULT`]).
+    pub listen: Option<SocketAddr>,
+    /// A broker node not heard from for this many milliseconds is dropped
+    /// ([`BROKER_EXPIRY_DEFAULT`]).
+    pub broker_expiry_ms: Option<u64>,
+}
+
+impl NameServerSettings {
+    /// Parses a config file; an unknown key or a bad value is an error naming the key.
+    pub fn from_toml(text: &str) -> Result<NameServerSettings, ConfigError> {
+        parse_toml(text)
+    }
+
+    /// The address to serve on and the server's config, defaults filled in and checked.
+    pub fn resolve(&self) -> Result<(SocketAddr, NameServerConfig), ConfigError> {
+        let listen = match self.listen {
+            Some(listen) => listen,
+            None => LISTEN_DEFAULT
+                .parse()
+                .map_err(|_| ConfigError::new("listen", "the default address is malformed"))?,
+        };
+        let expiry_ms = self
+            .broker_expiry_ms
+            .unwrap_or(BROKER_EXPIRY_DEFAULT.as_millis() as u64);
+        if expiry_ms == 0 {
+            return Err(ConfigError::new("broker_expiry_ms", "must be positive"));
+        }
+        Ok((
+            listen,
+            NameServerConfig {
+                broker_expiry: Duration::from_millis(expiry_ms),
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_fill_what_the_file_leaves_out() {
+        let (listen, config) = NameServerSettings::from_toml("")
+            .expect("empty file")
+            .resolve()
+            .expect("defaults");
+        assert_eq!(listen.to_string(), LISTEN_DEFAULT);
+        assert_eq!(config.broker_expiry, BROKER_EXPIRY_DEFAULT);
+        let (listen, config) =
+            NameServerSettings::from_toml("listen = \"0.0.0.0:1\"\nbroker_expiry_ms = 1\n")
+                .expect("valid")
+                .resolve()
+                .expect("the smallest expiry");
+        assert_eq!(listen.to_string(), "0.0.0.0:1");
+        assert_eq!(config.broker_expiry, Duration::from_millis(1));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        for (text, key) in [
+            ("colour = \"blue\"\n", "colour"),
+            ("listen = \"nowhere\"\n", "listen"),
+            ("broker_expiry_ms = \"soon\"\n", "broker_expiry_ms"),
+        ] {
+            let error = NameServerSettings::from_toml(text).expect_err(text);
+            assert_eq!(error.key, key, "{error}");
+        }
+        let zero = NameServerSettings {
+            broker_expiry_ms: Some(0),
+            ..NameServerSettings::default()
+        };
+        assert_eq!(zero.resolve().expect_err("zero").key, "broker_expiry_ms");
+    }
+}
