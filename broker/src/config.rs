@@ -62,6 +62,9 @@ pub struct BrokerConfig {
     /// A consumer not heard from for this long leaves its group.
     #[serde(default = "default_client_expiry_ms")]
     pub client_expiry_ms: u64,
+    /// How log lines are written: `"text"` or `"json"` (one object per line).
+    #[serde(default)]
+    pub log_format: rocketraft_nameserver::logging::LogFormat,
     /// Pulls this node holds open at once (long polling) at most; a pull that would wait
     /// beyond them is refused with `LIMIT_EXCEEDED`, and the consumer retries after a pause.
     #[serde(default = "default_pull_holds_max")]

@@ -4,6 +4,7 @@
 //! ```toml
 //! listen = "0.0.0.0:9876"
 //! broker_expiry_ms = 120000
+//! log_format = "text"  # or "json"
 //! ```
 
 use std::net::SocketAddr;
@@ -13,6 +14,7 @@ use serde::Deserialize;
 
 use crate::config_file::ConfigError;
 use crate::config_file::parse_toml;
+use crate::logging::LogFormat;
 use crate::server::BROKER_EXPIRY_DEFAULT;
 use crate::server::LISTEN_DEFAULT;
 use crate::server::NameServerConfig;
@@ -26,6 +28,9 @@ pub struct NameServerSettings {
     /// A broker node not heard from for this many milliseconds is dropped
     /// ([`BROKER_EXPIRY_DEFAULT`]).
     pub broker_expiry_ms: Option<u64>,
+    /// How log lines are written.
+    #[serde(default)]
+    pub log_format: LogFormat,
 }
 
 impl NameServerSettings {
@@ -84,6 +89,7 @@ mod tests {
             ("colour = \"blue\"\n", "colour"),
             ("listen = \"nowhere\"\n", "listen"),
             ("broker_expiry_ms = \"soon\"\n", "broker_expiry_ms"),
+            ("log_format = \"yaml\"\n", "log_format"),
         ] {
             let error = NameServerSettings::from_toml(text).expect_err(text);
             assert_eq!(error.key, key, "{error}");

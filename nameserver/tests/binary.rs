@@ -81,3 +81,36 @@ fn given_a_bad_setting_in_a_flag_or_the_file_it_refuses_to_start_naming_the_key(
     assert!(stderr.contains("--broker-expiry-ms"), "{stderr}");
     Ok(())
 }
+
+#[test]
+fn given_log_format_json_each_log_line_is_a_json_object() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("nameserver.toml");
+    std::fs::write(&config, "listen = \"127.0.0.1:0\"\nlog_format = \"json\"\n")?;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nameserver"))
+        .args(["--config", config.to_str().unwrap_or_default()])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let logged: Vec<String> = BufReader::new(stdout)
+        .lines()
+        .take(100)
+        .map_while(Result::ok)
+        .take_while(|line| !line.starts_with("nameserver serving on "))
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!logged.is_empty(), "the start is logged");
+    for line in &logged {
+        assert!(
+            line.starts_with('{') && line.ends_with('}') && line.contains("\"level\":\"INFO\""),
+            "not a JSON log line: {line}"
+        );
+    }
+    Ok(())
+}

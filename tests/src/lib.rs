@@ -130,6 +130,7 @@ impl TestGroup {
                 delay_levels: TEST_DELAY_LEVELS.into(),
                 client_expiry_ms: 120_000,
                 pull_holds_max: rocketraft_broker::service::PULL_HOLDS_MAX_DEFAULT,
+                log_format: Default::default(),
                 data_dir: group.dir.path().join(format!("node-{id}")),
                 flush: FlushKind::Sync,
                 async_flush_interval_ms: 100,

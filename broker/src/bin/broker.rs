@@ -8,7 +8,6 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -18,6 +17,8 @@ use clap::Subcommand;
 use rocketraft_broker::config::BrokerConfig;
 use rocketraft_broker::node::BrokerNode;
 use rocketraft_broker::node::NodeOptions;
+use rocketraft_nameserver::logging::LogFormat;
+use rocketraft_nameserver::logging::init_logging;
 use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::server::NameServerConfig;
 
@@ -83,16 +84,11 @@ enum Command {
     },
 }
 
+/// What is logged when `RUST_LOG` is unset.
+const LOG_FILTER_DEFAULT: &str = "info,openraft=warn";
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,openraft=warn".into()),
-        )
-        // Colour codes only for a terminal: a log written to a file stays plain text.
-        .with_ansi(std::io::stdout().is_terminal())
-        .init();
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Dev {
@@ -111,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
                 namesrv_listen,
                 delay_levels: delay_levels.clone(),
             };
+            init_logging(LogFormat::Text, LOG_FILTER_DEFAULT);
             run_dev(dev).await
         }
         None => run_node(cli).await,
@@ -119,6 +116,7 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run_node(cli: Cli) -> anyhow::Result<()> {
     let config = node_config(&cli)?;
+    init_logging(config.log_format, LOG_FILTER_DEFAULT);
     let node = BrokerNode::start(config, NodeOptions::default()).await?;
     println!("broker node {} serving on {}", node.node_id(), node.addr());
     tokio::signal::ctrl_c().await.context("wait for ctrl-c")?;

@@ -1,11 +1,11 @@
 //! `nameserver`: runs the route registry until Ctrl-C.
 
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
+use rocketraft_nameserver::logging::init_logging;
 use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::settings::NameServerSettings;
 
@@ -25,13 +25,6 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        // Colour codes only for a terminal: a log written to a file stays plain text.
-        .with_ansi(std::io::stdout().is_terminal())
-        .init();
     let cli = Cli::parse();
     let mut settings = match &cli.config {
         Some(path) => {
@@ -45,6 +38,7 @@ async fn main() -> anyhow::Result<()> {
     settings.listen = cli.listen.or(settings.listen);
     settings.broker_expiry_ms = cli.broker_expiry_ms.or(settings.broker_expiry_ms);
     let (listen, config) = settings.resolve()?;
+    init_logging(settings.log_format, "info");
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("bind {listen}"))?;
