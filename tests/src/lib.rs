@@ -141,6 +141,8 @@ impl TestGroup {
             config.store.commit_log_segment_bytes = COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
             config.store.consume_queue_units_per_segment = 1024;
             config.store.raft_log_segment_bytes = 1024 * 1024;
+            // Small index files: tests that send thousands of messages roll them.
+            config.store.index_entries_per_file = 4096;
             tune(&mut config);
             let node = BrokerNode::start_on(config.clone(), listener, group.node_options()).await?;
             group.nodes.insert(id, node);

@@ -21,6 +21,11 @@ use rocketraft_client::group::BrokerGroupClient;
 
 /// Nodes of each drill broker group.
 pub const DRILL_GROUP_NODES: u64 = 3;
+/// File sizes of drill nodes: files are preallocated, and the defaults (1 GiB CommitLog
+/// segments, 84 MB index files) would take over a gigabyte of disk per node for a drill that
+/// writes a few tens of megabytes. Smaller files also make a long drill roll them.
+const DRILL_STORE_SIZES: &str =
+    "commit_log_segment_bytes = 67108864\nindex_entries_per_file = 1000000\n";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -438,10 +443,11 @@ fn write_config(
         "cluster = \"DrillCluster\"\ngroup = \"{group}\"\nnode_id = {id}\nlisten = \"{listen}\"\n\
          data_dir = \"{data}\"\nflush = \"sync\"\nauto_create_topic = true\nenable_fault_injection = true\n\
          namesrv = [\"{nameserver}\"]\nregister_interval_ms = 1000\ndelay_levels = \"{levels}\"\n\
-         [raft]\n{timings}[peers]\n{peers}",
+         [raft]\n{timings}[store]\n{store}[peers]\n{peers}",
         listen = addrs[id as usize - 1],
         data = spec.work_dir.join(format!("{group}-{id}")).display(),
         levels = spec.delay_levels,
+        store = DRILL_STORE_SIZES,
     );
     let path = spec.work_dir.join(format!("{group}-{id}.toml"));
     std::fs::write(&path, config).map_err(io(format!("write {}", path.display())))?;
