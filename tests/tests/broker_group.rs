@@ -355,7 +355,7 @@ async fn given_short_compaction_interval_should_purge_every_log_and_keep_serving
     send_many(&group, 600, 8).await?;
     info!("--- every node compacts its own log behind its snapshot");
     for id in 1..=3 {
-        wait_for("the log to be purged", LEADER_TIMEOUT, || async {
+        wait_for("the log to be purged", CONVERGE_TIMEOUT, || async {
             let status = group.status(id).await.ok()?;
             (status.last_purged_index? > 0).then_some(())
         })

@@ -20,6 +20,8 @@ pub const COMPACTION_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
 pub const RETAINED_ENTRIES_DEFAULT: u64 = 1024;
 /// How long one compaction may wait for its snapshot and purge.
 const COMPACTION_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a compaction waits for the snapshot it asked for before it asks again.
+const SNAPSHOT_ASK_AGAIN: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum CompactionError {
@@ -43,19 +45,27 @@ pub async fn compact_log(
         .borrow_watched()
         .last_applied
         .map_or(0, |log_id| log_id.index);
-    raft.trigger()
-        .snapshot()
-        .await
-        .map_err(|e| raft_error(&e))?;
-    let snapshot_index = loop {
-        let snapshot = metrics.borrow_watched().snapshot;
-        if let Some(log_id) = snapshot.filter(|log_id| log_id.index >= applied) {
-            break log_id.index;
-        }
-        tokio::time::timeout_at(deadline, metrics.changed())
+    // openraft drops a trigger while a snapshot is being built, and that one may predate
+    // `applied`: ask again every SNAPSHOT_ASK_AGAIN until a snapshot covers it.
+    let snapshot_index = 'snapshot: loop {
+        raft.trigger()
+            .snapshot()
             .await
-            .map_err(|_| CompactionError::Timeout("snapshot"))?
             .map_err(|e| raft_error(&e))?;
+        let ask_again = (tokio::time::Instant::now() + SNAPSHOT_ASK_AGAIN).min(deadline);
+        loop {
+            let snapshot = metrics.borrow_watched().snapshot;
+            if let Some(log_id) = snapshot.filter(|log_id| log_id.index >= applied) {
+                break 'snapshot log_id.index;
+            }
+            match tokio::time::timeout_at(ask_again, metrics.changed()).await {
+                Ok(changed) => changed.map_err(|e| raft_error(&e))?,
+                Err(_) if ask_again >= deadline => {
+                    return Err(CompactionError::Timeout("snapshot"));
+                }
+                Err(_) => continue 'snapshot,
+            }
+        }
     };
     let purge_upto = snapshot_index.saturating_sub(retained);
     let purged = metrics.borrow_watched().purged.map(|log_id| log_id.index);
