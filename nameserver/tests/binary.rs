@@ -1,10 +1,43 @@
 //! The `nameserver` binary: starts on the address it is given (a flag over its config file)
-//! and says where it serves; refuses a bad setting with an error naming the key. The process is killed when the test ends.
+//! and says where it serves; refuses a bad setting with an error naming the key. Each process is killed when its test
+//! has read what it needs.
 
 use std::io::BufRead;
 use std::io::BufReader;
 use std::process::Command;
 use std::process::Stdio;
+
+/// Starts `nameserver` with `args` and reads its stdout up to the "serving on" line; the
+/// process is killed then. Returns the lines logged before it and the address it names.
+fn start_until_serving(args: &[&str]) -> anyhow::Result<(Vec<String>, std::net::SocketAddr)> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nameserver"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let mut logged = Vec::new();
+    let mut serving = None;
+    for line in BufReader::new(stdout)
+        .lines()
+        .take(100)
+        .map_while(Result::ok)
+    {
+        if let Some(addr) = line.trim().strip_prefix("nameserver serving on ") {
+            serving = Some(addr.to_owned());
+            break;
+        }
+        logged.push(line);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let addr = serving.ok_or_else(|| anyhow::anyhow!("no \"nameserver serving on\" line"))?;
+    Ok((logged, addr.parse()?))
+}
 
 #[test]
 fn given_port_zero_it_serves_and_says_where() -> anyhow::Result<()> {
@@ -15,34 +48,12 @@ fn given_port_zero_it_serves_and_says_where() -> anyhow::Result<()> {
         &config,
         "listen = \"192.0.2.1:9876\"\nbroker_expiry_ms = 60000\n",
     )?;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nameserver"))
-        .args([
-            "--config",
-            config.to_str().unwrap_or_default(),
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    // Log lines may come first.
-    let serving = BufReader::new(stdout)
-        .lines()
-        .take(100)
-        .map_while(Result::ok)
-        .find_map(|line| {
-            line.trim()
-                .strip_prefix("nameserver serving on ")
-                .map(str::to_owned)
-        });
-    let _ = child.kill();
-    let _ = child.wait();
-    let addr = serving.ok_or_else(|| anyhow::anyhow!("no \"nameserver serving on\" line"))?;
-    let addr: std::net::SocketAddr = addr.parse()?;
+    let (_, addr) = start_until_serving(&[
+        "--config",
+        config.to_str().unwrap_or_default(),
+        "--listen",
+        "127.0.0.1:0",
+    ])?;
     assert_ne!(addr.port(), 0, "the port the OS picked");
     Ok(())
 }
@@ -87,24 +98,7 @@ fn given_log_format_json_each_log_line_is_a_json_object() -> anyhow::Result<()> 
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("nameserver.toml");
     std::fs::write(&config, "listen = \"127.0.0.1:0\"\nlog_format = \"json\"\n")?;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nameserver"))
-        .args(["--config", config.to_str().unwrap_or_default()])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let logged: Vec<String> = BufReader::new(stdout)
-        .lines()
-        .take(100)
-        .map_while(Result::ok)
-        .take_while(|line| !line.starts_with("nameserver serving on "))
-        .collect();
-    let _ = child.kill();
-    let _ = child.wait();
+    let (logged, _) = start_until_serving(&["--config", config.to_str().unwrap_or_default()])?;
     assert!(!logged.is_empty(), "the start is logged");
     for line in &logged {
         assert!(

@@ -62,21 +62,19 @@ pub fn pairs(encoded: &[u8]) -> impl Iterator<Item = Result<(&str, &str), Malfor
 /// CommitLog were checked whole by [`validate`] when they were sent, and looking up a
 /// property is on the path of every record dispatched.
 pub fn find<'a>(encoded: &'a [u8], key: &str) -> Result<Option<&'a str>, MalformedProperty> {
-    let key = key.as_bytes();
     for pair in encoded.split(|b| *b == PROPERTY_SEPARATOR) {
         let Some(value) = pair
-            .strip_prefix(key)
+            .strip_prefix(key.as_bytes())
             .and_then(|rest| rest.strip_prefix(&[NAME_VALUE_SEPARATOR]))
         else {
             continue;
         };
-        let key = String::from_utf8_lossy(key);
         if value.contains(&NAME_VALUE_SEPARATOR) {
-            return Err(malformed(&key, "value contains \\x01"));
+            return Err(malformed(key, "value contains \\x01"));
         }
         return std::str::from_utf8(value)
             .map(Some)
-            .map_err(|_utf8| malformed(&key, "not UTF-8"));
+            .map_err(|_utf8| malformed(key, "not UTF-8"));
     }
     Ok(None)
 }

@@ -106,14 +106,6 @@ impl<'de> Visitor<'de> for SharedBytes {
     fn visit_byte_buf<E>(self, bytes: Vec<u8>) -> Result<Bytes, E> {
         Ok(Bytes::from(bytes))
     }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Bytes, A::Error> {
-        let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(byte) = seq.next_element()? {
-            bytes.push(byte);
-        }
-        Ok(Bytes::from(bytes))
-    }
 }
 
 /// Whether `part` lies within `buffer`'s memory.

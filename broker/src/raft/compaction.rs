@@ -47,24 +47,25 @@ pub async fn compact_log(
         .map_or(0, |log_id| log_id.index);
     // openraft drops a trigger while a snapshot is being built, and that one may predate
     // `applied`: ask again every SNAPSHOT_ASK_AGAIN until a snapshot covers it.
-    let snapshot_index = 'snapshot: loop {
-        raft.trigger()
-            .snapshot()
-            .await
-            .map_err(|e| raft_error(&e))?;
-        let ask_again = (tokio::time::Instant::now() + SNAPSHOT_ASK_AGAIN).min(deadline);
-        loop {
-            let snapshot = metrics.borrow_watched().snapshot;
-            if let Some(log_id) = snapshot.filter(|log_id| log_id.index >= applied) {
-                break 'snapshot log_id.index;
-            }
-            match tokio::time::timeout_at(ask_again, metrics.changed()).await {
-                Ok(changed) => changed.map_err(|e| raft_error(&e))?,
-                Err(_) if ask_again >= deadline => {
-                    return Err(CompactionError::Timeout("snapshot"));
-                }
-                Err(_) => continue 'snapshot,
-            }
+    let mut ask_at = tokio::time::Instant::now();
+    let snapshot_index = loop {
+        let snapshot = metrics.borrow_watched().snapshot;
+        if let Some(log_id) = snapshot.filter(|log_id| log_id.index >= applied) {
+            break log_id.index;
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Err(CompactionError::Timeout("snapshot"));
+        }
+        if now >= ask_at {
+            raft.trigger()
+                .snapshot()
+                .await
+                .map_err(|e| raft_error(&e))?;
+            ask_at = (now + SNAPSHOT_ASK_AGAIN).min(deadline);
+        }
+        if let Ok(changed) = tokio::time::timeout_at(ask_at, metrics.changed()).await {
+            changed.map_err(|e| raft_error(&e))?;
         }
     };
     let purge_upto = snapshot_index.saturating_sub(retained);

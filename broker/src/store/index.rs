@@ -350,13 +350,17 @@ impl Index {
     /// pair older than the last entry is an error (entries must stay in offset order).
     pub fn add(&mut self, key: &str, offset: i64) -> Result<(), StoreError> {
         let hash = key_hash(key);
-        if self.contains(hash, offset) {
-            return Ok(());
-        }
+        // The common add, a record newer than every entry, reads no chain: only a pair at or
+        // before the last offset (a record's second key, a re-dispatch) may be stored.
         if let Some(last) = self.last_offset()
-            && offset < last
+            && offset <= last
         {
-            return Err(StoreError::IndexOutOfOrder { offset, last });
+            if self.contains(hash, offset) {
+                return Ok(());
+            }
+            if offset < last {
+                return Err(StoreError::IndexOutOfOrder { offset, last });
+            }
         }
         if self.newest().is_full() {
             let sequence = self.newest().map.start_offset() + 1;
@@ -366,14 +370,9 @@ impl Index {
         self.newest().push(hash, offset)
     }
 
-    /// Whether the pair is stored. Entries are in offset order, so a pair past the last
-    /// entry reads nothing, and otherwise only the slot entries at or after `offset` are
-    /// read, in the files that can hold them.
+    /// Whether the pair is stored. Entries are in offset order, so only the slot entries at
+    /// or after `offset` are read, in the files that can hold them.
     fn contains(&self, hash: u64, offset: i64) -> bool {
-        if self.last_offset().is_none_or(|last| last < offset) {
-            // The common add: a record newer than every entry.
-            return false;
-        }
         for file in self.files.iter().rev() {
             if file
                 .slot_entries(hash)
