@@ -275,6 +275,11 @@ impl BrokerNode {
         &self.group
     }
 
+    #[cfg(test)]
+    pub(crate) fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
     /// Takes a snapshot and purges the whole Raft log behind it, as compaction does with
     /// a retained tail; returns the index purged up to. A follower that needs a purged
     /// entry is sent the snapshot.

@@ -26,4 +26,6 @@ pub mod service;
 pub mod setup;
 pub mod snapshot;
 pub mod state_machine;
+#[cfg(test)]
+mod transport_tests;
 pub mod types;

@@ -1,0 +1,261 @@
+//! Tests of the Raft transport as a whole: `network`'s `PeerClient` calling `service`'s
+//! `RaftService` of a real one-node group over real gRPC on 127.0.0.1, so both halves of
+//! every RPC (encoding, status mapping, refusals) are exercised together.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::BasicNode;
+use openraft::RaftNetworkFactory;
+use openraft::errors::RPCError;
+use openraft::network::NetStreamAppend;
+use openraft::network::NetVote;
+use openraft::network::RPCOption;
+use openraft::raft::AppendEntriesRequest;
+use openraft::raft::StreamAppendError;
+use openraft::raft::VoteRequest;
+use rocketraft_proto::raft as pb;
+use rocketraft_proto::raft::raft_client::RaftClient;
+use tempfile::TempDir;
+
+use crate::config::BrokerConfig;
+use crate::config::COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
+use crate::node::BrokerNode;
+use crate::node::NodeOptions;
+use crate::raft::faults::FaultPlan;
+use crate::raft::network::NetworkFactory;
+use crate::raft::network::PeerClient;
+use crate::raft::role::leader_ready;
+use crate::raft::types::NodeId;
+use crate::raft::types::TypeConfig;
+use crate::raft::types::Vote;
+
+/// The node id the tests' client speaks as; not a member of the group.
+const STRANGER: NodeId = 9;
+const RPC_TTL: Duration = Duration::from_secs(5);
+
+/// A one-node group (node 1) that leads, and its fault plan.
+struct OneNode {
+    node: BrokerNode,
+    faults: Arc<FaultPlan>,
+    _dir: TempDir,
+}
+
+impl OneNode {
+    async fn start() -> OneNode {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let config = BrokerConfig::from_toml(&format!(
+            r#"
+            group = "broker-a"
+            node_id = 1
+            listen = "{addr}"
+            peers = {{ 1 = "{addr}" }}
+            data_dir = "{dir}"
+            bootstrap = true
+            raft = {{ heartbeat_interval_ms = 50, election_timeout_min_ms = 200, election_timeout_max_ms = 400 }}
+            store = {{ commit_log_segment_bytes = {segment}, consume_queue_units_per_segment = 1024, raft_log_segment_bytes = 1048576, index_entries_per_file = 1024 }}
+            "#,
+            dir = dir.path().display(),
+            segment = COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER,
+        ))
+        .expect("config");
+        let faults = Arc::new(FaultPlan::new(7));
+        let node = BrokerNode::start_on(
+            config,
+            listener,
+            NodeOptions {
+                faults: Some(faults.clone()),
+            },
+        )
+        .await
+        .expect("start");
+        tokio::time::timeout(RPC_TTL, leader_ready(node.raft()))
+            .await
+            .expect("the founding node leads in time")
+            .expect("raft running");
+        OneNode {
+            node,
+            faults,
+            _dir: dir,
+        }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.node.addr()
+    }
+}
+
+async fn peer_client(addr: &str, faults: Option<Arc<FaultPlan>>) -> PeerClient {
+    NetworkFactory::new(STRANGER, faults)
+        .new_client(
+            1,
+            &BasicNode {
+                addr: addr.to_owned(),
+            },
+        )
+        .await
+}
+
+fn stale_vote_request() -> VoteRequest<TypeConfig> {
+    VoteRequest::new(Vote::new(0, STRANGER), None)
+}
+
+#[tokio::test]
+async fn a_stale_vote_is_answered_with_the_nodes_own_vote() {
+    let group = OneNode::start().await;
+    let mut client = peer_client(&group.addr().to_string(), None).await;
+
+    let vote = client
+        .vote(stale_vote_request(), RPCOption::new(RPC_TTL))
+        .await
+        .expect("vote answered");
+    assert!(!vote.vote_granted, "a term-0 candidate must not be granted");
+    assert!(vote.vote.leader_id().term >= 1, "answered {:?}", vote.vote);
+    assert_eq!(vote.vote.leader_id().voted_for, 1);
+    assert!(vote.last_log_id.is_some(), "the founding entries are named");
+
+    let pre_vote = client
+        .pre_vote(stale_vote_request(), RPCOption::new(RPC_TTL))
+        .await
+        .expect("pre-vote answered");
+    assert!(!pre_vote.vote_granted);
+    group.node.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stale_append_stream_is_refused_with_the_higher_vote() {
+    use futures::StreamExt;
+    let group = OneNode::start().await;
+    let mut client = peer_client(&group.addr().to_string(), None).await;
+    let request = AppendEntriesRequest::<TypeConfig> {
+        vote: Vote::new_committed(0, STRANGER),
+        prev_log_id: None,
+        entries: Vec::new(),
+        leader_commit: None,
+    };
+
+    let mut results = client
+        .stream_append(futures::stream::iter([request]), RPCOption::new(RPC_TTL))
+        .await
+        .expect("stream opened");
+    let first = tokio::time::timeout(RPC_TTL, results.next())
+        .await
+        .expect("answered in time")
+        .expect("one result")
+        .expect("not a transport error");
+    match first {
+        Err(StreamAppendError::HigherVote(vote)) => {
+            assert_eq!(vote.leader_id().voted_for, 1);
+        }
+        other => panic!("expected HigherVote, got {other:?}"),
+    }
+    drop(results);
+    group.node.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_isolated_node_refuses_rpcs_and_its_peer_sees_it_unreachable() {
+    let group = OneNode::start().await;
+    group.faults.isolate(1);
+    // The client has no faults of its own: the refusal comes from the server.
+    let mut client = peer_client(&group.addr().to_string(), None).await;
+
+    let error = client
+        .vote(stale_vote_request(), RPCOption::new(RPC_TTL))
+        .await
+        .expect_err("refused while isolated");
+    assert!(
+        matches!(&error, RPCError::Unreachable(_)),
+        "an unavailable peer is unreachable, not a network error: {error:?}"
+    );
+    assert!(error.to_string().contains("partitioned"), "{error}");
+
+    group.faults.heal();
+    client
+        .vote(stale_vote_request(), RPCOption::new(RPC_TTL))
+        .await
+        .expect("answered once healed");
+    group.node.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_snapshot_stream_without_its_header_is_refused_and_installs_nothing() {
+    use pb::snapshot_chunk::Chunk;
+    let group = OneNode::start().await;
+    let mut raw = RaftClient::connect(format!("http://{}", group.addr()))
+        .await
+        .expect("connect");
+    let end_before = group.node.group().store().commit_log_max_offset();
+
+    let headless = futures::stream::iter([pb::SnapshotChunk {
+        chunk: Some(Chunk::CommitLogBytes(vec![1, 2, 3].into())),
+    }]);
+    let status = raw.install_snapshot(headless).await.expect_err("no header");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("header"), "{status}");
+
+    let garbage_header = futures::stream::iter([pb::SnapshotChunk {
+        chunk: Some(Chunk::Header(vec![0xff; 3].into())),
+    }]);
+    let status = raw
+        .install_snapshot(garbage_header)
+        .await
+        .expect_err("undecodable header");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+
+    assert_eq!(
+        group.node.group().store().commit_log_max_offset(),
+        end_before
+    );
+    group.node.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_peer_that_does_not_listen_is_unreachable() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    drop(listener);
+    let mut client = peer_client(&addr.to_string(), None).await;
+
+    let error = client
+        .vote(stale_vote_request(), RPCOption::new(RPC_TTL))
+        .await
+        .expect_err("nobody listens");
+    assert!(matches!(error, RPCError::Unreachable(_)), "{error:?}");
+}
+
+#[tokio::test]
+async fn an_address_that_is_no_uri_is_unreachable_and_named() {
+    let mut client = peer_client("not an address\n", None).await;
+
+    let error = client
+        .vote(stale_vote_request(), RPCOption::new(RPC_TTL))
+        .await
+        .expect_err("bad address");
+    assert!(matches!(error, RPCError::Unreachable(_)), "{error:?}");
+    assert!(error.to_string().contains("bad peer address"), "{error}");
+}
+
+/// A dropped RPC fails when its deadline would have passed, as a lost packet does, not at
+/// once (which would make openraft retry in a hot loop). Paused time: no I/O happens.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_rpc_fails_after_its_deadline_not_at_once() {
+    let faults = Arc::new(FaultPlan::new(1));
+    faults.isolate(STRANGER);
+    let mut client = peer_client("127.0.0.1:1", Some(faults)).await;
+    let ttl = Duration::from_millis(700);
+
+    let started = tokio::time::Instant::now();
+    let error = client
+        .vote(stale_vote_request(), RPCOption::new(ttl))
+        .await
+        .expect_err("dropped");
+    assert_eq!(started.elapsed(), ttl);
+    assert!(matches!(error, RPCError::Unreachable(_)), "{error:?}");
+    assert!(error.to_string().contains("dropped"), "{error}");
+}
