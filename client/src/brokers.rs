@@ -8,6 +8,7 @@
 //! A leader that could not be reached is suspected for a while: the route and the followers
 //! keep naming it until a new leader is elected, and a paused process accepts connections
 //! but never answers, so second-hand reports of it are ignored until it answers itself.
+//! Pauses and suspicions run on tokio's clock, so tests can pause and advance it.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -15,9 +16,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
-use std::time::Instant;
 
 use rocketraft_proto::broker::broker_client::BrokerClient;
+use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::clients::BrokerClients;
@@ -136,7 +137,7 @@ impl Brokers {
         F: Fn(BrokerClient<Channel>, bool) -> Fut,
         Fut: Future<Output = Result<T, tonic::Status>>,
     {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = Instant::now() + timeout;
         let mut pause = RETRY_PAUSE_MIN;
         let mut called = false;
         loop {
@@ -162,7 +163,7 @@ impl Brokers {
                     },
                 },
             };
-            if tokio::time::Instant::now() + pause >= deadline {
+            if Instant::now() + pause >= deadline {
                 return Err(CallError::Unavailable {
                     group: group.to_owned(),
                     timeout,
@@ -244,5 +245,123 @@ impl Brokers {
         self.groups
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rocketraft_proto::common::ResponseCode;
+    use rocketraft_proto::perm::PERM_READ;
+    use rocketraft_proto::perm::PERM_WRITE;
+
+    use super::*;
+    use crate::route::test_group;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    /// A route of topic `T` in which `group` has nodes 1..=3 (ports 1001..=1003), led by
+    /// `leader`.
+    fn route(group: &str, leader: Option<SocketAddr>) -> TopicRoute {
+        let mut queues = test_group(group, 4, PERM_READ | PERM_WRITE);
+        queues.leader = leader;
+        queues.nodes = vec![addr(1001), addr(1002), addr(1003)];
+        TopicRoute::new("T".into(), vec![queues])
+    }
+
+    /// A client that knows no nameserver: these tests feed it routes themselves.
+    fn brokers() -> Brokers {
+        Brokers::new(RouteCache::new(Vec::new(), Duration::from_secs(30)))
+    }
+
+    fn not_leader(hint: Option<SocketAddr>) -> tonic::Status {
+        let hint = hint.map(|addr| addr.to_string());
+        rocketraft_proto::error_status(
+            tonic::Code::FailedPrecondition,
+            ResponseCode::NotLeader,
+            "not the leader".into(),
+            hint.as_deref(),
+        )
+    }
+
+    #[test]
+    fn a_route_names_the_leader_and_a_not_leader_hint_moves_it() {
+        let brokers = brokers();
+        brokers.learn(&route("broker-b", Some(addr(1002))));
+        brokers.learn(&route("broker-a", Some(addr(1001))));
+        assert_eq!(brokers.known_groups(), ["broker-a", "broker-b"]);
+        assert_eq!(brokers.known_leader("broker-a"), Some(addr(1001)));
+
+        brokers.leader_failed("broker-a", &not_leader(Some(addr(1003))));
+        assert_eq!(brokers.known_leader("broker-a"), Some(addr(1003)));
+        assert_eq!(brokers.known_leader("broker-b"), Some(addr(1002)));
+    }
+
+    /// A leader that failed without naming another is suspected: routes that still name it
+    /// are not believed until `SUSPECT_FOR` has passed.
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_that_failed_is_not_learned_again_until_its_suspicion_ends() {
+        let brokers = brokers();
+        let stale = route("broker-a", Some(addr(1001)));
+        brokers.learn(&stale);
+
+        brokers.leader_failed(
+            "broker-a",
+            &tonic::Status::unavailable("connection refused"),
+        );
+        assert_eq!(brokers.known_leader("broker-a"), None);
+        brokers.learn(&stale);
+        assert_eq!(brokers.known_leader("broker-a"), None, "still suspected");
+
+        tokio::time::advance(SUSPECT_FOR - Duration::from_millis(1)).await;
+        brokers.learn(&stale);
+        assert_eq!(
+            brokers.known_leader("broker-a"),
+            None,
+            "suspected to the end"
+        );
+
+        tokio::time::advance(Duration::from_millis(1)).await;
+        brokers.learn(&stale);
+        assert_eq!(brokers.known_leader("broker-a"), Some(addr(1001)));
+    }
+
+    #[test]
+    fn a_suspected_leader_does_not_hide_a_new_one() {
+        let brokers = brokers();
+        brokers.learn(&route("broker-a", Some(addr(1001))));
+        brokers.leader_failed("broker-a", &tonic::Status::unavailable("gone"));
+
+        brokers.learn(&route("broker-a", Some(addr(1002))));
+        assert_eq!(brokers.known_leader("broker-a"), Some(addr(1002)));
+    }
+
+    /// With no node to ask, a call waits with growing pauses (50, 100, 100… ms) and gives up
+    /// before its deadline rather than after it, naming why; the call itself never runs.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_to_a_group_nobody_knows_gives_up_within_its_deadline() {
+        let brokers = brokers();
+        let timeout = Duration::from_secs(1);
+        let started = Instant::now();
+
+        let result: Result<(), CallError> = brokers
+            .on_leader("broker-z", timeout, |_, _| async {
+                panic!("no leader, so no call")
+            })
+            .await;
+
+        let waited = started.elapsed();
+        match result {
+            Err(CallError::Unavailable {
+                group, last_error, ..
+            }) => {
+                assert_eq!(group, "broker-z");
+                assert_eq!(last_error, "no node knows a leader");
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+        // 50 + 9 x 100 ms: one more pause would have passed the deadline.
+        assert_eq!(waited, Duration::from_millis(950));
     }
 }

@@ -1,20 +1,21 @@
 //! Topic routes from the nameservers, cached: which broker groups serve a topic, their
 //! queues, nodes and leaders. A route is refreshed when it is older than its time to live,
 //! and at once when a call hits `NOT_LEADER` or a dead node. Concurrent lookups of one topic
-//! share one query, and each nameserver is reached over one reused connection.
+//! share one query, and each nameserver is reached over one reused connection. Ages are read
+//! from tokio's clock, so tests can pause and advance it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
-use std::time::Instant;
 
 use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::nameserver as pb;
 use rocketraft_proto::nameserver::name_server_client::NameServerClient;
 use rocketraft_proto::perm::PERM_READ;
 use rocketraft_proto::perm::PERM_WRITE;
+use tokio::time::Instant;
 use tonic::transport::Channel;
 
 /// How long a cached route is used before it is fetched again (RocketMQ's default).
@@ -338,5 +339,63 @@ mod tests {
         assert_eq!(route.write_queue_count(), 3);
         let queues: Vec<_> = (0..4).map(|n| route.write_queue(n)).collect();
         assert_eq!(queues, [Some((0, 0)), Some((0, 1)), Some((2, 0)), None]);
+    }
+
+    /// A nameserver on port 0 that routes topic `T` to group `broker-a` led by `leader`.
+    async fn nameserver_routing_t(leader: SocketAddr) -> rocketraft_nameserver::server::NameServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let nameserver =
+            rocketraft_nameserver::server::NameServer::start_on(listener, Default::default())
+                .expect("nameserver");
+        NameServerClient::connect(format!("http://{}", nameserver.addr()))
+            .await
+            .expect("connect")
+            .register_broker(pb::RegisterBrokerRequest {
+                cluster: "C".into(),
+                group: "broker-a".into(),
+                node_id: 1,
+                addr: leader.to_string(),
+                role: pb::Role::Leader.into(),
+                term: 1,
+                topics: vec![pb::TopicConfig {
+                    name: "T".into(),
+                    read_queue_count: 4,
+                    write_queue_count: 4,
+                    perm: PERM_READ | PERM_WRITE,
+                }],
+                auto_create_queue_count: 0,
+            })
+            .await
+            .expect("register");
+        nameserver
+    }
+
+    /// The cache answers from memory for exactly its time to live, then asks again (here
+    /// nobody, so the lookup fails instead of serving the stale route). Time is paused once
+    /// the route is cached, so the boundary is exact.
+    #[tokio::test]
+    async fn a_route_is_served_from_cache_for_its_ttl_and_asked_for_again_after() {
+        let leader: SocketAddr = "127.0.0.1:10911".parse().expect("addr");
+        let nameserver = nameserver_routing_t(leader).await;
+        let ttl = Duration::from_secs(30);
+        let cache = RouteCache::new(vec![nameserver.addr().to_string()], ttl);
+        let first = cache.route("T").await.expect("route");
+        assert_eq!(first.groups[0].leader, Some(leader));
+        assert_eq!(first.write_queue_count(), 4);
+        nameserver.shutdown().await;
+        tokio::time::pause();
+
+        tokio::time::advance(ttl - Duration::from_millis(1)).await;
+        let cached = cache.route("T").await.expect("still cached");
+        assert!(Arc::ptr_eq(&first, &cached), "served from the cache");
+
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let error = cache.route("T").await.expect_err("expired and asked again");
+        assert!(
+            matches!(error, RouteError::NameserversUnavailable { .. }),
+            "{error}"
+        );
     }
 }
