@@ -5,14 +5,15 @@
 //! new leader, which rebuilds it. Each member keeps its own subscription, so members that
 //! disagree are detected (RocketMQ lets them silently overwrite each other). Every change of
 //! a group's membership is published as a [`MembershipEvent`], so its clients rebalance at
-//! once. Time is an input; nothing here reads the clock.
+//! once. Time is an input of the registry (tokio's clock, so tests can pause it); only the
+//! expiry task reads it.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
-use std::time::Instant;
 
 use tokio::sync::broadcast;
+use tokio::time::Instant;
 
 /// A member is dropped after this long without a heartbeat (RocketMQ's default).
 pub const CLIENT_EXPIRY_DEFAULT: Duration = Duration::from_secs(120);
@@ -214,25 +215,34 @@ pub async fn run_consumer_registry(
     expiry: Duration,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
-    let mut roles = crate::raft::role::RoleWatch::new(&raft);
-    let mut role = roles.current();
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        () = expire_silent_members(&registry, expiry) => {}
+        () = forget_when_leadership_ends(crate::raft::role::RoleWatch::new(&raft), &registry) => {}
+    }
+}
+
+/// Drops members silent for `expiry`, looking every quarter of it: a member is gone at most
+/// `expiry * 5 / 4` after its last heartbeat. Never returns.
+async fn expire_silent_members(registry: &ConsumerRegistry, expiry: Duration) {
     let period = (expiry / 4).max(Duration::from_millis(10));
     loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(period) => {
-                registry.expire(Instant::now(), expiry);
-            }
-            changed = roles.changed_from(role) => match changed {
-                Some(changed) => {
-                    if role.is_leader && !changed.is_leader {
-                        registry.clear();
-                    }
-                    role = changed;
-                }
-                None => return,
-            },
+        tokio::time::sleep(period).await;
+        registry.expire(Instant::now(), expiry);
+    }
+}
+
+/// Clears the registry whenever leadership ends; returns once Raft has stopped.
+async fn forget_when_leadership_ends(
+    mut roles: crate::raft::role::RoleWatch,
+    registry: &ConsumerRegistry,
+) {
+    let mut role = roles.current();
+    while let Some(changed) = roles.changed_from(role).await {
+        if role.is_leader && !changed.is_leader {
+            registry.clear();
         }
+        role = changed;
     }
 }
 
@@ -242,6 +252,64 @@ mod tests {
 
     fn subscription(topic: &str, expression: &str) -> Subscriptions {
         [(topic.to_owned(), expression.to_owned())].into()
+    }
+
+    /// The expiry task looks every quarter of `expiry` and drops a member idle for `expiry`
+    /// or more, once per change; a member that keeps heartbeating stays. Paused time: the
+    /// instants below are exact.
+    #[tokio::test(start_paused = true)]
+    async fn the_expiry_task_drops_silent_members_at_its_first_look_past_expiry() {
+        let expiry = Duration::from_secs(120);
+        let look = expiry / 4;
+        let registry = std::sync::Arc::new(ConsumerRegistry::default());
+        let members = || -> Vec<String> {
+            registry
+                .members("G", Instant::now())
+                .into_iter()
+                .map(|member| member.client_id)
+                .collect()
+        };
+        let heartbeat = |client_id: &str| {
+            registry
+                .heartbeat("G", client_id, subscription("T", "*"), Instant::now())
+                .expect("heartbeat");
+        };
+        let task = tokio::spawn({
+            let registry = registry.clone();
+            async move { expire_silent_members(&registry, expiry).await }
+        });
+        // Lets the expiry task take its look at this instant first.
+        let pass = |duration| async move {
+            tokio::time::sleep(duration).await;
+            tokio::task::yield_now().await;
+        };
+
+        heartbeat("alive");
+        heartbeat("early");
+        pass(Duration::from_secs(10)).await;
+        heartbeat("late");
+        let mut events = registry.subscribe();
+        // Looks at 30, 60, 90 and 120 s; "alive" heartbeats just after each.
+        pass(look - Duration::from_secs(10)).await;
+        heartbeat("alive");
+        for _ in 0..3 {
+            pass(look).await;
+            heartbeat("alive");
+        }
+        assert_eq!(members(), ["alive", "late"], "early was idle exactly 120 s");
+        assert_eq!(
+            events.try_recv().ok(),
+            Some(MembershipEvent::GroupChanged("G".into()))
+        );
+        assert!(events.try_recv().is_err(), "one event per change");
+
+        pass(look).await;
+        assert_eq!(
+            members(),
+            ["alive"],
+            "late was idle 140 s at the look at 150 s"
+        );
+        task.abort();
     }
 
     #[test]

@@ -280,3 +280,131 @@ async fn pause(leading: &CancellationToken, duration: Duration) {
         () = tokio::time::sleep(duration) => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::metadata::Metadata;
+    use crate::metadata::PERM_READ;
+    use crate::metadata::PERM_WRITE;
+    use crate::metadata::TopicConfig;
+    use crate::schedule::delayed::broker_tags_code;
+    use crate::schedule::delayed::park;
+    use crate::store::MessageStore;
+    use crate::store::StoreConfig;
+    use crate::store::record::DecodedRecord;
+    use crate::store::record::MessageRecord;
+    use crate::store::record::decode;
+    use crate::store::record::tests::sample;
+
+    use super::*;
+
+    const LEVEL: u32 = 2;
+    const REAL_TOPIC: &str = "Orders";
+
+    /// A group whose level-2 schedule queue holds one parked `Orders` message per due time
+    /// (ms since the epoch), in that order. Time is an input of `collect_due`, so no clock
+    /// is read or waited for.
+    fn group_with_parked(dues: &[i64]) -> (tempfile::TempDir, GroupState) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = StoreConfig {
+            tags_code_fn: broker_tags_code,
+            ..StoreConfig::new(dir.path())
+        };
+        let (mut store, _) = MessageStore::open(config).expect("store");
+        let levels = DelayLevels::parse("1s 5s").expect("levels");
+        for (i, due) in dues.iter().enumerate() {
+            let mut record = sample(REAL_TOPIC, 3, format!("m{i}").as_bytes());
+            record.store_timestamp_ms = due - levels.delay(LEVEL).as_millis() as i64;
+            park(&mut record, LEVEL, &levels).expect("park");
+            store
+                .append(&record.encode().expect("encode"))
+                .expect("append");
+        }
+        let mut metadata = Metadata::default();
+        metadata.upsert_topic(TopicConfig {
+            name: REAL_TOPIC.into(),
+            read_queue_count: 4,
+            write_queue_count: 4,
+            perm: PERM_READ | PERM_WRITE,
+        });
+        (dir, GroupState::new(store, metadata))
+    }
+
+    fn restored(records: &[u8]) -> Vec<MessageRecord> {
+        let mut out = Vec::new();
+        let mut rest = records;
+        while !rest.is_empty() {
+            let DecodedRecord::Message(record) = decode(rest).expect("decode") else {
+                panic!("blank in a delivery")
+            };
+            let size = i32::from_be_bytes(rest[..4].try_into().expect("size")) as usize;
+            out.push(record);
+            rest = &rest[size..];
+        }
+        out
+    }
+
+    #[test]
+    fn an_empty_queue_has_nothing_due() {
+        let (_dir, group) = group_with_parked(&[]);
+        assert!(matches!(
+            collect_due(&group, LEVEL, 5_000).expect("due"),
+            Due::Empty
+        ));
+    }
+
+    #[test]
+    fn a_head_not_yet_due_names_its_due_time() {
+        let (_dir, group) = group_with_parked(&[10_000, 20_000]);
+        match collect_due(&group, LEVEL, 9_999).expect("due") {
+            Due::NotBefore(due) => assert_eq!(due, 10_000),
+            _ => panic!("nothing is due before 10 000"),
+        }
+    }
+
+    #[test]
+    fn the_due_prefix_is_delivered_restored_and_the_rest_waits() {
+        let (_dir, group) = group_with_parked(&[10_000, 10_000, 20_000]);
+
+        let Due::Batch {
+            from_offset,
+            next_offset,
+            records,
+            messages,
+        } = collect_due(&group, LEVEL, 10_000).expect("due")
+        else {
+            panic!("two messages are due at 10 000");
+        };
+        assert_eq!((from_offset, next_offset, messages), (0, 2, 2));
+        let delivered = restored(&records);
+        assert_eq!(delivered.len(), 2);
+        for record in &delivered {
+            assert_eq!((record.topic.as_str(), record.queue_id), (REAL_TOPIC, 3));
+            assert_eq!(record.store_timestamp_ms, 10_000);
+        }
+
+        group.metadata_mut().set_schedule_progress(LEVEL, 2);
+        match collect_due(&group, LEVEL, 10_000).expect("due") {
+            Due::NotBefore(due) => assert_eq!(due, 20_000),
+            _ => panic!("the third waits for 20 000"),
+        }
+    }
+
+    #[test]
+    fn a_message_whose_topic_is_gone_is_skipped_but_passed() {
+        let (_dir, group) = group_with_parked(&[10_000]);
+        group.metadata_mut().delete_topic(REAL_TOPIC);
+
+        let Due::Batch {
+            next_offset,
+            records,
+            messages,
+            ..
+        } = collect_due(&group, LEVEL, 10_000).expect("due")
+        else {
+            panic!("the progress must move past the dropped message");
+        };
+        assert_eq!((next_offset, messages), (1, 0));
+        assert!(records.is_empty());
+    }
+}

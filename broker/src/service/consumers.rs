@@ -6,11 +6,11 @@
 //! which the client sends at once when its calls hit the new leader.
 
 use std::pin::Pin;
-use std::time::Instant;
 
 use futures::Stream;
 use rocketraft_proto::broker as pb;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::time::Instant;
 
 use crate::consumer_registry::HEARTBEAT_SUBSCRIPTIONS_MAX;
 use crate::consumer_registry::MembershipEvent;
