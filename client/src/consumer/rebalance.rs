@@ -47,16 +47,42 @@ pub struct Assignment {
 pub async fn run_rebalance_loop(shared: Arc<Shared>, mut assignment: Assignment) -> Assignment {
     loop {
         let complete = rebalance(&shared, &mut assignment).await;
-        let next = if complete {
-            shared.config.rebalance_interval
-        } else {
-            shared.config.rebalance_interval.min(INCOMPLETE_ROUND_RETRY)
-        };
-        tokio::select! {
-            () = shared.shutdown.cancelled() => return assignment,
-            () = tokio::time::sleep(next) => {}
-            () = shared.rebalance_now.notified() => {}
+        let next = next_round(
+            complete,
+            shared.config.rebalance_interval,
+            &shared.rebalance_now,
+            &shared.shutdown,
+        );
+        if next.await == NextRound::Shutdown {
+            return assignment;
         }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum NextRound {
+    Due,
+    Shutdown,
+}
+
+/// Waits for the next round: `interval` after a `complete` round, at most
+/// [`INCOMPLETE_ROUND_RETRY`] after one that was not, at once when a membership watch asks
+/// for one (`rebalance_now`).
+async fn next_round(
+    complete: bool,
+    interval: Duration,
+    rebalance_now: &tokio::sync::Notify,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> NextRound {
+    let wait = if complete {
+        interval
+    } else {
+        interval.min(INCOMPLETE_ROUND_RETRY)
+    };
+    tokio::select! {
+        () = shutdown.cancelled() => NextRound::Shutdown,
+        () = tokio::time::sleep(wait) => NextRound::Due,
+        () = rebalance_now.notified() => NextRound::Due,
     }
 }
 
@@ -232,4 +258,64 @@ async fn start_offset(shared: &Shared, queue: &MessageQueue) -> Result<i64, Cons
         )
         .await
         .map_err(ConsumerError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::Notify;
+    use tokio::time::Instant;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+
+    /// How long `next_round` waits, on tokio's paused clock.
+    async fn waited(
+        complete: bool,
+        interval: Duration,
+        rebalance_now: &Notify,
+        shutdown: &CancellationToken,
+    ) -> (NextRound, Duration) {
+        let started = Instant::now();
+        let next = next_round(complete, interval, rebalance_now, shutdown).await;
+        (next, started.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rounds_come_every_interval_and_sooner_after_an_incomplete_one() {
+        let (now, shutdown) = (Notify::new(), CancellationToken::new());
+        let interval = Duration::from_secs(20);
+
+        assert_eq!(
+            waited(true, interval, &now, &shutdown).await,
+            (NextRound::Due, interval)
+        );
+        assert_eq!(
+            waited(false, interval, &now, &shutdown).await,
+            (NextRound::Due, INCOMPLETE_ROUND_RETRY)
+        );
+        let short = Duration::from_millis(300);
+        assert_eq!(
+            waited(false, short, &now, &shutdown).await,
+            (NextRound::Due, short),
+            "never later than the interval"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_membership_change_brings_the_round_forward_and_shutdown_ends_the_wait() {
+        let (now, shutdown) = (Notify::new(), CancellationToken::new());
+        let interval = Duration::from_secs(20);
+
+        // A change reported while the last round ran is not lost.
+        now.notify_one();
+        assert_eq!(
+            waited(true, interval, &now, &shutdown).await,
+            (NextRound::Due, Duration::ZERO)
+        );
+        shutdown.cancel();
+        assert_eq!(
+            waited(true, interval, &now, &shutdown).await,
+            (NextRound::Shutdown, Duration::ZERO)
+        );
+    }
 }
