@@ -3,7 +3,8 @@
 //! message.
 //!
 //! Sends enter a bounded queue; one task drains whatever is queued, up to
-//! [`GROUP_COMMIT_MESSAGES_MAX`] messages and [`GROUP_COMMIT_BYTES_MAX`] bytes, proposes it,
+//! [`GROUP_COMMIT_MESSAGES_MAX`] messages and [`GROUP_COMMIT_BYTES_MAX`] bytes (a send that
+//! does not fit opens the next batch; one larger than a cap goes alone), proposes it,
 //! and hands each send the offsets its messages got at apply time. Batches are proposed in
 //! queue order; up to [`GROUP_COMMIT_IN_FLIGHT_MAX`] wait for their commit at once, and the
 //! queue fills while they do, which is what makes the next batch large under load.
@@ -86,21 +87,33 @@ impl GroupCommit {
 
 async fn run(raft: Raft, mut queue: mpsc::Receiver<PendingSend>) {
     let in_flight = Arc::new(Semaphore::new(GROUP_COMMIT_IN_FLIGHT_MAX));
-    while let Some(first) = queue.recv().await {
+    // A send that did not fit the last batch; it opens the next one.
+    let mut carried: Option<PendingSend> = None;
+    loop {
+        let first = match carried.take() {
+            Some(send) => send,
+            None => match queue.recv().await {
+                Some(send) => send,
+                None => return,
+            },
+        };
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;
         };
-        let mut records = first.records;
-        let mut message_count = first.message_count;
-        let mut deduplicate = first.deduplicate;
-        let mut sends = vec![(first.message_count, first.reply)];
-        while message_count < GROUP_COMMIT_MESSAGES_MAX && records.len() < GROUP_COMMIT_BYTES_MAX {
-            let Ok(next) = queue.try_recv() else { break };
-            records.extend_from_slice(&next.records);
-            message_count += next.message_count;
-            deduplicate |= next.deduplicate;
-            sends.push((next.message_count, next.reply));
+        let mut batch = Batch::new(first);
+        while let Ok(next) = queue.try_recv() {
+            if !batch.has_room_for(&next) {
+                carried = Some(next);
+                break;
+            }
+            batch.push(next);
         }
+        let Batch {
+            records,
+            deduplicate,
+            sends,
+            ..
+        } = batch;
         let records = records.into();
         let command = if deduplicate {
             Command::AppendOnce { records }
@@ -128,6 +141,38 @@ async fn run(raft: Raft, mut queue: mpsc::Receiver<PendingSend>) {
     }
 }
 
+/// The sends of one `Append` entry, their records concatenated in queue order.
+struct Batch {
+    records: Vec<u8>,
+    message_count: usize,
+    deduplicate: bool,
+    sends: Vec<(usize, Reply)>,
+}
+
+impl Batch {
+    fn new(first: PendingSend) -> Batch {
+        Batch {
+            records: first.records,
+            message_count: first.message_count,
+            deduplicate: first.deduplicate,
+            sends: vec![(first.message_count, first.reply)],
+        }
+    }
+
+    /// Whether `send` fits within the caps (a first send always does).
+    fn has_room_for(&self, send: &PendingSend) -> bool {
+        self.message_count + send.message_count <= GROUP_COMMIT_MESSAGES_MAX
+            && self.records.len() + send.records.len() <= GROUP_COMMIT_BYTES_MAX
+    }
+
+    fn push(&mut self, send: PendingSend) {
+        self.records.extend_from_slice(&send.records);
+        self.message_count += send.message_count;
+        self.deduplicate |= send.deduplicate;
+        self.sends.push((send.message_count, send.reply));
+    }
+}
+
 /// Splits a batch's results back to the sends, in the order their records were batched.
 fn distribute(sends: Vec<(usize, Reply)>, appended: Vec<AppendedMessage>) {
     let expected: usize = sends.iter().map(|(count, _)| count).sum();
@@ -151,7 +196,112 @@ fn reply_all(sends: Vec<(usize, Reply)>, error: impl Fn() -> BrokerError) {
 
 #[cfg(test)]
 mod tests {
+    use futures::future::join_all;
+    use openraft::async_runtime::watch::WatchReceiver;
+
     use super::*;
+    use crate::store::record::tests::sample;
+    use crate::test_node::OneNode;
+
+    /// `count` encoded records on `TopicA` queue 0 with bodies of `body_bytes`, all with the
+    /// same `UNIQ_KEY` family `key`.
+    fn records(key: &str, count: usize, body_bytes: usize) -> Vec<u8> {
+        (0..count)
+            .flat_map(|i| {
+                let mut record = sample("TopicA", 0, &vec![b'x'; body_bytes]);
+                record
+                    .properties
+                    .insert(crate::store::properties::UNIQ_KEY, format!("{key}-{i}"))
+                    .expect("uniq");
+                record.encode().expect("encode")
+            })
+            .collect()
+    }
+
+    fn last_log_index(group: &OneNode) -> u64 {
+        group
+            .node
+            .raft()
+            .metrics()
+            .borrow_watched()
+            .last_log_index
+            .unwrap_or(0)
+    }
+
+    /// Sends queued together are proposed as one entry; each gets its own offsets.
+    #[tokio::test]
+    async fn concurrent_sends_share_one_entry_and_each_gets_its_own_offsets() {
+        let group = OneNode::start().await;
+        let commit = GroupCommit::start(group.node.raft().clone());
+        let before = last_log_index(&group);
+
+        let results =
+            join_all((0..100).map(|i| commit.append(records(&format!("m{i}"), 1, 100), 1, false)))
+                .await;
+
+        let mut offsets: Vec<i64> = results
+            .into_iter()
+            .map(|result| {
+                let appended = result.expect("stored");
+                assert_eq!(appended.len(), 1);
+                appended[0].queue_offset
+            })
+            .collect();
+        offsets.sort_unstable();
+        assert_eq!(offsets, (0..100).collect::<Vec<i64>>());
+        assert_eq!(last_log_index(&group) - before, 1, "one entry for all");
+        group.node.shutdown().await;
+    }
+
+    /// Five sends of 3 MiB: a batch takes two (6 MiB); a third would pass the 8 MiB cap and
+    /// opens the next batch instead.
+    #[tokio::test]
+    async fn a_send_that_would_pass_the_byte_cap_opens_the_next_batch() {
+        let group = OneNode::start().await;
+        let commit = GroupCommit::start(group.node.raft().clone());
+        let before = last_log_index(&group);
+        let mib = 1024 * 1024;
+        assert!(2 * 3 * mib <= GROUP_COMMIT_BYTES_MAX && 3 * 3 * mib > GROUP_COMMIT_BYTES_MAX);
+
+        let results = join_all(
+            (0..5).map(|i| commit.append(records(&format!("s{i}"), 3, mib - 512), 3, false)),
+        )
+        .await;
+
+        for result in results {
+            assert_eq!(result.expect("stored").len(), 3);
+        }
+        assert_eq!(
+            last_log_index(&group) - before,
+            3,
+            "batches of 2, 2 and 1 sends"
+        );
+        group.node.shutdown().await;
+    }
+
+    /// A producer's retry batched with its own first attempt is stored once; both get the
+    /// first copy's place.
+    #[tokio::test]
+    async fn a_retry_batched_with_its_attempt_is_stored_once() {
+        let group = OneNode::start().await;
+        let commit = GroupCommit::start(group.node.raft().clone());
+        let message = records("same", 1, 100);
+
+        let (attempt, retry) = tokio::join!(
+            commit.append(message.clone(), 1, false),
+            commit.append(message, 1, true)
+        );
+
+        let (attempt, retry) = (attempt.expect("stored"), retry.expect("answered"));
+        assert_eq!(attempt, retry);
+        let (_, max) = group
+            .node
+            .group()
+            .store()
+            .consume_queue_offsets("TopicA", 0);
+        assert_eq!(max, 1, "one copy in the queue");
+        group.node.shutdown().await;
+    }
 
     fn message(queue_offset: i64) -> AppendedMessage {
         AppendedMessage {

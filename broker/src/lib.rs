@@ -27,4 +27,6 @@ pub mod registration;
 pub mod schedule;
 pub mod service;
 pub mod store;
+#[cfg(test)]
+mod test_node;
 pub mod topic;

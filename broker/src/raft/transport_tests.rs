@@ -2,7 +2,6 @@
 //! `RaftService` of a real one-node group over real gRPC on 127.0.0.1, so both halves of
 //! every RPC (encoding, status mapping, refusals) are exercised together.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,78 +16,18 @@ use openraft::raft::StreamAppendError;
 use openraft::raft::VoteRequest;
 use rocketraft_proto::raft as pb;
 use rocketraft_proto::raft::raft_client::RaftClient;
-use tempfile::TempDir;
 
-use crate::config::BrokerConfig;
-use crate::config::COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
-use crate::node::BrokerNode;
-use crate::node::NodeOptions;
 use crate::raft::faults::FaultPlan;
 use crate::raft::network::NetworkFactory;
 use crate::raft::network::PeerClient;
-use crate::raft::role::leader_ready;
 use crate::raft::types::NodeId;
 use crate::raft::types::TypeConfig;
 use crate::raft::types::Vote;
+use crate::test_node::OneNode;
 
 /// The node id the tests' client speaks as; not a member of the group.
 const STRANGER: NodeId = 9;
 const RPC_TTL: Duration = Duration::from_secs(5);
-
-/// A one-node group (node 1) that leads, and its fault plan.
-struct OneNode {
-    node: BrokerNode,
-    faults: Arc<FaultPlan>,
-    _dir: TempDir,
-}
-
-impl OneNode {
-    async fn start() -> OneNode {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let config = BrokerConfig::from_toml(&format!(
-            r#"
-            group = "broker-a"
-            node_id = 1
-            listen = "{addr}"
-            peers = {{ 1 = "{addr}" }}
-            data_dir = "{dir}"
-            bootstrap = true
-            raft = {{ heartbeat_interval_ms = 50, election_timeout_min_ms = 200, election_timeout_max_ms = 400 }}
-            store = {{ commit_log_segment_bytes = {segment}, consume_queue_units_per_segment = 1024, raft_log_segment_bytes = 1048576, index_entries_per_file = 1024 }}
-            "#,
-            dir = dir.path().display(),
-            segment = COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER,
-        ))
-        .expect("config");
-        let faults = Arc::new(FaultPlan::new(7));
-        let node = BrokerNode::start_on(
-            config,
-            listener,
-            NodeOptions {
-                faults: Some(faults.clone()),
-            },
-        )
-        .await
-        .expect("start");
-        tokio::time::timeout(RPC_TTL, leader_ready(node.raft()))
-            .await
-            .expect("the founding node leads in time")
-            .expect("raft running");
-        OneNode {
-            node,
-            faults,
-            _dir: dir,
-        }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        self.node.addr()
-    }
-}
 
 async fn peer_client(addr: &str, faults: Option<Arc<FaultPlan>>) -> PeerClient {
     NetworkFactory::new(STRANGER, faults)
