@@ -69,6 +69,12 @@ pub struct BrokerConfig {
     /// beyond them is refused with `LIMIT_EXCEEDED`, and the consumer retries after a pause.
     #[serde(default = "default_pull_holds_max")]
     pub pull_holds_max: usize,
+    /// CommitLog bytes the scrubber re-reads and checks per second at most (0: no scrubbing).
+    #[serde(default = "default_scrub_bytes_per_sec")]
+    pub scrub_bytes_per_sec: u64,
+    /// Pause between the end of one scrub pass over the CommitLog and the next.
+    #[serde(default = "default_scrub_pass_interval_ms")]
+    pub scrub_pass_interval_ms: u64,
     /// Interval between registrations with the nameservers (a role change registers at once).
     #[serde(default = "default_register_interval_ms")]
     pub register_interval_ms: u64,
@@ -174,6 +180,14 @@ fn default_pull_holds_max() -> usize {
     crate::service::PULL_HOLDS_MAX_DEFAULT
 }
 
+fn default_scrub_bytes_per_sec() -> u64 {
+    crate::scrub::SCRUB_BYTES_PER_SEC_DEFAULT
+}
+
+fn default_scrub_pass_interval_ms() -> u64 {
+    crate::scrub::SCRUB_PASS_INTERVAL_DEFAULT.as_millis() as u64
+}
+
 fn default_register_interval_ms() -> u64 {
     crate::registration::REGISTER_INTERVAL_DEFAULT.as_millis() as u64
 }
@@ -262,6 +276,12 @@ impl BrokerConfig {
         }
         if self.pull_holds_max == 0 {
             return Err(ConfigError::new("pull_holds_max", "must be positive"));
+        }
+        if self.scrub_bytes_per_sec > 0 && self.scrub_pass_interval_ms == 0 {
+            return Err(ConfigError::new(
+                "scrub_pass_interval_ms",
+                "must be positive while scrubbing (scrub_bytes_per_sec > 0)",
+            ));
         }
         if self.register_interval_ms == 0 {
             return Err(ConfigError::new("register_interval_ms", "must be positive"));

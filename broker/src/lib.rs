@@ -10,6 +10,7 @@
 //! - [`group_commit`]: coalescing concurrent sends into one Raft entry;
 //! - [`service`]: the broker gRPC API; [`error`]: its errors and wire codes;
 //! - [`registration`]: telling the nameservers who this node is and whether it leads;
+//! - [`scrub`]: re-checking the CommitLog at a bounded rate, repairing it from peers;
 //! - [`node`]: wiring one node together; [`config`]: its TOML configuration.
 
 pub mod config;
@@ -25,6 +26,7 @@ pub mod node;
 pub mod raft;
 pub mod registration;
 pub mod schedule;
+pub mod scrub;
 pub mod service;
 pub mod store;
 #[cfg(test)]

@@ -46,6 +46,9 @@ use crate::registration::Identity;
 use crate::registration::run_registration;
 use crate::schedule::service::ScheduleStatus;
 use crate::schedule::service::run_schedule_service;
+use crate::scrub::ScrubOptions;
+use crate::scrub::ScrubStatus;
+use crate::scrub::run_scrub;
 use crate::service::BrokerService;
 use crate::service::ServiceOptions;
 use crate::store::MessageStore;
@@ -152,6 +155,7 @@ impl BrokerNode {
         ));
         let delay_levels = config.parsed_delay_levels()?;
         let schedule_status = Arc::new(ScheduleStatus::default());
+        let scrub_status = Arc::new(ScrubStatus::default());
         tokio::spawn(run_schedule_service(
             raft.clone(),
             group.clone(),
@@ -173,6 +177,7 @@ impl BrokerNode {
                 fault_injection: drill_faults,
                 repair: repair.clone(),
                 pull_holds_max: config.pull_holds_max,
+                scrub: scrub_status.clone(),
             },
         );
         let raft_service = RaftService::new(
@@ -213,16 +218,28 @@ impl BrokerNode {
         if config.bootstrap {
             bootstrap(&raft, &peers).await.map_err(StartError::Raft)?;
         }
+        // The addresses of the group's other nodes.
+        let other_nodes: Vec<String> = peers
+            .iter()
+            .filter(|(id, _)| **id != config.node_id)
+            .map(|(_, addr)| addr.clone())
+            .collect();
+        tokio::spawn(run_scrub(
+            group.clone(),
+            other_nodes.clone(),
+            ScrubOptions {
+                bytes_per_sec: config.scrub_bytes_per_sec,
+                pass_interval: Duration::from_millis(config.scrub_pass_interval_ms),
+            },
+            scrub_status,
+            shutdown.clone(),
+        ));
         tokio::spawn(run_repair(
             raft.clone(),
             repair,
             raft_log_dir,
             config.node_id,
-            peers
-                .iter()
-                .filter(|(id, _)| **id != config.node_id)
-                .map(|(_, addr)| addr.clone())
-                .collect(),
+            other_nodes,
             shutdown.clone(),
         ));
         if !config.namesrv.is_empty() {

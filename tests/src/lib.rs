@@ -130,6 +130,9 @@ impl TestGroup {
                 delay_levels: TEST_DELAY_LEVELS.into(),
                 client_expiry_ms: 120_000,
                 pull_holds_max: rocketraft_broker::service::PULL_HOLDS_MAX_DEFAULT,
+                scrub_bytes_per_sec: rocketraft_broker::scrub::SCRUB_BYTES_PER_SEC_DEFAULT,
+                scrub_pass_interval_ms: rocketraft_broker::scrub::SCRUB_PASS_INTERVAL_DEFAULT
+                    .as_millis() as u64,
                 log_format: Default::default(),
                 data_dir: group.dir.path().join(format!("node-{id}")),
                 flush: FlushKind::Sync,
@@ -274,6 +277,23 @@ impl TestGroup {
 }
 
 /// A send of `bodies` to one queue, as the producer SDK will issue it.
+/// XORs the byte at `pos` of the file at `path` with `mask` and syncs it: bit rot, done to
+/// a node's files behind its back.
+pub fn flip_byte(path: &std::path::Path, pos: u64, mask: u8) -> anyhow::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("open {}", path.display()))?;
+    let mut byte = [0u8; 1];
+    file.read_exact_at(&mut byte, pos)?;
+    byte[0] ^= mask;
+    file.write_all_at(&byte, pos)?;
+    file.sync_all()?;
+    Ok(())
+}
+
 pub fn send_request(
     topic: &str,
     queue_id: i32,

@@ -20,6 +20,7 @@ use rocketraft_proto::leader_addr;
 use rocketraft_proto::limits::SEND_REQUEST_BYTES_MAX;
 use rocketraft_proto::response_code;
 use rocketraft_tests::TestGroup;
+use rocketraft_tests::flip_byte;
 use rocketraft_tests::init_tracing;
 use rocketraft_tests::send_request;
 use rocketraft_tests::wait_for;
@@ -550,15 +551,7 @@ fn damage_commit_log(group: &TestGroup, node: u64) -> anyhow::Result<()> {
         .join("store")
         .join("commitlog")
         .join(format!("{:020}", 0));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)?;
-    let mut byte = [0u8; 1];
-    std::os::unix::fs::FileExt::read_exact_at(&file, &mut byte, 500)?;
-    byte[0] ^= 0x40;
-    std::os::unix::fs::FileExt::write_all_at(&file, &byte, 500)?;
-    file.sync_all()?;
+    flip_byte(&path, 500, 0x40)?;
     info!(path = %path.display(), "flipped a byte in the first record");
     Ok(())
 }

@@ -31,6 +31,7 @@ use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 use crate::raft::types::Snapshot;
 use crate::raft::types::Vote;
+use crate::store::scrub::RECORD_OR_FILLER_BYTES_MAX;
 
 pub struct RaftService {
     raft: Raft,
@@ -290,6 +291,23 @@ impl RaftRpc for RaftService {
     ) -> Result<Response<pb::CommitLogEndResponse>, Status> {
         Ok(Response::new(pb::CommitLogEndResponse {
             end_offset: self.group.store().commit_log_max_offset(),
+        }))
+    }
+
+    async fn read_commit_log(
+        &self,
+        request: Request<pb::ReadCommitLogRequest>,
+    ) -> Result<Response<pb::ReadCommitLogResponse>, Status> {
+        self.refuse_if_isolated()?;
+        let request = request.into_inner();
+        let max_bytes = (request.max_bytes as usize).min(RECORD_OR_FILLER_BYTES_MAX);
+        let store = self.group.store();
+        let data = store
+            .read_commit_log(request.offset, max_bytes)
+            .map_err(|error| Status::out_of_range(rocketraft_proto::error_chain(&error)))?;
+        Ok(Response::new(pb::ReadCommitLogResponse {
+            data: data.into(),
+            end_offset: store.commit_log_max_offset(),
         }))
     }
 

@@ -49,6 +49,8 @@ pub struct ServiceOptions {
     pub schedule: Arc<ScheduleStatus>,
     /// Pulls held open at once at most.
     pub pull_holds_max: usize,
+    /// What the scrubber found and repaired, for `NodeStatus`.
+    pub scrub: Arc<crate::scrub::ScrubStatus>,
     /// The node's own fault plan, when `enable_fault_injection` is set (drills).
     pub fault_injection: Option<Arc<FaultPlan>>,
     /// The repair of this node's Raft log, for its status.
@@ -73,6 +75,7 @@ pub struct BrokerService {
     /// One permit per pull held open (long polling), `pull_holds_max` in all.
     pull_holds: Arc<tokio::sync::Semaphore>,
     pull_holds_max: usize,
+    scrub: Arc<crate::scrub::ScrubStatus>,
 }
 
 impl BrokerService {
@@ -94,6 +97,7 @@ impl BrokerService {
             pull_requests: AtomicU64::new(0),
             pull_holds: Arc::new(tokio::sync::Semaphore::new(options.pull_holds_max)),
             pull_holds_max: options.pull_holds_max,
+            scrub: options.scrub,
         }
     }
 

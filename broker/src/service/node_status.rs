@@ -54,6 +54,12 @@ impl BrokerService {
             raft_log_repair,
             pull_requests: self.pull_requests.load(Ordering::Relaxed),
             pulls_held: (self.pull_holds_max - self.pull_holds.available_permits()) as u64,
+            scrub_passes: self.scrub.passes.load(Ordering::Relaxed),
+            scrub_bytes_checked: self.scrub.bytes_checked.load(Ordering::Relaxed),
+            scrub_records_repaired: self.scrub.records_repaired.load(Ordering::Relaxed),
+            scrub_units_repaired: self.scrub.units_repaired.load(Ordering::Relaxed),
+            scrub_unrepaired: self.scrub.unrepaired.load(Ordering::Relaxed),
+            scrub_last_finding: self.scrub.last_finding(),
         }
     }
 }

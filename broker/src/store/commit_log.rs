@@ -291,6 +291,18 @@ impl CommitLog {
             .ok_or_else(|| self.out_of_range(offset))
     }
 
+    /// Writes `bytes` over written bytes at `offset`, within one segment (a repair: the end
+    /// does not move).
+    pub fn overwrite(&mut self, offset: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        self.write_staged()?;
+        let index = self
+            .segment_index(offset)
+            .ok_or_else(|| self.out_of_range(offset))?;
+        let segment = &mut self.segments[index];
+        let pos = (offset - segment.start_offset()) as usize;
+        segment.overwrite(pos, bytes)
+    }
+
     /// Up to `max_len` raw bytes from `offset` (crossing segments), for shipping to another
     /// node. `offset` must be in `[min_offset, max_offset]`.
     pub fn read_bytes(&self, offset: u64, max_len: usize) -> Result<Vec<u8>, StoreError> {

@@ -242,6 +242,29 @@ impl ConsumeQueue {
             })
     }
 
+    /// Rewrites the unit at `queue_offset`, which the queue holds (a repair: the queue's
+    /// offsets do not move).
+    pub fn overwrite(&mut self, queue_offset: u64, unit: CqUnit) -> Result<(), StoreError> {
+        let byte = queue_offset * CQ_UNIT_SIZE as u64;
+        let segment_bytes = self.segment_bytes();
+        let held = (self.min_offset..self.max_offset()).contains(&queue_offset);
+        let first = self.segments.first().map(MappedFile::start_offset);
+        let segment = first
+            .filter(|_| held)
+            .and_then(|first| usize::try_from((byte - first) / segment_bytes).ok())
+            .and_then(|index| self.segments.get_mut(index));
+        let Some(segment) = segment else {
+            return Err(StoreError::ConsumeQueueGap {
+                topic: self.topic.clone(),
+                queue_id: self.queue_id,
+                queue_offset,
+                max_offset: self.max_offset(),
+            });
+        };
+        let pos = (byte - segment.start_offset()) as usize;
+        segment.overwrite(pos, &unit.encode())
+    }
+
     /// The unit at `queue_offset`, if held.
     pub fn get(&self, queue_offset: u64) -> Option<CqUnit> {
         if queue_offset < self.min_offset || queue_offset >= self.max_offset() {

@@ -18,6 +18,7 @@ pub mod index;
 pub mod mapped_file;
 pub mod properties;
 pub mod record;
+pub mod scrub;
 pub mod tags;
 
 pub use checkpoint::{Checkpoint, CheckpointState};

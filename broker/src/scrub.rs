@@ -1,0 +1,352 @@
+//! The scrubber: re-reads this node's whole CommitLog over and over at a bounded rate, so
+//! bit rot in cold segments is found before a consumer or a catching-up peer needs the bytes.
+//!
+//! Every record is checked (layout, body CRC, segment bounds) and so is its ConsumeQueue unit.
+//! A damaged record or filler is fetched from a peer (replicas' CommitLogs are byte-identical
+//! below their applied end) and written over in place. A unit that differs from its record is
+//! told apart from a record whose header changed without breaking its layout by comparing the
+//! record with a peer's copy: the record is repaired if they differ, the unit rewritten if not.
+//! Damage no peer can help with is counted, logged, and looked at again on the next pass.
+//!
+//! Invariants: the store lock is held only to copy a chunk, to compare units, and to write a
+//! repair, never across a peer call; a repair writes only bytes a peer's checks passed, over
+//! the same range (the CommitLog end and queue offsets never move).
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use rocketraft_proto::raft as pb;
+use rocketraft_proto::raft::raft_client::RaftClient;
+use tokio_util::sync::CancellationToken;
+
+use crate::group_state::GroupState;
+use crate::raft::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
+use crate::store::scrub::CheckedRecord;
+use crate::store::scrub::RECORD_OR_FILLER_BYTES_MAX;
+use crate::store::scrub::WalkEnd;
+use crate::store::scrub::valid_entry_len;
+use crate::store::scrub::walk_records;
+
+/// CommitLog bytes read and checked per step.
+pub const SCRUB_CHUNK_BYTES: usize = 1024 * 1024;
+/// Default rate: a 100 GiB CommitLog is checked in about 3.5 hours.
+pub const SCRUB_BYTES_PER_SEC_DEFAULT: u64 = 8 * 1024 * 1024;
+/// Default pause between the end of one pass and the start of the next.
+pub const SCRUB_PASS_INTERVAL_DEFAULT: Duration = Duration::from_secs(3600);
+/// How long one peer may take to answer a read.
+const PEER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, Copy)]
+pub struct ScrubOptions {
+    /// At most this many CommitLog bytes are checked per second; 0 turns the scrubber off.
+    pub bytes_per_sec: u64,
+    pub pass_interval: Duration,
+}
+
+/// What the scrubber did since the node started, for `NodeStatus`.
+#[derive(Debug, Default)]
+pub struct ScrubStatus {
+    pub passes: AtomicU64,
+    pub bytes_checked: AtomicU64,
+    pub records_repaired: AtomicU64,
+    pub units_repaired: AtomicU64,
+    pub unrepaired: AtomicU64,
+    last_finding: Mutex<String>,
+}
+
+impl ScrubStatus {
+    pub fn last_finding(&self) -> String {
+        self.lock().clone()
+    }
+
+    fn found(&self, finding: String) {
+        *self.lock() = finding;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, String> {
+        self.last_finding
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Scrubs until `shutdown`: a pass over the CommitLog as it is when the pass starts, then a
+/// pause of `pass_interval`.
+pub async fn run_scrub(
+    group: Arc<GroupState>,
+    peers: Vec<String>,
+    options: ScrubOptions,
+    status: Arc<ScrubStatus>,
+    shutdown: CancellationToken,
+) {
+    if options.bytes_per_sec == 0 {
+        return;
+    }
+    let scrubber = Scrubber {
+        group,
+        peers,
+        options,
+        status,
+    };
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = scrubber.pass() => {}
+        }
+        scrubber.status.passes.fetch_add(1, Ordering::Relaxed);
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(options.pass_interval) => {}
+        }
+    }
+}
+
+struct Scrubber {
+    group: Arc<GroupState>,
+    peers: Vec<String>,
+    options: ScrubOptions,
+    status: Arc<ScrubStatus>,
+}
+
+/// What a peer's copy of a record did.
+enum Outcome {
+    /// It differed and was written over ours: check again from the same offset.
+    Repaired,
+    /// It is the same as ours.
+    Matches,
+    /// No peer had a valid copy (or writing it failed); counted as unrepaired.
+    NoCopy,
+}
+
+impl Scrubber {
+    async fn pass(&self) {
+        let (mut offset, end, segment_bytes, tags_code_fn) = {
+            let store = self.group.store();
+            let (tags_code_fn, segment_bytes) = store.layout();
+            (
+                store.commit_log_min_offset(),
+                store.commit_log_max_offset(),
+                segment_bytes,
+                tags_code_fn,
+            )
+        };
+        let mut want = SCRUB_CHUNK_BYTES;
+        // The offset last repaired: damage found there again is not repaired twice.
+        let mut repaired_at = None;
+        while offset < end {
+            let len = want.min((end - offset) as usize);
+            let chunk = match self.group.store().read_commit_log(offset, len) {
+                Ok(chunk) => chunk,
+                Err(error) => {
+                    // The CommitLog no longer holds this range (a snapshot replaced it).
+                    tracing::info!(offset, %error, "scrub pass ends early");
+                    return;
+                }
+            };
+            let walk = walk_records(offset, &chunk, segment_bytes, tags_code_fn);
+            let wrong: Vec<(CheckedRecord, Option<_>)> = {
+                let store = self.group.store();
+                store
+                    .wrong_units(&walk.records)
+                    .into_iter()
+                    .map(|(record, found)| (record.clone(), found))
+                    .collect()
+            };
+            for (record, found) in wrong {
+                self.repair_unit_or_record(&record, found).await;
+            }
+            let next = match walk.end {
+                WalkEnd::Whole => {
+                    want = SCRUB_CHUNK_BYTES;
+                    offset + chunk.len() as i64
+                }
+                WalkEnd::Continues { offset: at, needed } if at + needed as i64 <= end => {
+                    want = needed.max(SCRUB_CHUNK_BYTES);
+                    at
+                }
+                WalkEnd::Continues { offset: at, needed } => {
+                    let error = format!("a record of {needed} bytes would pass the end {end}");
+                    self.damaged(at, error, segment_bytes, &mut repaired_at)
+                        .await
+                }
+                WalkEnd::Damaged { offset: at, error } => {
+                    self.damaged(at, error.to_string(), segment_bytes, &mut repaired_at)
+                        .await
+                }
+            };
+            let checked = (next - offset).max(0) as u64;
+            self.status
+                .bytes_checked
+                .fetch_add(checked, Ordering::Relaxed);
+            offset = next;
+            tokio::time::sleep(Duration::from_secs_f64(
+                checked as f64 / self.options.bytes_per_sec as f64,
+            ))
+            .await;
+        }
+    }
+
+    /// Handles damage at `at`; returns where to go on.
+    async fn damaged(
+        &self,
+        at: i64,
+        error: String,
+        segment_bytes: u64,
+        repaired_at: &mut Option<i64>,
+    ) -> i64 {
+        let next_segment = (at as u64 / segment_bytes + 1) as i64 * segment_bytes as i64;
+        let finding = format!("damaged CommitLog record at offset {at}: {error}");
+        tracing::error!(offset = at, %error, "scrub found a damaged CommitLog record");
+        self.status.found(finding.clone());
+        if *repaired_at == Some(at) {
+            self.unrepaired(format!("{finding}; still damaged after a repair"));
+            return next_segment;
+        }
+        match self.repair_record(at, segment_bytes, None).await {
+            Outcome::Repaired => {
+                *repaired_at = Some(at);
+                at
+            }
+            Outcome::Matches | Outcome::NoCopy => next_segment,
+        }
+    }
+
+    /// A unit differs from its record: the record is repaired if a peer's copy differs,
+    /// else the unit is rewritten.
+    async fn repair_unit_or_record(
+        &self,
+        record: &CheckedRecord,
+        found: Option<crate::store::CqUnit>,
+    ) {
+        let (_, segment_bytes) = self.group.store().layout();
+        let finding = format!(
+            "ConsumeQueue {}/{} unit {} is {found:?}, its record at {} calls for {:?}",
+            record.topic, record.queue_id, record.queue_offset, record.offset, record.unit
+        );
+        tracing::error!(%finding, "scrub found a wrong ConsumeQueue unit");
+        self.status.found(finding.clone());
+        match self
+            .repair_record(
+                record.offset,
+                segment_bytes,
+                Some(record.unit.size as usize),
+            )
+            .await
+        {
+            Outcome::Repaired | Outcome::NoCopy => return,
+            Outcome::Matches => {}
+        }
+        let Ok(queue_offset) = u64::try_from(record.queue_offset) else {
+            return self.unrepaired(format!("{finding}; negative queue offset"));
+        };
+        if found.is_none() {
+            return self.unrepaired(format!("{finding}; the queue ends before it"));
+        }
+        let rewritten = self.group.store_mut().repair_unit(
+            &record.topic,
+            record.queue_id,
+            queue_offset,
+            record.unit,
+        );
+        match rewritten {
+            Ok(()) => {
+                self.status.units_repaired.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    topic = record.topic,
+                    queue_id = record.queue_id,
+                    queue_offset,
+                    "scrub rewrote a ConsumeQueue unit from its record"
+                );
+            }
+            Err(error) => self.unrepaired(format!("{finding}; rewrite failed: {error}")),
+        }
+    }
+
+    /// Writes a peer's copy of the record or filler at `at` over this node's if it differs
+    /// (with `same_len`: a copy of that length, compared first).
+    async fn repair_record(&self, at: i64, segment_bytes: u64, same_len: Option<usize>) -> Outcome {
+        let mut last_error = String::from("no peers");
+        for peer in &self.peers {
+            let copy = match read_peer(peer, at).await {
+                Ok(copy) => copy,
+                Err(error) => {
+                    last_error = format!("{peer}: {error}");
+                    continue;
+                }
+            };
+            let len = match valid_entry_len(&copy, at, segment_bytes) {
+                Ok(len) if same_len.is_none_or(|same| same == len) => len,
+                Ok(len) => {
+                    last_error = format!("{peer}: its record at {at} is {len} bytes");
+                    continue;
+                }
+                Err(error) => {
+                    last_error = format!("{peer}: its copy at {at} is no valid record: {error}");
+                    continue;
+                }
+            };
+            let copy = &copy[..len];
+            let mut store = self.group.store_mut();
+            if store
+                .read_commit_log(at, len)
+                .is_ok_and(|ours| ours == copy)
+            {
+                return Outcome::Matches;
+            }
+            return match store.repair_commit_log(at, copy) {
+                Ok(()) => {
+                    drop(store);
+                    self.status.records_repaired.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        offset = at,
+                        len,
+                        peer,
+                        "scrub repaired a CommitLog record from a peer"
+                    );
+                    Outcome::Repaired
+                }
+                Err(error) => {
+                    drop(store);
+                    self.unrepaired(format!(
+                        "CommitLog at {at}: writing the repair failed: {error}"
+                    ));
+                    Outcome::NoCopy
+                }
+            };
+        }
+        self.unrepaired(format!(
+            "CommitLog at {at}: no peer had a valid copy ({last_error})"
+        ));
+        Outcome::NoCopy
+    }
+
+    fn unrepaired(&self, finding: String) {
+        tracing::error!(%finding, "scrub could not repair");
+        self.status.unrepaired.fetch_add(1, Ordering::Relaxed);
+        self.status.found(finding);
+    }
+}
+
+/// One record's worth of the peer's CommitLog from `offset`.
+async fn read_peer(peer: &str, offset: i64) -> Result<Vec<u8>, String> {
+    let read = async {
+        let mut client = RaftClient::connect(format!("http://{peer}"))
+            .await
+            .map_err(|error| error.to_string())?
+            .max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX);
+        client
+            .read_commit_log(pb::ReadCommitLogRequest {
+                offset,
+                max_bytes: RECORD_OR_FILLER_BYTES_MAX as u32,
+            })
+            .await
+            .map(|response| response.into_inner().data.to_vec())
+            .map_err(|status| status.message().to_owned())
+    };
+    tokio::time::timeout(PEER_READ_TIMEOUT, read)
+        .await
+        .map_err(|_| format!("no answer within {PEER_READ_TIMEOUT:?}"))?
+}
