@@ -26,6 +26,9 @@ pub const GROUP_SIZES: [usize; 3] = [1, 3, 5];
 pub const COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER: u64 =
     ((RECORD_SIZE_MAX + END_FILE_MIN_BLANK_LENGTH) as u64).next_multiple_of(4096);
 
+/// Default cap on the calls open at once on one connection.
+pub const STREAMS_PER_CONNECTION_MAX_DEFAULT: u32 = 4096;
+
 /// Default interval between fsyncs of the Raft log in `flush = "async"` mode.
 pub const ASYNC_FLUSH_INTERVAL_DEFAULT: Duration = Duration::from_millis(500);
 
@@ -69,6 +72,14 @@ pub struct BrokerConfig {
     /// beyond them is refused with `LIMIT_EXCEEDED`, and the consumer retries after a pause.
     #[serde(default = "default_pull_holds_max")]
     pub pull_holds_max: usize,
+    /// Connections the node's port serves at once, at most (clients and the group's peers
+    /// alike); more are refused with HTTP/2 `ENHANCE_YOUR_CALM`.
+    #[serde(default = "default_connections_max")]
+    pub connections_max: usize,
+    /// Calls open at once on one connection (HTTP/2 `MAX_CONCURRENT_STREAMS`); a client
+    /// queues further calls until one ends. Held pulls count, one per queue.
+    #[serde(default = "default_streams_per_connection_max")]
+    pub streams_per_connection_max: u32,
     /// CommitLog bytes the scrubber re-reads and checks per second at most (0: no scrubbing).
     #[serde(default = "default_scrub_bytes_per_sec")]
     pub scrub_bytes_per_sec: u64,
@@ -180,6 +191,14 @@ fn default_pull_holds_max() -> usize {
     crate::service::PULL_HOLDS_MAX_DEFAULT
 }
 
+fn default_connections_max() -> usize {
+    rocketraft_nameserver::connection_limit::CONNECTIONS_MAX_DEFAULT
+}
+
+fn default_streams_per_connection_max() -> u32 {
+    STREAMS_PER_CONNECTION_MAX_DEFAULT
+}
+
 fn default_scrub_bytes_per_sec() -> u64 {
     crate::scrub::SCRUB_BYTES_PER_SEC_DEFAULT
 }
@@ -276,6 +295,15 @@ impl BrokerConfig {
         }
         if self.pull_holds_max == 0 {
             return Err(ConfigError::new("pull_holds_max", "must be positive"));
+        }
+        if self.connections_max == 0 {
+            return Err(ConfigError::new("connections_max", "must be positive"));
+        }
+        if self.streams_per_connection_max == 0 {
+            return Err(ConfigError::new(
+                "streams_per_connection_max",
+                "must be positive",
+            ));
         }
         if self.scrub_bytes_per_sec > 0 && self.scrub_pass_interval_ms == 0 {
             return Err(ConfigError::new(
@@ -413,6 +441,31 @@ mod tests {
         assert_eq!(
             config.validate().expect_err("no held pull").key,
             "pull_holds_max"
+        );
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.connections_max = 1;
+        config.streams_per_connection_max = 1;
+        config
+            .validate()
+            .expect("one connection of one call is a bound");
+        config.connections_max = 0;
+        assert_eq!(config.validate().expect_err("none").key, "connections_max");
+        config.connections_max = 1;
+        config.streams_per_connection_max = 0;
+        assert_eq!(
+            config.validate().expect_err("none").key,
+            "streams_per_connection_max"
+        );
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.scrub_bytes_per_sec = 0;
+        config.scrub_pass_interval_ms = 0;
+        config.validate().expect("no scrubbing needs no interval");
+        config.scrub_bytes_per_sec = 1;
+        assert_eq!(
+            config.validate().expect_err("scrubbing without pause").key,
+            "scrub_pass_interval_ms"
         );
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");

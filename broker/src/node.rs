@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rocketraft_nameserver::connection_limit::limit_connections;
 use rocketraft_proto::broker::broker_server::BrokerServer;
 use rocketraft_proto::limits::SEND_REQUEST_BYTES_MAX;
 use rocketraft_proto::raft::raft_server::RaftServer;
@@ -189,6 +190,7 @@ impl BrokerNode {
             repair.clone(),
         );
         let server = tonic::transport::Server::builder()
+            .max_concurrent_streams(config.streams_per_connection_max)
             .add_service(
                 // The largest legal broker request is a full `Send`; pull responses stay
                 // below the pull budget plus one message, far under the encoding limit.
@@ -205,7 +207,11 @@ impl BrokerNode {
                 // Nagle's algorithm would hold back small replication frames until the
                 // peer's delayed ACK (40 ms); the builder's `tcp_nodelay` does not reach
                 // connections from an incoming stream, so set it here.
-                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                limit_connections(
+                    TcpIncoming::from(listener).with_nodelay(Some(true)),
+                    config.connections_max,
+                    "connections_max",
+                ),
                 shutdown.clone().cancelled_owned(),
             );
         let server = tokio::spawn(server);

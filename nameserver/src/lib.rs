@@ -8,9 +8,11 @@
 //! - [`registry`]: the registry itself, with time as an input;
 //! - [`service`]: its gRPC service; [`server`]: serving it and expiring nodes;
 //! - [`settings`]: the binary's config file and flags; [`config_file`]: TOML config files
-//!   with errors that name their key, and [`logging`] (both the broker's too).
+//!   with errors that name their key, [`logging`] and [`connection_limit`] (all three the
+//!   broker's too).
 
 pub mod config_file;
+pub mod connection_limit;
 pub mod logging;
 pub mod registry;
 pub mod server;

@@ -10,23 +10,30 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
 
+use crate::connection_limit::CONNECTIONS_MAX_DEFAULT;
+use crate::connection_limit::limit_connections;
 use crate::service::NameServerService;
 use crate::service::SharedRegistry;
 
 /// The nameserver's default address.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9876";
+/// How long a stopping nameserver lets open calls finish before it cuts them.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// A broker node not heard from for this long is dropped (RocketMQ's default).
 pub const BROKER_EXPIRY_DEFAULT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Clone)]
 pub struct NameServerConfig {
     pub broker_expiry: Duration,
+    /// Connections served at once, at most; more are refused.
+    pub connections_max: usize,
 }
 
 impl Default for NameServerConfig {
     fn default() -> Self {
         NameServerConfig {
             broker_expiry: BROKER_EXPIRY_DEFAULT,
+            connections_max: CONNECTIONS_MAX_DEFAULT,
         }
     }
 }
@@ -55,7 +62,11 @@ impl NameServer {
         let server = tonic::transport::Server::builder()
             .add_service(NameServerServer::new(NameServerService::new(registry)))
             .serve_with_incoming_shutdown(
-                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                limit_connections(
+                    TcpIncoming::from(listener).with_nodelay(Some(true)),
+                    config.connections_max,
+                    "connections_max",
+                ),
                 shutdown.clone().cancelled_owned(),
             );
         tracing::info!(%addr, "nameserver started");
@@ -70,12 +81,18 @@ impl NameServer {
         self.addr
     }
 
+    /// Stops serving: open calls get [`SHUTDOWN_GRACE`] to finish, then are cut.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
-        match self.server.await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::warn!(%error, "nameserver stopped with an error"),
-            Err(error) => tracing::warn!(%error, "nameserver task failed"),
+        let mut server = self.server;
+        match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => tracing::warn!(%error, "nameserver stopped with an error"),
+            Ok(Err(error)) => tracing::warn!(%error, "nameserver task failed"),
+            Err(_) => {
+                tracing::warn!("open calls outlasted the shutdown grace; cutting them");
+                server.abort();
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 //! listen = "0.0.0.0:9876"
 //! broker_expiry_ms = 120000
 //! log_format = "text"  # or "json"
+//! connections_max = 10000
 //! ```
 
 use std::net::SocketAddr;
@@ -14,6 +15,7 @@ use serde::Deserialize;
 
 use crate::config_file::ConfigError;
 use crate::config_file::parse_toml;
+use crate::connection_limit::CONNECTIONS_MAX_DEFAULT;
 use crate::logging::LogFormat;
 use crate::server::BROKER_EXPIRY_DEFAULT;
 use crate::server::LISTEN_DEFAULT;
@@ -31,6 +33,8 @@ pub struct NameServerSettings {
     /// How log lines are written.
     #[serde(default)]
     pub log_format: LogFormat,
+    /// Connections served at once, at most ([`CONNECTIONS_MAX_DEFAULT`]); more are refused.
+    pub connections_max: Option<usize>,
 }
 
 impl NameServerSettings {
@@ -53,10 +57,15 @@ impl NameServerSettings {
         if expiry_ms == 0 {
             return Err(ConfigError::new("broker_expiry_ms", "must be positive"));
         }
+        let connections_max = self.connections_max.unwrap_or(CONNECTIONS_MAX_DEFAULT);
+        if connections_max == 0 {
+            return Err(ConfigError::new("connections_max", "must be positive"));
+        }
         Ok((
             listen,
             NameServerConfig {
                 broker_expiry: Duration::from_millis(expiry_ms),
+                connections_max,
             },
         ))
     }
@@ -99,5 +108,13 @@ mod tests {
             ..NameServerSettings::default()
         };
         assert_eq!(zero.resolve().expect_err("zero").key, "broker_expiry_ms");
+        let no_connections = NameServerSettings {
+            connections_max: Some(0),
+            ..NameServerSettings::default()
+        };
+        assert_eq!(
+            no_connections.resolve().expect_err("zero").key,
+            "connections_max"
+        );
     }
 }

@@ -130,6 +130,9 @@ impl TestGroup {
                 delay_levels: TEST_DELAY_LEVELS.into(),
                 client_expiry_ms: 120_000,
                 pull_holds_max: rocketraft_broker::service::PULL_HOLDS_MAX_DEFAULT,
+                connections_max: rocketraft_nameserver::connection_limit::CONNECTIONS_MAX_DEFAULT,
+                streams_per_connection_max:
+                    rocketraft_broker::config::STREAMS_PER_CONNECTION_MAX_DEFAULT,
                 scrub_bytes_per_sec: rocketraft_broker::scrub::SCRUB_BYTES_PER_SEC_DEFAULT,
                 scrub_pass_interval_ms: rocketraft_broker::scrub::SCRUB_PASS_INTERVAL_DEFAULT
                     .as_millis() as u64,

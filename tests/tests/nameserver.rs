@@ -31,6 +31,7 @@ async fn start_nameserver(expiry: Duration) -> anyhow::Result<NameServer> {
         listener,
         NameServerConfig {
             broker_expiry: expiry,
+            ..NameServerConfig::default()
         },
     )?)
 }
