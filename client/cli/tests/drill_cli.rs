@@ -78,6 +78,26 @@ fn given_scheduled_faults_the_drill_should_lose_nothing_acknowledged() -> anyhow
         kills_recovered,
         "every killed leader was replaced: {report}"
     );
+    let kills_consumed = report["faults"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|fault| fault["kind"] == "kill-leader")
+        .all(|fault| fault["consumer_resume_ms"].is_u64());
+    assert!(
+        kills_consumed,
+        "the consumer read from the group again after every kill: {report}"
+    );
+    let kinds: Vec<&str> = report["kinds"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|kind| kind["kind"].as_str())
+        .collect();
+    assert!(
+        kinds.contains(&"kill-leader"),
+        "a summary per kind: {report}"
+    );
     let repaired = report["faults"]
         .as_array()
         .into_iter()

@@ -8,6 +8,7 @@
 //! bounded: the drain after the last send waits at most `drain_timeout`.
 
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,6 +28,8 @@ use crate::drill::cluster::ClusterError;
 use crate::drill::cluster::LocalCluster;
 use crate::drill::report::DrillReport;
 use crate::drill::report::FaultOutcome;
+use crate::drill::report::fault_kinds;
+use crate::drill::report::median_and_max;
 use rocketraft_client::admin::Admin;
 use rocketraft_client::admin::AdminError;
 use rocketraft_client::consumer::ConsumeFrom;
@@ -130,6 +133,8 @@ struct Record {
     /// Each acknowledged send with when it started and when it was acknowledged.
     acked: Mutex<Vec<(Acked, Instant, Instant)>>,
     consumed: Mutex<Vec<Consumed>>,
+    /// When the listener was first handed each message (whatever it answered).
+    first_delivered: Mutex<HashMap<String, Instant>>,
     send_failures: AtomicUsize,
     refused: Mutex<HashSet<String>>,
 }
@@ -253,6 +258,12 @@ async fn start_consumer(
         .persist_interval(Duration::from_secs(1))
         .route_ttl(Duration::from_secs(2))
         .start(move |messages: Vec<MessageExt>, _context| {
+            let now = Instant::now();
+            let mut first_delivered = lock(&record.first_delivered);
+            for message in &messages {
+                first_delivered.entry(message.msg_id.clone()).or_insert(now);
+            }
+            drop(first_delivered);
             let mut result = ConsumeResult::Success;
             for message in &messages {
                 let nth = seen.fetch_add(1, Ordering::Relaxed) as u64 + 1;
@@ -561,6 +572,7 @@ fn report(
     let consumed_ids: HashSet<&str> = consumed.iter().map(|c| c.msg_id.as_str()).collect();
     let delayed: Vec<&Acked> = acked_only.iter().filter(|a| a.delayed).collect();
     let refused = lock(&record.refused).clone();
+    let first_delivered = lock(&record.first_delivered).clone();
     let faults: Vec<FaultOutcome> = faults
         .into_iter()
         .map(|fault| {
@@ -571,25 +583,37 @@ fn report(
                 at,
                 detail,
             } = fault;
+            // Sends to the faulted group started after the fault (delayed ones wait by design).
+            let after = || {
+                acked
+                    .iter()
+                    .filter(|(a, started, _)| a.group == group && !a.delayed && *started >= at)
+            };
             FaultOutcome {
                 at_s: (at - started).as_secs_f64(),
                 kind: kind.name().to_owned(),
                 // The first acknowledgement of a send started after the fault: the group
                 // accepts writes again (through a new leader, when the fault took the old one).
-                recovery_ms: acked
-                    .iter()
-                    .filter(|(a, started, _)| a.group == group && *started >= at)
+                recovery_ms: after()
                     .map(|(_, _, acked_at)| *acked_at)
                     .min()
                     .map(|first| (first - at).as_millis() as u64),
+                // The first delivery of such a send to the listener: the consumer reads from
+                // the group again.
+                consumer_resume_ms: after()
+                    .filter_map(|(a, _, _)| first_delivered.get(&a.msg_id))
+                    .min()
+                    .map(|first| (*first - at).as_millis() as u64),
                 group,
                 node,
                 detail,
             }
         })
         .collect();
-    let mut recoveries: Vec<u64> = faults.iter().filter_map(|f| f.recovery_ms).collect();
-    recoveries.sort_unstable();
+    let (recovery_ms_median, recovery_ms_max) = median_and_max(faults.iter(), |f| f.recovery_ms);
+    let (consumer_resume_ms_median, consumer_resume_ms_max) =
+        median_and_max(faults.iter(), |f| f.consumer_resume_ms);
+    let kinds = fault_kinds(&faults);
     let passed = verdict.passed() && offset_regressions == 0 && schedule_service_overlaps == 0;
     DrillReport {
         duration_s: config.duration.as_secs_f64(),
@@ -608,8 +632,11 @@ fn report(
             .count(),
         offset_regressions,
         schedule_service_overlaps,
-        recovery_ms_median: recoveries.get(recoveries.len() / 2).copied(),
-        recovery_ms_max: recoveries.last().copied(),
+        recovery_ms_median,
+        recovery_ms_max,
+        consumer_resume_ms_median,
+        consumer_resume_ms_max,
+        kinds,
         faults,
         verdict,
         passed,
