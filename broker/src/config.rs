@@ -72,6 +72,14 @@ pub struct BrokerConfig {
     /// beyond them is refused with `LIMIT_EXCEEDED`, and the consumer retries after a pause.
     #[serde(default = "default_pull_holds_max")]
     pub pull_holds_max: usize,
+    /// Admin calls (topic and group changes, leader transfer, node replacement, fault
+    /// injection) must carry this token (`rr-admin-token`); none configured: no check.
+    #[serde(default)]
+    pub admin_token: Option<String>,
+    /// Registrations with the nameservers carry this secret (`rr-cluster-secret`); it must
+    /// match theirs.
+    #[serde(default)]
+    pub cluster_secret: Option<String>,
     /// Connections the node's port serves at once, at most (clients and the group's peers
     /// alike); more are refused with HTTP/2 `ENHANCE_YOUR_CALM`.
     #[serde(default = "default_connections_max")]
@@ -295,6 +303,15 @@ impl BrokerConfig {
         }
         if self.pull_holds_max == 0 {
             return Err(ConfigError::new("pull_holds_max", "must be positive"));
+        }
+        for (key, secret) in [
+            ("admin_token", &self.admin_token),
+            ("cluster_secret", &self.cluster_secret),
+        ] {
+            if let Some(secret) = secret {
+                rocketraft_proto::secrets::validate_secret(secret)
+                    .map_err(|error| ConfigError::new(key, error.to_string()))?;
+            }
         }
         if self.connections_max == 0 {
             return Err(ConfigError::new("connections_max", "must be positive"));

@@ -179,6 +179,7 @@ impl BrokerNode {
                 repair: repair.clone(),
                 pull_holds_max: config.pull_holds_max,
                 scrub: scrub_status.clone(),
+                admin_token: config.admin_token.clone(),
             },
         );
         let raft_service = RaftService::new(
@@ -246,6 +247,7 @@ impl BrokerNode {
             raft_log_dir,
             config.node_id,
             other_nodes,
+            config.admin_token.clone(),
             shutdown.clone(),
         ));
         if !config.namesrv.is_empty() {
@@ -263,6 +265,7 @@ impl BrokerNode {
                 } else {
                     0
                 },
+                cluster_secret: config.cluster_secret.clone(),
             };
             tokio::spawn(run_registration(
                 raft.clone(),

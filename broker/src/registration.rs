@@ -7,6 +7,7 @@
 //! wait), then registers as a follower. A nameserver that cannot be reached is retried at
 //! the next round; registration never blocks the node.
 
+use rocketraft_proto::secrets::CLUSTER_SECRET_HEADER;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +38,8 @@ pub struct Identity {
     pub addr: String,
     /// Queues of a topic this group creates on first send; 0 if auto-creation is off.
     pub auto_create_queue_count: u32,
+    /// Sent with every registration, for nameservers that require it.
+    pub cluster_secret: Option<String>,
 }
 
 /// Registers until `shutdown` or until Raft stops.
@@ -86,7 +89,7 @@ async fn register_everywhere(
     let calls = nameservers.iter().map(|addr| {
         let request = request.clone();
         async move {
-            if let Err(error) = register_once(addr, request).await {
+            if let Err(error) = register_once(addr, request, identity.cluster_secret.as_deref()).await {
                 tracing::warn!(nameserver = %addr, %error, "registration failed; retrying next round");
             }
         }
@@ -126,7 +129,15 @@ fn registration(identity: &Identity, role: Role, group: &GroupState) -> pb::Regi
     }
 }
 
-async fn register_once(addr: &str, request: pb::RegisterBrokerRequest) -> Result<(), String> {
+async fn register_once(
+    addr: &str,
+    request: pb::RegisterBrokerRequest,
+    cluster_secret: Option<&str>,
+) -> Result<(), String> {
+    let mut request = tonic::Request::new(request);
+    if let Some(secret) = cluster_secret {
+        rocketraft_proto::secrets::attach(&mut request, CLUSTER_SECRET_HEADER, secret);
+    }
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|error| format!("bad nameserver address: {error}"))?
         .connect_timeout(REGISTER_TIMEOUT)

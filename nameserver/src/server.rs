@@ -27,6 +27,8 @@ pub struct NameServerConfig {
     pub broker_expiry: Duration,
     /// Connections served at once, at most; more are refused.
     pub connections_max: usize,
+    /// Registrations must carry this secret; none: any registration is taken.
+    pub cluster_secret: Option<String>,
 }
 
 impl Default for NameServerConfig {
@@ -34,6 +36,7 @@ impl Default for NameServerConfig {
         NameServerConfig {
             broker_expiry: BROKER_EXPIRY_DEFAULT,
             connections_max: CONNECTIONS_MAX_DEFAULT,
+            cluster_secret: None,
         }
     }
 }
@@ -60,7 +63,10 @@ impl NameServer {
             shutdown.clone(),
         ));
         let server = tonic::transport::Server::builder()
-            .add_service(NameServerServer::new(NameServerService::new(registry)))
+            .add_service(NameServerServer::new(NameServerService::new(
+                registry,
+                config.cluster_secret.clone(),
+            )))
             .serve_with_incoming_shutdown(
                 limit_connections(
                     TcpIncoming::from(listener).with_nodelay(Some(true)),

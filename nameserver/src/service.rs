@@ -8,6 +8,7 @@ use std::time::Instant;
 use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::nameserver as pb;
 use rocketraft_proto::nameserver::name_server_server::NameServer;
+use rocketraft_proto::secrets::CLUSTER_SECRET_HEADER;
 use tonic::Request;
 use tonic::Response;
 use tonic::Status;
@@ -30,11 +31,16 @@ impl SharedRegistry {
 
 pub struct NameServerService {
     registry: SharedRegistry,
+    /// Registrations must carry it, when one is configured.
+    cluster_secret: Option<String>,
 }
 
 impl NameServerService {
-    pub fn new(registry: SharedRegistry) -> NameServerService {
-        NameServerService { registry }
+    pub fn new(registry: SharedRegistry, cluster_secret: Option<String>) -> NameServerService {
+        NameServerService {
+            registry,
+            cluster_secret,
+        }
     }
 }
 
@@ -45,6 +51,10 @@ pub enum NameServerError {
     RouteNotFound { topic: String },
     #[error("bad registration: {0}")]
     BadRegistration(&'static str),
+    #[error(
+        "registration refused: it lacks this nameserver's cluster secret ({CLUSTER_SECRET_HEADER})"
+    )]
+    NoClusterSecret,
 }
 
 impl NameServerError {
@@ -52,6 +62,7 @@ impl NameServerError {
         match self {
             NameServerError::RouteNotFound { .. } => ResponseCode::TopicRouteNotExist,
             NameServerError::BadRegistration(_) => ResponseCode::BadRequest,
+            NameServerError::NoClusterSecret => ResponseCode::NoPermission,
         }
     }
 }
@@ -61,6 +72,7 @@ impl From<NameServerError> for Status {
         let grpc_code = match error {
             NameServerError::RouteNotFound { .. } => tonic::Code::NotFound,
             NameServerError::BadRegistration(_) => tonic::Code::InvalidArgument,
+            NameServerError::NoClusterSecret => tonic::Code::PermissionDenied,
         };
         rocketraft_proto::error_status(grpc_code, error.code(), error.to_string(), None)
     }
@@ -86,6 +98,12 @@ impl NameServer for NameServerService {
         &self,
         request: Request<pb::RegisterBrokerRequest>,
     ) -> Result<Response<pb::RegisterBrokerResponse>, Status> {
+        if let Some(secret) = &self.cluster_secret
+            && !rocketraft_proto::secrets::carries(&request, CLUSTER_SECRET_HEADER, secret)
+        {
+            tracing::warn!(peer = ?request.remote_addr(), "registration refused: no or wrong cluster secret");
+            return Err(NameServerError::NoClusterSecret.into());
+        }
         let registration = request.into_inner();
         validate(&registration)?;
         self.registry.lock().register(registration, Instant::now());

@@ -6,6 +6,7 @@
 //! broker_expiry_ms = 120000
 //! log_format = "text"  # or "json"
 //! connections_max = 10000
+//! cluster_secret = "..."  # brokers must register with it
 //! ```
 
 use std::net::SocketAddr;
@@ -35,6 +36,8 @@ pub struct NameServerSettings {
     pub log_format: LogFormat,
     /// Connections served at once, at most ([`CONNECTIONS_MAX_DEFAULT`]); more are refused.
     pub connections_max: Option<usize>,
+    /// Broker registrations must carry this secret (the brokers' `cluster_secret`).
+    pub cluster_secret: Option<String>,
 }
 
 impl NameServerSettings {
@@ -61,11 +64,16 @@ impl NameServerSettings {
         if connections_max == 0 {
             return Err(ConfigError::new("connections_max", "must be positive"));
         }
+        if let Some(secret) = &self.cluster_secret {
+            rocketraft_proto::secrets::validate_secret(secret)
+                .map_err(|error| ConfigError::new("cluster_secret", error.to_string()))?;
+        }
         Ok((
             listen,
             NameServerConfig {
                 broker_expiry: Duration::from_millis(expiry_ms),
                 connections_max,
+                cluster_secret: self.cluster_secret.clone(),
             },
         ))
     }
@@ -115,6 +123,14 @@ mod tests {
         assert_eq!(
             no_connections.resolve().expect_err("zero").key,
             "connections_max"
+        );
+        let spaced_secret = NameServerSettings {
+            cluster_secret: Some("two words".into()),
+            ..NameServerSettings::default()
+        };
+        assert_eq!(
+            spaced_secret.resolve().expect_err("bad").key,
+            "cluster_secret"
         );
     }
 }

@@ -9,6 +9,7 @@ pub mod names;
 pub mod perm;
 pub mod process;
 pub mod properties;
+pub mod secrets;
 pub mod time;
 
 /// Message types and response codes shared by every service.

@@ -130,6 +130,8 @@ impl TestGroup {
                 delay_levels: TEST_DELAY_LEVELS.into(),
                 client_expiry_ms: 120_000,
                 pull_holds_max: rocketraft_broker::service::PULL_HOLDS_MAX_DEFAULT,
+                admin_token: None,
+                cluster_secret: None,
                 connections_max: rocketraft_nameserver::connection_limit::CONNECTIONS_MAX_DEFAULT,
                 streams_per_connection_max:
                     rocketraft_broker::config::STREAMS_PER_CONNECTION_MAX_DEFAULT,

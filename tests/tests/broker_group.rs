@@ -497,7 +497,11 @@ fn damage_raft_log(group: &TestGroup, node: u64) -> anyhow::Result<()> {
 async fn given_a_follower_raft_log_damaged_should_repair_it_before_it_votes_and_lose_nothing()
 -> anyhow::Result<()> {
     init_tracing();
-    let mut group = TestGroup::start(3, 0x5EED_000A, |_| {}).await?;
+    // With an admin token: the repair's request for the leader's consent is an admin call.
+    let mut group = TestGroup::start(3, 0x5EED_000A, |config| {
+        config.admin_token = Some("group-admin-token".into());
+    })
+    .await?;
     let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
     let follower = group.a_follower(leader);
     send_many(&group, 600, 8).await?;

@@ -23,6 +23,7 @@ use std::time::Duration;
 use openraft::async_runtime::watch::WatchReceiver;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
+use rocketraft_proto::secrets::ADMIN_TOKEN_HEADER;
 use serde::Deserialize;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -196,6 +197,7 @@ pub async fn run_repair(
     log_dir: PathBuf,
     node_id: NodeId,
     peers: Vec<String>,
+    admin_token: Option<String>,
     shutdown: CancellationToken,
 ) {
     let Some(mark) = state.lock().pending.clone() else {
@@ -208,7 +210,7 @@ pub async fn run_repair(
          re-fetched the lost entries from the leader"
     );
     tokio::select! {
-        () = obtain_consent(node_id, &peers) => {}
+        () = obtain_consent(node_id, &peers, admin_token.as_deref()) => {}
         () = shutdown.cancelled() => return,
     }
     state.lock().consented = true;
@@ -249,11 +251,11 @@ pub async fn run_repair(
 }
 
 /// Asks the group's other nodes until the leader among them lets `node_id` rejoin with a
-/// shorter log.
-async fn obtain_consent(node_id: NodeId, peers: &[String]) {
+/// shorter log (an admin call: it carries the group's admin token, if one is set).
+async fn obtain_consent(node_id: NodeId, peers: &[String], admin_token: Option<&str>) {
     loop {
         for addr in peers {
-            match ask_consent(addr, node_id).await {
+            match ask_consent(addr, node_id, admin_token).await {
                 Ok(()) => return,
                 Err(error) => tracing::debug!(%addr, %error, "no consent to a shorter raft log"),
             }
@@ -262,13 +264,17 @@ async fn obtain_consent(node_id: NodeId, peers: &[String]) {
     }
 }
 
-async fn ask_consent(addr: &str, node_id: NodeId) -> Result<(), String> {
+async fn ask_consent(addr: &str, node_id: NodeId, admin_token: Option<&str>) -> Result<(), String> {
     let call = async {
         let mut client = BrokerClient::connect(format!("http://{addr}"))
             .await
             .map_err(|error| error.to_string())?;
+        let mut request = tonic::Request::new(pb::PrepareNodeReplacementRequest { node_id });
+        if let Some(token) = admin_token {
+            rocketraft_proto::secrets::attach(&mut request, ADMIN_TOKEN_HEADER, token);
+        }
         client
-            .prepare_node_replacement(pb::PrepareNodeReplacementRequest { node_id })
+            .prepare_node_replacement(request)
             .await
             .map_err(|status| status.to_string())?;
         Ok(())

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use rocketraft_proto::broker as pb;
+use rocketraft_proto::secrets::ADMIN_TOKEN_HEADER;
 use tonic::Request;
 use tonic::Response;
 use tonic::Status;
@@ -51,6 +52,8 @@ pub struct ServiceOptions {
     pub pull_holds_max: usize,
     /// What the scrubber found and repaired, for `NodeStatus`.
     pub scrub: Arc<crate::scrub::ScrubStatus>,
+    /// The token admin calls must carry, if one is configured.
+    pub admin_token: Option<String>,
     /// The node's own fault plan, when `enable_fault_injection` is set (drills).
     pub fault_injection: Option<Arc<FaultPlan>>,
     /// The repair of this node's Raft log, for its status.
@@ -76,6 +79,7 @@ pub struct BrokerService {
     pull_holds: Arc<tokio::sync::Semaphore>,
     pull_holds_max: usize,
     scrub: Arc<crate::scrub::ScrubStatus>,
+    admin_token: Option<String>,
 }
 
 impl BrokerService {
@@ -98,7 +102,31 @@ impl BrokerService {
             pull_holds: Arc::new(tokio::sync::Semaphore::new(options.pull_holds_max)),
             pull_holds_max: options.pull_holds_max,
             scrub: options.scrub,
+            admin_token: options.admin_token,
         }
+    }
+
+    /// Fails with `NO_PERMISSION`, and logs who tried, unless `request` carries the admin
+    /// token (when one is configured).
+    fn require_admin<T>(
+        &self,
+        request: &Request<T>,
+        call: &'static str,
+    ) -> Result<(), BrokerError> {
+        let Some(token) = &self.admin_token else {
+            return Ok(());
+        };
+        if rocketraft_proto::secrets::carries(request, ADMIN_TOKEN_HEADER, token) {
+            return Ok(());
+        }
+        tracing::warn!(
+            call,
+            peer = ?request.remote_addr(),
+            "admin call refused: no or wrong admin token"
+        );
+        Err(BrokerError::NoPermission(format!(
+            "{call} is an admin call: it needs this node's admin token ({ADMIN_TOKEN_HEADER})"
+        )))
     }
 
     /// Fails with `NOT_LEADER` (and the leader's address, if known) unless this node leads.
@@ -130,6 +158,7 @@ impl pb::broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::CreateTopicRequest>,
     ) -> Result<Response<pb::CreateTopicResponse>, Status> {
+        self.require_admin(&request, "CreateTopic")?;
         self.handle_create_topic(request.into_inner()).await?;
         Ok(Response::new(pb::CreateTopicResponse {}))
     }
@@ -138,6 +167,7 @@ impl pb::broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::DeleteTopicRequest>,
     ) -> Result<Response<pb::DeleteTopicResponse>, Status> {
+        self.require_admin(&request, "DeleteTopic")?;
         self.handle_delete_topic(request.into_inner()).await?;
         Ok(Response::new(pb::DeleteTopicResponse {}))
     }
@@ -146,6 +176,7 @@ impl pb::broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::UpsertGroupRequest>,
     ) -> Result<Response<pb::UpsertGroupResponse>, Status> {
+        self.require_admin(&request, "UpsertGroup")?;
         self.handle_upsert_group(request.into_inner()).await?;
         Ok(Response::new(pb::UpsertGroupResponse {}))
     }
@@ -154,6 +185,7 @@ impl pb::broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::PrepareNodeReplacementRequest>,
     ) -> Result<Response<pb::PrepareNodeReplacementResponse>, Status> {
+        self.require_admin(&request, "PrepareNodeReplacement")?;
         self.handle_prepare_node_replacement(request.into_inner().node_id)
             .await?;
         Ok(Response::new(pb::PrepareNodeReplacementResponse {}))
@@ -239,6 +271,7 @@ impl pb::broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::TransferLeaderRequest>,
     ) -> Result<Response<pb::TransferLeaderResponse>, Status> {
+        self.require_admin(&request, "TransferLeader")?;
         Ok(Response::new(
             self.handle_transfer_leader(request.into_inner().to_node_id)
                 .await?,
@@ -249,6 +282,7 @@ impl pb::broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::InjectFaultRequest>,
     ) -> Result<Response<pb::InjectFaultResponse>, Status> {
+        self.require_admin(&request, "InjectFault")?;
         self.handle_inject_fault(request.into_inner().isolate)?;
         Ok(Response::new(pb::InjectFaultResponse {}))
     }

@@ -59,11 +59,36 @@ pub struct QueueStatus {
 
 pub struct Admin {
     nameservers: Vec<String>,
+    /// Sent with admin calls, for brokers that require one (`admin_token`).
+    admin_token: Option<String>,
 }
 
 impl Admin {
     pub fn new(nameservers: Vec<String>) -> Admin {
-        Admin { nameservers }
+        Admin {
+            nameservers,
+            admin_token: None,
+        }
+    }
+
+    /// Sends `token` with every admin call (topic changes, leader transfer, node
+    /// replacement).
+    pub fn with_admin_token(mut self, token: impl Into<String>) -> Admin {
+        self.admin_token = Some(token.into());
+        self
+    }
+
+    /// `message` as an admin call: with the admin token, if one was given.
+    fn admin_call<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = &self.admin_token {
+            rocketraft_proto::secrets::attach(
+                &mut request,
+                rocketraft_proto::secrets::ADMIN_TOKEN_HEADER,
+                token,
+            );
+        }
+        request
     }
 
     pub async fn cluster_info(&self) -> Result<pb::ClusterInfo, AdminError> {
@@ -129,7 +154,7 @@ impl Admin {
                 perm: 0,
             };
             leader
-                .create_topic(request)
+                .create_topic(self.admin_call(request))
                 .await
                 .map_err(|status| AdminError::Refused {
                     group: route.group.clone(),
@@ -146,7 +171,7 @@ impl Admin {
         let response = self
             .group_leader(group)
             .await?
-            .transfer_leader(request)
+            .transfer_leader(self.admin_call(request))
             .await
             .map_err(|status| AdminError::Refused {
                 group: group.to_owned(),
@@ -161,7 +186,7 @@ impl Admin {
         let request = broker_pb::PrepareNodeReplacementRequest { node_id: node };
         self.group_leader(group)
             .await?
-            .prepare_node_replacement(request)
+            .prepare_node_replacement(self.admin_call(request))
             .await
             .map_err(|status| AdminError::Refused {
                 group: group.to_owned(),

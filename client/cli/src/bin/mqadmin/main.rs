@@ -1,6 +1,7 @@
 //! `mqadmin`: administer a rocketraft cluster through its nameservers.
 //!
-//! Every command takes `--namesrv ADDR[,ADDR]` and `--json`. A failure exits non-zero with
+//! Every command takes `--namesrv ADDR[,ADDR]`, `--json` and `--admin-token` (or
+//! `RR_ADMIN_TOKEN`). A failure exits non-zero with
 //! a one-line reason on stderr. One module per command group; the commands stay flat
 //! (`mqadmin topic-create`, as RocketMQ's mqadmin).
 
@@ -30,6 +31,10 @@ struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
+    /// The brokers' admin token, for clusters that set one (better given in the
+    /// environment than on a command line others can list).
+    #[arg(long, global = true, env = "RR_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -60,8 +65,12 @@ pub struct Context {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    let admin = Admin::new(cli.namesrv.clone());
     let context = Context {
-        admin: Admin::new(cli.namesrv.clone()),
+        admin: match cli.admin_token {
+            Some(token) => admin.with_admin_token(token),
+            None => admin,
+        },
         namesrv: cli.namesrv,
         json: cli.json,
     };

@@ -1,0 +1,202 @@
+//! Locked doors: with an admin token configured, a broker refuses admin calls that lack it
+//! (and logs them) while data calls go on; with a cluster secret, a nameserver refuses
+//! registrations that lack it, and brokers that carry it are routed.
+
+use std::time::Duration;
+
+use rocketraft_client::admin::Admin;
+use rocketraft_client::admin::AdminError;
+use rocketraft_nameserver::server::NameServer;
+use rocketraft_nameserver::server::NameServerConfig;
+use rocketraft_proto::broker as pb;
+use rocketraft_proto::common::ResponseCode;
+use rocketraft_proto::nameserver as ns_pb;
+use rocketraft_proto::nameserver::name_server_client::NameServerClient;
+use rocketraft_proto::response_code;
+use rocketraft_proto::secrets::ADMIN_TOKEN_HEADER;
+use rocketraft_proto::secrets::CLUSTER_SECRET_HEADER;
+use rocketraft_proto::secrets::attach;
+use rocketraft_tests::TestGroup;
+use rocketraft_tests::init_tracing;
+use rocketraft_tests::send_request;
+use rocketraft_tests::wait_for;
+use tracing::info;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+const TOKEN: &str = "admin-s3cret";
+const SECRET: &str = "cluster-s3cret";
+
+fn with_token<T>(message: T, token: Option<&str>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(token) = token {
+        attach(&mut request, ADMIN_TOKEN_HEADER, token);
+    }
+    request
+}
+
+fn refused(result: Result<impl std::fmt::Debug, tonic::Status>) {
+    let status = result.expect_err("an admin call without the token");
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status}");
+    assert_eq!(response_code(&status), Some(ResponseCode::NoPermission));
+    assert!(status.message().contains(ADMIN_TOKEN_HEADER), "{status}");
+}
+
+#[tokio::test]
+async fn given_an_admin_token_admin_calls_without_it_should_be_refused() -> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(1, 0x5EED_A001, |config| {
+        config.admin_token = Some(TOKEN.into());
+    })
+    .await?;
+    let node = group.wait_for_leader(TIMEOUT).await?;
+    let mut client = group.client(node).await?;
+    let create = || pb::CreateTopicRequest {
+        topic: "Locked".into(),
+        read_queue_count: 2,
+        write_queue_count: 2,
+        perm: 0,
+    };
+
+    info!("--- no token, a wrong one, one a byte short: refused");
+    for token in [None, Some("admin-s3creT"), Some("admin-s3cre")] {
+        refused(client.create_topic(with_token(create(), token)).await);
+    }
+    refused(
+        client
+            .delete_topic(with_token(
+                pb::DeleteTopicRequest {
+                    topic: "Locked".into(),
+                },
+                None,
+            ))
+            .await,
+    );
+    refused(
+        client
+            .upsert_group(with_token(
+                pb::UpsertGroupRequest {
+                    group: "readers".into(),
+                    ..Default::default()
+                },
+                None,
+            ))
+            .await,
+    );
+    refused(
+        client
+            .transfer_leader(with_token(
+                pb::TransferLeaderRequest { to_node_id: node },
+                None,
+            ))
+            .await,
+    );
+    refused(
+        client
+            .prepare_node_replacement(with_token(
+                pb::PrepareNodeReplacementRequest { node_id: 2 },
+                None,
+            ))
+            .await,
+    );
+    refused(
+        client
+            .inject_fault(with_token(pb::InjectFaultRequest { isolate: true }, None))
+            .await,
+    );
+    let status = group.status(node).await?;
+    assert!(
+        status.role == "leader",
+        "nothing an admin call does happened"
+    );
+
+    info!("--- with the token: served; data calls need none");
+    client
+        .create_topic(with_token(create(), Some(TOKEN)))
+        .await?;
+    client
+        .send(send_request("Locked", 0, [b"data".to_vec()]))
+        .await?;
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_cluster_secret_only_brokers_with_it_should_be_routed() -> anyhow::Result<()> {
+    init_tracing();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let nameserver = NameServer::start_on(
+        listener,
+        NameServerConfig {
+            cluster_secret: Some(SECRET.into()),
+            ..NameServerConfig::default()
+        },
+    )?;
+    let addr = nameserver.addr();
+
+    info!("--- a registration without the secret is refused and leaves no route");
+    let mut client = NameServerClient::connect(format!("http://{addr}")).await?;
+    let stranger = ns_pb::RegisterBrokerRequest {
+        cluster: "C".into(),
+        group: "intruder".into(),
+        node_id: 1,
+        addr: "127.0.0.1:1".into(),
+        role: ns_pb::Role::Leader.into(),
+        term: u64::MAX,
+        topics: vec![ns_pb::TopicConfig {
+            name: "Orders".into(),
+            read_queue_count: 1,
+            write_queue_count: 1,
+            perm: 6,
+        }],
+        auto_create_queue_count: 0,
+    };
+    let status = client
+        .register_broker(stranger.clone())
+        .await
+        .expect_err("no secret");
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status}");
+    assert_eq!(response_code(&status), Some(ResponseCode::NoPermission));
+    let mut wrong = tonic::Request::new(stranger);
+    attach(&mut wrong, CLUSTER_SECRET_HEADER, "guess");
+    client
+        .register_broker(wrong)
+        .await
+        .expect_err("wrong secret");
+    let info = client
+        .get_cluster_info(ns_pb::GetClusterInfoRequest {})
+        .await?
+        .into_inner();
+    assert!(info.groups.is_empty(), "{info:?}");
+
+    info!("--- a group configured with the secret and the token registers and is administered");
+    let group = TestGroup::start(1, 0x5EED_A002, |config| {
+        config.namesrv = vec![addr.to_string()];
+        config.cluster_secret = Some(SECRET.into());
+        config.admin_token = Some(TOKEN.into());
+    })
+    .await?;
+    group.wait_for_leader(TIMEOUT).await?;
+    let admin = Admin::new(vec![addr.to_string()]);
+    wait_for("the group registered", TIMEOUT, || async {
+        let info = admin.cluster_info().await.ok()?;
+        info.groups
+            .iter()
+            .any(|route| route.group == "broker-a" && route.leader_id.is_some())
+            .then_some(())
+    })
+    .await?;
+    match admin.create_topic("Orders", 2, None).await {
+        Err(AdminError::Refused { status, .. }) => {
+            assert_eq!(response_code(&status), Some(ResponseCode::NoPermission))
+        }
+        other => panic!("expected a refusal without the token, got {other:?}"),
+    }
+    let created = admin
+        .with_admin_token(TOKEN)
+        .create_topic("Orders", 2, None)
+        .await?;
+    assert_eq!(created, ["broker-a"]);
+    group.shutdown().await;
+    nameserver.shutdown().await;
+    Ok(())
+}
