@@ -28,6 +28,8 @@ use crate::raft::compaction::CompactionError;
 use crate::raft::compaction::compact_log;
 use crate::raft::compaction::run_compaction;
 use crate::raft::faults::FaultPlan;
+use crate::raft::lease::Leadership;
+use crate::raft::lease::run_leadership_watch;
 use crate::raft::log_store::LogStore;
 use crate::raft::log_store::LogStoreConfig;
 use crate::raft::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
@@ -157,6 +159,13 @@ impl BrokerNode {
         let delay_levels = config.parsed_delay_levels()?;
         let schedule_status = Arc::new(ScheduleStatus::default());
         let scrub_status = Arc::new(ScrubStatus::default());
+        let (leadership, leadership_watch) = tokio::sync::watch::channel(Leadership::NotLeading);
+        tokio::spawn(run_leadership_watch(
+            raft.clone(),
+            Duration::from_millis(config.raft.election_timeout_max_ms),
+            leadership,
+            shutdown.clone(),
+        ));
         tokio::spawn(run_schedule_service(
             raft.clone(),
             group.clone(),
@@ -180,6 +189,7 @@ impl BrokerNode {
                 pull_holds_max: config.pull_holds_max,
                 scrub: scrub_status.clone(),
                 admin_token: config.admin_token.clone(),
+                leadership: leadership_watch,
             },
         );
         let raft_service = RaftService::new(

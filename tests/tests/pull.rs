@@ -4,6 +4,7 @@
 use std::time::Duration;
 use std::time::Instant;
 
+use anyhow::Context;
 use rocketraft_client::message::encode_properties;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common as common_pb;
@@ -261,6 +262,51 @@ async fn given_large_messages_a_pull_should_stay_within_its_byte_budget() -> any
         .await?;
     let response = client.pull(pull(offset, &[], 0)).await?.into_inner();
     assert_eq!(response.messages.len(), 32);
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_leader_cut_off_from_its_group_its_held_pulls_should_end_and_new_ones_be_refused()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_0405, |_| {}).await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let mut client = group.client(leader).await?;
+    client.send(tagged("TagA", "first")).await?;
+    let mut held_client = client.clone();
+    let held = tokio::spawn(async move { held_client.pull(pull(1, &[], 15_000)).await });
+    wait_for("the leader to hold the pull", TIMEOUT, || async {
+        (group.status(leader).await.ok()?.pulls_held == 1).then_some(())
+    })
+    .await?;
+
+    info!("--- the leader is cut off from its group: its held pull ends long before 15 s");
+    let cut_at = Instant::now();
+    group.faults.isolate(leader);
+    let ended = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .context("the held pull outlived the leader's lease")??
+        .expect_err("refused, not answered empty");
+    assert_eq!(
+        rocketraft_proto::response_code(&ended),
+        Some(rocketraft_proto::common::ResponseCode::ServiceUnavailable),
+        "{ended}"
+    );
+    assert!(ended.message().contains("quorum"), "{ended}");
+    info!(after = ?cut_at.elapsed(), "held pull ended");
+
+    info!("--- a new pull that would wait is refused at once; one that finds a message is served");
+    let refused = tokio::time::timeout(Duration::from_secs(1), client.pull(pull(1, &[], 15_000)))
+        .await?
+        .expect_err("refused");
+    assert_eq!(
+        rocketraft_proto::response_code(&refused),
+        Some(rocketraft_proto::common::ResponseCode::ServiceUnavailable)
+    );
+    let found = client.pull(pull(0, &[], 15_000)).await?.into_inner();
+    assert_eq!(found.status(), pb::PullStatus::Found);
+    group.faults.heal();
     group.shutdown().await;
     Ok(())
 }

@@ -7,6 +7,7 @@
 //! - `state_machine` + `snapshot`: applying commands to the store, snapshots;
 //! - `network` (client) and `service` (server): the gRPC transport; `faults`: test faults;
 //! - `propose`: submitting commands and mapping their outcome; `role`: this node's role;
+//!   `lease`: whether it leads with a live quorum;
 //! - `compaction`: snapshots and log purge behind them;
 //! - `setup`: openraft's settings for a broker, founding a group;
 //! - `codec`: the binary encoding of openraft values.
@@ -16,6 +17,7 @@ pub mod codec;
 pub mod compaction;
 pub mod entry_cache;
 pub mod faults;
+pub mod lease;
 pub mod log_segment;
 pub mod log_store;
 pub mod network;

@@ -54,6 +54,8 @@ pub struct ServiceOptions {
     pub scrub: Arc<crate::scrub::ScrubStatus>,
     /// The token admin calls must carry, if one is configured.
     pub admin_token: Option<String>,
+    /// Whether this node leads with a live quorum (held pulls end when it is cut off).
+    pub leadership: tokio::sync::watch::Receiver<crate::raft::lease::Leadership>,
     /// The node's own fault plan, when `enable_fault_injection` is set (drills).
     pub fault_injection: Option<Arc<FaultPlan>>,
     /// The repair of this node's Raft log, for its status.
@@ -80,6 +82,7 @@ pub struct BrokerService {
     pull_holds_max: usize,
     scrub: Arc<crate::scrub::ScrubStatus>,
     admin_token: Option<String>,
+    leadership: tokio::sync::watch::Receiver<crate::raft::lease::Leadership>,
 }
 
 impl BrokerService {
@@ -103,6 +106,7 @@ impl BrokerService {
             pull_holds_max: options.pull_holds_max,
             scrub: options.scrub,
             admin_token: options.admin_token,
+            leadership: options.leadership,
         }
     }
 

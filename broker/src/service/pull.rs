@@ -3,7 +3,9 @@
 //!
 //! Any node serves pulls: the store holds only committed, applied messages, so a follower
 //! may lag but never shows a message the group could lose. An empty pull waits until a
-//! message is applied to its queue (or its wait runs out) and then looks again.
+//! message is applied to its queue (or its wait runs out) and then looks again, except on a
+//! leader cut off from its quorum: nothing new can commit there, so an empty pull is refused
+//! (`SERVICE_UNAVAILABLE`) and a held one ends, and the client looks for the current leader.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -13,6 +15,7 @@ use rocketraft_proto::broker as pb;
 use rocketraft_proto::limits::PULL_RESPONSE_BYTES_MAX;
 
 use crate::error::BrokerError;
+use crate::raft::lease::Leadership;
 use crate::service::BrokerService;
 use crate::service::pulled::HostText;
 use crate::service::pulled::to_pulled;
@@ -47,15 +50,25 @@ impl BrokerService {
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(u64::from(request.max_wait_ms));
         let mut arrivals = self.group.watch_queue(&request.topic, request.queue_id);
+        let mut leadership = self.leadership.clone();
         // Taken before the first wait, released when the pull returns.
         let mut hold = None;
         loop {
-            // Mark the current version seen before reading, so an append between the read
-            // and the wait still wakes this pull.
+            // Mark the current versions seen before reading, so an append or a change of
+            // leadership between the read and the wait still wakes this pull.
             arrivals.borrow_and_update();
+            let cut_off = *leadership.borrow_and_update() == Leadership::LeadingWithoutQuorum;
             let response = self.read_queue(&request, tags.as_ref())?;
             if response.status != pb::PullStatus::NoNewMessage as i32 || request.max_wait_ms == 0 {
                 return Ok(response);
+            }
+            if cut_off {
+                // Nothing new can commit here; the group may have a new leader already.
+                return Err(BrokerError::Unavailable(
+                    "this node leads but no quorum acknowledged it within its lease; the group \
+                     may have elected another leader"
+                        .into(),
+                ));
             }
             if hold.is_none() {
                 hold = Some(self.pull_holds.clone().try_acquire_owned().map_err(|_| {
@@ -65,7 +78,13 @@ impl BrokerService {
                     ))
                 })?);
             }
-            match tokio::time::timeout_at(deadline, arrivals.changed()).await {
+            let woken = tokio::time::timeout_at(deadline, async {
+                tokio::select! {
+                    arrived = arrivals.changed() => arrived,
+                    changed = leadership.changed() => changed,
+                }
+            });
+            match woken.await {
                 Ok(Ok(())) => continue,
                 Ok(Err(_)) | Err(_) => return Ok(response),
             }
