@@ -73,6 +73,9 @@ pub struct Brokers {
     routes: RouteCache,
     clients: BrokerClients,
     groups: Mutex<HashMap<String, GroupNodes>>,
+    /// Bumped whenever a group's known leader becomes another known node, so calls held at
+    /// the old one (long-polling pulls) can move at once.
+    leader_moves: tokio::sync::watch::Sender<u64>,
     /// The route each topic's nodes and leaders were last learned from, so a cached route
     /// is learned once, not on every call.
     learned: Mutex<HashMap<String, Arc<TopicRoute>>>,
@@ -85,6 +88,7 @@ impl Brokers {
             clients: BrokerClients::default(),
             groups: Mutex::new(HashMap::new()),
             learned: Mutex::new(HashMap::new()),
+            leader_moves: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -148,19 +152,31 @@ impl Brokers {
                         self.suspect_leader(group);
                         error.to_string()
                     }
-                    Ok(client) => match call(client, std::mem::replace(&mut called, true)).await {
-                        Ok(value) => return Ok(value),
-                        Err(status) if is_retryable(&status) => {
-                            self.leader_failed(group, &status);
-                            status.to_string()
+                    Ok(client) => {
+                        let attempt = call(client, std::mem::replace(&mut called, true));
+                        match tokio::time::timeout_at(deadline, attempt).await {
+                            Ok(Ok(value)) => return Ok(value),
+                            Ok(Err(status)) if is_retryable(&status) => {
+                                self.leader_failed(group, &status);
+                                status.to_string()
+                            }
+                            Ok(Err(status)) => {
+                                return Err(CallError::Rejected {
+                                    group: group.to_owned(),
+                                    status,
+                                });
+                            }
+                            // A node that accepts the call but never answers (paused).
+                            Err(_) => {
+                                self.suspect_leader(group);
+                                return Err(CallError::Unavailable {
+                                    group: group.to_owned(),
+                                    timeout,
+                                    last_error: format!("{leader} did not answer in time"),
+                                });
+                            }
                         }
-                        Err(status) => {
-                            return Err(CallError::Rejected {
-                                group: group.to_owned(),
-                                status,
-                            });
-                        }
-                    },
+                    }
                 },
             };
             if Instant::now() + pause >= deadline {
@@ -172,6 +188,23 @@ impl Brokers {
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(RETRY_PAUSE_MAX);
+        }
+    }
+
+    /// Resolves once `group`'s known leader is a node other than `from` (learned by any
+    /// call: a heartbeat that found the old one gone, a `NOT_LEADER` hint, a route).
+    pub async fn leader_moved(&self, group: &str, from: Option<SocketAddr>) {
+        let mut moves = self.leader_moves.subscribe();
+        loop {
+            if self
+                .known_leader(group)
+                .is_some_and(|now| Some(now) != from)
+            {
+                return;
+            }
+            if moves.changed().await.is_err() {
+                return std::future::pending().await;
+            }
         }
     }
 
@@ -214,22 +247,38 @@ impl Brokers {
     }
 
     fn learn(&self, route: &TopicRoute) {
-        let mut groups = self.lock();
-        for group in &route.groups {
-            let known = groups.entry(group.group.clone()).or_default();
-            known.nodes.clone_from(&group.nodes);
-            // The nameserver names the leader of the highest term it heard of; a wrong one
-            // is corrected by the next NOT_LEADER hint.
-            if let Some(leader) = group.leader
-                && !known.is_suspect(leader)
-            {
-                known.leader = Some(leader);
+        let mut moved = false;
+        {
+            let mut groups = self.lock();
+            for group in &route.groups {
+                let known = groups.entry(group.group.clone()).or_default();
+                known.nodes.clone_from(&group.nodes);
+                // The nameserver names the leader of the highest term it heard of; a wrong
+                // one is corrected by the next NOT_LEADER hint.
+                if let Some(leader) = group.leader
+                    && !known.is_suspect(leader)
+                {
+                    moved |= known.leader != Some(leader);
+                    known.leader = Some(leader);
+                }
             }
+        }
+        if moved {
+            self.leader_moves.send_modify(|moves| *moves += 1);
         }
     }
 
     fn set_leader(&self, group: &str, leader: Option<SocketAddr>) {
-        self.lock().entry(group.to_owned()).or_default().leader = leader;
+        let moved = {
+            let mut groups = self.lock();
+            let known = &mut groups.entry(group.to_owned()).or_default().leader;
+            let moved = leader.is_some() && *known != leader;
+            *known = leader;
+            moved
+        };
+        if moved {
+            self.leader_moves.send_modify(|moves| *moves += 1);
+        }
     }
 
     /// The current leader of `group` could not be reached: look for another.
@@ -335,6 +384,65 @@ mod tests {
 
         brokers.learn(&route("broker-a", Some(addr(1002))));
         assert_eq!(brokers.known_leader("broker-a"), Some(addr(1002)));
+    }
+
+    #[tokio::test]
+    async fn a_new_known_leader_ends_the_wait_for_a_move_and_a_suspicion_does_not() {
+        let brokers = brokers();
+        brokers.learn(&route("broker-a", Some(addr(1001))));
+        let moved = brokers.leader_moved("broker-a", Some(addr(1001)));
+        tokio::pin!(moved);
+        let polled =
+            |moved: std::pin::Pin<&mut _>| futures::FutureExt::now_or_never(moved).is_some();
+        assert!(
+            !polled(moved.as_mut()),
+            "the leader is still the one pulled from"
+        );
+
+        brokers.leader_failed("broker-a", &tonic::Status::unavailable("gone"));
+        assert!(!polled(moved.as_mut()), "no leader known is no move");
+        brokers.learn(&route("broker-b", Some(addr(2001))));
+        assert!(
+            !polled(moved.as_mut()),
+            "another group's leader is not this one's"
+        );
+
+        brokers.leader_failed("broker-a", &not_leader(Some(addr(1002))));
+        assert!(polled(moved.as_mut()), "a new leader ends the wait");
+        assert!(
+            futures::FutureExt::now_or_never(brokers.leader_moved("broker-a", None)).is_some(),
+            "a leader found where none was known is a move"
+        );
+    }
+
+    /// A leader that accepts a call but never answers (a paused process) costs the call its
+    /// deadline, not more, and is suspected.
+    #[tokio::test]
+    async fn a_call_that_is_never_answered_ends_at_its_deadline() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let leader = silent.local_addr().expect("addr");
+        let brokers = brokers();
+        let mut queues = test_group("broker-a", 1, PERM_READ | PERM_WRITE);
+        queues.leader = Some(leader);
+        brokers.learn(&TopicRoute::new("T".into(), vec![queues]));
+        let timeout = Duration::from_secs(2);
+        let started = Instant::now();
+
+        let result: Result<(), CallError> = brokers
+            .on_leader("broker-a", timeout, |_, _| std::future::pending())
+            .await;
+
+        assert!(started.elapsed() < timeout + Duration::from_secs(1));
+        match result {
+            Err(CallError::Unavailable { last_error, .. }) => {
+                assert!(last_error.contains("did not answer"), "{last_error}")
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+        assert_eq!(brokers.known_leader("broker-a"), None, "suspected");
+        drop(silent);
     }
 
     /// With no node to ask, a call waits with growing pauses (50, 100, 100… ms) and gives up
