@@ -39,7 +39,10 @@ pub async fn heartbeat(shared: &Shared, group: &str) -> Result<(), ConsumerError
     shared
         .brokers
         .on_leader(group, HEARTBEAT_TIMEOUT, |mut client, _repeat| {
-            let request = request.clone();
+            // Bounded: a leader that stopped answering (paused) is suspected within it, and
+            // the new one found, which moves the pulls held at the old one.
+            let mut request = tonic::Request::new(request.clone());
+            request.set_timeout(HEARTBEAT_TIMEOUT);
             async move { client.heartbeat(request).await.map(|_| ()) }
         })
         .await
