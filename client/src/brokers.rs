@@ -73,9 +73,6 @@ pub struct Brokers {
     routes: RouteCache,
     clients: BrokerClients,
     groups: Mutex<HashMap<String, GroupNodes>>,
-    /// Bumped whenever a group's known leader becomes another known node, so calls held at
-    /// the old one (long-polling pulls) can move at once.
-    leader_moves: tokio::sync::watch::Sender<u64>,
     /// The route each topic's nodes and leaders were last learned from, so a cached route
     /// is learned once, not on every call.
     learned: Mutex<HashMap<String, Arc<TopicRoute>>>,
@@ -88,7 +85,6 @@ impl Brokers {
             clients: BrokerClients::default(),
             groups: Mutex::new(HashMap::new()),
             learned: Mutex::new(HashMap::new()),
-            leader_moves: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -152,9 +148,6 @@ impl Brokers {
                         self.suspect_leader(group);
                         error.to_string()
                     }
-                    // An attempt is not cut at the deadline here: a write's outcome is worth
-                    // waiting for (cut, it is unknown, and its retry may store a copy). Calls
-                    // whose outcome does not matter bound themselves (`set_timeout`).
                     Ok(client) => match call(client, std::mem::replace(&mut called, true)).await {
                         Ok(value) => return Ok(value),
                         Err(status) if is_retryable(&status) => {
@@ -179,23 +172,6 @@ impl Brokers {
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(RETRY_PAUSE_MAX);
-        }
-    }
-
-    /// Resolves once `group`'s known leader is a node other than `from` (learned by any
-    /// call: a heartbeat that found the old one gone, a `NOT_LEADER` hint, a route).
-    pub async fn leader_moved(&self, group: &str, from: Option<SocketAddr>) {
-        let mut moves = self.leader_moves.subscribe();
-        loop {
-            if self
-                .known_leader(group)
-                .is_some_and(|now| Some(now) != from)
-            {
-                return;
-            }
-            if moves.changed().await.is_err() {
-                return std::future::pending().await;
-            }
         }
     }
 
@@ -238,38 +214,22 @@ impl Brokers {
     }
 
     fn learn(&self, route: &TopicRoute) {
-        let mut moved = false;
-        {
-            let mut groups = self.lock();
-            for group in &route.groups {
-                let known = groups.entry(group.group.clone()).or_default();
-                known.nodes.clone_from(&group.nodes);
-                // The nameserver names the leader of the highest term it heard of; a wrong
-                // one is corrected by the next NOT_LEADER hint.
-                if let Some(leader) = group.leader
-                    && !known.is_suspect(leader)
-                {
-                    moved |= known.leader != Some(leader);
-                    known.leader = Some(leader);
-                }
+        let mut groups = self.lock();
+        for group in &route.groups {
+            let known = groups.entry(group.group.clone()).or_default();
+            known.nodes.clone_from(&group.nodes);
+            // The nameserver names the leader of the highest term it heard of; a wrong one
+            // is corrected by the next NOT_LEADER hint.
+            if let Some(leader) = group.leader
+                && !known.is_suspect(leader)
+            {
+                known.leader = Some(leader);
             }
-        }
-        if moved {
-            self.leader_moves.send_modify(|moves| *moves += 1);
         }
     }
 
     fn set_leader(&self, group: &str, leader: Option<SocketAddr>) {
-        let moved = {
-            let mut groups = self.lock();
-            let known = &mut groups.entry(group.to_owned()).or_default().leader;
-            let moved = leader.is_some() && *known != leader;
-            *known = leader;
-            moved
-        };
-        if moved {
-            self.leader_moves.send_modify(|moves| *moves += 1);
-        }
+        self.lock().entry(group.to_owned()).or_default().leader = leader;
     }
 
     /// The current leader of `group` could not be reached: look for another.
@@ -375,35 +335,6 @@ mod tests {
 
         brokers.learn(&route("broker-a", Some(addr(1002))));
         assert_eq!(brokers.known_leader("broker-a"), Some(addr(1002)));
-    }
-
-    #[tokio::test]
-    async fn a_new_known_leader_ends_the_wait_for_a_move_and_a_suspicion_does_not() {
-        let brokers = brokers();
-        brokers.learn(&route("broker-a", Some(addr(1001))));
-        let moved = brokers.leader_moved("broker-a", Some(addr(1001)));
-        tokio::pin!(moved);
-        let polled =
-            |moved: std::pin::Pin<&mut _>| futures::FutureExt::now_or_never(moved).is_some();
-        assert!(
-            !polled(moved.as_mut()),
-            "the leader is still the one pulled from"
-        );
-
-        brokers.leader_failed("broker-a", &tonic::Status::unavailable("gone"));
-        assert!(!polled(moved.as_mut()), "no leader known is no move");
-        brokers.learn(&route("broker-b", Some(addr(2001))));
-        assert!(
-            !polled(moved.as_mut()),
-            "another group's leader is not this one's"
-        );
-
-        brokers.leader_failed("broker-a", &not_leader(Some(addr(1002))));
-        assert!(polled(moved.as_mut()), "a new leader ends the wait");
-        assert!(
-            futures::FutureExt::now_or_never(brokers.leader_moved("broker-a", None)).is_some(),
-            "a leader found where none was known is a move"
-        );
     }
 
     /// With no node to ask, a call waits with growing pauses (50, 100, 100… ms) and gives up

@@ -39,10 +39,7 @@ pub async fn heartbeat(shared: &Shared, group: &str) -> Result<(), ConsumerError
     shared
         .brokers
         .on_leader(group, HEARTBEAT_TIMEOUT, |mut client, _repeat| {
-            // Bounded: a leader that stopped answering (paused) is suspected within it, and
-            // the new one found, which moves the pulls held at the old one.
-            let mut request = tonic::Request::new(request.clone());
-            request.set_timeout(HEARTBEAT_TIMEOUT);
+            let request = request.clone();
             async move { client.heartbeat(request).await.map(|_| ()) }
         })
         .await

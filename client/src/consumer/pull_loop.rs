@@ -1,7 +1,5 @@
 //! The pull loop of one assigned queue: long-polling pulls from the group's leader, the
-//! tag re-filter, flow control, and hand-over to the listener. A pull held at a node that is
-//! no longer the known leader is given up as soon as any call of the consumer learns of the
-//! new one.
+//! tag re-filter, flow control, and hand-over to the listener.
 //!
 //! Flow control: while the queue's buffer holds its maximum count or bytes, pulling pauses.
 //! Errors pause with a growing backoff, so a leaderless group costs no busy loop. The loop
@@ -59,13 +57,9 @@ pub async fn run_pull_loop(
             max_wait_ms: config.pull_hold.as_millis() as u32,
         };
         let call_timeout = config.pull_hold + PULL_TIMEOUT_MARGIN;
-        let pulled_from = shared.brokers.known_leader(&queue.group);
         let pulled = tokio::select! {
             () = process.dropped() => return,
             () = shared.shutdown.cancelled() => return,
-            // Another call found a new leader (the old one died, paused or was cut off while
-            // this pull was held there): pull from the new one now.
-            () = shared.brokers.leader_moved(&queue.group, pulled_from) => continue,
             pulled = shared.brokers.on_leader(&queue.group, call_timeout, |mut client, _repeat| {
                 let mut request = tonic::Request::new(request.clone());
                 request.set_timeout(call_timeout);
