@@ -476,6 +476,16 @@ mod tests {
         );
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.admin_token = Some("t0ken".into());
+        config.cluster_secret = Some("s".repeat(rocketraft_proto::secrets::SECRET_LEN_MAX));
+        config.validate().expect("secrets within bounds");
+        config.admin_token = Some("two words".into());
+        assert_eq!(config.validate().expect_err("spaced").key, "admin_token");
+        config.admin_token = None;
+        config.cluster_secret = Some("s".repeat(rocketraft_proto::secrets::SECRET_LEN_MAX + 1));
+        assert_eq!(config.validate().expect_err("long").key, "cluster_secret");
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
         config.scrub_bytes_per_sec = 0;
         config.scrub_pass_interval_ms = 0;
         config.validate().expect("no scrubbing needs no interval");

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rocketraft_nameserver::connection_limit::limit_connections;
+use rocketraft_nameserver::server::stop_serving;
 use rocketraft_proto::broker::broker_server::BrokerServer;
 use rocketraft_proto::limits::SEND_REQUEST_BYTES_MAX;
 use rocketraft_proto::raft::raft_server::RaftServer;
@@ -56,9 +57,6 @@ use crate::service::BrokerService;
 use crate::service::ServiceOptions;
 use crate::store::MessageStore;
 use crate::topic::AUTO_CREATED_QUEUE_COUNT;
-
-/// How long a stopping node lets open calls finish before it closes them.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// A node failed to start.
 #[derive(Debug, thiserror::Error)]
@@ -333,16 +331,7 @@ impl BrokerNode {
         if let Err(error) = self.raft.shutdown().await {
             tracing::warn!(%error, "raft shutdown");
         }
-        let mut server = self.server;
-        match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(error))) => tracing::warn!(%error, "grpc server stopped with an error"),
-            Ok(Err(error)) => tracing::warn!(%error, "grpc server task failed"),
-            Err(_) => {
-                tracing::warn!("grpc calls still open after {SHUTDOWN_GRACE:?}; closing them");
-                server.abort();
-            }
-        }
+        stop_serving(self.server).await;
         tracing::info!(node_id = self.node_id, "broker node stopped");
     }
 }

@@ -156,12 +156,13 @@ impl Scrubber {
                     .collect()
             };
             for (record, found) in wrong {
-                self.repair_unit_or_record(&record, found).await;
+                self.repair_unit_or_record(&record, found, segment_bytes)
+                    .await;
             }
             let next = match walk.end {
-                WalkEnd::Whole => {
+                WalkEnd::Whole { next } => {
                     want = SCRUB_CHUNK_BYTES;
-                    offset + chunk.len() as i64
+                    next
                 }
                 WalkEnd::Continues { offset: at, needed } if at + needed as i64 <= end => {
                     want = needed.max(SCRUB_CHUNK_BYTES);
@@ -220,8 +221,8 @@ impl Scrubber {
         &self,
         record: &CheckedRecord,
         found: Option<crate::store::CqUnit>,
+        segment_bytes: u64,
     ) {
-        let (_, segment_bytes) = self.group.store().layout();
         let finding = format!(
             "ConsumeQueue {}/{} unit {} is {found:?}, its record at {} calls for {:?}",
             record.topic, record.queue_id, record.queue_offset, record.offset, record.unit

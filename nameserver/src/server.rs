@@ -17,7 +17,7 @@ use crate::service::SharedRegistry;
 
 /// The nameserver's default address.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9876";
-/// How long a stopping nameserver lets open calls finish before it cuts them.
+/// How long a stopping server lets open calls finish before it cuts them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// A broker node not heard from for this long is dropped (RocketMQ's default).
 pub const BROKER_EXPIRY_DEFAULT: Duration = Duration::from_secs(120);
@@ -90,15 +90,21 @@ impl NameServer {
     /// Stops serving: open calls get [`SHUTDOWN_GRACE`] to finish, then are cut.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
-        let mut server = self.server;
-        match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(error))) => tracing::warn!(%error, "nameserver stopped with an error"),
-            Ok(Err(error)) => tracing::warn!(%error, "nameserver task failed"),
-            Err(_) => {
-                tracing::warn!("open calls outlasted the shutdown grace; cutting them");
-                server.abort();
-            }
+        stop_serving(self.server).await;
+    }
+}
+
+/// Waits for a gRPC server whose shutdown signal fired (broker or nameserver): open calls get
+/// [`SHUTDOWN_GRACE`] to finish, then the server task is cut, so an idle client socket never
+/// holds a stop.
+pub async fn stop_serving(mut server: JoinHandle<Result<(), tonic::transport::Error>>) {
+    match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(error))) => tracing::warn!(%error, "grpc server stopped with an error"),
+        Ok(Err(error)) => tracing::warn!(%error, "grpc server task failed"),
+        Err(_) => {
+            tracing::warn!("grpc calls still open after {SHUTDOWN_GRACE:?}; closing them");
+            server.abort();
         }
     }
 }

@@ -38,16 +38,30 @@ pub struct CommitLogRecovery {
 }
 
 /// One entry found while walking a segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Entry {
-    Message(usize),
+#[derive(Debug)]
+pub(crate) enum Entry<'a> {
+    /// A valid record (checked in place, body CRC included).
+    Message(RecordView<'a>),
+    /// A blank filler of this many bytes, ending exactly at the segment's end.
     Blank(usize),
     /// Zero bytes where a record would start: the end of the written data.
     End,
 }
 
-/// Classifies the bytes at the start of `buf`, `remaining` bytes before the segment's end.
-fn probe(buf: &[u8], remaining: usize) -> Result<Entry, RecordError> {
+impl Entry<'_> {
+    /// Bytes the entry takes (none for the end).
+    pub(crate) fn size(&self) -> usize {
+        match self {
+            Entry::Message(view) => view.total_size(),
+            Entry::Blank(size) => *size,
+            Entry::End => 0,
+        }
+    }
+}
+
+/// Classifies the bytes at the start of `buf`, `remaining` bytes before the segment's end: a
+/// record must leave room for a filler after it, a filler must end at the segment's end.
+pub(crate) fn probe(buf: &[u8], remaining: usize) -> Result<Entry<'_>, RecordError> {
     let head = buf
         .get(..END_FILE_MIN_BLANK_LENGTH)
         .ok_or(RecordError::Truncated {
@@ -70,7 +84,7 @@ fn probe(buf: &[u8], remaining: usize) -> Result<Entry, RecordError> {
     if view.total_size() + END_FILE_MIN_BLANK_LENGTH > remaining {
         return Err(RecordError::TotalSize { total_size });
     }
-    Ok(Entry::Message(view.total_size()))
+    Ok(Entry::Message(view))
 }
 
 /// The CommitLog.
@@ -415,8 +429,8 @@ impl CommitLog {
             };
             let data = &segment.written()[rel..];
             match probe(data, segment.size_bytes() - rel).map_err(corrupt)? {
-                Entry::Message(len) => {
-                    let view = RecordView::parse(&data[..len]).map_err(corrupt)?;
+                Entry::Message(view) => {
+                    let len = view.total_size();
                     f(pos, view)?;
                     pos += len as u64;
                 }
@@ -436,7 +450,7 @@ fn scan_segment(segment: &MappedFile) -> Option<usize> {
     let mut pos = 0;
     while pos < data.len() {
         match probe(&data[pos..], data.len() - pos) {
-            Ok(Entry::Message(len)) => pos += len,
+            Ok(Entry::Message(view)) => pos += view.total_size(),
             Ok(Entry::Blank(_)) => return None,
             Ok(Entry::End) => return Some(pos),
             Err(error) => {
@@ -461,7 +475,7 @@ fn validate_layout(offset: u64, bytes: &[u8], segment_size_bytes: u64) -> Result
         let at = offset + pos as u64;
         let remaining = (segment_size_bytes - at % segment_size_bytes) as usize;
         let len = match probe(&bytes[pos..], remaining) {
-            Ok(Entry::Message(len) | Entry::Blank(len)) => len,
+            Ok(entry @ (Entry::Message(_) | Entry::Blank(_))) => entry.size(),
             Ok(Entry::End) => {
                 return Err(StoreError::RawLayout {
                     offset: at,
@@ -704,7 +718,11 @@ mod tests {
                 let at = offset + cut as u64;
                 let remaining = (SEGMENT - at % SEGMENT) as usize;
                 match probe(&chunk[cut..], remaining) {
-                    Ok(Entry::Message(n) | Entry::Blank(n)) if cut + n <= chunk.len() => cut += n,
+                    Ok(entry @ (Entry::Message(_) | Entry::Blank(_)))
+                        if cut + entry.size() <= chunk.len() =>
+                    {
+                        cut += entry.size()
+                    }
                     _ => break,
                 }
             }

@@ -10,14 +10,14 @@
 //! a segment boundary, and a filler ends exactly at one.
 
 use crate::store::MessageStore;
+use crate::store::commit_log::Entry;
+use crate::store::commit_log::probe;
 use crate::store::config::TagsCodeFn;
 use crate::store::consume_queue::CqUnit;
 use crate::store::error::StoreError;
-use crate::store::record::BLANK_MAGIC_CODE;
 use crate::store::record::END_FILE_MIN_BLANK_LENGTH;
 use crate::store::record::RECORD_SIZE_MAX;
 use crate::store::record::RecordError;
-use crate::store::record::RecordView;
 
 /// The most bytes one record or filler takes (a filler fills what a record did not fit in).
 pub const RECORD_OR_FILLER_BYTES_MAX: usize = RECORD_SIZE_MAX + END_FILE_MIN_BLANK_LENGTH;
@@ -35,9 +35,10 @@ pub struct CheckedRecord {
 /// How a walk over a chunk ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WalkEnd {
-    /// The chunk held whole records and fillers only.
-    Whole,
-    /// The record or filler at `offset` continues past the chunk: read `needed` bytes there.
+    /// The chunk held whole records and fillers only; the next entry starts at `next` (past
+    /// the chunk when it ended in a filler).
+    Whole { next: i64 },
+    /// The record at `offset` continues past the chunk: read `needed` bytes there.
     Continues { offset: i64, needed: usize },
     /// The bytes at `offset` are no valid record or filler (its length is then unknown).
     Damaged { offset: i64, error: RecordError },
@@ -51,7 +52,7 @@ pub struct Walk {
 }
 
 /// Checks the records and fillers in `bytes`, read from CommitLog `offset`, laid out for
-/// segments of `segment_bytes`.
+/// segments of `segment_bytes`, with the checks recovery applies (`commit_log::probe`).
 pub fn walk_records(
     offset: i64,
     bytes: &[u8],
@@ -62,9 +63,8 @@ pub fn walk_records(
     let mut pos = 0usize;
     while pos < bytes.len() {
         let at = offset + pos as i64;
-        match record_or_filler_len(&bytes[pos..], at, segment_bytes) {
-            Ok(Entry::Filler(len)) => pos += len,
-            Ok(Entry::Record(view)) => {
+        match entry_at(&bytes[pos..], at, segment_bytes) {
+            Ok(Entry::Message(view)) => {
                 records.push(CheckedRecord {
                     offset: at,
                     topic: view.topic().to_owned(),
@@ -78,6 +78,7 @@ pub fn walk_records(
                 });
                 pos += view.total_size();
             }
+            Ok(entry) => pos += entry.size(),
             Err(RecordError::Truncated { needed, .. }) => {
                 return Walk {
                     records,
@@ -94,62 +95,39 @@ pub fn walk_records(
     }
     Walk {
         records,
-        end: WalkEnd::Whole,
+        end: WalkEnd::Whole {
+            next: offset + pos as i64,
+        },
     }
 }
 
-enum Entry<'a> {
-    Record(RecordView<'a>),
-    Filler(usize),
-}
-
-/// The record or filler at the start of `bytes` (CommitLog offset `at`), checked against the
-/// segment layout: a record stays within its segment, a filler ends exactly at its end.
-fn record_or_filler_len(
-    bytes: &[u8],
-    at: i64,
-    segment_bytes: u64,
-) -> Result<Entry<'_>, RecordError> {
+/// The record or filler at the start of `bytes` (CommitLog offset `at`). Zeros where a record
+/// should be, or a record that would pass its segment's end, are damage; `Truncated` means
+/// only that the bytes end before the record does.
+fn entry_at(bytes: &[u8], at: i64, segment_bytes: u64) -> Result<Entry<'_>, RecordError> {
     let to_segment_end = (segment_bytes - at as u64 % segment_bytes) as usize;
-    let head = |pos: usize| {
-        bytes
-            .get(pos..pos + 4)
-            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    };
-    let (Some(total_size), Some(magic)) = (head(0), head(4)) else {
-        return Err(RecordError::Truncated {
-            needed: END_FILE_MIN_BLANK_LENGTH,
-            available: bytes.len(),
-        });
-    };
-    if magic == BLANK_MAGIC_CODE {
-        return match usize::try_from(total_size) {
-            Ok(len) if len == to_segment_end && len >= END_FILE_MIN_BLANK_LENGTH => {
-                if bytes.len() < len {
-                    Err(RecordError::Truncated {
-                        needed: len,
-                        available: bytes.len(),
-                    })
-                } else {
-                    Ok(Entry::Filler(len))
-                }
-            }
-            _ => Err(RecordError::TotalSize { total_size }),
-        };
+    match probe(bytes, to_segment_end) {
+        Ok(Entry::End) => Err(RecordError::TotalSize { total_size: 0 }),
+        Err(RecordError::Truncated { needed, .. }) if needed > to_segment_end => {
+            Err(RecordError::TotalSize {
+                total_size: i32::try_from(needed).unwrap_or(i32::MAX),
+            })
+        }
+        other => other,
     }
-    if usize::try_from(total_size).is_ok_and(|len| len > to_segment_end) {
-        return Err(RecordError::TotalSize { total_size });
-    }
-    RecordView::parse(bytes).map(Entry::Record)
 }
 
 /// The length of the record or filler at the start of `bytes` (CommitLog offset `at`), if it
 /// is whole and valid: how much of a peer's answer is one repair.
 pub fn valid_entry_len(bytes: &[u8], at: i64, segment_bytes: u64) -> Result<usize, RecordError> {
-    record_or_filler_len(bytes, at, segment_bytes).map(|entry| match entry {
-        Entry::Record(view) => view.total_size(),
-        Entry::Filler(len) => len,
-    })
+    let size = entry_at(bytes, at, segment_bytes)?.size();
+    if size > bytes.len() {
+        return Err(RecordError::Truncated {
+            needed: size,
+            available: bytes.len(),
+        });
+    }
+    Ok(size)
 }
 
 impl MessageStore {
@@ -214,6 +192,7 @@ impl MessageStore {
 mod tests {
     use super::*;
     use crate::store::config::default_tags_code;
+    use crate::store::record::BLANK_MAGIC_CODE;
     use crate::store::record::tests::sample;
 
     const SEGMENT: u64 = 4096;
@@ -236,7 +215,12 @@ mod tests {
 
         let walk = walk_records(0, &bytes, SEGMENT, default_tags_code);
 
-        assert_eq!(walk.end, WalkEnd::Whole);
+        assert_eq!(
+            walk.end,
+            WalkEnd::Whole {
+                next: bytes.len() as i64
+            }
+        );
         let offsets: Vec<(i64, i64)> = walk
             .records
             .iter()
@@ -280,6 +264,20 @@ mod tests {
         let near_end = SEGMENT as i64 - 10;
         let walk = walk_records(near_end, &bytes, SEGMENT, default_tags_code);
         assert!(matches!(walk.end, WalkEnd::Damaged { offset, .. } if offset == near_end));
+    }
+
+    #[test]
+    fn zeros_where_a_record_should_be_are_damage_not_the_end() {
+        let mut bytes = record(0, b"one");
+        let hole = bytes.len();
+        bytes.resize(hole + 200, 0);
+        let walk = walk_records(0, &bytes, SEGMENT, default_tags_code);
+        assert_eq!(walk.records.len(), 1);
+        assert!(
+            matches!(walk.end, WalkEnd::Damaged { offset, .. } if offset == hole as i64),
+            "{:?}",
+            walk.end
+        );
     }
 
     #[test]

@@ -68,24 +68,24 @@ fn given_scheduled_faults_the_drill_should_lose_nothing_acknowledged() -> anyhow
         faults >= 8,
         "a fault every 4 s, each healed before the run ends: {report}"
     );
-    let kills_recovered = report["faults"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|fault| fault["kind"] == "kill-leader")
-        .all(|fault| fault["recovery_ms"].is_u64());
+    let faults_of = |kind: &str| -> Vec<&serde_json::Value> {
+        report["faults"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|fault| fault["kind"] == kind)
+            .collect()
+    };
     assert!(
-        kills_recovered,
+        faults_of("kill-leader")
+            .iter()
+            .all(|fault| fault["recovery_ms"].is_u64()),
         "every killed leader was replaced: {report}"
     );
-    let kills_consumed = report["faults"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|fault| fault["kind"] == "kill-leader")
-        .all(|fault| fault["consumer_resume_ms"].is_u64());
     assert!(
-        kills_consumed,
+        faults_of("kill-leader")
+            .iter()
+            .all(|fault| fault["consumer_resume_ms"].is_u64()),
         "the consumer read from the group again after every kill: {report}"
     );
     let kinds: Vec<&str> = report["kinds"]
@@ -98,12 +98,11 @@ fn given_scheduled_faults_the_drill_should_lose_nothing_acknowledged() -> anyhow
         kinds.contains(&"kill-leader"),
         "a summary per kind: {report}"
     );
-    let repaired = report["faults"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|fault| fault["kind"] == "corrupt-follower")
-        .all(|fault| fault["detail"].to_string().contains("(done)"));
-    assert!(repaired, "the damaged follower repaired itself: {report}");
+    assert!(
+        faults_of("corrupt-follower")
+            .iter()
+            .all(|fault| fault["detail"].to_string().contains("(done)")),
+        "the damaged follower repaired itself: {report}"
+    );
     Ok(())
 }
