@@ -13,6 +13,7 @@
 //! `max_offset` but are not readable: the store writes them before any `&self` read can run.
 
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use tracing::{info, warn};
 
@@ -85,6 +86,16 @@ pub(crate) fn probe(buf: &[u8], remaining: usize) -> Result<Entry<'_>, RecordErr
         return Err(RecordError::TotalSize { total_size });
     }
     Ok(Entry::Message(view))
+}
+
+/// A segment that takes no more appends (every one but the last), as retention sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SealedSegment {
+    pub start: u64,
+    /// Offset after its last byte (the next segment's start).
+    pub end: u64,
+    /// When its file last changed: when it was sealed, for a segment written in order.
+    pub modified: SystemTime,
 }
 
 /// The CommitLog.
@@ -176,6 +187,33 @@ impl CommitLog {
             }
         }
         Ok(0)
+    }
+
+    /// The segments before the last, oldest first.
+    pub fn sealed_segments(&self) -> Result<Vec<SealedSegment>, StoreError> {
+        let sealed = self.segments.len().saturating_sub(1);
+        self.segments[..sealed]
+            .iter()
+            .map(|segment| {
+                Ok(SealedSegment {
+                    start: segment.start_offset(),
+                    end: segment.start_offset() + self.segment_size_bytes,
+                    modified: segment.modified()?,
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes the `count` oldest segments (retention); the last one always stays, so the
+    /// log keeps its end. Returns the new `min_offset`.
+    pub fn delete_oldest(&mut self, count: usize) -> Result<u64, StoreError> {
+        let count = count.min(self.segments.len().saturating_sub(1));
+        for _ in 0..count {
+            let oldest = self.segments.remove(0);
+            info!(path = %oldest.path().display(), "commit log: retention deleted a segment");
+            oldest.delete()?;
+        }
+        Ok(self.min_offset())
     }
 
     /// Segment size in bytes.

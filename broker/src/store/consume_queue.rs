@@ -312,17 +312,41 @@ impl ConsumeQueue {
 
     /// Drops units pointing at or beyond CommitLog offset `end`; returns how many.
     pub fn truncate_by_commit_log(&mut self, end: u64) -> Result<u64, StoreError> {
+        let max_offset = self.max_offset();
+        let first_dropped = self.first_unit_pointing_at_or_after(end);
+        self.truncate_to(first_dropped)?;
+        Ok(max_offset - first_dropped)
+    }
+
+    /// Forgets the units pointing below CommitLog offset `commit_log_min` (retention deleted
+    /// the records they name): `min_offset` moves to the first unit still pointing into the
+    /// log, and files holding only forgotten units are deleted, except the last one, which
+    /// keeps the queue's end. Returns how many units were forgotten.
+    pub fn forget_below(&mut self, commit_log_min: u64) -> Result<u64, StoreError> {
+        let new_min = self.first_unit_pointing_at_or_after(commit_log_min);
+        let forgotten = new_min - self.min_offset;
+        let new_min_byte = new_min * CQ_UNIT_SIZE as u64;
+        while self.segments.len() > 1
+            && self.segments[0].start_offset() + self.segment_bytes() <= new_min_byte
+        {
+            self.segments.remove(0).delete()?;
+        }
+        self.min_offset = new_min;
+        Ok(forgotten)
+    }
+
+    /// The first queue offset whose unit points at or beyond CommitLog offset
+    /// `commit_log_offset` (`max_offset` if none does): units point in increasing order.
+    fn first_unit_pointing_at_or_after(&self, commit_log_offset: u64) -> u64 {
         let (mut lo, mut hi) = (self.min_offset, self.max_offset());
-        let max_offset = hi;
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             match self.get(mid) {
-                Some(unit) if (unit.commit_log_offset as u64) < end => lo = mid + 1,
+                Some(unit) if (unit.commit_log_offset as u64) < commit_log_offset => lo = mid + 1,
                 _ => hi = mid,
             }
         }
-        self.truncate_to(lo)?;
-        Ok(max_offset - lo)
+        lo
     }
 
     /// Durably flushes changed segments.

@@ -204,6 +204,17 @@ impl Dispatcher {
         Ok((units, entries))
     }
 
+    /// Forgets the units and index files that point only below CommitLog offset
+    /// `commit_log_min` (retention deleted what they name); returns (units, index entries).
+    pub fn forget_below(&mut self, commit_log_min: u64) -> Result<(u64, u64), StoreError> {
+        let mut units = 0;
+        for queue in &mut self.queues {
+            units += queue.forget_below(commit_log_min)?;
+        }
+        let entries = self.index.forget_below(commit_log_min)?;
+        Ok((units, entries))
+    }
+
     /// Drops every index entry (before a full index rebuild).
     pub fn clear_index(&mut self) -> Result<u64, StoreError> {
         Ok(self.index.truncate(0)? as u64)

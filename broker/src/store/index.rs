@@ -401,6 +401,23 @@ impl Index {
             .flat_map(move |file| file.chain(hash))
     }
 
+    /// Deletes the oldest files whose entries all point below CommitLog offset
+    /// `commit_log_min` (retention deleted those records); the newest file always stays.
+    /// Returns how many entries went with them.
+    pub fn forget_below(&mut self, commit_log_min: u64) -> Result<u64, StoreError> {
+        let mut forgotten = 0;
+        while self.files.len() > 1
+            && self.files[0]
+                .last_offset()
+                .is_none_or(|last| (last as u64) < commit_log_min)
+        {
+            let oldest = self.files.remove(0);
+            forgotten += u64::from(oldest.count);
+            oldest.map.delete()?;
+        }
+        Ok(forgotten)
+    }
+
     /// Drops entries pointing at or beyond CommitLog offset `end`; returns how many. Files
     /// left empty are deleted, except the oldest.
     pub fn truncate(&mut self, end: u64) -> Result<usize, StoreError> {

@@ -416,6 +416,14 @@ impl MappedFile {
         })
     }
 
+    /// When the file's data last changed (a sealed segment's age, for retention).
+    pub fn modified(&self) -> Result<std::time::SystemTime, StoreError> {
+        self.file
+            .metadata()
+            .and_then(|metadata| metadata.modified())
+            .map_err(|e| StoreError::io("read segment mtime", &self.path, e))
+    }
+
     /// Unmaps and deletes the file, then fsyncs its directory.
     pub fn delete(self) -> Result<(), StoreError> {
         let MappedFile { path, mmap, .. } = self;

@@ -18,11 +18,12 @@ pub mod index;
 pub mod mapped_file;
 pub mod properties;
 pub mod record;
+pub mod retention;
 pub mod scrub;
 pub mod tags;
 
 pub use checkpoint::{Checkpoint, CheckpointState};
-pub use commit_log::{CommitLog, CommitLogRecovery};
+pub use commit_log::{CommitLog, CommitLogRecovery, SealedSegment};
 pub use config::StoreConfig;
 pub use consume_queue::{CQ_UNIT_SIZE, ConsumeQueue, CqUnit};
 pub use error::StoreError;
@@ -122,6 +123,19 @@ impl PendingFlush {
     }
 }
 
+/// What one [`MessageStore::delete_oldest_segments`] removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Deleted {
+    /// CommitLog bytes deleted (whole segments).
+    pub commit_log_bytes: u64,
+    /// The CommitLog's first offset after the deletion.
+    pub commit_log_min: u64,
+    /// ConsumeQueue units no longer served, over all queues.
+    pub cq_units: u64,
+    /// Index entries deleted with their files.
+    pub index_entries: u64,
+}
+
 /// The message store. Not internally synchronized: callers wrap it in a `RwLock`.
 #[derive(Debug)]
 pub struct MessageStore {
@@ -154,6 +168,8 @@ impl MessageStore {
         let mut dispatcher = Dispatcher::open(&config, checkpoint.index_entry_count)?;
         let (cq_units_truncated, index_entries_truncated) =
             dispatcher.truncate(recovery.commit_log_end)?;
+        // Retention may have deleted segments after the queues last reached disk.
+        dispatcher.forget_below(commit_log.min_offset())?;
         let mut store = MessageStore {
             config,
             commit_log,
@@ -328,6 +344,27 @@ impl MessageStore {
         })
     }
 
+    /// The CommitLog segments retention may consider: all but the last, oldest first.
+    pub fn sealed_commit_log_segments(&self) -> Result<Vec<SealedSegment>, StoreError> {
+        self.commit_log.sealed_segments()
+    }
+
+    /// Deletes the `count` oldest CommitLog segments (never the last) and the ConsumeQueue
+    /// units and index files that point only into them. Queues keep their offsets: their
+    /// `min_offset` moves up, so readers behind it are sent to the new minimum.
+    pub fn delete_oldest_segments(&mut self, count: usize) -> Result<Deleted, StoreError> {
+        self.commit_log.write_staged()?;
+        let min_before = self.commit_log.min_offset();
+        let commit_log_min = self.commit_log.delete_oldest(count)?;
+        let (cq_units, index_entries) = self.dispatcher.forget_below(commit_log_min)?;
+        Ok(Deleted {
+            commit_log_bytes: commit_log_min - min_before,
+            commit_log_min,
+            cq_units,
+            index_entries,
+        })
+    }
+
     pub fn commit_log_min_offset(&self) -> i64 {
         self.commit_log.min_offset() as i64
     }
@@ -445,13 +482,19 @@ impl MessageStore {
     /// The stored copy of `topic` whose `UNIQ_KEY` is `unique_key` and whose reconsume count
     /// is `reconsume_times`, if any (the newest): a message's copy of one hand-back (or its
     /// first send, count 0).
+    ///
+    /// Apply decides with it whether a send is a retry, so every replica must answer alike:
+    /// only the last [`MessageStore::dedup_window_start`] bytes are searched, a range no
+    /// replica's retention ever deletes (see `keep_from`), whatever else it deleted.
     pub fn find_unique(
         &self,
         topic: &str,
         unique_key: &str,
         reconsume_times: i32,
     ) -> Result<Option<Stored>, StoreError> {
-        for commit_log_offset in self.dispatcher.index().lookup(unique_key) {
+        let window_start = self.dedup_window_start();
+        let candidates = self.dispatcher.index().lookup(unique_key);
+        for commit_log_offset in candidates.take_while(|offset| *offset as u64 >= window_start) {
             let view = self.read_view(commit_log_offset)?;
             if view.topic() == topic
                 && view.reconsume_times() == reconsume_times
@@ -468,11 +511,22 @@ impl MessageStore {
         Ok(None)
     }
 
+    /// Where [`MessageStore::find_unique`] stops looking: one segment size (a setting every
+    /// replica of a group shares, as the CommitLog layout depends on it) before the end.
+    pub fn dedup_window_start(&self) -> u64 {
+        self.commit_log
+            .max_offset()
+            .saturating_sub(self.commit_log.segment_size_bytes())
+    }
+
     /// Messages whose `UNIQ_KEY` or one of whose `KEYS` equals `key`, newest first, at most
-    /// [`QUERY_BY_KEY_RESULTS_MAX`].
+    /// [`QUERY_BY_KEY_RESULTS_MAX`]. Entries left pointing below the CommitLog's first
+    /// offset (retention deleted their records) are not read.
     pub fn query_by_key(&self, key: &str) -> Result<Vec<RecordView<'_>>, StoreError> {
         let mut found = Vec::new();
-        for offset in self.dispatcher.index().lookup(key) {
+        let min = self.commit_log.min_offset();
+        let candidates = self.dispatcher.index().lookup(key);
+        for offset in candidates.take_while(|offset| *offset as u64 >= min) {
             let view = self.read_view(offset)?;
             let matches = view.property(properties::UNIQ_KEY)? == Some(key)
                 || view

@@ -422,3 +422,118 @@ fn search_by_time_finds_the_first_message_stored_at_or_after() {
         0
     );
 }
+
+fn file_count(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| entries.count())
+}
+
+#[test]
+fn deleting_the_oldest_segments_moves_every_reader_to_what_is_left_and_survives_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let small_index = StoreConfig {
+        index_entries_per_file: 16,
+        ..config(dir.path())
+    };
+    let (mut store, _) = MessageStore::open(small_index.clone()).expect("open");
+    let appended = append_n(&mut store, 0..150);
+    let sealed = store.sealed_commit_log_segments().expect("sealed");
+    assert!(sealed.len() >= 6, "{} sealed segments", sealed.len());
+    assert_eq!(sealed[0].start, 0);
+    assert!(sealed.windows(2).all(|w| w[0].end == w[1].start));
+    let queue_files = file_count(&queue_dir(dir.path(), "TopicA", 0));
+    let index_files = file_count(&dir.path().join(INDEX_DIR));
+
+    let deleted = store.delete_oldest_segments(3).expect("delete");
+    let min = 3 * SEGMENT;
+    assert_eq!(deleted.commit_log_min, min);
+    assert_eq!(deleted.commit_log_bytes, min);
+    let gone: Vec<&AppendResult> = appended
+        .iter()
+        .filter(|a| (a.commit_log_offset as u64) < min)
+        .collect();
+    assert_eq!(deleted.cq_units, gone.len() as u64);
+    assert!(deleted.index_entries > 0);
+    assert_eq!(store.commit_log_min_offset(), min as i64);
+    assert!(matches!(
+        store.read_message(0),
+        Err(StoreError::OffsetOutOfRange { .. })
+    ));
+    let units_before_restart = all_units(&store);
+    for (i, topic) in TOPICS.iter().enumerate() {
+        for queue_id in 0..3 {
+            let units = &units_before_restart[i * 3 + queue_id as usize];
+            assert!(units.iter().all(|u| u.commit_log_offset as u64 >= min));
+            let (queue_min, _) = store.consume_queue_offsets(topic, queue_id);
+            let first_kept = appended
+                .iter()
+                .enumerate()
+                .find(|(n, a)| {
+                    TOPICS[n % 2] == *topic
+                        && (n % 3) as i32 == queue_id
+                        && a.commit_log_offset as u64 >= min
+                })
+                .map(|(_, a)| a.queue_offset);
+            assert_eq!(Some(queue_min), first_kept, "{topic}/{queue_id}");
+        }
+    }
+    assert!(file_count(&queue_dir(dir.path(), "TopicA", 0)) < queue_files);
+    assert!(file_count(&dir.path().join(INDEX_DIR)) < index_files);
+    let shared = store.query_by_key("shared").expect("query what is left");
+    assert!(!shared.is_empty());
+    assert!(
+        store
+            .query_by_key(&format!("k{}", 0))
+            .expect("query a deleted key")
+            .is_empty()
+    );
+    drop(shared);
+
+    // The last segment always stays, so the log keeps its end.
+    let end = store.commit_log_max_offset();
+    let sealed_left = store.sealed_commit_log_segments().expect("sealed").len();
+    store
+        .delete_oldest_segments(usize::MAX)
+        .expect("delete all");
+    assert_eq!(store.commit_log_max_offset(), end);
+    assert_eq!(
+        store.commit_log_min_offset(),
+        min as i64 + sealed_left as i64 * SEGMENT as i64
+    );
+    let units_kept = all_units(&store);
+    store.flush().expect("flush");
+    drop(store);
+
+    let (mut store, _) = MessageStore::open(small_index).expect("reopen");
+    assert_eq!(store.commit_log_max_offset(), end);
+    assert_eq!(all_units(&store), units_kept);
+    // Message 150 goes to TopicA, queue 0: the first of `all_units`.
+    let next = store.append(&message(150)).expect("append after restart");
+    let queue_max = units_kept[0].len();
+    let (queue_min, _) = store.consume_queue_offsets(TOPICS[0], 0);
+    assert_eq!(next.queue_offset, queue_min + queue_max as i64);
+}
+
+#[test]
+fn a_retry_is_recognised_within_one_segment_of_the_end_and_not_beyond() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    let first = store.append(&message(0)).expect("append");
+    let found = store.find_unique(TOPICS[0], "U0", 0).expect("find");
+    assert_eq!(
+        found.map(|s| s.commit_log_offset),
+        Some(first.commit_log_offset)
+    );
+    let mut i = 1;
+    while store.dedup_window_start() <= first.commit_log_offset as u64 {
+        assert!(
+            store
+                .find_unique(TOPICS[0], "U0", 0)
+                .expect("find")
+                .is_some()
+        );
+        store.append(&message(i)).expect("append");
+        i += 1;
+    }
+    assert_eq!(store.find_unique(TOPICS[0], "U0", 0).expect("find"), None);
+    assert!(i > 10, "a segment holds many records");
+}
