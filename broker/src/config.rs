@@ -14,6 +14,8 @@ use crate::raft::log_store::FlushMode;
 use crate::raft::log_store::LOG_SEGMENT_SIZE_BYTES_DEFAULT;
 use crate::raft::types::NodeId;
 use crate::store::record::END_FILE_MIN_BLANK_LENGTH;
+use crate::store::retention;
+use crate::store::retention::RetentionPolicy;
 use crate::store::record::RECORD_SIZE_MAX;
 
 /// Group sizes a broker group may have: one node for development, or 3 or 5 to survive the
@@ -110,6 +112,87 @@ pub struct BrokerConfig {
     pub raft: RaftTimings,
     #[serde(default)]
     pub store: StoreSizes,
+    #[serde(default)]
+    pub retention: RetentionSettings,
+}
+
+/// When CommitLog segments are deleted, and when the disk is too full for sends
+/// (`crate::retention`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionSettings {
+    /// A sealed segment older than this is deleted (RocketMQ's `fileReservedTime`); 0: as
+    /// soon as it is sealed and no restart can need it.
+    pub file_reserved_hours: u64,
+    /// The hour of the day (UTC, 0-23) expired segments are deleted (RocketMQ's
+    /// `deleteWhen`); unset: any hour.
+    pub delete_when: Option<u8>,
+    /// Disk usage above which expired segments go at any hour, and the oldest segment even
+    /// before it expires.
+    pub disk_max_used_ratio: f64,
+    /// Disk usage at which sends are refused with `DISK_FULL`; pulls go on.
+    pub disk_full_ratio: f64,
+    /// Interval between retention rounds.
+    pub check_interval_ms: u64,
+}
+
+/// Longest `file_reserved_hours`: ten years.
+pub const FILE_RESERVED_HOURS_MAX: u64 = 10 * 365 * 24;
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        RetentionSettings {
+            file_reserved_hours: retention::FILE_RESERVED_DEFAULT.as_secs() / 3600,
+            delete_when: None,
+            disk_max_used_ratio: retention::DISK_MAX_USED_RATIO_DEFAULT,
+            disk_full_ratio: retention::DISK_FULL_RATIO_DEFAULT,
+            check_interval_ms: crate::retention::RETENTION_INTERVAL_DEFAULT.as_millis() as u64,
+        }
+    }
+}
+
+impl RetentionSettings {
+    pub fn policy(&self) -> RetentionPolicy {
+        RetentionPolicy {
+            file_reserved: Duration::from_secs(self.file_reserved_hours * 3600),
+            delete_hour: self.delete_when,
+            disk_max_used_ratio: self.disk_max_used_ratio,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.file_reserved_hours > FILE_RESERVED_HOURS_MAX {
+            return Err(ConfigError::new(
+                "retention.file_reserved_hours",
+                "must be at most 87600 (ten years)",
+            ));
+        }
+        if self.delete_when.is_some_and(|hour| hour > 23) {
+            return Err(ConfigError::new(
+                "retention.delete_when",
+                "must be an hour of the day, 0 to 23",
+            ));
+        }
+        if !(self.disk_max_used_ratio > 0.0 && self.disk_max_used_ratio <= 1.0) {
+            return Err(ConfigError::new(
+                "retention.disk_max_used_ratio",
+                "must be above 0 and at most 1",
+            ));
+        }
+        if !(self.disk_full_ratio >= self.disk_max_used_ratio && self.disk_full_ratio <= 1.0) {
+            return Err(ConfigError::new(
+                "retention.disk_full_ratio",
+                "must be at least disk_max_used_ratio and at most 1",
+            ));
+        }
+        if self.check_interval_ms == 0 {
+            return Err(ConfigError::new(
+                "retention.check_interval_ms",
+                "must be positive",
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -338,6 +421,7 @@ impl BrokerConfig {
             ));
         }
         self.validate_raft_timings()?;
+        self.retention.validate()?;
         self.store_config()
             .validate()
             .map_err(|error| ConfigError::new("store", error.to_string()))?;
@@ -506,6 +590,58 @@ mod tests {
         assert_eq!(
             config.validate().expect_err("timeouts").key,
             "raft.election_timeout_max_ms"
+        );
+    }
+
+    #[test]
+    fn retention_settings_parse_and_are_checked_at_their_bounds() {
+        let config = BrokerConfig::from_toml(&format!(
+            "{VALID}\n[retention]\nfile_reserved_hours = 48\ndelete_when = 4\n"
+        ))
+        .expect("valid");
+        let policy = config.retention.policy();
+        assert_eq!(policy.file_reserved, Duration::from_secs(48 * 3600));
+        assert_eq!(policy.delete_hour, Some(4));
+        assert_eq!(config.retention.disk_full_ratio, 0.90);
+
+        let rejected = |tune: &dyn Fn(&mut RetentionSettings)| {
+            let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+            tune(&mut config.retention);
+            config.validate().err().map(|error| error.key)
+        };
+        assert_eq!(rejected(&|r| r.file_reserved_hours = 0), None);
+        assert_eq!(rejected(&|r| r.file_reserved_hours = FILE_RESERVED_HOURS_MAX), None);
+        assert_eq!(
+            rejected(&|r| r.file_reserved_hours = FILE_RESERVED_HOURS_MAX + 1).as_deref(),
+            Some("retention.file_reserved_hours")
+        );
+        assert_eq!(rejected(&|r| r.delete_when = Some(23)), None);
+        assert_eq!(
+            rejected(&|r| r.delete_when = Some(24)).as_deref(),
+            Some("retention.delete_when")
+        );
+        assert_eq!(
+            rejected(&|r| r.disk_max_used_ratio = 0.0).as_deref(),
+            Some("retention.disk_max_used_ratio")
+        );
+        assert_eq!(
+            rejected(&|r| r.disk_max_used_ratio = 0.95).as_deref(),
+            Some("retention.disk_full_ratio")
+        );
+        assert_eq!(
+            rejected(&|r| {
+                r.disk_max_used_ratio = 1.0;
+                r.disk_full_ratio = 1.0;
+            }),
+            None
+        );
+        assert_eq!(
+            rejected(&|r| r.disk_full_ratio = 1.01).as_deref(),
+            Some("retention.disk_full_ratio")
+        );
+        assert_eq!(
+            rejected(&|r| r.check_interval_ms = 0).as_deref(),
+            Some("retention.check_interval_ms")
         );
     }
 }

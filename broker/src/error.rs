@@ -51,6 +51,11 @@ pub enum BrokerError {
     NodeReplacement(#[source] SetupError),
     #[error("limit exceeded: {0}")]
     LimitExceeded(String),
+    #[error(
+        "the leader's disk is past its full mark (retention.disk_full_ratio): sends are \
+         refused until retention frees space; pulls go on"
+    )]
+    DiskFull,
     /// A broker invariant failed: a bug, named in the message.
     #[error("internal error: {0}")]
     Internal(String),
@@ -97,6 +102,7 @@ impl BrokerError {
             BrokerError::Transfer(_) => ResponseCode::ServiceUnavailable,
             BrokerError::NodeReplacement(_) => ResponseCode::BadRequest,
             BrokerError::LimitExceeded(_) => ResponseCode::LimitExceeded,
+            BrokerError::DiskFull => ResponseCode::DiskFull,
             BrokerError::Internal(_) => ResponseCode::InternalError,
         }
     }
@@ -113,7 +119,7 @@ impl BrokerError {
             | ResponseCode::QueueIllegal
             | ResponseCode::BadRequest => tonic::Code::InvalidArgument,
             ResponseCode::ReplicationTimeout => tonic::Code::DeadlineExceeded,
-            ResponseCode::LimitExceeded => tonic::Code::ResourceExhausted,
+            ResponseCode::LimitExceeded | ResponseCode::DiskFull => tonic::Code::ResourceExhausted,
             _ => tonic::Code::Internal,
         }
     }

@@ -10,6 +10,8 @@ use std::sync::Mutex;
 use std::sync::RwLock;
 use std::sync::RwLockReadGuard;
 use std::sync::RwLockWriteGuard;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 
 use tokio::sync::watch;
 
@@ -30,6 +32,18 @@ pub struct GroupState {
     /// second would find files the first marked clean and call its data durable before the
     /// first's fsyncs finished.
     flushing: Arc<tokio::sync::Mutex<()>>,
+    /// The CommitLog ends of the last durable state-machine checkpoint and snapshot: a
+    /// restart cuts the store back to one of them, so retention keeps everything after.
+    recovery_points: Mutex<RecoveryPoints>,
+    /// Set by retention while the disk is filled past `disk_full_ratio`: sends are refused.
+    disk_full: AtomicBool,
+}
+
+/// See [`GroupState::recovery_floor`].
+#[derive(Debug, Default, Clone, Copy)]
+struct RecoveryPoints {
+    checkpoint: Option<i64>,
+    snapshot: Option<i64>,
 }
 
 /// A flush of the store under way ([`GroupState::begin_flush`]); it may move to another
@@ -63,7 +77,46 @@ impl GroupState {
             topics_version: watch::Sender::new(0),
             queue_arrivals: Mutex::default(),
             flushing: Arc::default(),
+            recovery_points: Mutex::default(),
+            disk_full: AtomicBool::new(false),
         }
+    }
+
+    /// A state-machine checkpoint naming CommitLog end `end` is durable.
+    pub fn note_durable_checkpoint(&self, end: i64) {
+        self.lock_recovery_points().checkpoint = Some(end);
+    }
+
+    /// A snapshot naming CommitLog end `end` is durable.
+    pub fn note_durable_snapshot(&self, end: i64) {
+        self.lock_recovery_points().snapshot = Some(end);
+    }
+
+    /// The lowest CommitLog offset a restart may cut the store back to: the older of the
+    /// durable checkpoint and snapshot (either file may turn out unreadable); `None` until
+    /// one of them is durable.
+    pub fn recovery_floor(&self) -> Option<u64> {
+        let points = *self.lock_recovery_points();
+        [points.checkpoint, points.snapshot]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|end| u64::try_from(end).unwrap_or(0))
+    }
+
+    fn lock_recovery_points(&self) -> std::sync::MutexGuard<'_, RecoveryPoints> {
+        self.recovery_points
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn set_disk_full(&self, full: bool) {
+        self.disk_full.store(full, Ordering::Relaxed);
+    }
+
+    /// Whether retention found the disk filled past `disk_full_ratio` on its last round.
+    pub fn disk_full(&self) -> bool {
+        self.disk_full.load(Ordering::Relaxed)
     }
 
     /// Starts a flush of the store: waits for any other flush to finish, then notes what is

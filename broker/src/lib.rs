@@ -25,6 +25,7 @@ pub mod metadata;
 pub mod node;
 pub mod raft;
 pub mod registration;
+pub mod retention;
 pub mod schedule;
 pub mod scrub;
 pub mod service;

@@ -52,6 +52,7 @@ use crate::schedule::service::ScheduleStatus;
 use crate::schedule::service::run_schedule_service;
 use crate::scrub::ScrubOptions;
 use crate::scrub::ScrubStatus;
+use crate::retention::run_retention;
 use crate::scrub::run_scrub;
 use crate::service::BrokerService;
 use crate::service::ServiceOptions;
@@ -247,6 +248,12 @@ impl BrokerNode {
                 pass_interval: Duration::from_millis(config.scrub_pass_interval_ms),
             },
             scrub_status,
+            shutdown.clone(),
+        ));
+        tokio::spawn(run_retention(
+            group.clone(),
+            config.data_dir.clone(),
+            config.retention.clone(),
             shutdown.clone(),
         ));
         tokio::spawn(run_repair(

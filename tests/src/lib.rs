@@ -21,6 +21,7 @@ use rocketraft_broker::config::BrokerConfig;
 use rocketraft_broker::config::COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
 use rocketraft_broker::config::FlushKind;
 use rocketraft_broker::config::RaftTimings;
+use rocketraft_broker::config::RetentionSettings;
 use rocketraft_broker::config::StoreSizes;
 use rocketraft_broker::node::BrokerNode;
 use rocketraft_broker::node::NodeOptions;
@@ -145,6 +146,13 @@ impl TestGroup {
                 bootstrap: id == 1,
                 raft: test_timings(),
                 store: StoreSizes::default(),
+                // Tests must not depend on how full the machine's disk is: no early
+                // deletion and no refused sends unless a test asks for them.
+                retention: RetentionSettings {
+                    disk_max_used_ratio: 1.0,
+                    disk_full_ratio: 1.0,
+                    ..RetentionSettings::default()
+                },
             };
             config.store.commit_log_segment_bytes = COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
             config.store.consume_queue_units_per_segment = 1024;

@@ -199,7 +199,11 @@ impl PeerClient {
                 "only a live store can be sent",
             )));
         };
-        let start_offset = end.min(state.commit_log_end);
+        // From where the receiver's CommitLog ends, or, if retention deleted that part here,
+        // from the first offset this node still holds (the receiver starts over there).
+        let start_offset = end
+            .min(state.commit_log_end)
+            .max(group.store().commit_log_min_offset());
         let header = codec::encode(
             "snapshot header",
             &SnapshotHeader {

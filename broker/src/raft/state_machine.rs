@@ -70,10 +70,12 @@ struct Checkpoint {
 /// damaged CommitLog), so the node's state must be rebuilt from its group.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "the CommitLog ends at {store_end} but the checkpoint at applied index {applied_index:?} \
-     needs {needed}: the store lost flushed data"
+    "the CommitLog holds offsets {store_min} to {store_end} but the checkpoint at applied index \
+     {applied_index:?} needs {needed}: the store lost flushed data (or a crash interrupted a \
+     snapshot that restarted it past its end)"
 )]
 pub struct StoreLostFlushedData {
+    pub store_min: i64,
     pub store_end: i64,
     pub needed: i64,
     pub applied_index: Option<u64>,
@@ -127,6 +129,7 @@ impl StateMachine {
         std::fs::create_dir_all(dir)?;
         let snapshot = read_snapshot(&dir.join(SNAPSHOT_FILE))?;
         let checkpoint = read_checkpoint(&dir.join(CHECKPOINT_FILE))?;
+        let checkpoint_end = checkpoint.as_ref().map(|c| c.commit_log_end);
         let from_snapshot = snapshot.as_ref().map(|s| Checkpoint {
             last_applied: s.meta.last_log_id,
             last_membership: s.meta.last_membership.clone(),
@@ -144,10 +147,12 @@ impl StateMachine {
                 commit_log_end: 0,
             });
         let store_end = store.commit_log_max_offset();
-        if store_end < start.commit_log_end {
+        let store_min = store.commit_log_min_offset();
+        if store_end < start.commit_log_end || store_min > start.commit_log_end {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 StoreLostFlushedData {
+                    store_min,
                     store_end,
                     needed: start.commit_log_end,
                     applied_index: start.last_applied.map(|log_id| log_id.index),
@@ -160,6 +165,12 @@ impl StateMachine {
             replay_dropped_bytes = store_end - start.commit_log_end, "state machine opened"
         );
         let group = Arc::new(GroupState::new(store, start.metadata));
+        if let Some(checkpoint) = &checkpoint_end {
+            group.note_durable_checkpoint(*checkpoint);
+        }
+        if let Some(snapshot) = &snapshot {
+            group.note_durable_snapshot(snapshot.commit_log_end);
+        }
         let machine = StateMachine {
             group: group.clone(),
             dir: dir.to_path_buf(),
@@ -254,12 +265,15 @@ impl StateMachine {
             commit_log_end: flush.commit_log_end(),
         };
         self.last_checkpoint_at = Instant::now();
+        let group = self.group.clone();
         let task = std::thread::Builder::new()
             .name("checkpoint".into())
             .spawn(move || {
                 flush.finish()?;
                 let encoded = codec::encode("state machine checkpoint", &checkpoint)?;
-                durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
+                durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)?;
+                group.note_durable_checkpoint(checkpoint.commit_log_end);
+                Ok(())
             })?;
         self.checkpoint_in_flight = Some(task);
         Ok(())
@@ -300,8 +314,15 @@ impl StateMachine {
                     .store()
                     .commit_log_max_offset()
                     .min(state.commit_log_end);
-                self.group.store_mut().truncate(local_end)?;
-                let mut offset = local_end;
+                let source_min = from.store().commit_log_min_offset();
+                let mut offset = if local_end < source_min {
+                    // The source's retention deleted what lies between.
+                    self.group.store_mut().restart_at(source_min)?;
+                    source_min
+                } else {
+                    self.group.store_mut().truncate(local_end)?;
+                    local_end
+                };
                 while offset < state.commit_log_end {
                     let want = (state.commit_log_end - offset).min(SNAPSHOT_CHUNK_BYTES as i64);
                     let chunk = from.store().read_commit_log(offset, want as usize)?;
@@ -336,14 +357,11 @@ impl StateMachine {
         use std::io::Read;
         let local_end = self.group.store().commit_log_max_offset();
         if start_offset > local_end {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "snapshot CommitLog starts at {start_offset}, local CommitLog ends at {local_end}"
-                ),
-            ));
+            // The sender's retention deleted what lies between: start over where it starts.
+            self.group.store_mut().restart_at(start_offset)?;
+        } else {
+            self.group.store_mut().truncate(start_offset)?;
         }
-        self.group.store_mut().truncate(start_offset)?;
         let mut file = std::fs::File::open(path)?;
         let mut chunk = vec![0u8; SNAPSHOT_CHUNK_BYTES];
         let mut offset = start_offset;
@@ -568,6 +586,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.write_checkpoint().await?;
         let encoded = codec::encode("snapshot", &state)?;
         durable_file::write_atomic(&self.dir.join(SNAPSHOT_FILE), &encoded)?;
+        self.group.note_durable_snapshot(state.commit_log_end);
         *lock_snapshot(&self.current_snapshot)? = Some(state);
         Ok(())
     }
@@ -617,6 +636,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         })
         .await
         .map_err(io::Error::other)??;
+        self.group.note_durable_snapshot(self.state.commit_log_end);
         *lock_snapshot(&self.current_snapshot)? = Some(self.state.clone());
         tracing::info!(last_log_id = ?self.state.meta.last_log_id, commit_log_end = self.state.commit_log_end, "snapshot built");
         Ok(Snapshot {

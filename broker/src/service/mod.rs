@@ -137,6 +137,15 @@ impl BrokerService {
     fn ensure_leader(&self) -> Result<(), BrokerError> {
         Ok(crate::raft::propose::ensure_leader(&self.raft)?)
     }
+
+    /// Fails with `DISK_FULL` while retention finds this node's disk past `disk_full_ratio`:
+    /// a message stored now could not be replicated or kept.
+    fn ensure_disk_has_room(&self) -> Result<(), BrokerError> {
+        if self.group.disk_full() {
+            return Err(BrokerError::DiskFull);
+        }
+        Ok(())
+    }
 }
 
 #[tonic::async_trait]

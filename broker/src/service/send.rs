@@ -63,6 +63,7 @@ impl BrokerService {
         peer: Option<SocketAddr>,
     ) -> Result<pb::SendResponse, BrokerError> {
         self.ensure_leader()?;
+        self.ensure_disk_has_room()?;
         validate_batch_size(&request.messages)?;
         let placements = match request.topic.strip_prefix(RETRY_TOPIC_PREFIX) {
             Some(group) => self.place_retries(group, &request).await?,

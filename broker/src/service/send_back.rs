@@ -34,6 +34,7 @@ impl BrokerService {
         request: pb::SendMessageBackRequest,
     ) -> Result<pb::SendMessageBackResponse, BrokerError> {
         self.ensure_leader()?;
+        self.ensure_disk_has_room()?;
         validate_group_name(&request.group).map_err(BrokerError::BadRequest)?;
         if !(0..=RETRY_MAX_TIMES_MAX as i32).contains(&request.max_reconsume_times) {
             return Err(BrokerError::BadRequest(format!(

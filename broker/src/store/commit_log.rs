@@ -216,6 +216,16 @@ impl CommitLog {
         Ok(self.min_offset())
     }
 
+    /// Deletes every segment: the log is empty and takes its next start from
+    /// [`CommitLog::append_raw`].
+    pub fn clear(&mut self) -> Result<(), StoreError> {
+        self.staged.clear();
+        while let Some(segment) = self.segments.pop() {
+            segment.delete()?;
+        }
+        Ok(())
+    }
+
     /// Segment size in bytes.
     pub fn segment_size_bytes(&self) -> u64 {
         self.segment_size_bytes

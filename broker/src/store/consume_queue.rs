@@ -195,6 +195,16 @@ impl ConsumeQueue {
         Ok(())
     }
 
+    /// Deletes every unit: the queue is empty at offset 0 until the dispatcher starts it at
+    /// its next unit's offset ([`ConsumeQueue::start_at`]).
+    pub fn clear(&mut self) -> Result<(), StoreError> {
+        while let Some(segment) = self.segments.pop() {
+            segment.delete()?;
+        }
+        self.min_offset = 0;
+        Ok(())
+    }
+
     /// Stores the unit at `queue_offset`: appends when it equals `max_offset`; a lower offset
     /// holding an identical unit is an idempotent no-op (re-dispatch during recovery).
     pub fn put(&mut self, queue_offset: u64, unit: CqUnit) -> Result<(), StoreError> {

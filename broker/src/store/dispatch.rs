@@ -215,6 +215,15 @@ impl Dispatcher {
         Ok((units, entries))
     }
 
+    /// Empties every queue (each restarts at the queue offset of its next unit) and the index.
+    pub fn clear(&mut self) -> Result<(), StoreError> {
+        for queue in &mut self.queues {
+            queue.clear()?;
+        }
+        self.index.truncate(0)?;
+        Ok(())
+    }
+
     /// Drops every index entry (before a full index rebuild).
     pub fn clear_index(&mut self) -> Result<u64, StoreError> {
         Ok(self.index.truncate(0)? as u64)

@@ -302,6 +302,28 @@ impl MessageStore {
         Ok(())
     }
 
+    /// Empties the store so that it goes on at `commit_log_offset`, a segment boundary past its
+    /// end: the CommitLog of a snapshot from a node whose retention deleted everything before
+    /// it. The ConsumeQueues restart at the queue offsets the shipped records carry; the index
+    /// starts empty.
+    pub fn restart_at(&mut self, commit_log_offset: i64) -> Result<(), StoreError> {
+        let offset = to_offset(commit_log_offset, &self.commit_log)?;
+        let end = self.commit_log.max_offset();
+        if offset <= end || !offset.is_multiple_of(self.commit_log.segment_size_bytes()) {
+            return Err(StoreError::RawAppendOffset {
+                offset,
+                expected: end,
+            });
+        }
+        warn!(
+            from = self.commit_log.min_offset(),
+            end, restart_at = offset, "emptying the store: the snapshot starts past its end"
+        );
+        self.commit_log.clear()?;
+        self.dispatcher.clear()?;
+        Ok(())
+    }
+
     /// Drops CommitLog bytes, ConsumeQueue units and index entries at or after
     /// `commit_log_end` (a record boundary).
     pub fn truncate(&mut self, commit_log_end: i64) -> Result<(), StoreError> {

@@ -537,3 +537,48 @@ fn a_retry_is_recognised_within_one_segment_of_the_end_and_not_beyond() {
     assert_eq!(store.find_unique(TOPICS[0], "U0", 0).expect("find"), None);
     assert!(i > 10, "a segment holds many records");
 }
+
+#[test]
+fn a_store_behind_a_source_whose_retention_deleted_its_end_restarts_where_the_source_starts() {
+    let src_dir = tempfile::tempdir().expect("tempdir");
+    let dst_dir = tempfile::tempdir().expect("tempdir");
+    let (mut src, _) = open(src_dir.path());
+    let (mut dst, _) = open(dst_dir.path());
+    append_n(&mut src, 0..20);
+    let early = src.read_commit_log(0, usize::MAX).expect("read");
+    dst.append_raw_commit_log(0, &early).expect("install the early part");
+    append_n(&mut src, 20..150);
+    let deleted = src.delete_oldest_segments(4).expect("retention");
+    let restart = deleted.commit_log_min as i64;
+    assert!(restart > dst.commit_log_max_offset());
+
+    // Only a segment boundary past the end is a place to restart.
+    for refused in [dst.commit_log_max_offset(), restart + 1] {
+        assert!(matches!(
+            dst.restart_at(refused),
+            Err(StoreError::RawAppendOffset { .. })
+        ));
+    }
+    dst.restart_at(restart).expect("restart");
+    let bytes = src.read_commit_log(restart, usize::MAX).expect("read");
+    dst.append_raw_commit_log(restart, &bytes).expect("install");
+    assert_eq!(dst.commit_log_min_offset(), restart);
+    assert_eq!(all_units(&dst), all_units(&src));
+    for (i, topic) in TOPICS.iter().enumerate() {
+        for queue_id in 0..3 {
+            assert_eq!(
+                dst.consume_queue_offsets(topic, queue_id),
+                src.consume_queue_offsets(topic, queue_id),
+                "{i}: {topic}/{queue_id}"
+            );
+        }
+    }
+    let a = src.append(&message(150)).expect("append");
+    let b = dst.append(&message(150)).expect("append");
+    assert_eq!(a, b);
+    dst.flush().expect("flush");
+    drop(dst);
+    let (dst, _) = open(dst_dir.path());
+    assert_eq!(all_units(&dst), all_units(&src));
+    assert_eq!(dst.commit_log_min_offset(), restart);
+}

@@ -1,0 +1,160 @@
+//! The retention task every node runs on its own store: each round it reads how full the data
+//! dir's disk is, refuses sends while it is past `disk_full_ratio` (pulls go on), and deletes
+//! the oldest CommitLog segments the policy selects (`store::retention`).
+//!
+//! Invariant: nothing a restart or a peer may still need is deleted. The task never deletes
+//! at or past `keep_from` = the older of the durable checkpoint and snapshot, less one segment:
+//! a restart cuts the store back to one of them and replays the Raft log from there, a follower
+//! given that snapshot receives the CommitLog from at least one segment before its end, and
+//! apply's retry dedup looks back one segment size (`MessageStore::find_unique`), so every
+//! replica keeps what dedup reads whatever else it deleted. Replicas delete independently:
+//! the same offsets hold the same bytes everywhere, only the first offset differs.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use std::time::SystemTime;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::RetentionSettings;
+use crate::group_state::GroupState;
+use crate::store::Deleted;
+use crate::store::StoreError;
+use crate::store::retention::RetentionInput;
+use crate::store::retention::segments_to_delete;
+use crate::store::retention::utc_hour;
+
+/// Default interval between rounds (RocketMQ's `cleanResourceInterval`).
+pub const RETENTION_INTERVAL_DEFAULT: Duration = Duration::from_secs(10);
+
+/// Runs retention rounds on `group`'s store until `shutdown`.
+pub async fn run_retention(
+    group: Arc<GroupState>,
+    data_dir: PathBuf,
+    settings: RetentionSettings,
+    shutdown: CancellationToken,
+) {
+    let interval = Duration::from_millis(settings.check_interval_ms);
+    loop {
+        let round = {
+            let (group, data_dir, settings) = (group.clone(), data_dir.clone(), settings.clone());
+            tokio::task::spawn_blocking(move || {
+                retention_round(&group, &data_dir, &settings, SystemTime::now())
+            })
+        };
+        match round.await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::error!(%error, "retention round failed"),
+            Err(error) => tracing::error!(%error, "retention round panicked"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+/// What went wrong in a round.
+#[derive(Debug, thiserror::Error)]
+pub enum RetentionError {
+    #[error("cannot read the disk usage of {}", .path.display())]
+    DiskUsage {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("deleting CommitLog segments failed")]
+    Store(#[from] StoreError),
+}
+
+/// One round at `now`; returns what it deleted.
+pub fn retention_round(
+    group: &GroupState,
+    data_dir: &Path,
+    settings: &RetentionSettings,
+    now: SystemTime,
+) -> Result<Deleted, RetentionError> {
+    let disk_used_ratio = disk_used_ratio(data_dir)?;
+    let full = disk_used_ratio >= settings.disk_full_ratio;
+    if full != group.disk_full() {
+        if full {
+            tracing::error!(
+                disk_used_ratio,
+                disk_full_ratio = settings.disk_full_ratio,
+                "disk full: refusing sends until retention frees space"
+            );
+        } else {
+            tracing::info!(disk_used_ratio, "disk below the full mark: accepting sends again");
+        }
+        group.set_disk_full(full);
+    }
+    let Some(floor) = group.recovery_floor() else {
+        return Ok(Deleted::default());
+    };
+    let sealed = group.store().sealed_commit_log_segments()?;
+    let segment_size = sealed.first().map_or(0, |s| s.end - s.start);
+    let input = RetentionInput {
+        now,
+        hour: utc_hour(now),
+        disk_used_ratio,
+        keep_from: floor.saturating_sub(segment_size),
+    };
+    let count = segments_to_delete(&sealed, &settings.policy(), &input);
+    if count == 0 {
+        return Ok(Deleted::default());
+    }
+    let deleted = group.store_mut().delete_oldest_segments(count)?;
+    tracing::info!(
+        segments = count,
+        bytes = deleted.commit_log_bytes,
+        commit_log_min = deleted.commit_log_min,
+        cq_units = deleted.cq_units,
+        index_entries = deleted.index_entries,
+        disk_used_ratio,
+        "retention deleted the oldest CommitLog segments"
+    );
+    Ok(deleted)
+}
+
+/// Fraction of the file system holding `path` in use, as `df` counts it (blocks reserved
+/// for root count as unavailable).
+pub fn disk_used_ratio(path: &Path) -> Result<f64, RetentionError> {
+    let failed = |source| RetentionError::DiskUsage {
+        path: path.to_path_buf(),
+        source,
+    };
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| failed(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c_path` is a NUL-terminated string that outlives the call, and `stats` points
+    // to writable memory of the right type, which statvfs fills on success.
+    if unsafe { libc::statvfs(c_path.as_ptr(), stats.as_mut_ptr()) } != 0 {
+        return Err(failed(std::io::Error::last_os_error()));
+    }
+    // SAFETY: statvfs returned 0, so it initialised `stats`.
+    let stats = unsafe { stats.assume_init() };
+    let used = stats.f_blocks.saturating_sub(stats.f_bfree) as f64;
+    let usable = used + stats.f_bavail as f64;
+    Ok(if usable > 0.0 { used / usable } else { 1.0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_usage_is_a_fraction_and_a_missing_dir_is_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ratio = disk_used_ratio(dir.path()).expect("statvfs");
+        assert!((0.0..=1.0).contains(&ratio), "{ratio}");
+        let missing = dir.path().join("missing");
+        assert!(matches!(
+            disk_used_ratio(&missing),
+            Err(RetentionError::DiskUsage { .. })
+        ));
+    }
+}
