@@ -14,9 +14,9 @@ use crate::raft::log_store::FlushMode;
 use crate::raft::log_store::LOG_SEGMENT_SIZE_BYTES_DEFAULT;
 use crate::raft::types::NodeId;
 use crate::store::record::END_FILE_MIN_BLANK_LENGTH;
+use crate::store::record::RECORD_SIZE_MAX;
 use crate::store::retention;
 use crate::store::retention::RetentionPolicy;
-use crate::store::record::RECORD_SIZE_MAX;
 
 /// Group sizes a broker group may have: one node for development, or 3 or 5 to survive the
 /// loss of 1 or 2 (an even size adds no fault tolerance).
@@ -610,7 +610,10 @@ mod tests {
             config.validate().err().map(|error| error.key)
         };
         assert_eq!(rejected(&|r| r.file_reserved_hours = 0), None);
-        assert_eq!(rejected(&|r| r.file_reserved_hours = FILE_RESERVED_HOURS_MAX), None);
+        assert_eq!(
+            rejected(&|r| r.file_reserved_hours = FILE_RESERVED_HOURS_MAX),
+            None
+        );
         assert_eq!(
             rejected(&|r| r.file_reserved_hours = FILE_RESERVED_HOURS_MAX + 1).as_deref(),
             Some("retention.file_reserved_hours")

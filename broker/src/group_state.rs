@@ -11,6 +11,7 @@ use std::sync::RwLock;
 use std::sync::RwLockReadGuard;
 use std::sync::RwLockWriteGuard;
 use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicI64;
 use std::sync::atomic::Ordering;
 
 use tokio::sync::watch;
@@ -32,18 +33,11 @@ pub struct GroupState {
     /// second would find files the first marked clean and call its data durable before the
     /// first's fsyncs finished.
     flushing: Arc<tokio::sync::Mutex<()>>,
-    /// The CommitLog ends of the last durable state-machine checkpoint and snapshot: a
-    /// restart cuts the store back to one of them, so retention keeps everything after.
-    recovery_points: Mutex<RecoveryPoints>,
+    /// The CommitLog end of the last durable snapshot (-1: none yet); see
+    /// [`GroupState::snapshot_end`].
+    snapshot_end: AtomicI64,
     /// Set by retention while the disk is filled past `disk_full_ratio`: sends are refused.
     disk_full: AtomicBool,
-}
-
-/// See [`GroupState::recovery_floor`].
-#[derive(Debug, Default, Clone, Copy)]
-struct RecoveryPoints {
-    checkpoint: Option<i64>,
-    snapshot: Option<i64>,
 }
 
 /// A flush of the store under way ([`GroupState::begin_flush`]); it may move to another
@@ -77,37 +71,22 @@ impl GroupState {
             topics_version: watch::Sender::new(0),
             queue_arrivals: Mutex::default(),
             flushing: Arc::default(),
-            recovery_points: Mutex::default(),
+            snapshot_end: AtomicI64::new(-1),
             disk_full: AtomicBool::new(false),
         }
     }
 
-    /// A state-machine checkpoint naming CommitLog end `end` is durable.
-    pub fn note_durable_checkpoint(&self, end: i64) {
-        self.lock_recovery_points().checkpoint = Some(end);
-    }
-
     /// A snapshot naming CommitLog end `end` is durable.
     pub fn note_durable_snapshot(&self, end: i64) {
-        self.lock_recovery_points().snapshot = Some(end);
+        self.snapshot_end.store(end, Ordering::Relaxed);
     }
 
-    /// The lowest CommitLog offset a restart may cut the store back to: the older of the
-    /// durable checkpoint and snapshot (either file may turn out unreadable); `None` until
-    /// one of them is durable.
-    pub fn recovery_floor(&self) -> Option<u64> {
-        let points = *self.lock_recovery_points();
-        [points.checkpoint, points.snapshot]
-            .into_iter()
-            .flatten()
-            .min()
-            .map(|end| u64::try_from(end).unwrap_or(0))
-    }
-
-    fn lock_recovery_points(&self) -> std::sync::MutexGuard<'_, RecoveryPoints> {
-        self.recovery_points
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// The CommitLog end of the last durable snapshot, `None` before the first. Everything
+    /// after it is needed: a restart cuts the store back to it or to a later checkpoint, a
+    /// follower given the snapshot is sent the CommitLog up to it, and replicas applying the
+    /// entries after it look back for retries from there.
+    pub fn snapshot_end(&self) -> Option<u64> {
+        u64::try_from(self.snapshot_end.load(Ordering::Relaxed)).ok()
     }
 
     pub fn set_disk_full(&self, full: bool) {

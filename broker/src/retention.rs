@@ -3,12 +3,14 @@
 //! the oldest CommitLog segments the policy selects (`store::retention`).
 //!
 //! Invariant: nothing a restart or a peer may still need is deleted. The task never deletes
-//! at or past `keep_from` = the older of the durable checkpoint and snapshot, less one segment:
-//! a restart cuts the store back to one of them and replays the Raft log from there, a follower
-//! given that snapshot receives the CommitLog from at least one segment before its end, and
-//! apply's retry dedup looks back one segment size (`MessageStore::find_unique`), so every
-//! replica keeps what dedup reads whatever else it deleted. Replicas delete independently:
-//! the same offsets hold the same bytes everywhere, only the first offset differs.
+//! at or past `keep_from` = the CommitLog end of the last durable snapshot, less one segment:
+//! a restart cuts the store back to that snapshot or a later checkpoint and replays the Raft
+//! log from there; a follower given the snapshot receives the CommitLog from at least one
+//! segment before its end; and apply's retry dedup looks back one segment size
+//! (`MessageStore::find_unique`), so every replica keeps what dedup reads whatever else it
+//! deleted. Nothing is deleted before the first snapshot (`raft.log_compaction_interval_ms`).
+//! Replicas delete independently: the same offsets hold the same bytes everywhere, only the
+//! first offset differs.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -88,11 +90,14 @@ pub fn retention_round(
                 "disk full: refusing sends until retention frees space"
             );
         } else {
-            tracing::info!(disk_used_ratio, "disk below the full mark: accepting sends again");
+            tracing::info!(
+                disk_used_ratio,
+                "disk below the full mark: accepting sends again"
+            );
         }
         group.set_disk_full(full);
     }
-    let Some(floor) = group.recovery_floor() else {
+    let Some(snapshot_end) = group.snapshot_end() else {
         return Ok(Deleted::default());
     };
     let sealed = group.store().sealed_commit_log_segments()?;
@@ -101,7 +106,7 @@ pub fn retention_round(
         now,
         hour: utc_hour(now),
         disk_used_ratio,
-        keep_from: floor.saturating_sub(segment_size),
+        keep_from: snapshot_end.saturating_sub(segment_size),
     };
     let count = segments_to_delete(&sealed, &settings.policy(), &input);
     if count == 0 {

@@ -274,6 +274,18 @@ impl TestGroup {
         Ok(())
     }
 
+    /// Starts a stopped node again with its config changed by `tune` (kept for later restarts).
+    pub async fn restart_with(
+        &mut self,
+        id: u64,
+        tune: impl Fn(&mut BrokerConfig),
+    ) -> anyhow::Result<()> {
+        if let Some(config) = self.configs.get_mut(&id) {
+            tune(config);
+        }
+        self.restart(id).await
+    }
+
     /// Deletes a stopped node's data, as if its disk were replaced.
     pub fn wipe(&self, id: u64) -> anyhow::Result<()> {
         assert!(!self.nodes.contains_key(&id), "wipe a stopped node only");

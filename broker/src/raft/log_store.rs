@@ -265,10 +265,15 @@ impl LogFiles {
     }
 
     /// Reads entries of `range` that are present, stopping after `bytes_max` bytes.
-    fn read_range(&self, range: impl RangeBounds<u64>, bytes_max: u64) -> io::Result<Vec<Entry>> {
+    /// The first index the log holds (purged entries and cut segments are gone).
+    fn first_present(&self) -> u64 {
         let first_kept = self.last_purged.as_ref().map_or(0, |p| p.index + 1);
         let first_on_disk = self.segments.first().map_or(0, LogSegment::first_index);
-        let first_present = first_kept.max(first_on_disk);
+        first_kept.max(first_on_disk)
+    }
+
+    fn read_range(&self, range: impl RangeBounds<u64>, bytes_max: u64) -> io::Result<Vec<Entry>> {
+        let first_present = self.first_present();
         let start = match range.start_bound() {
             Bound::Included(i) => *i,
             Bound::Excluded(i) => i + 1,
@@ -425,6 +430,18 @@ impl RaftLogReader<TypeConfig> for LogReader {
             .files
             .read()
             .map_err(|_| io::Error::other("raft log lock poisoned"))?;
+        if start < files.first_present() {
+            // A replication stream that outlived a purge (openraft resumes a broken stream
+            // from its old position): entries from a later index would be taken for the
+            // ones it asked for, and the follower would refuse the gap and stop. Nothing is
+            // sent; the leader replaces the stream with a snapshot.
+            tracing::debug!(
+                start,
+                first_present = files.first_present(),
+                "replication read below the purged log"
+            );
+            return Ok(Vec::new());
+        }
         files.read_range(start..end, REPLICATION_READ_BYTES_MAX)
     }
 

@@ -6,6 +6,7 @@
 //! and every node's CommitLog is a prefix of the leader's). The receiver stages those bytes in
 //! a file and installs them with the metadata in one step.
 
+use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -40,4 +41,50 @@ pub enum CommitLogSource {
 pub struct SnapshotData {
     pub state: SnapshotState,
     pub commit_log: CommitLogSource,
+}
+
+/// Installs shipped CommitLog bytes, which arrive cut at any byte, into a store record by
+/// record: each push appends the whole records it completes and keeps the cut-off rest.
+#[derive(Debug)]
+pub struct CommitLogInstaller {
+    offset: i64,
+    pending: Vec<u8>,
+}
+
+impl CommitLogInstaller {
+    /// Installs from `offset`, where the store's CommitLog ends.
+    pub fn new(offset: i64) -> CommitLogInstaller {
+        CommitLogInstaller {
+            offset,
+            pending: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, group: &GroupState, bytes: &[u8]) -> io::Result<()> {
+        self.pending.extend_from_slice(bytes);
+        let whole = group.store().whole_raw_len(self.offset, &self.pending)?;
+        if whole > 0 {
+            group
+                .store_mut()
+                .append_raw_commit_log(self.offset, &self.pending[..whole])?;
+            self.pending.drain(..whole);
+            self.offset += whole as i64;
+        }
+        Ok(())
+    }
+
+    /// The offset the CommitLog now ends at; an error if a cut-off record is left over.
+    pub fn finish(self) -> io::Result<i64> {
+        if !self.pending.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "snapshot CommitLog ends inside a record: {} bytes at {} do not complete one",
+                    self.pending.len(),
+                    self.offset
+                ),
+            ));
+        }
+        Ok(self.offset)
+    }
 }

@@ -33,6 +33,7 @@ use crate::durable_file;
 use crate::group_state::GroupState;
 use crate::metadata::Metadata;
 use crate::raft::codec;
+use crate::raft::snapshot::CommitLogInstaller;
 use crate::raft::snapshot::CommitLogSource;
 use crate::raft::snapshot::SNAPSHOT_CHUNK_BYTES;
 use crate::raft::snapshot::SnapshotData;
@@ -129,7 +130,6 @@ impl StateMachine {
         std::fs::create_dir_all(dir)?;
         let snapshot = read_snapshot(&dir.join(SNAPSHOT_FILE))?;
         let checkpoint = read_checkpoint(&dir.join(CHECKPOINT_FILE))?;
-        let checkpoint_end = checkpoint.as_ref().map(|c| c.commit_log_end);
         let from_snapshot = snapshot.as_ref().map(|s| Checkpoint {
             last_applied: s.meta.last_log_id,
             last_membership: s.meta.last_membership.clone(),
@@ -165,9 +165,6 @@ impl StateMachine {
             replay_dropped_bytes = store_end - start.commit_log_end, "state machine opened"
         );
         let group = Arc::new(GroupState::new(store, start.metadata));
-        if let Some(checkpoint) = &checkpoint_end {
-            group.note_durable_checkpoint(*checkpoint);
-        }
         if let Some(snapshot) = &snapshot {
             group.note_durable_snapshot(snapshot.commit_log_end);
         }
@@ -265,15 +262,12 @@ impl StateMachine {
             commit_log_end: flush.commit_log_end(),
         };
         self.last_checkpoint_at = Instant::now();
-        let group = self.group.clone();
         let task = std::thread::Builder::new()
             .name("checkpoint".into())
             .spawn(move || {
                 flush.finish()?;
                 let encoded = codec::encode("state machine checkpoint", &checkpoint)?;
-                durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)?;
-                group.note_durable_checkpoint(checkpoint.commit_log_end);
-                Ok(())
+                durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
             })?;
         self.checkpoint_in_flight = Some(task);
         Ok(())
@@ -323,6 +317,7 @@ impl StateMachine {
                     self.group.store_mut().truncate(local_end)?;
                     local_end
                 };
+                let mut installer = CommitLogInstaller::new(offset);
                 while offset < state.commit_log_end {
                     let want = (state.commit_log_end - offset).min(SNAPSHOT_CHUNK_BYTES as i64);
                     let chunk = from.store().read_commit_log(offset, want as usize)?;
@@ -331,12 +326,10 @@ impl StateMachine {
                             "snapshot source has no CommitLog at {offset}"
                         )));
                     }
-                    self.group
-                        .store_mut()
-                        .append_raw_commit_log(offset, &chunk)?;
+                    installer.push(&self.group, &chunk)?;
                     offset += chunk.len() as i64;
                 }
-                Ok(())
+                installer.finish().map(drop)
             }
             CommitLogSource::Staged { path, start_offset } => {
                 let result = self.install_staged(state, &path, start_offset);
@@ -364,17 +357,15 @@ impl StateMachine {
         }
         let mut file = std::fs::File::open(path)?;
         let mut chunk = vec![0u8; SNAPSHOT_CHUNK_BYTES];
-        let mut offset = start_offset;
+        let mut installer = CommitLogInstaller::new(start_offset);
         loop {
             let read = file.read(&mut chunk)?;
             if read == 0 {
                 break;
             }
-            self.group
-                .store_mut()
-                .append_raw_commit_log(offset, &chunk[..read])?;
-            offset += read as i64;
+            installer.push(&self.group, &chunk[..read])?;
         }
+        let offset = installer.finish()?;
         if offset != state.commit_log_end {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,

@@ -518,6 +518,23 @@ fn scan_segment(segment: &MappedFile) -> Option<usize> {
 /// Checks that `bytes`, placed at `offset`, are whole records and blank fillers that match
 /// the segment layout, before any of them is written.
 fn validate_layout(offset: u64, bytes: &[u8], segment_size_bytes: u64) -> Result<(), StoreError> {
+    let whole = whole_entries_len(offset, bytes, segment_size_bytes)?;
+    if whole < bytes.len() {
+        return Err(StoreError::RawLayout {
+            offset: offset + whole as u64,
+            reason: "last record or filler is cut off",
+        });
+    }
+    Ok(())
+}
+
+/// How many leading bytes of `bytes`, placed at `offset`, are whole records and blank fillers
+/// that match the segment layout: shipped bytes cut anywhere stop before the cut entry.
+pub fn whole_entries_len(
+    offset: u64,
+    bytes: &[u8],
+    segment_size_bytes: u64,
+) -> Result<usize, StoreError> {
     let mut pos = 0;
     while pos < bytes.len() {
         let at = offset + pos as u64;
@@ -530,17 +547,16 @@ fn validate_layout(offset: u64, bytes: &[u8], segment_size_bytes: u64) -> Result
                     reason: "zero bytes where a record should start",
                 });
             }
+            // Too few bytes to tell: the entry is cut off.
+            Err(RecordError::Truncated { .. }) => return Ok(pos),
             Err(source) => return Err(StoreError::Corrupt { offset: at, source }),
         };
         if pos + len > bytes.len() {
-            return Err(StoreError::RawLayout {
-                offset: at,
-                reason: "last record or filler is cut off",
-            });
+            return Ok(pos);
         }
         pos += len;
     }
-    Ok(())
+    Ok(pos)
 }
 
 #[cfg(test)]

@@ -302,6 +302,13 @@ impl MessageStore {
         Ok(())
     }
 
+    /// How many leading bytes of shipped CommitLog bytes for `offset` are whole records and
+    /// fillers, ready for [`MessageStore::append_raw_commit_log`].
+    pub fn whole_raw_len(&self, offset: i64, bytes: &[u8]) -> Result<usize, StoreError> {
+        let offset = to_offset(offset, &self.commit_log)?;
+        commit_log::whole_entries_len(offset, bytes, self.commit_log.segment_size_bytes())
+    }
+
     /// Empties the store so that it goes on at `commit_log_offset`, a segment boundary past its
     /// end: the CommitLog of a snapshot from a node whose retention deleted everything before
     /// it. The ConsumeQueues restart at the queue offsets the shipped records carry; the index
@@ -317,7 +324,9 @@ impl MessageStore {
         }
         warn!(
             from = self.commit_log.min_offset(),
-            end, restart_at = offset, "emptying the store: the snapshot starts past its end"
+            end,
+            restart_at = offset,
+            "emptying the store: the snapshot starts past its end"
         );
         self.commit_log.clear()?;
         self.dispatcher.clear()?;

@@ -5,7 +5,7 @@
 //! disk is filled past `disk_max_used_ratio`; above that mark the oldest segment also goes
 //! when it has not expired, one per round, until the disk is below it again. Deletion is
 //! always a prefix of the log, and never reaches past `keep_from`: the offset a restart may
-//! cut the store back to (the state machine's last durable checkpoint or snapshot), so
+//! cut the store back to (less one segment, below the last durable snapshot: `crate::retention`), so
 //! recovery and the replay of the Raft log find everything they need.
 //!
 //! Pure: time and disk usage are inputs, so tests drive it with a fake clock.

@@ -546,7 +546,8 @@ fn a_store_behind_a_source_whose_retention_deleted_its_end_restarts_where_the_so
     let (mut dst, _) = open(dst_dir.path());
     append_n(&mut src, 0..20);
     let early = src.read_commit_log(0, usize::MAX).expect("read");
-    dst.append_raw_commit_log(0, &early).expect("install the early part");
+    dst.append_raw_commit_log(0, &early)
+        .expect("install the early part");
     append_n(&mut src, 20..150);
     let deleted = src.delete_oldest_segments(4).expect("retention");
     let restart = deleted.commit_log_min as i64;
@@ -581,4 +582,43 @@ fn a_store_behind_a_source_whose_retention_deleted_its_end_restarts_where_the_so
     let (dst, _) = open(dst_dir.path());
     assert_eq!(all_units(&dst), all_units(&src));
     assert_eq!(dst.commit_log_min_offset(), restart);
+}
+
+#[test]
+fn shipped_bytes_cut_anywhere_install_record_by_record() {
+    let src_dir = tempfile::tempdir().expect("tempdir");
+    let dst_dir = tempfile::tempdir().expect("tempdir");
+    let (mut src, _) = open(src_dir.path());
+    let (mut dst, _) = open(dst_dir.path());
+    append_n(&mut src, 0..60);
+    let bytes = src.read_commit_log(0, usize::MAX).expect("read");
+    let (mut offset, mut pending) = (0i64, Vec::new());
+    for piece in bytes.chunks(777) {
+        pending.extend_from_slice(piece);
+        let whole = dst.whole_raw_len(offset, &pending).expect("layout");
+        assert!(whole <= pending.len());
+        dst.append_raw_commit_log(offset, &pending[..whole])
+            .expect("whole records install");
+        pending.drain(..whole);
+        offset += whole as i64;
+    }
+    assert!(pending.is_empty());
+    assert_eq!(whole_log(&dst), whole_log(&src));
+    assert_eq!(all_units(&dst), all_units(&src));
+    // A cut record is refused whole, not written in part.
+    let end = dst.commit_log_max_offset();
+    let next = src.append(&message(60)).expect("append");
+    let record = src
+        .read_commit_log(next.commit_log_offset, usize::MAX)
+        .expect("read");
+    assert_eq!(
+        dst.whole_raw_len(end, &record[..record.len() - 1])
+            .expect("cut"),
+        0
+    );
+    assert!(
+        dst.append_raw_commit_log(end, &record[..record.len() - 1])
+            .is_err()
+    );
+    assert_eq!(dst.commit_log_max_offset(), end);
 }

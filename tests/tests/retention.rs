@@ -1,0 +1,206 @@
+//! Retention on real nodes with tiny segments: old CommitLog segments go on every node while
+//! readers move to what is left, a follower that slept past the leader's retained range is
+//! rebuilt from a snapshot plus the retained CommitLog, and a full disk refuses sends but
+//! keeps serving pulls.
+
+use std::time::Duration;
+
+use rocketraft_client::group::GroupError;
+use rocketraft_proto::broker as pb;
+use rocketraft_proto::common::ResponseCode;
+use rocketraft_tests::TestGroup;
+use rocketraft_tests::init_tracing;
+use rocketraft_tests::send_request;
+use rocketraft_tests::wait_for;
+use tracing::info;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+const SEND_TIMEOUT: Duration = Duration::from_secs(20);
+const TOPIC: &str = "RetainedTopic";
+/// 256 KiB bodies, eight to a send: a (4 MiB) test segment holds about 16.
+const BODY_BYTES: usize = 256 * 1024;
+const BODIES_PER_SEND: usize = 8;
+
+fn body(i: usize) -> Vec<u8> {
+    let mut body = format!("message {i:06} ").into_bytes();
+    body.resize(BODY_BYTES, b'.');
+    body
+}
+
+/// Sends messages `from..to` to queue 0.
+async fn send_range(group: &TestGroup, from: usize, to: usize) -> anyhow::Result<()> {
+    let client = group.group_client();
+    for start in (from..to).step_by(BODIES_PER_SEND) {
+        let bodies = (start..to.min(start + BODIES_PER_SEND)).map(body);
+        client
+            .send(send_request(TOPIC, 0, bodies), SEND_TIMEOUT)
+            .await?;
+    }
+    Ok(())
+}
+
+/// A pull of queue 0 from offset 0 on the leader.
+async fn pull_from_start(group: &TestGroup) -> anyhow::Result<pb::PullResponse> {
+    let request = pb::PullRequest {
+        group: "readers".into(),
+        topic: TOPIC.into(),
+        queue_id: 0,
+        queue_offset: 0,
+        max_messages: 32,
+        tags: Vec::new(),
+        max_wait_ms: 0,
+    };
+    Ok(group
+        .group_client()
+        .leader()
+        .await?
+        .pull(request)
+        .await?
+        .into_inner())
+}
+
+fn offsets(group: &TestGroup, node: u64) -> ((i64, i64), (i64, i64)) {
+    let store = group.node(node).group().store();
+    (
+        (store.commit_log_min_offset(), store.commit_log_max_offset()),
+        store.consume_queue_offsets(TOPIC, 0),
+    )
+}
+
+/// The body of every message `node` still serves from queue 0, in queue order.
+fn retained_bodies(group: &TestGroup, node: u64) -> anyhow::Result<Vec<Vec<u8>>> {
+    let store = group.node(node).group().store();
+    store
+        .read_consume_queue(TOPIC, 0, 0, usize::MAX)
+        .into_iter()
+        .map(|unit| Ok(store.read_message(unit.commit_log_offset)?.body.to_vec()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_expired_segments_every_node_should_drop_them_and_a_sleeping_follower_catch_up()
+-> anyhow::Result<()> {
+    init_tracing();
+    let mut group = TestGroup::start(3, 0x5EED_2E7A, |config| {
+        config.retention.file_reserved_hours = 0;
+        config.retention.check_interval_ms = 100;
+        config.raft.log_compaction_interval_ms = 300;
+        // A follower that misses a few entries needs a snapshot.
+        config.raft.log_retained_entries = 2;
+    })
+    .await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let sleeper = group.a_follower(leader);
+
+    info!("--- about six segments of messages");
+    send_range(&group, 0, 100).await?;
+    let ((_, end), _) = offsets(&group, leader);
+    wait_for(
+        "every node deleted its oldest segments",
+        TIMEOUT,
+        || async {
+            (1..=3)
+                .all(|id| {
+                    let ((min, max), (queue_min, _)) = offsets(&group, id);
+                    max == end && min > 0 && queue_min > 0
+                })
+                .then_some(())
+        },
+    )
+    .await?;
+    let ((_, _), (queue_min, queue_max)) = offsets(&group, leader);
+    assert_eq!(queue_max, 100);
+    let pulled = pull_from_start(&group).await?;
+    assert_eq!(pulled.status, pb::PullStatus::OffsetIllegal as i32);
+    assert_eq!(
+        (pulled.min_offset, pulled.next_offset),
+        (queue_min, queue_min)
+    );
+    let kept = retained_bodies(&group, leader)?;
+    let first_kept = usize::try_from(queue_min)?;
+    assert_eq!(kept.len(), 100 - first_kept);
+    assert!(
+        kept.iter()
+            .enumerate()
+            .all(|(i, b)| *b == body(first_kept + i))
+    );
+
+    info!(
+        sleeper,
+        "--- a follower sleeps while the leader writes and deletes past its end"
+    );
+    let ((_, sleeper_end), _) = offsets(&group, sleeper);
+    group.stop(sleeper).await;
+    send_range(&group, 100, 200).await?;
+    wait_for(
+        "the leader deleted past the sleeper's end",
+        TIMEOUT,
+        || async { (offsets(&group, leader).0.0 > sleeper_end).then_some(()) },
+    )
+    .await?;
+    group.restart(sleeper).await?;
+    send_range(&group, 200, 208).await?;
+    let ((_, end), (_, queue_max)) = offsets(&group, leader);
+    assert_eq!(queue_max, 208);
+    wait_for("the sleeper caught up", TIMEOUT, || async {
+        let ((min, max), (_, sleeper_queue_max)) = offsets(&group, sleeper);
+        (max == end && min > sleeper_end && sleeper_queue_max == queue_max).then_some(())
+    })
+    .await?;
+    let sleeper_kept = retained_bodies(&group, sleeper)?;
+    let (sleeper_queue_min, _) = offsets(&group, sleeper).1;
+    let first_kept = usize::try_from(sleeper_queue_min)?;
+    assert!(first_kept > 100, "the sleeper restarted past what it had");
+    assert_eq!(sleeper_kept.len(), 208 - first_kept);
+    assert!(
+        sleeper_kept
+            .iter()
+            .enumerate()
+            .all(|(i, b)| *b == body(first_kept + i))
+    );
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_disk_past_its_full_mark_sends_should_be_refused_and_pulls_served()
+-> anyhow::Result<()> {
+    init_tracing();
+    let mut group = TestGroup::start(1, 0x5EED_D15C, |config| {
+        config.retention.check_interval_ms = 100;
+    })
+    .await?;
+    group.wait_for_leader(TIMEOUT).await?;
+    send_range(&group, 0, 8).await?;
+
+    info!("--- the same disk, with the full mark below its usage");
+    group.stop(1).await;
+    group
+        .restart_with(1, |config| {
+            config.retention.disk_max_used_ratio = 1e-9;
+            config.retention.disk_full_ratio = 1e-9;
+        })
+        .await?;
+    group.wait_for_leader(TIMEOUT).await?;
+    let client = group.group_client();
+    let refused = wait_for("a send refused for the full disk", TIMEOUT, || async {
+        match client
+            .send(send_request(TOPIC, 0, [body(8)]), SEND_TIMEOUT)
+            .await
+        {
+            Err(GroupError::Rejected(status)) => Some(status),
+            _ => None,
+        }
+    })
+    .await?;
+    assert_eq!(
+        rocketraft_proto::response_code(&refused),
+        Some(ResponseCode::DiskFull)
+    );
+    assert!(refused.message().contains("disk_full_ratio"), "{refused:?}");
+    let pulled = pull_from_start(&group).await?;
+    assert_eq!(pulled.status, pb::PullStatus::Found as i32);
+    assert_eq!(pulled.messages.len(), 8);
+    group.shutdown().await;
+    Ok(())
+}
