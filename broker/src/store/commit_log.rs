@@ -805,7 +805,7 @@ mod tests {
         let half = encoded(1);
         assert!(matches!(
             dst.append_raw(max, &half[..half.len() - 1]),
-            Err(StoreError::Corrupt { .. })
+            Err(StoreError::RawLayout { .. })
         ));
         assert_eq!(dst.max_offset(), max);
     }

@@ -35,11 +35,17 @@ pub struct QueueProgress {
     pub topic: String,
     pub broker_group: String,
     pub queue_id: i32,
+    /// The queue's first offset: retention deleted the messages before it.
+    pub min_offset: i64,
     pub max_offset: i64,
     /// `None` when the group never committed an offset for this queue.
     pub committed_offset: Option<i64>,
-    /// Messages not yet consumed (from the committed offset, or the whole queue).
+    /// Messages not yet consumed and still held (from the committed offset, or the whole
+    /// queue).
     pub lag: i64,
+    /// Messages the group had not consumed when retention deleted them: its consumers go on
+    /// from `min_offset`.
+    pub skipped: i64,
 }
 
 impl Admin {
@@ -129,11 +135,14 @@ impl Admin {
                     })?
                     .into_inner()
                     .offset;
+                let consumed_to = committed_offset.unwrap_or(queue.min_offset);
                 progress.push(QueueProgress {
-                    lag: queue.max_offset - committed_offset.unwrap_or(queue.min_offset),
+                    lag: queue.max_offset - consumed_to.max(queue.min_offset),
+                    skipped: (queue.min_offset - consumed_to).max(0),
                     topic: topic.clone(),
                     broker_group: queue.group,
                     queue_id: queue.queue_id,
+                    min_offset: queue.min_offset,
                     max_offset: queue.max_offset,
                     committed_offset,
                 });

@@ -71,9 +71,22 @@ async fn consumer_progress(
         let committed = queue
             .committed_offset
             .map_or_else(|| "none".to_owned(), |offset| offset.to_string());
+        let skipped = if queue.skipped > 0 {
+            format!(
+                " skipped {} (deleted by retention before consumed)",
+                queue.skipped
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "{} {} queue {} max {} committed {committed} lag {}",
-            queue.topic, queue.broker_group, queue.queue_id, queue.max_offset, queue.lag
+            "{} {} queue {} min {} max {} committed {committed} lag {}{skipped}",
+            queue.topic,
+            queue.broker_group,
+            queue.queue_id,
+            queue.min_offset,
+            queue.max_offset,
+            queue.lag
         );
     }
     Ok(())
