@@ -21,6 +21,7 @@ mod allocate;
 mod consume;
 pub(crate) mod consume_from;
 pub mod listener;
+mod member_view;
 mod membership;
 mod offset_store;
 mod process_queue;

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
+use tokio::time::Instant;
 
 use crate::consumer::ConsumeFrom;
 use crate::consumer::ConsumerError;
@@ -23,6 +24,8 @@ use crate::consumer::MessageModel;
 use crate::consumer::Shared;
 use crate::consumer::allocate::allocate_averagely;
 use crate::consumer::consume_from;
+use crate::consumer::member_view::MemberView;
+use crate::consumer::member_view::Source;
 use crate::consumer::membership::run_membership_watch;
 use crate::consumer::process_queue::ProcessQueue;
 use crate::consumer::pull_loop::run_pull_loop;
@@ -42,6 +45,8 @@ const INCOMPLETE_ROUND_RETRY: Duration = Duration::from_secs(1);
 pub struct Assignment {
     pub queues: HashMap<MessageQueue, Arc<ProcessQueue>>,
     watched_groups: HashSet<String>,
+    /// Per subscribed topic, the member list its rounds allocate among.
+    member_views: HashMap<String, MemberView>,
 }
 
 pub async fn run_rebalance_loop(shared: Arc<Shared>, mut assignment: Assignment) -> Assignment {
@@ -105,13 +110,16 @@ async fn rebalance(shared: &Arc<Shared>, assignment: &mut Assignment) -> bool {
         let mine = match shared.config.message_model {
             MessageModel::Broadcasting => all,
             MessageModel::Clustering => match members(shared, &route).await {
-                Ok(members) if members.contains(&shared.client_id) => {
+                Ok((listed, source)) => {
+                    let view = assignment.member_views.entry(topic.clone()).or_default();
+                    let (members, settling) = view.update(source, listed, Instant::now());
+                    complete &= !settling;
+                    if !members.contains(&shared.client_id) {
+                        tracing::debug!(topic, "rebalance: not yet a registered member");
+                        complete = false;
+                        continue;
+                    }
                     allocate_averagely(&all, &members, &shared.client_id)
-                }
-                Ok(_) => {
-                    tracing::debug!(topic, "rebalance: not yet a registered member");
-                    complete = false;
-                    continue;
                 }
                 Err(error) => {
                     tracing::warn!(topic, %error, "rebalance: no member list; keeping current queues");
@@ -139,8 +147,12 @@ fn watch_new_groups(shared: &Arc<Shared>, assignment: &mut Assignment, route: &T
     }
 }
 
-/// The sorted client ids of this consumer group, from the first broker group that answers.
-async fn members(shared: &Shared, route: &TopicRoute) -> Result<Vec<String>, ConsumerError> {
+/// The client ids of this consumer group, from the first broker group that answers, and
+/// which leader answered.
+async fn members(
+    shared: &Shared,
+    route: &TopicRoute,
+) -> Result<(Vec<String>, Source), ConsumerError> {
     let request = pb::ListConsumersRequest {
         group: shared.config.group.clone(),
     };
@@ -159,11 +171,16 @@ async fn members(shared: &Shared, route: &TopicRoute) -> Result<Vec<String>, Con
             .await;
         match listed {
             Ok(listed) => {
-                return Ok(listed
+                let source = (
+                    group.group.clone(),
+                    shared.brokers.known_leader(&group.group),
+                );
+                let members = listed
                     .members
                     .into_iter()
                     .map(|member| member.client_id)
-                    .collect());
+                    .collect();
+                return Ok((members, source));
             }
             Err(error) => last_error = Some(ConsumerError::from(error)),
         }
