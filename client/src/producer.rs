@@ -5,8 +5,8 @@
 //!   load a producer pays one RPC per batch, and a lone send still leaves at once.
 //! - Queues are chosen round-robin over every group's write queues, or by a key's hash for
 //!   ordered sends (same key, same queue, in send order).
-//! - A send is retried (default 2 more times) after `NOT_LEADER`, an unavailable node or a
-//!   transport failure. Each attempt gets an equal share of the remaining deadline on one
+//! - A send is retried (default 2 more times) after `NOT_LEADER`, an unavailable node, a
+//!   transport failure or a group's `DISK_FULL`. Each attempt gets an equal share of the remaining deadline on one
 //!   group, where [`Brokers`] follows leader hints and finds a new leader among the group's
 //!   nodes with a growing pause; a failed attempt refreshes the route and prefers another
 //!   group. Ordered sends stay on their queue.
@@ -28,6 +28,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use rocketraft_proto::broker as pb;
+use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::names::validate_group_name;
 use rocketraft_proto::names::validate_topic_name;
 
@@ -298,6 +299,12 @@ impl Producer {
             };
             match attempt(group.clone(), queue_id, this_attempt).await {
                 Ok(value) => return Ok(value),
+                // This group's disk is full; another group may take the message.
+                Err(CallError::Rejected { status, .. })
+                    if rocketraft_proto::response_code(&status) == Some(ResponseCode::DiskFull) =>
+                {
+                    last_error = Some(format!("{group}: {}", status.message()));
+                }
                 Err(CallError::Rejected { status, .. }) => {
                     return Err(ProducerError::from_rejection(&status, topic, &group));
                 }

@@ -6,9 +6,13 @@
 use std::time::Duration;
 
 use rocketraft_client::group::GroupError;
+use rocketraft_client::message::Message;
+use rocketraft_client::producer::Producer;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::ResponseCode;
 use rocketraft_tests::TestGroup;
+use rocketraft_tests::cluster::GROUPS;
+use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::init_tracing;
 use rocketraft_tests::send_request;
 use rocketraft_tests::wait_for;
@@ -202,5 +206,30 @@ async fn given_a_disk_past_its_full_mark_sends_should_be_refused_and_pulls_serve
     assert_eq!(pulled.status, pb::PullStatus::Found as i32);
     assert_eq!(pulled.messages.len(), 8);
     group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_one_group_with_a_full_disk_the_producer_should_send_to_the_other()
+-> anyhow::Result<()> {
+    init_tracing();
+    let full = GROUPS[0];
+    let cluster = TestCluster::start_with(0x5EED_F011, |config| {
+        config.retention.check_interval_ms = 100;
+        if config.group == full {
+            config.retention.disk_max_used_ratio = 1e-9;
+            config.retention.disk_full_ratio = 1e-9;
+        }
+    })
+    .await?;
+    cluster.create_topic(TOPIC, 2).await?;
+    cluster.wait_for_route(TOPIC).await?;
+    let producer = Producer::builder(cluster.nameservers(), "disk-full-producer").build()?;
+    for i in 0..20 {
+        let sent = producer
+            .send(Message::new(TOPIC, format!("message {i}")))
+            .await?;
+        assert_ne!(sent.group, full, "message {i} went to the full group");
+    }
     Ok(())
 }
