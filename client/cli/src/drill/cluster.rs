@@ -26,6 +26,13 @@ pub const DRILL_GROUP_NODES: u64 = 3;
 /// writes a few tens of megabytes. Smaller files also make a long drill roll them.
 const DRILL_STORE_SIZES: &str =
     "commit_log_segment_bytes = 67108864\nindex_entries_per_file = 1000000\n";
+/// With `retention_churn`: the smallest CommitLog segment a broker takes (room for the
+/// largest record), rounded up to 64 KiB, so segments roll every few seconds under load.
+const CHURN_SEGMENT_BYTES: u64 = 4 * 1024 * 1024 + 64 * 1024;
+/// With `retention_churn`: a snapshot (and purge) this often, keeping this many entries, so
+/// a follower that was away catches up by snapshot.
+const CHURN_COMPACTION_INTERVAL_MS: u64 = 2000;
+const CHURN_RETAINED_ENTRIES: u64 = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -63,6 +70,9 @@ pub struct ClusterSpec {
     pub heartbeat_interval_ms: Option<u64>,
     pub election_timeout_min_ms: Option<u64>,
     pub election_timeout_max_ms: Option<u64>,
+    /// Tiny segments deleted as soon as it is safe, and frequent snapshots: retention and
+    /// snapshot catch-up run under the faults.
+    pub retention_churn: bool,
 }
 
 impl ClusterSpec {
@@ -431,23 +441,38 @@ fn write_config(
         .enumerate()
         .map(|(i, addr)| format!("{} = \"{addr}\"\n", i + 1))
         .collect();
+    let churn = |value| spec.retention_churn.then_some(value);
     let timings: String = [
         ("heartbeat_interval_ms", spec.heartbeat_interval_ms),
         ("election_timeout_min_ms", spec.election_timeout_min_ms),
         ("election_timeout_max_ms", spec.election_timeout_max_ms),
+        (
+            "log_compaction_interval_ms",
+            churn(CHURN_COMPACTION_INTERVAL_MS),
+        ),
+        ("log_retained_entries", churn(CHURN_RETAINED_ENTRIES)),
     ]
     .into_iter()
     .filter_map(|(key, value)| value.map(|value| format!("{key} = {value}\n")))
     .collect();
+    let (store, retention) = if spec.retention_churn {
+        (
+            format!(
+                "commit_log_segment_bytes = {CHURN_SEGMENT_BYTES}\nindex_entries_per_file = 100000\n"
+            ),
+            "[retention]\nfile_reserved_hours = 0\ncheck_interval_ms = 500\n",
+        )
+    } else {
+        (DRILL_STORE_SIZES.to_owned(), "")
+    };
     let config = format!(
         "cluster = \"DrillCluster\"\ngroup = \"{group}\"\nnode_id = {id}\nlisten = \"{listen}\"\n\
          data_dir = \"{data}\"\nflush = \"sync\"\nauto_create_topic = true\nenable_fault_injection = true\n\
          namesrv = [\"{nameserver}\"]\nregister_interval_ms = 1000\ndelay_levels = \"{levels}\"\n\
-         [raft]\n{timings}[store]\n{store}[peers]\n{peers}",
+         [raft]\n{timings}[store]\n{store}{retention}[peers]\n{peers}",
         listen = addrs[id as usize - 1],
         data = spec.work_dir.join(format!("{group}-{id}")).display(),
         levels = spec.delay_levels,
-        store = DRILL_STORE_SIZES,
     );
     let path = spec.work_dir.join(format!("{group}-{id}.toml"));
     std::fs::write(&path, config).map_err(io(format!("write {}", path.display())))?;

@@ -54,6 +54,11 @@ pub struct DrillArgs {
     /// Raft election timeout, upper bound and leader lease (default: the broker's).
     #[arg(long)]
     election_timeout_max_ms: Option<u64>,
+    /// Tiny CommitLog segments deleted as soon as it is safe, and a snapshot every 2 s, so
+    /// retention and snapshot catch-up run under the faults (raise --rate to roll segments
+    /// faster).
+    #[arg(long)]
+    retention_churn: bool,
     /// The `broker` binary (default: next to mqadmin).
     #[arg(long)]
     broker_bin: Option<PathBuf>,
@@ -91,6 +96,7 @@ pub async fn run(args: DrillArgs, json: bool) -> anyhow::Result<()> {
         heartbeat_interval_ms: args.heartbeat_ms,
         election_timeout_min_ms: args.election_timeout_min_ms,
         election_timeout_max_ms: args.election_timeout_max_ms,
+        retention_churn: args.retention_churn,
     };
     let fault_every = std::time::Duration::from_secs(args.fault_every_secs);
     let heal_after = args.heal_after_ms.map_or_else(
