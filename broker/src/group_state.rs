@@ -12,6 +12,7 @@ use std::sync::RwLockReadGuard;
 use std::sync::RwLockWriteGuard;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicI64;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 
 use tokio::sync::watch;
@@ -36,7 +37,9 @@ pub struct GroupState {
     /// The CommitLog end of the last durable snapshot (-1: none yet); see
     /// [`GroupState::snapshot_end`].
     snapshot_end: AtomicI64,
-    /// Set by retention while the disk is filled past `disk_full_ratio`: sends are refused.
+    /// Retention's last reading: the disk's used fraction (f64 bits), and whether it is past
+    /// `disk_full_ratio`, when sends are refused.
+    disk_used_ratio: AtomicU64,
     disk_full: AtomicBool,
 }
 
@@ -72,6 +75,7 @@ impl GroupState {
             queue_arrivals: Mutex::default(),
             flushing: Arc::default(),
             snapshot_end: AtomicI64::new(-1),
+            disk_used_ratio: AtomicU64::new(0),
             disk_full: AtomicBool::new(false),
         }
     }
@@ -89,8 +93,16 @@ impl GroupState {
         u64::try_from(self.snapshot_end.load(Ordering::Relaxed)).ok()
     }
 
-    pub fn set_disk_full(&self, full: bool) {
+    /// Records retention's reading of the disk.
+    pub fn set_disk_usage(&self, used_ratio: f64, full: bool) {
+        self.disk_used_ratio
+            .store(used_ratio.to_bits(), Ordering::Relaxed);
         self.disk_full.store(full, Ordering::Relaxed);
+    }
+
+    /// The disk's used fraction at retention's last reading (0 before the first).
+    pub fn disk_used_ratio(&self) -> f64 {
+        f64::from_bits(self.disk_used_ratio.load(Ordering::Relaxed))
     }
 
     /// Whether retention found the disk filled past `disk_full_ratio` on its last round.

@@ -82,7 +82,9 @@ pub fn retention_round(
 ) -> Result<Deleted, RetentionError> {
     let disk_used_ratio = disk_used_ratio(data_dir)?;
     let full = disk_used_ratio >= settings.disk_full_ratio;
-    if full != group.disk_full() {
+    let was_full = group.disk_full();
+    group.set_disk_usage(disk_used_ratio, full);
+    if full != was_full {
         if full {
             tracing::error!(
                 disk_used_ratio,
@@ -95,7 +97,6 @@ pub fn retention_round(
                 "disk below the full mark: accepting sends again"
             );
         }
-        group.set_disk_full(full);
     }
     let Some(snapshot_end) = group.snapshot_end() else {
         return Ok(Deleted::default());

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use rocketraft_client::admin::Admin;
 use rocketraft_client::group::GroupError;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
@@ -202,6 +203,9 @@ async fn given_a_disk_past_its_full_mark_sends_should_be_refused_and_pulls_serve
         Some(ResponseCode::DiskFull)
     );
     assert!(refused.message().contains("disk_full_ratio"), "{refused:?}");
+    let status = group.status(1).await?;
+    assert!(status.disk_full);
+    assert!(status.disk_used_ratio > 0.0 && status.disk_used_ratio <= 1.0);
     let pulled = pull_from_start(&group).await?;
     assert_eq!(pulled.status, pb::PullStatus::Found as i32);
     assert_eq!(pulled.messages.len(), 8);
@@ -231,5 +235,57 @@ async fn given_one_group_with_a_full_disk_the_producer_should_send_to_the_other(
             .await?;
         assert_ne!(sent.group, full, "message {i} went to the full group");
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_group_behind_the_retained_range_consumer_progress_should_report_the_skip()
+-> anyhow::Result<()> {
+    init_tracing();
+    let cluster = TestCluster::start_with(0x5EED_5C1B, |config| {
+        config.retention.file_reserved_hours = 0;
+        config.retention.check_interval_ms = 100;
+        config.raft.log_compaction_interval_ms = 300;
+    })
+    .await?;
+    cluster.create_topic(TOPIC, 1).await?;
+    cluster.wait_for_route(TOPIC).await?;
+    let deleting = cluster.group(GROUPS[0]);
+    let leader = deleting.wait_for_leader(TIMEOUT).await?;
+    let committed_at_zero = pb::CommitOffsetsRequest {
+        group: "lagging".into(),
+        offsets: vec![pb::QueueOffsetEntry {
+            topic: TOPIC.into(),
+            queue_id: 0,
+            offset: 0,
+        }],
+    };
+    deleting
+        .client(leader)
+        .await?
+        .commit_offsets(committed_at_zero)
+        .await?;
+    send_range(deleting, 0, 100).await?;
+    wait_for("the oldest segments deleted", TIMEOUT, || async {
+        (offsets(deleting, leader).1.0 > 0).then_some(())
+    })
+    .await?;
+
+    let progress = Admin::new(cluster.nameservers())
+        .consumer_progress("lagging", Some(TOPIC))
+        .await?;
+    let behind = progress
+        .iter()
+        .find(|queue| queue.broker_group == GROUPS[0])
+        .expect("a queue of the deleting group");
+    assert_eq!(behind.committed_offset, Some(0));
+    assert!(behind.min_offset > 0);
+    assert_eq!(behind.skipped, behind.min_offset);
+    assert_eq!(behind.lag, behind.max_offset - behind.min_offset);
+    let untouched = progress
+        .iter()
+        .find(|queue| queue.broker_group == GROUPS[1])
+        .expect("a queue of the other group");
+    assert_eq!((untouched.skipped, untouched.lag), (0, 0));
     Ok(())
 }

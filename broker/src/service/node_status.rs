@@ -60,6 +60,8 @@ impl BrokerService {
             scrub_units_repaired: self.scrub.units_repaired.load(Ordering::Relaxed),
             scrub_unrepaired: self.scrub.unrepaired.load(Ordering::Relaxed),
             scrub_last_finding: self.scrub.last_finding(),
+            disk_used_ratio: self.group.disk_used_ratio(),
+            disk_full: self.group.disk_full(),
         }
     }
 }
