@@ -74,7 +74,7 @@ pub enum RetentionError {
 }
 
 /// One round at `now`; returns what it deleted.
-pub fn retention_round(
+fn retention_round(
     group: &GroupState,
     data_dir: &Path,
     settings: &RetentionSettings,
@@ -101,13 +101,18 @@ pub fn retention_round(
     let Some(snapshot_end) = group.snapshot_end() else {
         return Ok(Deleted::default());
     };
-    let sealed = group.store().sealed_commit_log_segments()?;
-    let segment_size = sealed.first().map_or(0, |s| s.end - s.start);
+    let (sealed, dedup_window) = {
+        let store = group.store();
+        (
+            store.sealed_commit_log_segments()?,
+            store.dedup_window_bytes(),
+        )
+    };
     let input = RetentionInput {
         now,
         hour: utc_hour(now),
         disk_used_ratio,
-        keep_from: snapshot_end.saturating_sub(segment_size),
+        keep_from: snapshot_end.saturating_sub(dedup_window),
     };
     let count = segments_to_delete(&sealed, &settings.policy(), &input);
     if count == 0 {

@@ -711,6 +711,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_replication_read_below_the_purged_log_gets_nothing_not_later_entries() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        append(&mut store, (0..20).map(|i| entry(1, i))).await;
+        store
+            .purge(LogId::new_term_index(1, 9))
+            .await
+            .expect("purge");
+        let mut reader = store.get_log_reader().await;
+        let read = |entries: Vec<Entry>| entries.iter().map(|e| e.log_id.index).collect::<Vec<_>>();
+        assert_eq!(
+            read(reader.limited_get_log_entries(9, 15).await.expect("read")),
+            Vec::<u64>::new(),
+            "entry 9 is purged: nothing, rather than 10.. taken for 9.."
+        );
+        assert_eq!(
+            read(reader.limited_get_log_entries(10, 15).await.expect("read")),
+            (10..15).collect::<Vec<_>>()
+        );
+    }
+
+    #[tokio::test]
     async fn entries_and_vote_survive_restart_across_segments() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut store = open(dir.path());

@@ -88,3 +88,56 @@ impl CommitLogInstaller {
         Ok(self.offset)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MessageStore;
+    use crate::store::StoreConfig;
+    use crate::store::record::tests::sample;
+
+    fn group(dir: &std::path::Path) -> GroupState {
+        let (store, _) = MessageStore::open(StoreConfig::new(dir)).expect("open store");
+        GroupState::new(store, Metadata::default())
+    }
+
+    #[test]
+    fn records_cut_anywhere_are_installed_whole_and_a_cut_end_is_an_error() {
+        let (src_dir, dst_dir) = (
+            tempfile::tempdir().expect("dir"),
+            tempfile::tempdir().expect("dir"),
+        );
+        let source = group(src_dir.path());
+        for i in 0..3 {
+            let record = sample("T", 0, format!("body {i}").as_bytes());
+            source
+                .store_mut()
+                .append(&record.encode().expect("encode"))
+                .expect("append");
+        }
+        let bytes = source.store().read_commit_log(0, usize::MAX).expect("read");
+        let (first, rest) = bytes.split_at(bytes.len() / 2 + 7);
+
+        let target = group(dst_dir.path());
+        let mut installer = CommitLogInstaller::new(0);
+        installer.push(&target, first).expect("first part");
+        assert!(target.store().commit_log_max_offset() < first.len() as i64);
+        installer.push(&target, rest).expect("the rest");
+        assert_eq!(installer.finish().expect("whole"), bytes.len() as i64);
+        assert_eq!(
+            target.store().read_commit_log(0, usize::MAX).expect("read"),
+            bytes
+        );
+
+        let mut cut = CommitLogInstaller::new(bytes.len() as i64);
+        let next = sample("T", 0, b"cut off").encode().expect("encode");
+        cut.push(&target, &next[..next.len() - 1])
+            .expect("kept back");
+        let error = cut.finish().expect_err("a cut record is left");
+        assert!(
+            error.to_string().contains("ends inside a record"),
+            "{error}"
+        );
+        assert_eq!(target.store().commit_log_max_offset(), bytes.len() as i64);
+    }
+}

@@ -303,20 +303,15 @@ impl StateMachine {
     fn install_commit_log(&self, state: &SnapshotState, source: CommitLogSource) -> io::Result<()> {
         match source {
             CommitLogSource::Store(from) => {
-                let local_end = self
+                // From where the local CommitLog ends, or where the source's starts if its
+                // retention deleted what lies between.
+                let mut offset = self
                     .group
                     .store()
                     .commit_log_max_offset()
-                    .min(state.commit_log_end);
-                let source_min = from.store().commit_log_min_offset();
-                let mut offset = if local_end < source_min {
-                    // The source's retention deleted what lies between.
-                    self.group.store_mut().restart_at(source_min)?;
-                    source_min
-                } else {
-                    self.group.store_mut().truncate(local_end)?;
-                    local_end
-                };
+                    .min(state.commit_log_end)
+                    .max(from.store().commit_log_min_offset());
+                self.group.store_mut().continue_at(offset)?;
                 let mut installer = CommitLogInstaller::new(offset);
                 while offset < state.commit_log_end {
                     let want = (state.commit_log_end - offset).min(SNAPSHOT_CHUNK_BYTES as i64);
@@ -348,13 +343,8 @@ impl StateMachine {
         start_offset: i64,
     ) -> io::Result<()> {
         use std::io::Read;
-        let local_end = self.group.store().commit_log_max_offset();
-        if start_offset > local_end {
-            // The sender's retention deleted what lies between: start over where it starts.
-            self.group.store_mut().restart_at(start_offset)?;
-        } else {
-            self.group.store_mut().truncate(start_offset)?;
-        }
+        // Past the local end if the sender's retention deleted what lies between.
+        self.group.store_mut().continue_at(start_offset)?;
         let mut file = std::fs::File::open(path)?;
         let mut chunk = vec![0u8; SNAPSHOT_CHUNK_BYTES];
         let mut installer = CommitLogInstaller::new(start_offset);

@@ -220,8 +220,7 @@ impl Dispatcher {
         for queue in &mut self.queues {
             queue.clear()?;
         }
-        self.index.truncate(0)?;
-        Ok(())
+        self.clear_index().map(drop)
     }
 
     /// Drops every index entry (before a full index rebuild).

@@ -309,6 +309,17 @@ impl MessageStore {
         commit_log::whole_entries_len(offset, bytes, self.commit_log.segment_size_bytes())
     }
 
+    /// Makes the CommitLog end at `commit_log_offset`, where shipped bytes will continue it:
+    /// cut back to it if the store holds it ([`MessageStore::truncate`]), else start over
+    /// there ([`MessageStore::restart_at`]).
+    pub fn continue_at(&mut self, commit_log_offset: i64) -> Result<(), StoreError> {
+        if commit_log_offset > self.commit_log_max_offset() {
+            self.restart_at(commit_log_offset)
+        } else {
+            self.truncate(commit_log_offset)
+        }
+    }
+
     /// Empties the store so that it goes on at `commit_log_offset`, a segment boundary past its
     /// end: the CommitLog of a snapshot from a node whose retention deleted everything before
     /// it. The ConsumeQueues restart at the queue offsets the shipped records carry; the index
@@ -542,12 +553,19 @@ impl MessageStore {
         Ok(None)
     }
 
-    /// Where [`MessageStore::find_unique`] stops looking: one segment size (a setting every
-    /// replica of a group shares, as the CommitLog layout depends on it) before the end.
+    /// Where [`MessageStore::find_unique`] stops looking: [`MessageStore::dedup_window_bytes`]
+    /// before the end.
     pub fn dedup_window_start(&self) -> u64 {
         self.commit_log
             .max_offset()
-            .saturating_sub(self.commit_log.segment_size_bytes())
+            .saturating_sub(self.dedup_window_bytes())
+    }
+
+    /// How far back apply looks for an earlier copy of a retried send: one segment size, a
+    /// setting every replica of a group shares (the CommitLog layout depends on it), so every
+    /// replica searches the same range. Retention must keep it.
+    pub fn dedup_window_bytes(&self) -> u64 {
+        self.commit_log.segment_size_bytes()
     }
 
     /// Messages whose `UNIQ_KEY` or one of whose `KEYS` equals `key`, newest first, at most

@@ -4,9 +4,8 @@
 //! deleted at the `delete_hour` of the day (UTC; any hour if none is set), or at once when the
 //! disk is filled past `disk_max_used_ratio`; above that mark the oldest segment also goes
 //! when it has not expired, one per round, until the disk is below it again. Deletion is
-//! always a prefix of the log, and never reaches past `keep_from`: the offset a restart may
-//! cut the store back to (less one segment, below the last durable snapshot: `crate::retention`), so
-//! recovery and the replay of the Raft log find everything they need.
+//! always a prefix of the log, and never reaches past `keep_from`, which the caller derives
+//! from what recovery, snapshot shipping and retry dedup still need (`crate::retention`).
 //!
 //! Pure: time and disk usage are inputs, so tests drive it with a fake clock.
 
