@@ -118,7 +118,9 @@ fn retention_round(
     if count == 0 {
         return Ok(Deleted::default());
     }
-    let deleted = group.store_mut().delete_oldest_segments(count)?;
+    // Only taking the files out of the store holds it; deleting them does not.
+    let (deleted, detached) = group.store_mut().detach_oldest_segments(count)?;
+    detached.delete()?;
     tracing::info!(
         segments = count,
         bytes = deleted.commit_log_bytes,

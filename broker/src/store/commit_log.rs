@@ -18,7 +18,7 @@ use std::time::SystemTime;
 use tracing::{info, warn};
 
 use crate::store::error::StoreError;
-use crate::store::mapped_file::{self, FlushTarget, MappedFile};
+use crate::store::mapped_file::{self, Detached, FlushTarget, MappedFile};
 use crate::store::record::{
     self, BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH, RecordError, RecordView,
 };
@@ -204,16 +204,14 @@ impl CommitLog {
             .collect()
     }
 
-    /// Deletes the `count` oldest segments (retention); the last one always stays, so the
-    /// log keeps its end. Returns the new `min_offset`.
-    pub fn delete_oldest(&mut self, count: usize) -> Result<u64, StoreError> {
+    /// Takes the `count` oldest segments out of the log into `detached` (retention); the last
+    /// one always stays, so the log keeps its end. Returns the new `min_offset`.
+    pub fn detach_oldest(&mut self, count: usize, detached: &mut Detached) -> u64 {
         let count = count.min(self.segments.len().saturating_sub(1));
-        for _ in 0..count {
-            let oldest = self.segments.remove(0);
-            info!(path = %oldest.path().display(), "commit log: retention deleted a segment");
-            oldest.delete()?;
-        }
-        Ok(self.min_offset())
+        self.segments
+            .drain(..count)
+            .for_each(|segment| detached.push(segment));
+        self.min_offset()
     }
 
     /// Deletes every segment: the log is empty and takes its next start from

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use tracing::warn;
 
 use crate::store::error::StoreError;
-use crate::store::mapped_file::{self, FlushTarget, MappedFile};
+use crate::store::mapped_file::{self, Detached, FlushTarget, MappedFile};
 
 /// Bytes per unit: CommitLog offset i64, size i32, tags code i64 (big-endian).
 pub const CQ_UNIT_SIZE: usize = 20;
@@ -331,18 +331,20 @@ impl ConsumeQueue {
     /// Forgets the units pointing below CommitLog offset `commit_log_min` (retention deleted
     /// the records they name): `min_offset` moves to the first unit still pointing into the
     /// log, and files holding only forgotten units are deleted, except the last one, which
-    /// keeps the queue's end. Returns how many units were forgotten.
-    pub fn forget_below(&mut self, commit_log_min: u64) -> Result<u64, StoreError> {
+    /// keeps the queue's end; they go to `detached`. Returns how many units were forgotten.
+    pub fn forget_below(&mut self, commit_log_min: u64, detached: &mut Detached) -> u64 {
         let new_min = self.first_unit_pointing_at_or_after(commit_log_min);
         let forgotten = new_min - self.min_offset;
         let new_min_byte = new_min * CQ_UNIT_SIZE as u64;
-        while self.segments.len() > 1
-            && self.segments[0].start_offset() + self.segment_bytes() <= new_min_byte
-        {
-            self.segments.remove(0).delete()?;
-        }
+        let below = self
+            .segments
+            .iter()
+            .take(self.segments.len().saturating_sub(1))
+            .take_while(|s| s.start_offset() + self.segment_bytes() <= new_min_byte)
+            .count();
+        self.segments.drain(..below).for_each(|s| detached.push(s));
         self.min_offset = new_min;
-        Ok(forgotten)
+        forgotten
     }
 
     /// The first queue offset whose unit points at or beyond CommitLog offset

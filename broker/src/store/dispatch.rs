@@ -17,6 +17,7 @@ use crate::store::consume_queue::{CONSUME_QUEUE_DIR, ConsumeQueue, CqUnit};
 use crate::store::error::StoreError;
 use crate::store::index::Index;
 use crate::store::mapped_file;
+use crate::store::mapped_file::Detached;
 use crate::store::mapped_file::FlushTarget;
 use crate::store::properties::{KEYS, UNIQ_KEY, split_keys};
 use crate::store::record::{self, RecordView};
@@ -206,13 +207,14 @@ impl Dispatcher {
 
     /// Forgets the units and index files that point only below CommitLog offset
     /// `commit_log_min` (retention deleted what they name); returns (units, index entries).
-    pub fn forget_below(&mut self, commit_log_min: u64) -> Result<(u64, u64), StoreError> {
-        let mut units = 0;
-        for queue in &mut self.queues {
-            units += queue.forget_below(commit_log_min)?;
-        }
-        let entries = self.index.forget_below(commit_log_min)?;
-        Ok((units, entries))
+    /// Their files go to `detached`.
+    pub fn forget_below(&mut self, commit_log_min: u64, detached: &mut Detached) -> (u64, u64) {
+        let units = self
+            .queues
+            .iter_mut()
+            .map(|queue| queue.forget_below(commit_log_min, detached))
+            .sum();
+        (units, self.index.forget_below(commit_log_min, detached))
     }
 
     /// Empties every queue (each restarts at the queue offset of its next unit) and the index.

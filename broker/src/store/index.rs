@@ -31,7 +31,7 @@ use tracing::warn;
 
 use crate::store::error::StoreError;
 use crate::store::mapped_file;
-use crate::store::mapped_file::{FlushTarget, MappedFile};
+use crate::store::mapped_file::{Detached, FlushTarget, MappedFile};
 
 /// Bytes per index entry: key hash u64 + CommitLog offset i64 + previous entry u32.
 pub const INDEX_ENTRY_SIZE: usize = 20;
@@ -403,19 +403,24 @@ impl Index {
 
     /// Deletes the oldest files whose entries all point below CommitLog offset
     /// `commit_log_min` (retention deleted those records); the newest file always stays.
-    /// Returns how many entries went with them.
-    pub fn forget_below(&mut self, commit_log_min: u64) -> Result<u64, StoreError> {
-        let mut forgotten = 0;
-        while self.files.len() > 1
-            && self.files[0]
-                .last_offset()
-                .is_none_or(|last| (last as u64) < commit_log_min)
-        {
-            let oldest = self.files.remove(0);
-            forgotten += u64::from(oldest.count);
-            oldest.map.delete()?;
-        }
-        Ok(forgotten)
+    /// They go to `detached`. Returns how many entries went with them.
+    pub fn forget_below(&mut self, commit_log_min: u64, detached: &mut Detached) -> u64 {
+        let below = self
+            .files
+            .iter()
+            .take(self.files.len() - 1)
+            .take_while(|file| {
+                file.last_offset()
+                    .is_none_or(|last| (last as u64) < commit_log_min)
+            })
+            .count();
+        self.files
+            .drain(..below)
+            .map(|file| {
+                detached.push(file.map);
+                u64::from(file.count)
+            })
+            .sum()
     }
 
     /// Drops entries pointing at or beyond CommitLog offset `end`; returns how many. Files

@@ -426,13 +426,46 @@ impl MappedFile {
 
     /// Unmaps and deletes the file, then fsyncs its directory.
     pub fn delete(self) -> Result<(), StoreError> {
-        let MappedFile { path, mmap, .. } = self;
-        drop(mmap);
-        fs::remove_file(&path).map_err(|e| StoreError::io("delete segment", &path, e))?;
+        let path = self.unlink()?;
         match path.parent() {
             Some(dir) => sync_dir(dir),
             None => Ok(()),
         }
+    }
+
+    /// Unmaps and deletes the file; returns its path (its directory is not synced).
+    fn unlink(self) -> Result<PathBuf, StoreError> {
+        let MappedFile { path, mmap, .. } = self;
+        drop(mmap);
+        fs::remove_file(&path).map_err(|e| StoreError::io("delete segment", &path, e))?;
+        Ok(path)
+    }
+}
+
+/// Files taken out of a store under its lock and deleted once the lock is released: unmapping
+/// and unlinking a large preallocated file and syncing its directory can take milliseconds
+/// that appends (and the sends waiting on them) would otherwise wait for. A crash before
+/// [`Detached::delete`] leaves the files in place, and the store finds them again at open.
+#[derive(Debug, Default)]
+#[must_use = "detached files are deleted only by `Detached::delete`"]
+pub struct Detached(Vec<MappedFile>);
+
+impl Detached {
+    pub fn push(&mut self, file: MappedFile) {
+        self.0.push(file);
+    }
+
+    /// Unmaps and deletes every file, then fsyncs each directory once.
+    pub fn delete(self) -> Result<(), StoreError> {
+        let mut dirs = std::collections::BTreeSet::new();
+        for file in self.0 {
+            let path = file.unlink()?;
+            debug!(path = %path.display(), "deleted a detached file");
+            if let Some(dir) = path.parent() {
+                dirs.insert(dir.to_path_buf());
+            }
+        }
+        dirs.iter().try_for_each(|dir| sync_dir(dir))
     }
 }
 

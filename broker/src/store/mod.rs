@@ -34,6 +34,7 @@ pub use tags::tags_code;
 use tracing::{error, info, warn};
 
 use crate::store::dispatch::{Dispatcher, RecordInfo};
+use crate::store::mapped_file::Detached;
 use crate::store::mapped_file::FlushTarget;
 use crate::store::record::RecordError;
 
@@ -123,7 +124,7 @@ impl PendingFlush {
     }
 }
 
-/// What one [`MessageStore::delete_oldest_segments`] removed.
+/// What one [`MessageStore::detach_oldest_segments`] removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Deleted {
     /// CommitLog bytes deleted (whole segments).
@@ -169,7 +170,9 @@ impl MessageStore {
         let (cq_units_truncated, index_entries_truncated) =
             dispatcher.truncate(recovery.commit_log_end)?;
         // Retention may have deleted segments after the queues last reached disk.
-        dispatcher.forget_below(commit_log.min_offset())?;
+        let mut detached = Detached::default();
+        dispatcher.forget_below(commit_log.min_offset(), &mut detached);
+        detached.delete()?;
         let mut store = MessageStore {
             config,
             commit_log,
@@ -391,20 +394,26 @@ impl MessageStore {
         self.commit_log.sealed_segments()
     }
 
-    /// Deletes the `count` oldest CommitLog segments (never the last) and the ConsumeQueue
-    /// units and index files that point only into them. Queues keep their offsets: their
-    /// `min_offset` moves up, so readers behind it are sent to the new minimum.
-    pub fn delete_oldest_segments(&mut self, count: usize) -> Result<Deleted, StoreError> {
+    /// Takes the `count` oldest CommitLog segments (never the last) out of the store, with the
+    /// ConsumeQueue and index files that point only into them. Queues keep their offsets: their
+    /// `min_offset` moves up, so readers behind it are sent to the new minimum. The files are
+    /// returned, to be deleted once the caller has released the store.
+    pub fn detach_oldest_segments(
+        &mut self,
+        count: usize,
+    ) -> Result<(Deleted, Detached), StoreError> {
         self.commit_log.write_staged()?;
+        let mut detached = Detached::default();
         let min_before = self.commit_log.min_offset();
-        let commit_log_min = self.commit_log.delete_oldest(count)?;
-        let (cq_units, index_entries) = self.dispatcher.forget_below(commit_log_min)?;
-        Ok(Deleted {
+        let commit_log_min = self.commit_log.detach_oldest(count, &mut detached);
+        let (cq_units, index_entries) = self.dispatcher.forget_below(commit_log_min, &mut detached);
+        let deleted = Deleted {
             commit_log_bytes: commit_log_min - min_before,
             commit_log_min,
             cq_units,
             index_entries,
-        })
+        };
+        Ok((deleted, detached))
     }
 
     pub fn commit_log_min_offset(&self) -> i64 {

@@ -427,6 +427,13 @@ fn file_count(dir: &Path) -> usize {
     std::fs::read_dir(dir).map_or(0, |entries| entries.count())
 }
 
+/// Retention's deletion: detach under the store, delete after.
+fn delete_oldest(store: &mut MessageStore, count: usize) -> Deleted {
+    let (deleted, detached) = store.detach_oldest_segments(count).expect("detach");
+    detached.delete().expect("delete");
+    deleted
+}
+
 #[test]
 fn deleting_the_oldest_segments_moves_every_reader_to_what_is_left_and_survives_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -443,7 +450,17 @@ fn deleting_the_oldest_segments_moves_every_reader_to_what_is_left_and_survives_
     let queue_files = file_count(&queue_dir(dir.path(), "TopicA", 0));
     let index_files = file_count(&dir.path().join(INDEX_DIR));
 
-    let deleted = store.delete_oldest_segments(3).expect("delete");
+    let (deleted, detached) = store.detach_oldest_segments(3).expect("detach");
+    // Detached files stay on disk, out of the store, until deleted.
+    assert_eq!(
+        file_count(&dir.path().join(COMMIT_LOG_DIR)),
+        sealed.len() + 1
+    );
+    detached.delete().expect("delete");
+    assert_eq!(
+        file_count(&dir.path().join(COMMIT_LOG_DIR)),
+        sealed.len() + 1 - 3
+    );
     let min = 3 * SEGMENT;
     assert_eq!(deleted.commit_log_min, min);
     assert_eq!(deleted.commit_log_bytes, min);
@@ -491,9 +508,7 @@ fn deleting_the_oldest_segments_moves_every_reader_to_what_is_left_and_survives_
     // The last segment always stays, so the log keeps its end.
     let end = store.commit_log_max_offset();
     let sealed_left = store.sealed_commit_log_segments().expect("sealed").len();
-    store
-        .delete_oldest_segments(usize::MAX)
-        .expect("delete all");
+    delete_oldest(&mut store, usize::MAX);
     assert_eq!(store.commit_log_max_offset(), end);
     assert_eq!(
         store.commit_log_min_offset(),
@@ -549,7 +564,7 @@ fn a_store_behind_a_source_whose_retention_deleted_its_end_restarts_where_the_so
     dst.append_raw_commit_log(0, &early)
         .expect("install the early part");
     append_n(&mut src, 20..150);
-    let deleted = src.delete_oldest_segments(4).expect("retention");
+    let deleted = delete_oldest(&mut src, 4);
     let restart = deleted.commit_log_min as i64;
     assert!(restart > dst.commit_log_max_offset());
 
