@@ -13,6 +13,7 @@ use std::time::Duration;
 use rocketraft_nameserver::connection_limit::limit_connections;
 use rocketraft_nameserver::server::stop_serving;
 use rocketraft_proto::broker::broker_server::BrokerServer;
+use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
 use rocketraft_proto::limits::SEND_REQUEST_BYTES_MAX;
 use rocketraft_proto::raft::raft_server::RaftServer;
 use tokio::net::TcpListener;
@@ -201,6 +202,7 @@ impl BrokerNode {
         );
         let server = tonic::transport::Server::builder()
             .max_concurrent_streams(config.streams_per_connection_max)
+            .max_frame_size(HTTP2_FRAME_BYTES_MAX)
             .add_service(
                 // The largest legal broker request is a full `Send`; pull responses stay
                 // below the pull budget plus one message, far under the encoding limit.

@@ -12,6 +12,7 @@ use std::time::Duration;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::common::ResponseCode;
+use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
 use tonic::transport::Channel;
 
 /// Messages up to the broker's 4 MiB body limit plus framing must fit a gRPC message.
@@ -54,6 +55,7 @@ pub async fn connect(addr: SocketAddr) -> Result<BrokerClient<Channel>, GroupErr
         .map_err(|_| GroupError::InvalidAddress { addr })?
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
+        .max_frame_size(HTTP2_FRAME_BYTES_MAX)
         // While calls are open (held pulls, membership watches), ping the node, so one
         // that stopped answering (paused, or cut off) fails them instead of holding them.
         .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)

@@ -21,3 +21,10 @@ pub const SEND_REQUEST_BYTES_MAX: usize = SEND_BATCH_BODY_BYTES_MAX
 /// larger: a pull always returns at least one message, so a response stays below
 /// `max(PULL_RESPONSE_BYTES_MAX, largest message)` plus framing, far under the transport limit.
 pub const PULL_RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// The largest HTTP/2 frame every rocketraft endpoint (broker server, SDK and peer channels)
+/// accepts, in place of the protocol's 16 KiB default. The sender writes one frame per
+/// syscall, so a 4 MiB pull response or a replication stream under load took 256 writes per
+/// MiB; measured under W1 with 256 KiB frames the three brokers spent about 0.5 µs less CPU
+/// per message. Larger frames gained nothing more.
+pub const HTTP2_FRAME_BYTES_MAX: u32 = 256 * 1024;

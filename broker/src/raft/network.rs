@@ -31,6 +31,7 @@ use openraft::raft::TransferLeaderRequest;
 use openraft::raft::TransferLeaderResponse;
 use openraft::raft::VoteRequest;
 use openraft::raft::VoteResponse;
+use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
 use rocketraft_proto::raft as pb;
 use rocketraft_proto::raft::raft_client::RaftClient;
 use serde::Serialize;
@@ -83,6 +84,7 @@ impl NetworkFactory {
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|error| format!("bad peer address {addr:?}: {error}"))?
             .tcp_nodelay(true)
+            .max_frame_size(HTTP2_FRAME_BYTES_MAX)
             .connect_timeout(Duration::from_secs(1))
             .http2_keep_alive_interval(Duration::from_secs(10));
         let channel = endpoint.connect_lazy();
