@@ -12,6 +12,7 @@ use crate::raft::compaction::COMPACTION_INTERVAL_DEFAULT;
 use crate::raft::compaction::RETAINED_ENTRIES_DEFAULT;
 use crate::raft::log_store::FlushMode;
 use crate::raft::log_store::LOG_SEGMENT_SIZE_BYTES_DEFAULT;
+use crate::raft::membership::VOTERS_MAX;
 use crate::raft::types::NodeId;
 use crate::store::record::END_FILE_MIN_BLANK_LENGTH;
 use crate::store::record::RECORD_SIZE_MAX;
@@ -44,7 +45,10 @@ pub struct BrokerConfig {
     pub node_id: NodeId,
     /// Address the node's one gRPC port (broker API and Raft) listens on.
     pub listen: SocketAddr,
-    /// Every node of the group, this one included: node id -> gRPC address.
+    /// Nodes of the group, this one included: node id -> gRPC address. A founding node names
+    /// the first membership; a node that joins later (`mqadmin node-add`) may name only
+    /// itself. Once a node knows the group's Raft membership, the membership's addresses
+    /// are used and these only give this node's own.
     pub peers: BTreeMap<String, String>,
     /// Nameserver addresses; the node registers with each of them.
     #[serde(default)]
@@ -360,10 +364,24 @@ impl BrokerConfig {
             return Err(ConfigError::new("group", "must be 1 to 127 characters"));
         }
         let peers = self.peer_map()?;
-        if !GROUP_SIZES.contains(&peers.len()) {
+        // A founding node names the group's first membership; a node that joins a running
+        // group later (`mqadmin node-add`) may name only itself.
+        if self.bootstrap && !GROUP_SIZES.contains(&peers.len()) {
             return Err(ConfigError::new(
                 "peers",
-                format!("a group has 1, 3 or 5 nodes, found {}", peers.len()),
+                format!(
+                    "a group is founded with 1, 3 or 5 nodes, found {}",
+                    peers.len()
+                ),
+            ));
+        }
+        if peers.len() > VOTERS_MAX {
+            return Err(ConfigError::new(
+                "peers",
+                format!(
+                    "a group has at most {VOTERS_MAX} nodes, found {}",
+                    peers.len()
+                ),
             ));
         }
         if !peers.contains_key(&self.node_id) {
@@ -523,8 +541,22 @@ mod tests {
         assert_eq!(config.validate().expect_err("bad id").key, "peers.x");
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.bootstrap = true;
         config.peers.remove("3");
         assert_eq!(config.validate().expect_err("even group").key, "peers");
+        // A node that joins a running group may name only itself, and a group may have
+        // VOTERS_MAX nodes, not one more.
+        config.bootstrap = false;
+        config.peers.remove("2");
+        config.validate().expect("a joining node alone");
+        for id in 2..=VOTERS_MAX {
+            config
+                .peers
+                .insert(id.to_string(), format!("127.0.0.1:{}", 10910 + id));
+        }
+        config.validate().expect("the most nodes");
+        config.peers.insert("99".into(), "127.0.0.1:10999".into());
+        assert_eq!(config.validate().expect_err("too many").key, "peers");
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");
         config.store.commit_log_segment_bytes = COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;

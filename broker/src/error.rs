@@ -8,6 +8,7 @@ use rocketraft_proto::common::ResponseCode;
 
 use openraft::errors::Fatal;
 
+use crate::raft::membership::MembershipError;
 use crate::raft::propose::ProposeError;
 use crate::raft::propose::Undecided;
 use crate::raft::role::TransferError;
@@ -49,6 +50,8 @@ pub enum BrokerError {
     Transfer(#[source] TransferError),
     #[error("the node may not be replaced")]
     NodeReplacement(#[source] SetupError),
+    #[error("membership change refused")]
+    Membership(#[source] MembershipError),
     #[error("limit exceeded: {0}")]
     LimitExceeded(String),
     #[error(
@@ -101,6 +104,12 @@ impl BrokerError {
             BrokerError::Transfer(TransferError::NotLeader) => ResponseCode::NotLeader,
             BrokerError::Transfer(_) => ResponseCode::ServiceUnavailable,
             BrokerError::NodeReplacement(_) => ResponseCode::BadRequest,
+            BrokerError::Membership(error) => match error {
+                MembershipError::NotLeader => ResponseCode::NotLeader,
+                MembershipError::CatchUpTimeout { .. } => ResponseCode::ReplicationTimeout,
+                MembershipError::Raft(_) => ResponseCode::ServiceUnavailable,
+                _ => ResponseCode::BadRequest,
+            },
             BrokerError::LimitExceeded(_) => ResponseCode::LimitExceeded,
             BrokerError::DiskFull => ResponseCode::DiskFull,
             BrokerError::Internal(_) => ResponseCode::InternalError,

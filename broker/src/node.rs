@@ -34,6 +34,7 @@ use crate::raft::lease::Leadership;
 use crate::raft::lease::run_leadership_watch;
 use crate::raft::log_store::LogStore;
 use crate::raft::log_store::LogStoreConfig;
+use crate::raft::membership::PeerAddrs;
 use crate::raft::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
 use crate::raft::repair;
 use crate::raft::repair::RepairMark;
@@ -237,11 +238,14 @@ impl BrokerNode {
             bootstrap(&raft, &peers).await.map_err(StartError::Raft)?;
         }
         // The addresses of the group's other nodes.
-        let other_nodes: Vec<String> = peers
-            .iter()
-            .filter(|(id, _)| **id != config.node_id)
-            .map(|(_, addr)| addr.clone())
-            .collect();
+        let other_nodes = PeerAddrs::new(
+            raft.clone(),
+            peers
+                .iter()
+                .filter(|(id, _)| **id != config.node_id)
+                .map(|(_, addr)| addr.clone())
+                .collect(),
+        );
         tokio::spawn(run_scrub(
             group.clone(),
             other_nodes.clone(),

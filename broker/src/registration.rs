@@ -5,7 +5,8 @@
 //!
 //! A node that stops leading first lets its leader-only schedule service stop (bounded
 //! wait), then registers as a follower. A nameserver that cannot be reached is retried at
-//! the next round; registration never blocks the node.
+//! the next round; registration never blocks the node. Only a member of the group's Raft
+//! membership registers (at once when it joins): a removed node's route expires.
 
 use rocketraft_proto::secrets::CLUSTER_SECRET_HEADER;
 use std::sync::Arc;
@@ -16,6 +17,8 @@ use rocketraft_proto::nameserver::name_server_client::NameServerClient;
 use tokio_util::sync::CancellationToken;
 
 use crate::group_state::GroupState;
+use crate::raft::membership::is_member;
+use crate::raft::membership::members;
 use crate::raft::role::Role;
 use crate::raft::role::RoleWatch;
 use crate::raft::types::Raft;
@@ -54,24 +57,44 @@ pub async fn run_registration(
 ) {
     let mut roles = RoleWatch::new(&raft);
     let mut role = roles.current();
+    let mut member = is_member(&raft);
     let mut topics = group.watch_topics();
     loop {
-        register_everywhere(&identity, role, &group, &nameservers).await;
+        // A node outside the membership (removed, or not added yet) is no route to the
+        // group: it lets its registration expire.
+        if member {
+            register_everywhere(&identity, role, &raft, &group, &nameservers).await;
+        }
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(interval) => {}
-            changed = roles.changed_from(role) => match changed {
-                Some(changed) => {
-                    tracing::info!(?changed, "role changed; registering at once");
+            changed = roles.changed() => {
+                if changed.is_none() {
+                    return;
+                }
+                let now = roles.current();
+                if now != role {
+                    tracing::info!(changed = ?now, "role changed; registering at once");
                     if role.is_leader
-                        && !changed.is_leader
+                        && !now.is_leader
                         && !schedule.stopped(SERVICES_STOP_WAIT).await
                     {
                         tracing::warn!("the schedule service did not stop in time; registering anyway");
                     }
-                    role = changed;
+                    role = now;
                 }
-                None => return,
+                let now_member = is_member(&raft);
+                if now_member != member {
+                    if now_member {
+                        tracing::info!("this node joined its group's membership; registering");
+                    } else {
+                        tracing::warn!(
+                            "this node is no longer in its group's membership (removed); it \
+                             stops registering with the nameservers and can be shut down"
+                        );
+                    }
+                    member = now_member;
+                }
             },
             // A leader publishes a topic change at once; a follower has no topics to send.
             changed = topics.changed() => if changed.is_err() { return },
@@ -82,10 +105,11 @@ pub async fn run_registration(
 async fn register_everywhere(
     identity: &Identity,
     role: Role,
+    raft: &Raft,
     group: &GroupState,
     nameservers: &[String],
 ) {
-    let request = registration(identity, role, group);
+    let request = registration(identity, role, raft, group);
     let calls = nameservers.iter().map(|addr| {
         let request = request.clone();
         async move {
@@ -97,7 +121,12 @@ async fn register_everywhere(
     futures::future::join_all(calls).await;
 }
 
-fn registration(identity: &Identity, role: Role, group: &GroupState) -> pb::RegisterBrokerRequest {
+fn registration(
+    identity: &Identity,
+    role: Role,
+    raft: &Raft,
+    group: &GroupState,
+) -> pb::RegisterBrokerRequest {
     let topics = if role.is_leader {
         group
             .metadata()
@@ -110,6 +139,12 @@ fn registration(identity: &Identity, role: Role, group: &GroupState) -> pb::Regi
                 perm: topic.perm,
             })
             .collect()
+    } else {
+        Vec::new()
+    };
+    let members = if role.is_leader {
+        let (voters, learners) = members(raft);
+        voters.into_keys().chain(learners.into_keys()).collect()
     } else {
         Vec::new()
     };
@@ -126,6 +161,7 @@ fn registration(identity: &Identity, role: Role, group: &GroupState) -> pb::Regi
         term: role.term,
         topics,
         auto_create_queue_count: identity.auto_create_queue_count,
+        members,
     }
 }
 

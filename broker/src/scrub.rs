@@ -23,6 +23,7 @@ use rocketraft_proto::raft::raft_client::RaftClient;
 use tokio_util::sync::CancellationToken;
 
 use crate::group_state::GroupState;
+use crate::raft::membership::PeerAddrs;
 use crate::raft::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
 use crate::store::scrub::CheckedRecord;
 use crate::store::scrub::RECORD_OR_FILLER_BYTES_MAX;
@@ -77,7 +78,7 @@ impl ScrubStatus {
 /// pause of `pass_interval`.
 pub async fn run_scrub(
     group: Arc<GroupState>,
-    peers: Vec<String>,
+    peers: PeerAddrs,
     options: ScrubOptions,
     status: Arc<ScrubStatus>,
     shutdown: CancellationToken,
@@ -106,7 +107,7 @@ pub async fn run_scrub(
 
 struct Scrubber {
     group: Arc<GroupState>,
-    peers: Vec<String>,
+    peers: PeerAddrs,
     options: ScrubOptions,
     status: Arc<ScrubStatus>,
 }
@@ -270,7 +271,7 @@ impl Scrubber {
     /// (with `same_len`: a copy of that length, compared first).
     async fn repair_record(&self, at: i64, segment_bytes: u64, same_len: Option<usize>) -> Outcome {
         let mut last_error = String::from("no peers");
-        for peer in &self.peers {
+        for peer in &self.peers.current() {
             let copy = match read_peer(peer, at).await {
                 Ok(copy) => copy,
                 Err(error) => {

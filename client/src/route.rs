@@ -366,6 +366,7 @@ mod tests {
                     perm: PERM_READ | PERM_WRITE,
                 }],
                 auto_create_queue_count: 0,
+                members: vec![1],
             })
             .await
             .expect("register");

@@ -4,9 +4,12 @@
 //! Invariants: a group's leader is its live node registered as leader with the highest
 //! term (an isolated old leader may still register, but only with an older term); a group's
 //! topics come from the registration of its leader of the highest term seen; a node is live
-//! while its last registration is younger than the expiry. Time is passed in, never read.
+//! while its last registration is younger than the expiry; a group is routed to the live
+//! nodes in the membership its leader of the highest term registered (all live nodes before
+//! one did). Time is passed in, never read.
 
 use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::time::Duration;
 use std::time::Instant;
 
@@ -30,6 +33,9 @@ struct GroupEntry {
     topics_term: u64,
     /// Queues of a topic the group creates on first send; 0 if it does not.
     auto_create_queue_count: u32,
+    /// The Raft membership the leader of term `members_term` registered; empty: none yet.
+    members: BTreeSet<u64>,
+    members_term: u64,
 }
 
 impl GroupEntry {
@@ -54,6 +60,7 @@ impl GroupEntry {
             nodes: self
                 .nodes
                 .iter()
+                .filter(|(id, _)| self.members.is_empty() || self.members.contains(id))
                 .map(|(id, node)| (*id, node.addr.clone()))
                 .collect(),
             leader_id: leader.map(|(id, _)| id),
@@ -83,6 +90,13 @@ impl RouteRegistry {
                 .map(|topic| (topic.name.clone(), topic))
                 .collect();
             group.topics_term = registration.term;
+        }
+        if role == pb::Role::Leader
+            && registration.term >= group.members_term
+            && !registration.members.is_empty()
+        {
+            group.members = registration.members.iter().copied().collect();
+            group.members_term = registration.term;
         }
         let node = NodeEntry {
             cluster: registration.cluster,
@@ -197,7 +211,41 @@ mod tests {
                     perm: PERM_READ_WRITE,
                 })
                 .collect(),
+            members: Vec::new(),
         }
+    }
+
+    #[test]
+    fn only_the_leaders_members_are_routed() {
+        let now = Instant::now();
+        let mut registry = RouteRegistry::default();
+        for id in 1..=3 {
+            registry.register(registration(id, pb::Role::Follower, 1, &[]), now);
+        }
+        let routed = |registry: &RouteRegistry| -> Vec<u64> {
+            let routed: BTreeSet<u64> = registry.cluster_info().groups[0]
+                .nodes
+                .keys()
+                .copied()
+                .collect();
+            routed.into_iter().collect()
+        };
+        assert_eq!(
+            routed(&registry),
+            [1, 2, 3],
+            "no membership known yet: every live node"
+        );
+        // Node 3 was removed; it still runs and registers as a follower.
+        let mut leader = registration(1, pb::Role::Leader, 2, &[]);
+        leader.members = vec![1, 2, 4];
+        registry.register(leader, now);
+        registry.register(registration(4, pb::Role::Follower, 2, &[]), now);
+        assert_eq!(routed(&registry), [1, 2, 4]);
+        // An old leader's membership does not override a newer one's.
+        let mut stale = registration(3, pb::Role::Leader, 1, &[]);
+        stale.members = vec![1, 2, 3];
+        registry.register(stale, now);
+        assert_eq!(routed(&registry), [1, 2, 4]);
     }
 
     #[test]

@@ -286,6 +286,36 @@ impl TestGroup {
         self.restart(id).await
     }
 
+    /// Starts a new node, the next id, on a fresh port and an empty data dir, configured as
+    /// the group's first node was (but not founding it), naming only itself as a peer: it
+    /// runs outside the membership until the leader adds it (`ChangeMembership`).
+    pub async fn start_new_node(&mut self) -> anyhow::Result<u64> {
+        let id = self.configs.keys().max().map_or(1, |last| last + 1);
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let mut config = self
+            .configs
+            .values()
+            .next()
+            .context("a group has a first node")?
+            .clone();
+        config.node_id = id;
+        config.listen = addr;
+        config.peers = BTreeMap::from([(id.to_string(), addr.to_string())]);
+        config.bootstrap = false;
+        config.data_dir = self.dir.path().join(format!("node-{id}"));
+        let node = BrokerNode::start_on(config.clone(), listener, self.node_options()).await?;
+        self.nodes.insert(id, node);
+        self.configs.insert(id, config);
+        Ok(id)
+    }
+
+    /// Stops node `id` and forgets it: it left the group's membership.
+    pub async fn forget(&mut self, id: u64) {
+        self.stop(id).await;
+        self.configs.remove(&id);
+    }
+
     /// Deletes a stopped node's data, as if its disk were replaced.
     pub fn wipe(&self, id: u64) -> anyhow::Result<()> {
         assert!(!self.nodes.contains_key(&id), "wipe a stopped node only");

@@ -103,7 +103,24 @@ async fn given_an_admin_token_admin_calls_without_it_should_be_refused() -> anyh
             .inject_fault(with_token(pb::InjectFaultRequest { isolate: true }, None))
             .await,
     );
+    refused(
+        client
+            .change_membership(with_token(
+                pb::ChangeMembershipRequest {
+                    add_node_id: 2,
+                    add_addr: "127.0.0.1:1".into(),
+                    remove_node_ids: Vec::new(),
+                },
+                None,
+            ))
+            .await,
+    );
     let status = group.status(node).await?;
+    assert_eq!(
+        status.voters.len(),
+        1,
+        "the membership is unchanged: {status:?}"
+    );
     assert!(
         status.role == "leader",
         "nothing an admin call does happened"
@@ -149,6 +166,7 @@ async fn given_a_cluster_secret_only_brokers_with_it_should_be_routed() -> anyho
             perm: 6,
         }],
         auto_create_queue_count: 0,
+        members: vec![1],
     };
     let status = client
         .register_broker(stranger.clone())

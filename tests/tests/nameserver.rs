@@ -237,6 +237,7 @@ async fn given_many_concurrent_lookups_of_a_topic_should_send_one_route_query() 
                 perm: 6,
             }],
             auto_create_queue_count: 0,
+            members: vec![1],
         },
         std::time::Instant::now(),
     );

@@ -9,7 +9,8 @@
 //! - `propose`: submitting commands and mapping their outcome; `role`: this node's role;
 //!   `lease`: whether it leads with a live quorum;
 //! - `compaction`: snapshots and log purge behind them;
-//! - `setup`: openraft's settings for a broker, founding a group;
+//! - `setup`: openraft's settings for a broker, founding a group; `membership`: online
+//!   membership changes (add, remove, replace nodes) and the peers' addresses;
 //! - `codec`: the binary encoding of openraft values.
 
 mod append_codec;
@@ -20,6 +21,7 @@ pub mod faults;
 pub mod lease;
 pub mod log_segment;
 pub mod log_store;
+pub mod membership;
 pub mod network;
 pub mod propose;
 pub mod repair;

@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::durable_file;
 use crate::raft::codec;
+use crate::raft::membership::PeerAddrs;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 
@@ -196,7 +197,7 @@ pub async fn run_repair(
     state: Arc<RepairState>,
     log_dir: PathBuf,
     node_id: NodeId,
-    peers: Vec<String>,
+    peers: PeerAddrs,
     admin_token: Option<String>,
     shutdown: CancellationToken,
 ) {
@@ -252,9 +253,9 @@ pub async fn run_repair(
 
 /// Asks the group's other nodes until the leader among them lets `node_id` rejoin with a
 /// shorter log (an admin call: it carries the group's admin token, if one is set).
-async fn obtain_consent(node_id: NodeId, peers: &[String], admin_token: Option<&str>) {
+async fn obtain_consent(node_id: NodeId, peers: &PeerAddrs, admin_token: Option<&str>) {
     loop {
-        for addr in peers {
+        for addr in &peers.current() {
             match ask_consent(addr, node_id, admin_token).await {
                 Ok(()) => return,
                 Err(error) => tracing::debug!(%addr, %error, "no consent to a shorter raft log"),

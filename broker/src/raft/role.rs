@@ -39,6 +39,12 @@ impl RoleWatch {
         }
     }
 
+    /// Waits until the vote, the server state or the membership changes; `None` once Raft
+    /// has stopped.
+    pub async fn changed(&mut self) -> Option<()> {
+        self.metrics.changed().await.ok()
+    }
+
     /// Waits until the role differs from `last`; `None` once Raft has stopped.
     pub async fn changed_from(&mut self, last: Role) -> Option<Role> {
         loop {

@@ -1,5 +1,6 @@
 //! Admin writes of the broker API: create, update and delete topics, upsert subscription
-//! groups, prepare the replacement of a node's disk, transfer leadership.
+//! groups, prepare the replacement of a node's disk, transfer leadership, change the
+//! group's membership.
 //!
 //! Invariant: only the leader accepts them; it validates each request at the edge and
 //! replicates it as one command, and the call returns once the command is applied, so a
@@ -12,6 +13,9 @@ use crate::metadata::GroupConfig;
 use crate::metadata::PERM_READ;
 use crate::metadata::PERM_WRITE;
 use crate::metadata::TopicConfig;
+use crate::raft::membership::MembershipChange;
+use crate::raft::membership::MembershipError;
+use crate::raft::membership::change_membership;
 use crate::raft::propose::propose;
 use crate::raft::role::TransferError;
 use crate::raft::role::transfer_leadership;
@@ -122,6 +126,32 @@ impl BrokerService {
         Ok(pb::TransferLeaderResponse {
             leader_id: to,
             term,
+        })
+    }
+
+    pub(super) async fn handle_change_membership(
+        &self,
+        request: pb::ChangeMembershipRequest,
+    ) -> Result<pb::ChangeMembershipResponse, BrokerError> {
+        self.ensure_leader()?;
+        let change = MembershipChange {
+            add: (request.add_node_id != 0).then_some((request.add_node_id, request.add_addr)),
+            remove: request.remove_node_ids.into_iter().collect(),
+        };
+        let outcome = change_membership(&self.raft, change)
+            .await
+            .map_err(|error| match error {
+                // Name the leader, as any other NOT_LEADER answer does.
+                MembershipError::NotLeader => match self.ensure_leader() {
+                    Err(not_leader) => not_leader,
+                    Ok(()) => BrokerError::Membership(error),
+                },
+                error => BrokerError::Membership(error),
+            })?;
+        Ok(pb::ChangeMembershipResponse {
+            voters: outcome.voters.into_iter().collect(),
+            catch_up_ms: outcome.catch_up.as_millis() as u64,
+            change_ms: outcome.change.as_millis() as u64,
         })
     }
 

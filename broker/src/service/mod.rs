@@ -291,6 +291,16 @@ impl pb::broker_server::Broker for BrokerService {
         ))
     }
 
+    async fn change_membership(
+        &self,
+        request: Request<pb::ChangeMembershipRequest>,
+    ) -> Result<Response<pb::ChangeMembershipResponse>, Status> {
+        self.require_admin(&request, "ChangeMembership")?;
+        Ok(Response::new(
+            self.handle_change_membership(request.into_inner()).await?,
+        ))
+    }
+
     async fn inject_fault(
         &self,
         request: Request<pb::InjectFaultRequest>,

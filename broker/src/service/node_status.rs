@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use rocketraft_proto::broker as pb;
 
 use crate::error::BrokerError;
+use crate::raft::membership::members;
 use crate::raft::role::raft_status;
 use crate::service::BrokerService;
 
@@ -34,6 +35,9 @@ impl BrokerService {
         let status = raft_status(&self.raft);
         let (raft_log_repair_up_to, raft_log_repair) = self.repair.status();
         let store = self.group.store();
+        let (voters, learners) = members(&self.raft);
+        let voters = voters.into_iter().collect();
+        let learners = learners.into_iter().collect();
         pb::NodeStatusResponse {
             node_id: status.node_id,
             group: self.group_name.clone(),
@@ -62,6 +66,8 @@ impl BrokerService {
             scrub_last_finding: self.scrub.last_finding(),
             disk_used_ratio: self.group.disk_used_ratio(),
             disk_full: self.group.disk_full(),
+            voters,
+            learners,
         }
     }
 }

@@ -2,7 +2,9 @@
 //! consumer, and every 4 s a fault: the leader SIGKILLed four times in a row, a follower
 //! killed with a byte flipped in its Raft log and CommitLog (it must repair itself), a
 //! follower killed and restarted, the leader paused (SIGSTOP) and resumed, the leader
-//! partitioned from its followers and healed, all three nodes restarted at once. The report
+//! partitioned from its followers and healed, all three nodes restarted at once, a follower
+//! killed for good and replaced by a fresh node at a new address, a fresh node added and the
+//! leader removed (membership changes under load). The report
 //! must show nothing acknowledged lost, no acknowledged position
 //! overwritten, committed offsets never going back and the schedule service on one node per
 //! term; delayed and retried messages must all arrive.
@@ -19,13 +21,13 @@ fn given_scheduled_faults_the_drill_should_lose_nothing_acknowledged() -> anyhow
             "drill",
             "--json",
             "--duration-secs",
-            "44",
+            "52",
             "--fault-every-secs",
             "4",
             "--heal-after-ms",
             "1500",
             "--faults",
-            "kill-leader,kill-leader,kill-leader,kill-leader,corrupt-follower,kill-follower,pause-leader,partition-leader,restart-all",
+            "kill-leader,kill-leader,kill-leader,kill-leader,corrupt-follower,kill-follower,pause-leader,partition-leader,restart-all,replace-follower,replace-leader",
             "--rate",
             "100",
             "--heartbeat-ms",
@@ -65,7 +67,7 @@ fn given_scheduled_faults_the_drill_should_lose_nothing_acknowledged() -> anyhow
     );
     let faults = report["faults"].as_array().map_or(0, Vec::len);
     assert!(
-        faults >= 8,
+        faults >= 10,
         "a fault every 4 s, each healed before the run ends: {report}"
     );
     let faults_of = |kind: &str| -> Vec<&serde_json::Value> {
@@ -104,5 +106,31 @@ fn given_scheduled_faults_the_drill_should_lose_nothing_acknowledged() -> anyhow
             .all(|fault| fault["detail"].to_string().contains("(done)")),
         "the damaged follower repaired itself: {report}"
     );
+    // A replaced node's place is taken by a fresh node: the voters named after each change
+    // hold the new node and not the old one.
+    for kind in ["replace-follower", "replace-leader"] {
+        let replaced = faults_of(kind);
+        assert!(!replaced.is_empty(), "{kind} ran: {report}");
+        for fault in replaced {
+            let old = fault["node"].as_u64().expect("the replaced node");
+            // The last detail line is "voters [a, b, c] (caught up in ...)".
+            let last_change = fault["detail"]
+                .as_array()
+                .and_then(|lines| lines.last())
+                .and_then(|line| line.as_str())
+                .unwrap_or_default();
+            let voters: Vec<u64> = last_change
+                .strip_prefix("voters [")
+                .and_then(|rest| rest.split(']').next())
+                .unwrap_or_default()
+                .split(", ")
+                .filter_map(|id| id.parse().ok())
+                .collect();
+            assert!(
+                voters.len() == 3 && !voters.contains(&old),
+                "{kind}: node {old} left, three voters stay: {report}"
+            );
+        }
+    }
     Ok(())
 }

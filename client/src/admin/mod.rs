@@ -1,10 +1,11 @@
 //! Cluster administration through the nameservers and the group leaders: what `mqadmin`
 //! does, as a library so tools and tests share it. [`consume`]: reading as a consumer
 //! group (`mqadmin consume`); [`consumer_groups`]: members and progress of consumer groups;
-//! [`query`]: messages by id or key.
+//! [`query`]: messages by id or key; [`membership`]: adding, removing and replacing nodes.
 
 mod consume;
 mod consumer_groups;
+mod membership;
 mod query;
 
 pub use consume::ConsumeRequest;
@@ -13,6 +14,7 @@ pub use consume::DeliveryResult;
 pub use consumer_groups::GroupMember;
 pub use consumer_groups::GroupMembers;
 pub use consumer_groups::QueueProgress;
+pub use membership::MembershipChanged;
 
 use rocketraft_proto::broker as broker_pb;
 use rocketraft_proto::nameserver as pb;

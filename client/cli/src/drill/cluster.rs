@@ -150,6 +150,7 @@ struct Node {
 }
 
 pub struct LocalCluster {
+    spec: ClusterSpec,
     nameserver: Process,
     nameserver_addr: SocketAddr,
     /// group name -> node id -> node.
@@ -189,40 +190,26 @@ impl LocalCluster {
         for group_index in 0..spec.groups {
             let name = format!("drill-{}", (b'a' + group_index as u8) as char);
             let first = 1 + group_index * DRILL_GROUP_NODES as usize;
-            let group_addrs = &addrs[first..first + DRILL_GROUP_NODES as usize];
+            let peers: BTreeMap<u64, SocketAddr> = (1..=DRILL_GROUP_NODES)
+                .zip(&addrs[first..first + DRILL_GROUP_NODES as usize])
+                .map(|(id, addr)| (id, *addr))
+                .collect();
             let mut nodes = BTreeMap::new();
             for id in 1..=DRILL_GROUP_NODES {
-                let config = write_config(spec, &name, id, group_addrs, nameserver_addr)?;
-                let mut command = vec![
-                    spec.broker_bin.display().to_string(),
-                    "--config".into(),
-                    config.display().to_string(),
-                ];
+                let config = write_config(spec, &name, id, &peers, nameserver_addr)?;
+                let mut node = broker_node(spec, &name, id, peers[&id], &config);
                 if id == 1 {
-                    command.push("--bootstrap".into());
+                    node.process.command.push("--bootstrap".into());
                 }
-                let mut process = Process {
-                    name: format!("{name} node {id}"),
-                    command,
-                    log: spec.work_dir.join(format!("{name}-{id}.log")),
-                    child: None,
-                };
-                process.start()?;
+                node.process.start()?;
                 // Bootstrap only on the group's very first start.
-                process.command.retain(|arg| arg != "--bootstrap");
-                nodes.insert(
-                    id,
-                    Node {
-                        data_dir: spec.work_dir.join(format!("{name}-{id}")),
-                        addr: group_addrs[id as usize - 1],
-                        process,
-                        paused: false,
-                    },
-                );
+                node.process.command.retain(|arg| arg != "--bootstrap");
+                nodes.insert(id, node);
             }
             groups.insert(name, nodes);
         }
         Ok(LocalCluster {
+            spec: spec.clone(),
             nameserver,
             nameserver_addr,
             groups,
@@ -242,17 +229,6 @@ impl LocalCluster {
             .get(group)
             .map(|nodes| nodes.keys().copied().collect())
             .unwrap_or_default()
-    }
-
-    /// Every node's address: group -> node id -> address.
-    pub fn addresses(&self) -> BTreeMap<String, BTreeMap<u64, SocketAddr>> {
-        self.groups
-            .iter()
-            .map(|(group, nodes)| {
-                let addrs = nodes.iter().map(|(id, node)| (*id, node.addr)).collect();
-                (group.clone(), addrs)
-            })
-            .collect()
     }
 
     /// The status of every node of `group` that answers.
@@ -284,6 +260,40 @@ impl LocalCluster {
             .filter(|(_, status)| status.role == "leader")
             .max_by_key(|(_, status)| status.term)
             .map(|(id, _)| id)
+    }
+
+    /// Starts a new node for `group`, the next id, at a fresh loopback address on an empty
+    /// data dir, naming only itself as a peer: it runs outside the group until the leader
+    /// adds it (`mqadmin node-add`). Returns its id and address.
+    pub fn start_new_node(&mut self, group: &str) -> Result<(u64, SocketAddr), ClusterError> {
+        let id = self
+            .groups
+            .get(group)
+            .and_then(|nodes| nodes.keys().max())
+            .map(|last| last + 1)
+            .ok_or_else(|| ClusterError::NoSuchNode {
+                group: group.to_owned(),
+                node: 0,
+            })?;
+        let addr = free_addrs(1)?[0];
+        let peers = BTreeMap::from([(id, addr)]);
+        let config = write_config(&self.spec, group, id, &peers, self.nameserver_addr)?;
+        let mut node = broker_node(&self.spec, group, id, addr, &config);
+        node.process.start()?;
+        if let Some(nodes) = self.groups.get_mut(group) {
+            nodes.insert(id, node);
+        }
+        Ok((id, addr))
+    }
+
+    /// Kills node `id` and forgets it: it left its group (its data dir stays for a
+    /// post-mortem).
+    pub fn forget(&mut self, group: &str, id: u64) -> Result<(), ClusterError> {
+        self.kill(group, id)?;
+        if let Some(nodes) = self.groups.get_mut(group) {
+            nodes.remove(&id);
+        }
+        Ok(())
     }
 
     /// SIGKILL one node.
@@ -399,6 +409,25 @@ impl Drop for Process {
     }
 }
 
+/// Broker node `id` of `group` (not started) at `addr`, run from `config`.
+fn broker_node(spec: &ClusterSpec, group: &str, id: u64, addr: SocketAddr, config: &Path) -> Node {
+    Node {
+        data_dir: spec.work_dir.join(format!("{group}-{id}")),
+        addr,
+        process: Process {
+            name: format!("{group} node {id}"),
+            command: vec![
+                spec.broker_bin.display().to_string(),
+                "--config".into(),
+                config.display().to_string(),
+            ],
+            log: spec.work_dir.join(format!("{group}-{id}.log")),
+            child: None,
+        },
+        paused: false,
+    }
+}
+
 /// Free loopback ports (bound, read, released just before the processes bind them).
 fn free_addrs(count: usize) -> Result<Vec<SocketAddr>, ClusterError> {
     let listeners = (0..count)
@@ -429,17 +458,19 @@ fn flip_byte(path: &Path, at: u64) -> Result<String, ClusterError> {
     Ok(what)
 }
 
+/// Writes node `id`'s config; `peers` are the nodes it names (the founding membership, or
+/// only itself for a node that joins later).
 fn write_config(
     spec: &ClusterSpec,
     group: &str,
     id: u64,
-    addrs: &[SocketAddr],
+    peers: &BTreeMap<u64, SocketAddr>,
     nameserver: SocketAddr,
 ) -> Result<PathBuf, ClusterError> {
-    let peers: String = addrs
+    let listen = peers[&id];
+    let peers: String = peers
         .iter()
-        .enumerate()
-        .map(|(i, addr)| format!("{} = \"{addr}\"\n", i + 1))
+        .map(|(id, addr)| format!("{id} = \"{addr}\"\n"))
         .collect();
     let churn = |value| spec.retention_churn.then_some(value);
     let timings: String = [
@@ -470,7 +501,6 @@ fn write_config(
          data_dir = \"{data}\"\nflush = \"sync\"\nauto_create_topic = true\nenable_fault_injection = true\n\
          namesrv = [\"{nameserver}\"]\nregister_interval_ms = 1000\ndelay_levels = \"{levels}\"\n\
          [raft]\n{timings}[store]\n{store}{retention}[peers]\n{peers}",
-        listen = addrs[id as usize - 1],
         data = spec.work_dir.join(format!("{group}-{id}")).display(),
         levels = spec.delay_levels,
     );

@@ -32,6 +32,7 @@ use crate::drill::report::fault_kinds;
 use crate::drill::report::median_and_max;
 use rocketraft_client::admin::Admin;
 use rocketraft_client::admin::AdminError;
+use rocketraft_client::admin::MembershipChanged;
 use rocketraft_client::consumer::ConsumeFrom;
 use rocketraft_client::consumer::ConsumeResult;
 use rocketraft_client::consumer::ConsumerError;
@@ -53,6 +54,8 @@ const SENDS_IN_FLIGHT_MAX: usize = 256;
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often the monitor samples the cluster.
 const MONITOR_PERIOD: Duration = Duration::from_millis(250);
+/// Tries of a drill's membership change before the drill fails.
+const MEMBERSHIP_ATTEMPTS: u32 = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DrillError {
@@ -76,6 +79,12 @@ pub enum FaultKind {
     PauseLeader,
     PartitionLeader,
     CorruptFollower,
+    /// A follower is killed for good (a dead machine); a fresh node at a new address takes
+    /// its place in one joint membership change.
+    ReplaceFollower,
+    /// A fresh node joins (3 -> 4 voters), then the leader leaves (it hands leadership on
+    /// first; 4 -> 3).
+    ReplaceLeader,
 }
 
 impl FaultKind {
@@ -87,6 +96,8 @@ impl FaultKind {
             FaultKind::PauseLeader => "pause-leader",
             FaultKind::PartitionLeader => "partition-leader",
             FaultKind::CorruptFollower => "corrupt-follower",
+            FaultKind::ReplaceFollower => "replace-follower",
+            FaultKind::ReplaceLeader => "replace-leader",
         }
     }
 }
@@ -102,13 +113,15 @@ impl std::str::FromStr for FaultKind {
             FaultKind::PauseLeader,
             FaultKind::PartitionLeader,
             FaultKind::CorruptFollower,
+            FaultKind::ReplaceFollower,
+            FaultKind::ReplaceLeader,
         ]
         .into_iter()
         .find(|kind| kind.name() == text)
         .ok_or_else(|| {
             format!(
                 "unknown fault {text:?}: kill-leader, kill-follower, restart-all, pause-leader, \
-                 partition-leader or corrupt-follower"
+                 partition-leader, corrupt-follower, replace-follower or replace-leader"
             )
         })
     }
@@ -163,7 +176,7 @@ pub async fn run_drill(
         stop_sending.clone(),
     ));
     let stop_monitor = CancellationToken::new();
-    let monitor = tokio::spawn(monitor(cluster.addresses(), admin, stop_monitor.clone()));
+    let monitor = tokio::spawn(monitor(admin, stop_monitor.clone()));
     let progress = config.progress.then(|| {
         tokio::spawn(show_progress(
             record.clone(),
@@ -357,6 +370,7 @@ async fn inject_faults(
     started: Instant,
 ) -> Result<Vec<InjectedFault>, DrillError> {
     let groups = cluster.group_names();
+    let admin = Admin::new(cluster.nameservers());
     let mut done = Vec::new();
     let mut round = 0usize;
     loop {
@@ -396,9 +410,27 @@ async fn inject_faults(
                 }
                 None
             }
+            FaultKind::ReplaceFollower => cluster
+                .node_ids(&group)
+                .into_iter()
+                .find(|id| Some(*id) != leader)
+                .inspect(|id| {
+                    let _ = cluster.kill(&group, *id);
+                }),
+            FaultKind::ReplaceLeader => leader,
         };
         let detail = match (kind, node) {
             (FaultKind::CorruptFollower, Some(id)) => cluster.damage(&group, id)?,
+            (FaultKind::ReplaceFollower | FaultKind::ReplaceLeader, Some(id)) => {
+                replace(
+                    cluster,
+                    &admin,
+                    &group,
+                    id,
+                    kind == FaultKind::ReplaceFollower,
+                )
+                .await?
+            }
             _ => Vec::new(),
         };
         // Timed once the fault is done: sends started before could still be acknowledged.
@@ -430,12 +462,67 @@ async fn inject_faults(
                         fault.detail.push(report);
                     }
                 }
-                FaultKind::RestartAll => {}
+                // The node left the group; its place is taken already.
+                FaultKind::RestartAll | FaultKind::ReplaceFollower | FaultKind::ReplaceLeader => {}
             }
         }
     }
     tokio::time::sleep_until((started + config.duration).into()).await;
     Ok(done)
+}
+
+/// Gives node `old`'s place in `group` to a fresh node: in one joint change if `old` is dead
+/// (`joint`), else by adding the fresh node and then removing `old` (the leader hands its
+/// leadership on first). Says what changed and how long it took; the old node is stopped
+/// and forgotten.
+async fn replace(
+    cluster: &mut LocalCluster,
+    admin: &Admin,
+    group: &str,
+    old: u64,
+    joint: bool,
+) -> Result<Vec<String>, DrillError> {
+    let (fresh, addr) = cluster.start_new_node(group)?;
+    let add = Some((fresh, addr.to_string()));
+    let steps = if joint {
+        vec![(add, vec![old])]
+    } else {
+        vec![(add, Vec::new()), (None, vec![old])]
+    };
+    let mut detail = Vec::new();
+    for (add, remove) in steps {
+        let changed = change_membership(admin, group, add, &remove).await?;
+        detail.push(format!(
+            "voters {:?} (caught up in {} ms, changed in {} ms)",
+            changed.voters.keys().collect::<Vec<_>>(),
+            changed.catch_up_ms,
+            changed.change_ms
+        ));
+    }
+    cluster.forget(group, old)?;
+    Ok(detail)
+}
+
+/// A membership change, tried again a few times while the group has no leader at hand (a
+/// fault before this one may have just moved it).
+async fn change_membership(
+    admin: &Admin,
+    group: &str,
+    add: Option<(u64, String)>,
+    remove: &[u64],
+) -> Result<MembershipChanged, DrillError> {
+    let mut attempt = 1;
+    loop {
+        match admin.change_membership(group, add.clone(), remove).await {
+            Ok(changed) => return Ok(changed),
+            Err(error) if attempt < MEMBERSHIP_ATTEMPTS => {
+                tracing::warn!(%error, attempt, "membership change failed; trying again");
+                attempt += 1;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
 }
 
 /// What a restarted, damaged node reports it repaired, once it reports the repair done (or
@@ -471,11 +558,7 @@ async fn repair_report(
 
 /// Samples committed offsets (they must never go back) and which nodes run the schedule
 /// service (at most one per group and term); returns (regressions, overlaps).
-async fn monitor(
-    addresses: BTreeMap<String, BTreeMap<u64, SocketAddr>>,
-    admin: Admin,
-    stop: CancellationToken,
-) -> (usize, usize) {
+async fn monitor(admin: Admin, stop: CancellationToken) -> (usize, usize) {
     let mut committed: BTreeMap<(String, i32), i64> = BTreeMap::new();
     let (mut regressions, mut overlaps) = (0, 0);
     loop {
@@ -506,12 +589,21 @@ async fn monitor(
                 }
             }
         }
-        for nodes in addresses.values() {
+        // The groups' nodes as routed now: membership changes add and remove nodes.
+        let groups = admin
+            .cluster_info()
+            .await
+            .map_or_else(|_| Vec::new(), |info| info.groups);
+        for group in groups {
             let mut running_terms = Vec::new();
-            for addr in nodes.values() {
-                let client = BrokerGroupClient::new(vec![*addr]);
+            for addr in group
+                .nodes
+                .values()
+                .filter_map(|addr| addr.parse::<SocketAddr>().ok())
+            {
+                let client = BrokerGroupClient::new(vec![addr]);
                 let status =
-                    tokio::time::timeout(Duration::from_millis(300), client.node_status(*addr))
+                    tokio::time::timeout(Duration::from_millis(300), client.node_status(addr))
                         .await;
                 if let Ok(Ok(status)) = status
                     && status.schedule_service_running

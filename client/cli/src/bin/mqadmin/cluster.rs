@@ -1,7 +1,8 @@
 //! `mqadmin` commands about broker groups and their nodes: list them, move a group's
-//! leadership, let a node come back on an empty disk.
+//! leadership, let a node come back on an empty disk, add, remove and replace nodes.
 
 use clap::Subcommand;
+use rocketraft_client::admin::MembershipChanged;
 use serde_json::json;
 
 use crate::Context;
@@ -25,6 +26,39 @@ pub enum ClusterCommand {
         #[arg(long)]
         node: u64,
     },
+    /// Add a node to a broker group: start it first (`bootstrap = false`, its own id and
+    /// address in `peers`); it joins as a learner, catches up, then becomes a voter.
+    NodeAdd {
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        node: u64,
+        /// The address the group's nodes reach the new node at.
+        #[arg(long)]
+        addr: String,
+    },
+    /// Remove a node from a broker group (the leader hands its leadership on first); the
+    /// removed node stops registering and can then be shut down.
+    NodeRemove {
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        node: u64,
+    },
+    /// Give a dead node's place to a new node at a new address, in one joint change: the new
+    /// node catches up as a learner first, so the group never has fewer live voters.
+    NodeReplace {
+        #[arg(long)]
+        group: String,
+        /// The node that leaves.
+        #[arg(long)]
+        old: u64,
+        /// The node that takes its place (running, `bootstrap = false`).
+        #[arg(long)]
+        node: u64,
+        #[arg(long)]
+        addr: String,
+    },
 }
 
 pub async fn run(command: ClusterCommand, context: &Context) -> anyhow::Result<()> {
@@ -37,6 +71,35 @@ pub async fn run(command: ClusterCommand, context: &Context) -> anyhow::Result<(
             } else {
                 println!("{group}: node {to} leads in term {term}");
             }
+            Ok(())
+        }
+        ClusterCommand::NodeAdd { group, node, addr } => {
+            let changed = context
+                .admin
+                .change_membership(&group, Some((node, addr)), &[])
+                .await?;
+            print_membership(context, &group, &changed);
+            Ok(())
+        }
+        ClusterCommand::NodeRemove { group, node } => {
+            let changed = context
+                .admin
+                .change_membership(&group, None, &[node])
+                .await?;
+            print_membership(context, &group, &changed);
+            Ok(())
+        }
+        ClusterCommand::NodeReplace {
+            group,
+            old,
+            node,
+            addr,
+        } => {
+            let changed = context
+                .admin
+                .change_membership(&group, Some((node, addr)), &[old])
+                .await?;
+            print_membership(context, &group, &changed);
             Ok(())
         }
         ClusterCommand::ReplaceNode { group, node } => {
@@ -52,6 +115,25 @@ pub async fn run(command: ClusterCommand, context: &Context) -> anyhow::Result<(
             Ok(())
         }
     }
+}
+
+fn print_membership(context: &Context, group: &str, changed: &MembershipChanged) {
+    if context.json {
+        println!("{}", json!({"group": group, "membership": changed}));
+        return;
+    }
+    let voters: Vec<String> = changed
+        .voters
+        .iter()
+        .map(|(id, addr)| format!("{id}={addr}"))
+        .collect();
+    println!(
+        "{group}: voters {} (caught up in {} ms, changed in {} ms, by leader {})",
+        voters.join(" "),
+        changed.catch_up_ms,
+        changed.change_ms,
+        changed.leader_id
+    );
 }
 
 async fn cluster_list(context: &Context) -> anyhow::Result<()> {
