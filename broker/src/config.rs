@@ -74,6 +74,10 @@ pub struct BrokerConfig {
     /// How log lines are written: `"text"` or `"json"` (one object per line).
     #[serde(default)]
     pub log_format: rocketraft_nameserver::logging::LogFormat,
+    /// Where Prometheus scrapes `/metrics` (its own port: the broker API's stays gRPC only);
+    /// absent: no endpoint.
+    #[serde(default)]
+    pub metrics_listen: Option<SocketAddr>,
     /// Pulls this node holds open at once (long polling) at most; a pull that would wait
     /// beyond them is refused with `LIMIT_EXCEEDED`, and the consumer retries after a pause.
     #[serde(default = "default_pull_holds_max")]

@@ -8,7 +8,8 @@
 //! - [`schedule`]: delayed messages and the leader-only ScheduleMessageService;
 //!   [`delay_levels`]: the configured delays;
 //! - [`group_commit`]: coalescing concurrent sends into one Raft entry;
-//! - [`service`]: the broker gRPC API; [`error`]: its errors and wire codes;
+//! - [`service`]: the broker gRPC API; [`error`]: its errors and wire codes; [`metrics`]:
+//!   what a node counts and reports to Prometheus;
 //! - [`registration`]: telling the nameservers who this node is and whether it leads;
 //! - [`scrub`]: re-checking the CommitLog at a bounded rate, repairing it from peers;
 //! - [`node`]: wiring one node together; [`config`]: its TOML configuration.
@@ -22,6 +23,7 @@ pub mod error;
 pub mod group_commit;
 pub mod group_state;
 pub mod metadata;
+pub mod metrics;
 pub mod node;
 pub mod raft;
 pub mod registration;

@@ -26,6 +26,7 @@ use crate::consumer_registry::ConsumerRegistry;
 use crate::consumer_registry::run_consumer_registry;
 use crate::data_dir_lock::DataDirLock;
 use crate::group_state::GroupState;
+use crate::metrics::BrokerMetrics;
 use crate::raft::compaction::CompactionError;
 use crate::raft::compaction::compact_log;
 use crate::raft::compaction::run_compaction;
@@ -60,6 +61,7 @@ use crate::service::BrokerService;
 use crate::service::ServiceOptions;
 use crate::store::MessageStore;
 use crate::topic::AUTO_CREATED_QUEUE_COUNT;
+use rocketraft_nameserver::metrics_endpoint::serve_metrics;
 
 /// A node failed to start.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +98,7 @@ pub enum StartError {
 pub struct BrokerNode {
     node_id: NodeId,
     addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     raft: Raft,
     group: Arc<GroupState>,
     shutdown: CancellationToken,
@@ -160,6 +163,31 @@ impl BrokerNode {
         let delay_levels = config.parsed_delay_levels()?;
         let schedule_status = Arc::new(ScheduleStatus::default());
         let scrub_status = Arc::new(ScrubStatus::default());
+        let metrics = Arc::new(BrokerMetrics::default());
+        let metrics_addr = match config.metrics_listen {
+            Some(metrics_listen) => {
+                let listener =
+                    TcpListener::bind(metrics_listen)
+                        .await
+                        .map_err(|source| StartError::Bind {
+                            addr: metrics_listen,
+                            source,
+                        })?;
+                let metrics_addr = listener.local_addr().map_err(|source| StartError::Bind {
+                    addr: metrics_listen,
+                    source,
+                })?;
+                let (metrics, raft, group) = (metrics.clone(), raft.clone(), group.clone());
+                tokio::spawn(serve_metrics(
+                    listener,
+                    Arc::new(move || metrics.render(&raft, &group)),
+                    shutdown.clone(),
+                ));
+                tracing::info!(%metrics_addr, "metrics endpoint serving /metrics");
+                Some(metrics_addr)
+            }
+            None => None,
+        };
         let (leadership, leadership_watch) = tokio::sync::watch::channel(Leadership::NotLeading);
         tokio::spawn(run_leadership_watch(
             raft.clone(),
@@ -191,6 +219,7 @@ impl BrokerNode {
                 scrub: scrub_status.clone(),
                 admin_token: config.admin_token.clone(),
                 leadership: leadership_watch,
+                metrics: metrics.clone(),
             },
         );
         let raft_service = RaftService::new(
@@ -260,6 +289,7 @@ impl BrokerNode {
             group.clone(),
             config.data_dir.clone(),
             config.retention.clone(),
+            metrics,
             shutdown.clone(),
         ));
         tokio::spawn(run_repair(
@@ -302,6 +332,7 @@ impl BrokerNode {
         Ok(BrokerNode {
             node_id: config.node_id,
             addr,
+            metrics_addr,
             raft,
             group,
             shutdown,
@@ -316,6 +347,11 @@ impl BrokerNode {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where `/metrics` is served, if `metrics_listen` was set.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     pub fn group(&self) -> &Arc<GroupState> {

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::RetentionSettings;
 use crate::group_state::GroupState;
+use crate::metrics::BrokerMetrics;
 use crate::store::Deleted;
 use crate::store::StoreError;
 use crate::store::retention::RetentionInput;
@@ -38,6 +39,7 @@ pub async fn run_retention(
     group: Arc<GroupState>,
     data_dir: PathBuf,
     settings: RetentionSettings,
+    metrics: Arc<BrokerMetrics>,
     shutdown: CancellationToken,
 ) {
     let interval = Duration::from_millis(settings.check_interval_ms);
@@ -49,7 +51,7 @@ pub async fn run_retention(
             })
         };
         match round.await {
-            Ok(Ok(_)) => {}
+            Ok(Ok(deleted)) => metrics.retention_deleted(deleted.commit_log_bytes),
             Ok(Err(error)) => tracing::error!(%error, "retention round failed"),
             Err(error) => tracing::error!(%error, "retention round panicked"),
         }

@@ -1,6 +1,7 @@
 //! Serving the registry: the gRPC server and the task that expires silent nodes.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 
@@ -12,6 +13,8 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::connection_limit::CONNECTIONS_MAX_DEFAULT;
 use crate::connection_limit::limit_connections;
+use crate::metrics::NameServerMetrics;
+use crate::metrics_endpoint::serve_metrics;
 use crate::service::NameServerService;
 use crate::service::SharedRegistry;
 
@@ -29,6 +32,8 @@ pub struct NameServerConfig {
     pub connections_max: usize,
     /// Registrations must carry this secret; none: any registration is taken.
     pub cluster_secret: Option<String>,
+    /// Where Prometheus scrapes `/metrics`; none: no endpoint.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for NameServerConfig {
@@ -37,6 +42,7 @@ impl Default for NameServerConfig {
             broker_expiry: BROKER_EXPIRY_DEFAULT,
             connections_max: CONNECTIONS_MAX_DEFAULT,
             cluster_secret: None,
+            metrics_listen: None,
         }
     }
 }
@@ -44,6 +50,7 @@ impl Default for NameServerConfig {
 /// A running nameserver.
 pub struct NameServer {
     addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     shutdown: CancellationToken,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
 }
@@ -57,6 +64,24 @@ impl NameServer {
         let addr = listener.local_addr()?;
         let registry = SharedRegistry::default();
         let shutdown = CancellationToken::new();
+        let metrics = Arc::new(NameServerMetrics::default());
+        let metrics_addr = match config.metrics_listen {
+            Some(metrics_listen) => {
+                let listener = std::net::TcpListener::bind(metrics_listen)?;
+                listener.set_nonblocking(true)?;
+                let listener = TcpListener::from_std(listener)?;
+                let metrics_addr = listener.local_addr()?;
+                let (metrics, registry) = (metrics.clone(), registry.clone());
+                tokio::spawn(serve_metrics(
+                    listener,
+                    Arc::new(move || metrics.render(&registry)),
+                    shutdown.clone(),
+                ));
+                tracing::info!(%metrics_addr, "metrics endpoint serving /metrics");
+                Some(metrics_addr)
+            }
+            None => None,
+        };
         tokio::spawn(expire_nodes(
             registry.clone(),
             config.broker_expiry,
@@ -65,6 +90,7 @@ impl NameServer {
         let server = tonic::transport::Server::builder()
             .add_service(NameServerServer::new(NameServerService::new(
                 registry,
+                metrics,
                 config.cluster_secret.clone(),
             )))
             .serve_with_incoming_shutdown(
@@ -78,6 +104,7 @@ impl NameServer {
         tracing::info!(%addr, "nameserver started");
         Ok(NameServer {
             addr,
+            metrics_addr,
             shutdown,
             server: tokio::spawn(server),
         })
@@ -85,6 +112,11 @@ impl NameServer {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where `/metrics` is served, if `metrics_listen` was set.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Stops serving: open calls get [`SHUTDOWN_GRACE`] to finish, then are cut.

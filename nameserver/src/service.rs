@@ -13,6 +13,7 @@ use tonic::Request;
 use tonic::Response;
 use tonic::Status;
 
+use crate::metrics::NameServerMetrics;
 use crate::registry::RouteRegistry;
 
 /// The registry behind a lock held only for in-memory work, never across `.await`.
@@ -31,14 +32,20 @@ impl SharedRegistry {
 
 pub struct NameServerService {
     registry: SharedRegistry,
+    metrics: Arc<NameServerMetrics>,
     /// Registrations must carry it, when one is configured.
     cluster_secret: Option<String>,
 }
 
 impl NameServerService {
-    pub fn new(registry: SharedRegistry, cluster_secret: Option<String>) -> NameServerService {
+    pub fn new(
+        registry: SharedRegistry,
+        metrics: Arc<NameServerMetrics>,
+        cluster_secret: Option<String>,
+    ) -> NameServerService {
         NameServerService {
             registry,
+            metrics,
             cluster_secret,
         }
     }
@@ -102,11 +109,16 @@ impl NameServer for NameServerService {
             && !rocketraft_proto::secrets::carries(&request, CLUSTER_SECRET_HEADER, secret)
         {
             tracing::warn!(peer = ?request.remote_addr(), "registration refused: no or wrong cluster secret");
+            NameServerMetrics::count(&self.metrics.registrations, "refused");
             return Err(NameServerError::NoClusterSecret.into());
         }
         let registration = request.into_inner();
-        validate(&registration)?;
+        if let Err(error) = validate(&registration) {
+            NameServerMetrics::count(&self.metrics.registrations, "refused");
+            return Err(error.into());
+        }
         self.registry.lock().register(registration, Instant::now());
+        NameServerMetrics::count(&self.metrics.registrations, "accepted");
         Ok(Response::new(pb::RegisterBrokerResponse {}))
     }
 
@@ -116,6 +128,12 @@ impl NameServer for NameServerService {
     ) -> Result<Response<pb::TopicRoute>, Status> {
         let topic = request.into_inner().topic;
         let route = self.registry.lock().topic_route(&topic);
+        let outcome = if route.is_some() {
+            "found"
+        } else {
+            "not_found"
+        };
+        NameServerMetrics::count(&self.metrics.route_queries, outcome);
         route
             .map(Response::new)
             .ok_or_else(|| NameServerError::RouteNotFound { topic }.into())

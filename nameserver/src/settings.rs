@@ -7,6 +7,7 @@
 //! log_format = "text"  # or "json"
 //! connections_max = 10000
 //! cluster_secret = "..."  # brokers must register with it
+//! metrics_listen = "0.0.0.0:9877"  # Prometheus scrapes /metrics here (off when absent)
 //! ```
 
 use std::net::SocketAddr;
@@ -38,6 +39,8 @@ pub struct NameServerSettings {
     pub connections_max: Option<usize>,
     /// Broker registrations must carry this secret (the brokers' `cluster_secret`).
     pub cluster_secret: Option<String>,
+    /// Where Prometheus scrapes `/metrics`; absent: no endpoint.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl NameServerSettings {
@@ -74,6 +77,7 @@ impl NameServerSettings {
                 broker_expiry: Duration::from_millis(expiry_ms),
                 connections_max,
                 cluster_secret: self.cluster_secret.clone(),
+                metrics_listen: self.metrics_listen,
             },
         ))
     }
@@ -98,6 +102,15 @@ mod tests {
                 .expect("the smallest expiry");
         assert_eq!(listen.to_string(), "0.0.0.0:1");
         assert_eq!(config.broker_expiry, Duration::from_millis(1));
+        assert_eq!(config.metrics_listen, None, "no endpoint unless asked");
+        let (_, config) = NameServerSettings::from_toml("metrics_listen = \"127.0.0.1:9877\"\n")
+            .expect("valid")
+            .resolve()
+            .expect("resolves");
+        assert_eq!(
+            config.metrics_listen.map(|addr| addr.to_string()),
+            Some("127.0.0.1:9877".to_owned())
+        );
     }
 
     #[test]
@@ -107,6 +120,7 @@ mod tests {
             ("listen = \"nowhere\"\n", "listen"),
             ("broker_expiry_ms = \"soon\"\n", "broker_expiry_ms"),
             ("log_format = \"yaml\"\n", "log_format"),
+            ("metrics_listen = \"port 9877\"\n", "metrics_listen"),
         ] {
             let error = NameServerSettings::from_toml(text).expect_err(text);
             assert_eq!(error.key, key, "{error}");

@@ -140,6 +140,7 @@ impl TestGroup {
                 scrub_pass_interval_ms: rocketraft_broker::scrub::SCRUB_PASS_INTERVAL_DEFAULT
                     .as_millis() as u64,
                 log_format: Default::default(),
+                metrics_listen: None,
                 data_dir: group.dir.path().join(format!("node-{id}")),
                 flush: FlushKind::Sync,
                 async_flush_interval_ms: 100,

@@ -201,7 +201,7 @@ async fn counting_nameserver() -> anyhow::Result<(SharedRegistry, SocketAddr, Ar
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
     let service = NameServerServer::with_interceptor(
-        NameServerService::new(registry.clone(), None),
+        NameServerService::new(registry.clone(), Default::default(), None),
         move |request| {
             counter.fetch_add(1, Ordering::SeqCst);
             Ok(request)

@@ -58,6 +58,9 @@ struct Cli {
     /// Delay levels, e.g. "1s 5s 10s" (units s, m, h, d).
     #[arg(long)]
     delay_levels: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long)]
+    metrics_listen: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -156,6 +159,7 @@ fn node_config(cli: &Cli) -> anyhow::Result<BrokerConfig> {
     );
     set("flush", cli.flush.clone().map(Into::into));
     set("delay_levels", cli.delay_levels.clone().map(Into::into));
+    set("metrics_listen", cli.metrics_listen.clone().map(Into::into));
     set("bootstrap", cli.bootstrap.then_some(true.into()));
     set(
         "auto_create_topic",
@@ -207,7 +211,15 @@ async fn run_dev(dev: DevCluster) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(namesrv_listen)
         .await
         .with_context(|| format!("bind the nameserver on {namesrv_listen}"))?;
-    let nameserver = NameServer::start_on(listener, NameServerConfig::default())?;
+    // Metrics on ports the OS picks (printed below): zero-config, never in the way.
+    let metrics_listen = "127.0.0.1:0";
+    let nameserver = NameServer::start_on(
+        listener,
+        NameServerConfig {
+            metrics_listen: metrics_listen.parse().ok(),
+            ..NameServerConfig::default()
+        },
+    )?;
     let addr = |id: u64| format!("127.0.0.1:{}", u64::from(base_port) + id - 1);
     let peers: Vec<String> = (1..=nodes).map(|id| format!("{id}={}", addr(id))).collect();
     let mut started = Vec::new();
@@ -226,6 +238,7 @@ async fn run_dev(dev: DevCluster) -> anyhow::Result<()> {
             bootstrap: id == 1,
             auto_create_topic: true,
             delay_levels: delay_levels.clone(),
+            metrics_listen: Some(metrics_listen.to_owned()),
         };
         let node = BrokerNode::start(node_config(&cli)?, NodeOptions::default()).await?;
         started.push(node);
@@ -234,9 +247,23 @@ async fn run_dev(dev: DevCluster) -> anyhow::Result<()> {
         "rocketraft dev cluster: broker group broker-a, {nodes} node(s), data under {}",
         data_dir.display()
     );
-    println!("  nameserver -> {}", nameserver.addr());
+    let metrics = |addr: Option<SocketAddr>| {
+        addr.map_or_else(String::new, |addr| {
+            format!("  (metrics http://{addr}/metrics)")
+        })
+    };
+    println!(
+        "  nameserver -> {}{}",
+        nameserver.addr(),
+        metrics(nameserver.metrics_addr())
+    );
     for node in &started {
-        println!("  node {} -> {}", node.node_id(), node.addr());
+        println!(
+            "  node {} -> {}{}",
+            node.node_id(),
+            node.addr(),
+            metrics(node.metrics_addr())
+        );
     }
     println!("press Ctrl-C to stop");
     tokio::signal::ctrl_c().await.context("wait for ctrl-c")?;

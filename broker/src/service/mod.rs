@@ -29,6 +29,7 @@ use crate::delay_levels::DelayLevels;
 use crate::error::BrokerError;
 use crate::group_commit::GroupCommit;
 use crate::group_state::GroupState;
+use crate::metrics::BrokerMetrics;
 use crate::raft::faults::FaultPlan;
 use crate::raft::repair::RepairState;
 use crate::raft::types::Raft;
@@ -60,6 +61,8 @@ pub struct ServiceOptions {
     pub fault_injection: Option<Arc<FaultPlan>>,
     /// The repair of this node's Raft log, for its status.
     pub repair: Arc<RepairState>,
+    /// What the send, pull and commit paths count.
+    pub metrics: Arc<BrokerMetrics>,
 }
 
 pub struct BrokerService {
@@ -83,6 +86,7 @@ pub struct BrokerService {
     scrub: Arc<crate::scrub::ScrubStatus>,
     admin_token: Option<String>,
     leadership: tokio::sync::watch::Receiver<crate::raft::lease::Leadership>,
+    metrics: Arc<BrokerMetrics>,
 }
 
 impl BrokerService {
@@ -101,6 +105,7 @@ impl BrokerService {
             schedule: options.schedule,
             fault_injection: options.fault_injection,
             repair: options.repair,
+            metrics: options.metrics,
             pull_requests: AtomicU64::new(0),
             pull_holds: Arc::new(tokio::sync::Semaphore::new(options.pull_holds_max)),
             pull_holds_max: options.pull_holds_max,

@@ -58,7 +58,19 @@ impl BrokerService {
             // leadership between the read and the wait still wakes this pull.
             arrivals.borrow_and_update();
             let cut_off = *leadership.borrow_and_update() == Leadership::LeadingWithoutQuorum;
+            let reading = std::time::Instant::now();
             let response = self.read_queue(&request, tags.as_ref())?;
+            let body_bytes = response
+                .messages
+                .iter()
+                .map(|message| message.body.len())
+                .sum();
+            self.metrics.pulled(
+                &request.topic,
+                response.messages.len(),
+                body_bytes,
+                reading.elapsed(),
+            );
             if response.status != pb::PullStatus::NoNewMessage as i32 || request.max_wait_ms == 0 {
                 return Ok(response);
             }

@@ -62,6 +62,7 @@ impl BrokerService {
         request: pb::SendRequest,
         peer: Option<SocketAddr>,
     ) -> Result<pb::SendResponse, BrokerError> {
+        let started = std::time::Instant::now();
         self.ensure_leader()?;
         self.ensure_disk_has_room()?;
         validate_batch_size(&request.messages)?;
@@ -86,6 +87,18 @@ impl BrokerService {
         let appended = self
             .commit_records(records, message_count, request.deduplicate)
             .await?;
+        let body_bytes = request
+            .messages
+            .iter()
+            .map(|message| message.body.len())
+            .sum();
+        self.metrics
+            .sent(&request.topic, message_count, body_bytes, started.elapsed());
+        if request.topic.starts_with(RETRY_TOPIC_PREFIX) {
+            let dead_letters = placements.iter().filter(|place| place.dead_letter).count();
+            self.metrics
+                .sent_back(placements.len() - dead_letters, dead_letters);
+        }
         let results = appended
             .into_iter()
             .map(|message| pb::SendResult {
@@ -106,7 +119,8 @@ impl BrokerService {
         message_count: usize,
         deduplicate: bool,
     ) -> Result<Vec<AppendedMessage>, BrokerError> {
-        tokio::time::timeout(
+        let proposed = std::time::Instant::now();
+        let appended = tokio::time::timeout(
             SEND_COMMIT_TIMEOUT,
             self.group_commit
                 .append(records, message_count, deduplicate),
@@ -114,7 +128,9 @@ impl BrokerService {
         .await
         .map_err(|_| BrokerError::CommitTimeout {
             timeout: SEND_COMMIT_TIMEOUT,
-        })?
+        })??;
+        self.metrics.committed(proposed.elapsed());
+        Ok(appended)
     }
 
     /// Where each message of a send to `%RETRY%<group>` goes: the retry topic (created on

@@ -115,6 +115,8 @@ impl BrokerService {
         // Each hand-back is a copy with a higher reconsume count; a repeated call for the same
         // one is deduplicated by the message's UNIQ_KEY and that count.
         let appended = self.commit_records(encoded, 1, request.deduplicate).await?;
+        self.metrics
+            .sent_back(usize::from(!dead_lettered), usize::from(dead_lettered));
         Ok(pb::SendMessageBackResponse {
             topic,
             reconsume_times: times + 1,

@@ -21,6 +21,9 @@ struct Cli {
     /// Drop a broker node not heard from for this many milliseconds [default: 120000].
     #[arg(long)]
     broker_expiry_ms: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
 }
 
 #[tokio::main]
@@ -37,6 +40,7 @@ async fn main() -> anyhow::Result<()> {
     };
     settings.listen = cli.listen.or(settings.listen);
     settings.broker_expiry_ms = cli.broker_expiry_ms.or(settings.broker_expiry_ms);
+    settings.metrics_listen = cli.metrics_listen.or(settings.metrics_listen);
     let (listen, config) = settings.resolve()?;
     init_logging(settings.log_format, "info");
     let listener = tokio::net::TcpListener::bind(listen)
@@ -44,6 +48,9 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("bind {listen}"))?;
     let server = NameServer::start_on(listener, config)?;
     println!("nameserver serving on {}", server.addr());
+    if let Some(metrics) = server.metrics_addr() {
+        println!("metrics on http://{metrics}/metrics");
+    }
     tokio::signal::ctrl_c().await.context("wait for ctrl-c")?;
     server.shutdown().await;
     Ok(())
