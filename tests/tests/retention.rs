@@ -82,6 +82,27 @@ fn retained_bodies(group: &TestGroup, node: u64) -> anyhow::Result<Vec<Vec<u8>>>
         .collect()
 }
 
+/// Node `node`'s first retained queue offset once retention stopped moving it: after the
+/// last send, snapshots still advance for a few rounds and each lets retention delete more.
+async fn settled_queue_min(group: &TestGroup, node: u64) -> anyhow::Result<i64> {
+    // Several snapshot (300 ms) and retention (100 ms) rounds.
+    const QUIET: Duration = Duration::from_millis(1200);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let mut last = offsets(group, node).1.0;
+    loop {
+        tokio::time::sleep(QUIET).await;
+        let now = offsets(group, node).1.0;
+        if now == last {
+            return Ok(now);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "retention kept deleting"
+        );
+        last = now;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_expired_segments_every_node_should_drop_them_and_a_sleeping_follower_catch_up()
 -> anyhow::Result<()> {
@@ -113,7 +134,8 @@ async fn given_expired_segments_every_node_should_drop_them_and_a_sleeping_follo
         },
     )
     .await?;
-    let ((_, _), (queue_min, queue_max)) = offsets(&group, leader);
+    let queue_min = settled_queue_min(&group, leader).await?;
+    let ((_, _), (_, queue_max)) = offsets(&group, leader);
     assert_eq!(queue_max, 100);
     let pulled = pull_from_start(&group).await?;
     assert_eq!(pulled.status, pb::PullStatus::OffsetIllegal as i32);
