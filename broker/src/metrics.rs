@@ -48,6 +48,25 @@ struct LevelLabels {
     level: u32,
 }
 
+/// Adds `messages` and `body_bytes` to `topic`'s series of a messages and a bytes family.
+fn count(
+    messages_family: &Family<TopicLabels, Counter>,
+    bytes_family: &Family<TopicLabels, Counter>,
+    topic: &str,
+    messages: usize,
+    body_bytes: usize,
+) {
+    let labels = TopicLabels {
+        topic: topic.to_owned(),
+    };
+    messages_family
+        .get_or_create(&labels)
+        .inc_by(messages as u64);
+    bytes_family
+        .get_or_create(&labels)
+        .inc_by(body_bytes as u64);
+}
+
 /// Latency buckets: 100 µs doubling to about 13 s.
 fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 18))
@@ -224,16 +243,14 @@ impl Default for BrokerMetrics {
 impl BrokerMetrics {
     /// A send stored `messages` messages of `body_bytes` to `topic`, answered in `took`.
     pub fn sent(&self, topic: &str, messages: usize, body_bytes: usize, took: Duration) {
-        let labels = TopicLabels {
-            topic: topic.to_owned(),
-        };
-        self.messages_in
-            .get_or_create(&labels)
-            .inc_by(messages as u64);
-        self.bytes_in
-            .get_or_create(&labels)
-            .inc_by(body_bytes as u64);
         self.send_seconds.observe(took.as_secs_f64());
+        count(
+            &self.messages_in,
+            &self.bytes_in,
+            topic,
+            messages,
+            body_bytes,
+        );
     }
 
     /// An append was committed and applied `took` after it was proposed.
@@ -245,15 +262,13 @@ impl BrokerMetrics {
     pub fn pulled(&self, topic: &str, messages: usize, body_bytes: usize, took: Duration) {
         self.pull_seconds.observe(took.as_secs_f64());
         if messages > 0 {
-            let labels = TopicLabels {
-                topic: topic.to_owned(),
-            };
-            self.messages_out
-                .get_or_create(&labels)
-                .inc_by(messages as u64);
-            self.bytes_out
-                .get_or_create(&labels)
-                .inc_by(body_bytes as u64);
+            count(
+                &self.messages_out,
+                &self.bytes_out,
+                topic,
+                messages,
+                body_bytes,
+            );
         }
     }
 

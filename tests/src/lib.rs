@@ -332,6 +332,20 @@ impl TestGroup {
     }
 }
 
+/// A pull by group `readers` of up to 32 messages of one queue from `queue_offset`, every tag,
+/// answered at once (no long polling).
+pub fn pull_request(topic: &str, queue_id: i32, queue_offset: i64) -> pb::PullRequest {
+    pb::PullRequest {
+        group: "readers".into(),
+        topic: topic.to_owned(),
+        queue_id,
+        queue_offset,
+        max_messages: 32,
+        tags: Vec::new(),
+        max_wait_ms: 0,
+    }
+}
+
 /// A send of `bodies` to one queue, as the producer SDK will issue it.
 /// XORs the byte at `pos` of the file at `path` with `mask` and syncs it: bit rot, done to
 /// a node's files behind its back.

@@ -12,6 +12,7 @@ use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
+use rocketraft_tests::pull_request;
 use rocketraft_tests::send_request;
 use rocketraft_tests::wait_for;
 use tokio::io::AsyncReadExt;
@@ -63,18 +64,7 @@ async fn given_traffic_metrics_should_show_it_over_http() -> anyhow::Result<()> 
             .send(send_request(TOPIC, 0, [format!("m{i}").into_bytes()]))
             .await?;
     }
-    let pulled = client
-        .pull(pb::PullRequest {
-            group: "readers".into(),
-            topic: TOPIC.into(),
-            queue_id: 0,
-            queue_offset: 0,
-            max_messages: 32,
-            tags: Vec::new(),
-            max_wait_ms: 0,
-        })
-        .await?
-        .into_inner();
+    let pulled = client.pull(pull_request(TOPIC, 0, 0)).await?.into_inner();
     assert_eq!(pulled.messages.len(), SENT);
     client
         .commit_offsets(pb::CommitOffsetsRequest {

@@ -15,6 +15,7 @@ use rocketraft_tests::TestGroup;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::init_tracing;
+use rocketraft_tests::pull_request;
 use rocketraft_tests::send_request;
 use rocketraft_tests::wait_for;
 use tracing::info;
@@ -46,15 +47,7 @@ async fn send_range(group: &TestGroup, from: usize, to: usize) -> anyhow::Result
 
 /// A pull of queue 0 from offset 0 on the leader.
 async fn pull_from_start(group: &TestGroup) -> anyhow::Result<pb::PullResponse> {
-    let request = pb::PullRequest {
-        group: "readers".into(),
-        topic: TOPIC.into(),
-        queue_id: 0,
-        queue_offset: 0,
-        max_messages: 32,
-        tags: Vec::new(),
-        max_wait_ms: 0,
-    };
+    let request = pull_request(TOPIC, 0, 0);
     Ok(group
         .group_client()
         .leader()
