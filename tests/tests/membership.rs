@@ -142,8 +142,11 @@ async fn given_load_a_group_should_grow_shrink_and_replace_a_dead_node_losing_no
 
     info!("--- grow 3 -> 5: each new node joins as a learner, catches up, then votes");
     for _ in 0..2 {
+        // Asked before the new node runs: a node outside the group knows no leader.
+        let leader = group.wait_for_leader(TIMEOUT).await?;
         let id = group.start_new_node().await?;
         assert_eq!(group.status(id).await?.role, "learner", "not added yet");
+        let leader_log = group.status(leader).await?.last_log_index;
         let changed = admin
             .change_membership(GROUP, Some((id, group.addr(id).to_string())), &[])
             .await?;
@@ -154,6 +157,11 @@ async fn given_load_a_group_should_grow_shrink_and_replace_a_dead_node_losing_no
             "added"
         );
         assert!(changed.voters.contains_key(&id), "{changed:?}");
+        // It became a voter only once it held what the leader had when it was added.
+        assert!(
+            group.status(id).await?.last_log_index >= leader_log,
+            "node {id} voted before it caught up"
+        );
         load.goes_on("sends after an add").await?;
     }
     let five = BTreeSet::from([1, 2, 3, 4, 5]);

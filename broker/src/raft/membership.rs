@@ -156,15 +156,12 @@ pub async fn change_membership(
     {
         tracing::info!(node = id, %addr, "adding a node as a learner; waiting for it to catch up");
         let node = BasicNode { addr: addr.clone() };
-        match tokio::time::timeout(CATCH_UP_TIMEOUT, raft.add_learner(*id, node, true)).await {
-            Ok(result) => result.map_err(MembershipError::Raft)?,
-            Err(_) => {
-                return Err(MembershipError::CatchUpTimeout {
-                    id: *id,
-                    timeout: CATCH_UP_TIMEOUT,
-                });
-            }
-        };
+        // Not openraft's blocking add: it counts a learner as caught up within
+        // `replication_lag_threshold`, which brokers set high (see `setup`).
+        raft.add_learner(*id, node, false)
+            .await
+            .map_err(MembershipError::Raft)?;
+        wait_caught_up(raft, *id).await?;
     }
     let catch_up = started.elapsed();
     let started = Instant::now();
@@ -194,6 +191,34 @@ pub async fn change_membership(
     };
     tracing::info!(voters = ?outcome.voters, catch_up = ?outcome.catch_up, change = ?outcome.change, "membership changed");
     Ok(outcome)
+}
+
+/// Waits until learner `id` holds every entry the leader had when the wait began (it then
+/// follows at line rate), or fails if this node stops leading or the wait times out.
+async fn wait_caught_up(raft: &Raft, id: NodeId) -> Result<(), MembershipError> {
+    let target = raft.metrics().borrow_watched().last_log_index.unwrap_or(0);
+    let waited = raft
+        .wait(Some(CATCH_UP_TIMEOUT))
+        .metrics(
+            |metrics| match &metrics.replication {
+                // Not leading any more: stop waiting, and say so below.
+                None => true,
+                Some(replication) => replication
+                    .get(&id)
+                    .and_then(|matched| matched.as_ref())
+                    .is_some_and(|matched| matched.index >= target),
+            },
+            "the new learner to catch up",
+        )
+        .await;
+    match waited {
+        Ok(metrics) if metrics.replication.is_some() => Ok(()),
+        Ok(_) | Err(openraft::metrics::WaitError::ShuttingDown) => Err(MembershipError::NotLeader),
+        Err(openraft::metrics::WaitError::Timeout(..)) => Err(MembershipError::CatchUpTimeout {
+            id,
+            timeout: CATCH_UP_TIMEOUT,
+        }),
+    }
 }
 
 /// The voters after `change`, or why the change is refused. Pure: checked before anything

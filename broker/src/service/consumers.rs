@@ -89,14 +89,21 @@ impl BrokerService {
                     let changed = match events.recv().await {
                         Ok(MembershipEvent::GroupChanged(changed)) => changed == group,
                         Err(RecvError::Lagged(_)) => true,
-                        Ok(MembershipEvent::LeadershipLost) | Err(RecvError::Closed) => {
-                            let not_leader = crate::raft::propose::ensure_leader(&raft)
-                                .err()
-                                .map(BrokerError::from)
-                                .unwrap_or(BrokerError::Unavailable(
-                                    "the consumer registry was reset".into(),
-                                ));
+                        // The registry reports a lost leadership once the role watch saw
+                        // it; the Raft metrics `ensure_leader` reads may lag behind, so the
+                        // answer is NOT_LEADER either way (naming the new leader if known).
+                        Ok(MembershipEvent::LeadershipLost) => {
+                            let not_leader =
+                                crate::raft::propose::ensure_leader(&raft).err().map_or(
+                                    BrokerError::NotLeader { leader_addr: None },
+                                    BrokerError::from,
+                                );
                             return Some((Err(not_leader.into()), None));
+                        }
+                        Err(RecvError::Closed) => {
+                            let reset =
+                                BrokerError::Unavailable("the consumer registry was reset".into());
+                            return Some((Err(reset.into()), None));
                         }
                     };
                     if changed {
