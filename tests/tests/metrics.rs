@@ -2,10 +2,11 @@
 //! `metrics_listen` set; after sends, a pull and a committed offset, the leader's text shows
 //! what went in and out, its role, each follower's replication lag and the consumer group's
 //! lag, and the nameserver's shows the registrations it took. Other paths and methods are
-//! refused.
+//! refused, and a scrape connection past `METRICS_CONNECTIONS_MAX` is closed.
 
 use std::time::Duration;
 
+use rocketraft_nameserver::metrics_endpoint::METRICS_CONNECTIONS_MAX;
 use rocketraft_nameserver::metrics_endpoint::METRICS_CONTENT_TYPE;
 use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::server::NameServerConfig;
@@ -167,6 +168,43 @@ async fn given_traffic_metrics_should_show_it_over_http() -> anyhow::Result<()> 
     )
     .await?;
     group.shutdown().await;
+    nameserver.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_the_most_scrape_connections_one_more_should_be_closed() -> anyhow::Result<()> {
+    init_tracing();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let nameserver = NameServer::start_on(
+        listener,
+        NameServerConfig {
+            metrics_listen: "127.0.0.1:0".parse().ok(),
+            ..NameServerConfig::default()
+        },
+    )?;
+    let addr = nameserver.metrics_addr().expect("metrics_listen set");
+    let mut held = Vec::new();
+    for _ in 0..METRICS_CONNECTIONS_MAX {
+        held.push(tokio::net::TcpStream::connect(addr).await?);
+    }
+    // The connections are accepted in order: all the held ones take a place first.
+    // Closed at once: the request finds the connection shut (or reset), never answered.
+    let response = http(addr, "GET", "/metrics").await.unwrap_or_default();
+    assert!(
+        response.is_empty(),
+        "connection {} is closed unanswered: {response}",
+        METRICS_CONNECTIONS_MAX + 1
+    );
+    held.pop();
+    wait_for("a place to free up", TIMEOUT, || async {
+        http(addr, "GET", "/metrics")
+            .await
+            .ok()
+            .filter(|response| response.starts_with("HTTP/1.1 200"))
+    })
+    .await?;
+    drop(held);
     nameserver.shutdown().await;
     Ok(())
 }
