@@ -100,8 +100,13 @@ pub fn members(raft: &Raft) -> (BTreeMap<NodeId, String>, BTreeMap<NodeId, Strin
 /// Whether this node is a voter or a learner of its group: false for a node that was removed,
 /// or that runs but was not added yet.
 pub fn is_member(raft: &Raft) -> bool {
-    let metrics = raft.metrics().borrow_watched().clone();
-    metrics.membership_config.get_node(&metrics.id).is_some()
+    // Only the id and the membership's `Arc` are copied out of the guard.
+    let (id, membership) = {
+        let metrics = raft.metrics();
+        let now = metrics.borrow_watched();
+        (now.id, now.membership_config.clone())
+    };
+    membership.get_node(&id).is_some()
 }
 
 /// The addresses of this node's peers, read when they are needed (they change with the
