@@ -249,6 +249,56 @@ async fn given_reconsume_later_consume_should_hand_back_and_dlq_list_should_show
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_leader_change_consume_should_follow_the_new_leader() -> anyhow::Result<()> {
+    init_tracing();
+    let cluster = TestCluster::start(0x5EED_0307).await?;
+    cluster.create_topic("Orders", 1).await?;
+    cluster.wait_for_route("Orders").await?;
+    let admin = std::sync::Arc::new(Admin::new(cluster.nameservers()));
+    let pulls_before = cluster.pull_requests().await?;
+    let consuming = tokio::spawn({
+        let admin = admin.clone();
+        async move {
+            let request = ConsumeRequest {
+                topic: "Orders".into(),
+                consumer_group: "follower".into(),
+                subscription: Subscription::All,
+                from: ConsumeFrom::First,
+                count: 2,
+                timeout: TIMEOUT,
+                reconsume_later: 0,
+            };
+            admin.consume(&request).await
+        }
+    });
+    wait_for("consume pulling", TIMEOUT, || async {
+        (cluster.pull_requests().await.ok()? > pulls_before).then_some(())
+    })
+    .await?;
+
+    tracing::info!(
+        "--- every group's leadership moves while consume holds pulls on the old leaders"
+    );
+    for name in GROUPS {
+        let group = cluster.group(name);
+        let leader = group.wait_for_leader(TIMEOUT).await?;
+        admin
+            .transfer_leader(name, group.a_follower(leader))
+            .await?;
+    }
+    let producer = Producer::builder(cluster.nameservers(), "admin-test").build()?;
+    for body in ["one", "two"] {
+        producer.send(Message::new("Orders", body)).await?;
+    }
+    let consumed = consuming.await??;
+    let mut bodies: Vec<&str> = consumed.iter().map(|m| m.body.as_str()).collect();
+    bodies.sort();
+    assert_eq!(bodies, ["one", "two"]);
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_a_replaced_disk_replace_node_should_let_the_node_be_rebuilt() -> anyhow::Result<()> {
     init_tracing();
     let mut cluster = TestCluster::start(0x5EED_0305).await?;

@@ -5,6 +5,11 @@
 //! its first offset; it commits how far it read when done. With `reconsume_later = N` it
 //! refuses each message while its reconsume count is below `N`, handing it back with
 //! `SendMessageBack` as a push consumer would, and reports that delivery too.
+//!
+//! A leader change under way does not end it: a call the old leader refuses as retryable
+//! (not the leader, cut off from its quorum, gone) is made again on the group's new leader,
+//! from the offset of the first message not yet handled, until the deadline (commits get
+//! [`LEADER_CHANGE_WAIT`] more).
 
 use std::time::Duration;
 
@@ -16,8 +21,10 @@ use tonic::transport::Channel;
 use crate::admin::Admin;
 use crate::admin::AdminError;
 use crate::admin::ConsumeFrom;
-use crate::admin::leader_of;
+use crate::admin::group_client;
 use crate::consumer::consume_from::start_offset;
+use crate::group::BrokerGroupClient;
+use crate::group::is_retryable;
 use crate::message::DLQ_TOPIC_PREFIX;
 use crate::message::MessageExt;
 use crate::message::RETRY_TOPIC_PREFIX;
@@ -27,6 +34,10 @@ use crate::subscription::Subscription;
 const CONSUME_PULL_BATCH: u32 = 32;
 /// How long a pull waits for messages when a round found none.
 const CONSUME_PULL_WAIT_MS: u32 = 200;
+/// How long the final commits keep following a leader change of their group.
+const LEADER_CHANGE_WAIT: Duration = Duration::from_secs(5);
+/// Pause before asking a group for its leader again after a retryable refusal.
+const LEADER_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// What to read and how.
 #[derive(Debug, Clone)]
@@ -81,6 +92,8 @@ struct Delivered {
 /// One queue being read.
 struct Cursor {
     group: String,
+    nodes: BrokerGroupClient,
+    /// The group's leader, as last found.
     client: BrokerClient<Channel>,
     topic: String,
     queue_id: i32,
@@ -117,9 +130,16 @@ impl Admin {
             let mut found_any = false;
             for cursor in &mut cursors {
                 let before = cursor.offset;
-                let done = self
+                let done = match self
                     .read_once(request, cursor, wait_ms, &mut delivered)
-                    .await?;
+                    .await
+                {
+                    Ok(done) => done,
+                    Err(error) => {
+                        cursor.follow_leader(error, deadline).await?;
+                        false
+                    }
+                };
                 found_any |= cursor.offset > before;
                 if done {
                     break;
@@ -127,23 +147,11 @@ impl Admin {
             }
             wait_ms = if found_any { 0 } else { CONSUME_PULL_WAIT_MS };
         }
+        let commits_deadline = tokio::time::Instant::now() + LEADER_CHANGE_WAIT;
         for cursor in &mut cursors {
-            let commit = broker_pb::CommitOffsetsRequest {
-                group: request.consumer_group.clone(),
-                offsets: vec![broker_pb::QueueOffsetEntry {
-                    topic: cursor.topic.clone(),
-                    queue_id: cursor.queue_id,
-                    offset: cursor.offset,
-                }],
-            };
-            cursor
-                .client
-                .commit_offsets(commit)
-                .await
-                .map_err(|status| AdminError::Refused {
-                    group: cursor.group.clone(),
-                    status,
-                })?;
+            while let Err(error) = cursor.commit(&request.consumer_group).await {
+                cursor.follow_leader(error, commits_deadline).await?;
+            }
         }
         Ok(delivered.all)
     }
@@ -186,8 +194,9 @@ impl Admin {
                 return Ok(true);
             }
             let message = MessageExt::from_pulled(pulled, &cursor.group);
-            cursor.offset = message.queue_offset + 1;
+            let next_offset = message.queue_offset + 1;
             if !retry && !request.subscription.matches(message.tags.as_deref()) {
+                cursor.offset = next_offset;
                 continue;
             }
             let result = if message.reconsume_times < request.reconsume_later {
@@ -210,6 +219,8 @@ impl Admin {
                 DeliveryResult::Consumed
             };
             delivered.all.push(to_consumed(message, result));
+            // Only now: a hand-back that failed is made again from this message.
+            cursor.offset = next_offset;
         }
         // Units the broker skipped by hash need no second look.
         cursor.offset = cursor.offset.max(response.next_offset);
@@ -233,7 +244,11 @@ impl Admin {
                 group: queues.group.clone(),
                 status,
             };
-            let leader = leader_of(group_route).await?;
+            let nodes = group_client(group_route);
+            let leader = nodes.leader().await.map_err(|source| AdminError::Group {
+                group: queues.group.clone(),
+                source,
+            })?;
             for queue_id in 0..queues.read_queue_count as i32 {
                 let mut client = leader.clone();
                 let query = broker_pb::QueryOffsetRequest {
@@ -255,6 +270,7 @@ impl Admin {
                 };
                 cursors.push(Cursor {
                     group: queues.group.clone(),
+                    nodes: nodes.clone(),
                     client,
                     topic: topic.to_owned(),
                     queue_id,
@@ -263,6 +279,50 @@ impl Admin {
             }
         }
         Ok(cursors)
+    }
+}
+
+impl Cursor {
+    /// Commits how far this cursor read.
+    async fn commit(&mut self, consumer_group: &str) -> Result<(), AdminError> {
+        let commit = broker_pb::CommitOffsetsRequest {
+            group: consumer_group.to_owned(),
+            offsets: vec![broker_pb::QueueOffsetEntry {
+                topic: self.topic.clone(),
+                queue_id: self.queue_id,
+                offset: self.offset,
+            }],
+        };
+        self.client
+            .commit_offsets(commit)
+            .await
+            .map_err(|status| AdminError::Refused {
+                group: self.group.clone(),
+                status,
+            })?;
+        Ok(())
+    }
+
+    /// After `error`, connects to the group's leader again if the refusal was retryable
+    /// and `give_up_at` has not passed; otherwise returns `error`.
+    async fn follow_leader(
+        &mut self,
+        error: AdminError,
+        give_up_at: tokio::time::Instant,
+    ) -> Result<(), AdminError> {
+        let AdminError::Refused { status, .. } = &error else {
+            return Err(error);
+        };
+        if !is_retryable(status) || tokio::time::Instant::now() >= give_up_at {
+            return Err(error);
+        }
+        tracing::info!(group = %self.group, %status, "following a leader change");
+        tokio::time::sleep(LEADER_RETRY_PAUSE).await;
+        // No leader yet is the next round's concern; the deadline bounds the rounds.
+        if let Ok(client) = self.nodes.leader().await {
+            self.client = client;
+        }
+        Ok(())
     }
 }
 

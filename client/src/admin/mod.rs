@@ -282,16 +282,22 @@ impl Admin {
     }
 }
 
+/// A client of the group `route` describes, following its leader.
+pub(crate) fn group_client(route: &pb::GroupRoute) -> BrokerGroupClient {
+    BrokerGroupClient::new(
+        route
+            .nodes
+            .values()
+            .filter_map(|addr| addr.parse().ok())
+            .collect(),
+    )
+}
+
 /// A connection to the current leader of the group `route` describes.
 pub(crate) async fn leader_of(
     route: &pb::GroupRoute,
 ) -> Result<broker_pb::broker_client::BrokerClient<tonic::transport::Channel>, AdminError> {
-    let nodes = route
-        .nodes
-        .values()
-        .filter_map(|addr| addr.parse().ok())
-        .collect();
-    BrokerGroupClient::new(nodes)
+    group_client(route)
         .leader()
         .await
         .map_err(|source| AdminError::Group {
