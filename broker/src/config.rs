@@ -13,6 +13,7 @@ use crate::raft::compaction::RETAINED_ENTRIES_DEFAULT;
 use crate::raft::log_store::FlushMode;
 use crate::raft::log_store::LOG_SEGMENT_SIZE_BYTES_DEFAULT;
 use crate::raft::membership::VOTERS_MAX;
+use crate::raft::node_addr::NodeAddr;
 use crate::raft::types::NodeId;
 use crate::store::record::END_FILE_MIN_BLANK_LENGTH;
 use crate::store::record::RECORD_SIZE_MAX;
@@ -43,12 +44,19 @@ pub struct BrokerConfig {
     /// The broker group (RocketMQ broker name) this node belongs to.
     pub group: String,
     pub node_id: NodeId,
-    /// Address the node's one gRPC port (broker API and Raft) listens on.
+    /// Address the broker API (clients, admin) listens on; Raft too unless `raft_listen`
+    /// gives it a port of its own.
     pub listen: SocketAddr,
-    /// Nodes of the group, this one included: node id -> gRPC address. A founding node names
-    /// the first membership; a node that joins later (`mqadmin node-add`) may name only
-    /// itself. Once a node knows the group's Raft membership, the membership's addresses
-    /// are used and these only give this node's own.
+    /// Address the Raft service (the group's peers only) listens on. Set it, and firewall it
+    /// to the group's hosts, so nobody who can reach the broker API can vote, append or
+    /// install snapshots; absent: Raft shares the broker API's port.
+    #[serde(default)]
+    pub raft_listen: Option<SocketAddr>,
+    /// Nodes of the group, this one included: node id -> addresses, `"<api ip:port>"` for a
+    /// node that serves Raft on its broker API port, `"<api ip:port> raft=<ip:port>"` for one
+    /// with a `raft_listen`. A founding node names the first membership; a node that joins
+    /// later (`mqadmin node-add`) may name only itself. Once a node knows the group's Raft
+    /// membership, the membership's addresses are used and these only give this node's own.
     pub peers: BTreeMap<String, String>,
     /// Nameserver addresses; the node registers with each of them.
     #[serde(default)]
@@ -322,18 +330,19 @@ impl BrokerConfig {
         rocketraft_nameserver::config_file::parse_toml(text)
     }
 
-    /// The peers with parsed node ids.
-    pub fn peer_map(&self) -> Result<BTreeMap<NodeId, String>, ConfigError> {
+    /// The peers with parsed node ids and addresses.
+    pub fn peer_map(&self) -> Result<BTreeMap<NodeId, NodeAddr>, ConfigError> {
         self.peers
             .iter()
             .map(|(id, addr)| {
+                let key = || format!("peers.{id}");
                 let node_id = id.parse::<NodeId>().map_err(|_| {
-                    ConfigError::new(
-                        format!("peers.{id}"),
-                        "a node id must be an unsigned integer",
-                    )
+                    ConfigError::new(key(), "a node id must be an unsigned integer")
                 })?;
-                Ok((node_id, addr.clone()))
+                let addr = addr
+                    .parse::<NodeAddr>()
+                    .map_err(|error| ConfigError::new(key(), error.to_string()))?;
+                Ok((node_id, addr))
             })
             .collect()
     }
@@ -388,19 +397,29 @@ impl BrokerConfig {
                 ),
             ));
         }
-        if !peers.contains_key(&self.node_id) {
+        let Some(own) = peers.get(&self.node_id) else {
             return Err(ConfigError::new(
                 "node_id",
                 format!("{} is not one of the peers", self.node_id),
             ));
+        };
+        if own.has_own_raft_addr() != self.raft_listen.is_some() {
+            return Err(ConfigError::new(
+                "raft_listen",
+                format!(
+                    "must be set exactly when this node's entry in peers names a Raft address \
+                     (\"<api> raft=<ip:port>\"); peers.{} is {:?}",
+                    self.node_id,
+                    own.to_string()
+                ),
+            ));
         }
-        for (id, addr) in &peers {
-            if addr.parse::<SocketAddr>().is_err() {
-                return Err(ConfigError::new(
-                    format!("peers.{id}"),
-                    format!("{addr:?} is not an ip:port address"),
-                ));
-            }
+        // Port 0 is any free port: two of them are two ports.
+        if self.raft_listen == Some(self.listen) && self.listen.port() != 0 {
+            return Err(ConfigError::new(
+                "raft_listen",
+                "must differ from listen (leave it out to serve Raft on the broker API's port)",
+            ));
         }
         self.parsed_delay_levels()?;
         if self.client_expiry_ms == 0 {
@@ -524,6 +543,40 @@ mod tests {
     }
 
     #[test]
+    fn a_raft_listen_goes_with_a_raft_address_in_peers() {
+        let split = VALID
+            .replace(
+                "1 = \"127.0.0.1:10911\"",
+                "1 = \"127.0.0.1:10911 raft=127.0.0.1:20911\"",
+            )
+            .replace(
+                "data_dir",
+                "raft_listen = \"127.0.0.1:20911\"\n        data_dir",
+            );
+        let config = BrokerConfig::from_toml(&split).expect("valid");
+        config.validate().expect("validates");
+        assert_eq!(
+            config.peer_map().expect("peers")[&1],
+            NodeAddr::split("127.0.0.1:10911", "127.0.0.1:20911")
+        );
+        let mut alone = config.clone();
+        alone.raft_listen = None;
+        assert_eq!(
+            alone.validate().expect_err("no listener").key,
+            "raft_listen"
+        );
+        let mut same = config.clone();
+        same.raft_listen = Some(same.listen);
+        assert_eq!(same.validate().expect_err("same port").key, "raft_listen");
+        let mut unnamed = BrokerConfig::from_toml(VALID).expect("valid");
+        unnamed.raft_listen = config.raft_listen;
+        assert_eq!(
+            unnamed.validate().expect_err("no address in peers").key,
+            "raft_listen"
+        );
+    }
+
+    #[test]
     fn wrong_type_names_the_key() {
         let error = BrokerConfig::from_toml(&VALID.replace("node_id = 1", "node_id = \"one\""))
             .expect_err("type");
@@ -543,6 +596,11 @@ mod tests {
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");
         config.peers.insert("x".into(), "127.0.0.1:1".into());
         assert_eq!(config.validate().expect_err("bad id").key, "peers.x");
+        for bad in ["host:1", "127.0.0.1:1 raft=host:2"] {
+            let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+            config.peers.insert("2".into(), bad.into());
+            assert_eq!(config.validate().expect_err(bad).key, "peers.2");
+        }
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");
         config.bootstrap = true;

@@ -19,6 +19,7 @@ use rocketraft_proto::raft::raft_server::RaftServer;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::Router;
 use tonic::transport::server::TcpIncoming;
 
 use crate::config::BrokerConfig;
@@ -98,11 +99,13 @@ pub enum StartError {
 pub struct BrokerNode {
     node_id: NodeId,
     addr: SocketAddr,
+    raft_addr: SocketAddr,
     metrics_addr: Option<SocketAddr>,
     raft: Raft,
     group: Arc<GroupState>,
     shutdown: CancellationToken,
-    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    /// The broker API's server, and the Raft service's when it has a port of its own.
+    servers: Vec<JoinHandle<Result<(), tonic::transport::Error>>>,
     /// Held while the node runs, so no other node opens its data dir meanwhile; declared
     /// last, so it is released after everything else the node owns is dropped.
     _data_dir_lock: DataDirLock,
@@ -115,35 +118,71 @@ pub struct NodeOptions {
     pub faults: Option<Arc<FaultPlan>>,
 }
 
+/// The sockets a node serves on, bound before it starts (tests bind port 0 first to learn
+/// the peers' addresses).
+pub struct Listeners {
+    /// The broker API, and Raft when `raft` is `None`.
+    pub api: TcpListener,
+    /// The Raft service, for a node with a `raft_listen`.
+    pub raft: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds `listen` and, if set, `raft_listen` of `config`.
+    pub async fn bind(config: &BrokerConfig) -> Result<Listeners, StartError> {
+        Ok(Listeners {
+            api: bind(config.listen).await?,
+            raft: match config.raft_listen {
+                Some(addr) => Some(bind(addr).await?),
+                None => None,
+            },
+        })
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })
+}
+
 impl BrokerNode {
-    /// Starts a node listening on `config.listen`.
+    /// Starts a node listening on `config.listen` (and `config.raft_listen`).
     pub async fn start(
         config: BrokerConfig,
         options: NodeOptions,
     ) -> Result<BrokerNode, StartError> {
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| StartError::Bind {
-                    addr: config.listen,
-                    source,
-                })?;
-        BrokerNode::start_on(config, listener, options).await
+        let listeners = Listeners::bind(&config).await?;
+        BrokerNode::start_on(config, listeners, options).await
     }
 
-    /// Starts a node on an already bound listener (tests bind port 0 first to learn peers).
+    /// Starts a node on already bound listeners, one for Raft exactly when the config has a
+    /// `raft_listen`.
     pub async fn start_on(
         config: BrokerConfig,
-        listener: TcpListener,
+        listeners: Listeners,
         options: NodeOptions,
     ) -> Result<BrokerNode, StartError> {
         config.validate()?;
+        if listeners.raft.is_some() != config.raft_listen.is_some() {
+            return Err(StartError::Config(crate::config::ConfigError::new(
+                "raft_listen",
+                "a node with a raft_listen is started with a Raft listener, and only then",
+            )));
+        }
         let data_dir_lock = DataDirLock::acquire(&config.data_dir)?;
         let peers = config.peer_map()?;
-        let addr = listener.local_addr().map_err(|source| StartError::Bind {
-            addr: config.listen,
-            source,
-        })?;
+        let local_addr = |listener: &TcpListener, configured| {
+            listener.local_addr().map_err(|source| StartError::Bind {
+                addr: configured,
+                source,
+            })
+        };
+        let addr = local_addr(&listeners.api, config.listen)?;
+        let raft_addr = match (&listeners.raft, config.raft_listen) {
+            (Some(listener), Some(configured)) => local_addr(listener, configured)?,
+            _ => addr,
+        };
         // A drill node gets a plan of its own, driven by `InjectFault`.
         let drill_faults = config
             .enable_fault_injection
@@ -230,22 +269,16 @@ impl BrokerNode {
             faults.map(|faults| (config.node_id, faults)),
             repair.clone(),
         );
-        let server = tonic::transport::Server::builder()
-            .max_concurrent_streams(config.streams_per_connection_max)
-            .max_frame_size(HTTP2_FRAME_BYTES_MAX)
-            .add_service(
-                // The largest legal broker request is a full `Send`; pull responses stay
-                // below the pull budget plus one message, far under the encoding limit.
-                BrokerServer::new(broker)
-                    .max_decoding_message_size(SEND_REQUEST_BYTES_MAX)
-                    .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX),
-            )
-            .add_service(
-                RaftServer::new(raft_service)
-                    .max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX)
-                    .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX),
-            )
-            .serve_with_incoming_shutdown(
+        let broker = BrokerServer::new(broker)
+            // The largest legal broker request is a full `Send`; pull responses stay below
+            // the pull budget plus one message, far under the encoding limit.
+            .max_decoding_message_size(SEND_REQUEST_BYTES_MAX)
+            .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX);
+        let raft_service = RaftServer::new(raft_service)
+            .max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX);
+        let serve = |router: Router, listener: TcpListener| {
+            tokio::spawn(router.serve_with_incoming_shutdown(
                 // Nagle's algorithm would hold back small replication frames until the
                 // peer's delayed ACK (40 ms); the builder's `tcp_nodelay` does not reach
                 // connections from an incoming stream, so set it here.
@@ -255,8 +288,25 @@ impl BrokerNode {
                     "connections_max",
                 ),
                 shutdown.clone().cancelled_owned(),
-            );
-        let server = tokio::spawn(server);
+            ))
+        };
+        let server = || {
+            tonic::transport::Server::builder()
+                .max_concurrent_streams(config.streams_per_connection_max)
+                .max_frame_size(HTTP2_FRAME_BYTES_MAX)
+        };
+        let servers = match listeners.raft {
+            // Raft on a port of its own: the broker API's port answers `UNIMPLEMENTED` to
+            // every Raft call.
+            Some(raft_listener) => vec![
+                serve(server().add_service(broker), listeners.api),
+                serve(server().add_service(raft_service), raft_listener),
+            ],
+            None => vec![serve(
+                server().add_service(broker).add_service(raft_service),
+                listeners.api,
+            )],
+        };
         tokio::spawn(run_compaction(
             raft.clone(),
             Duration::from_millis(config.raft.log_compaction_interval_ms),
@@ -306,11 +356,10 @@ impl BrokerNode {
                 cluster: config.cluster.clone(),
                 group: config.group.clone(),
                 node_id: config.node_id,
-                // The address the group's peers reach this node at.
+                // The address clients reach this node at.
                 addr: peers
                     .get(&config.node_id)
-                    .cloned()
-                    .unwrap_or_else(|| addr.to_string()),
+                    .map_or_else(|| addr.to_string(), |own| own.api.clone()),
                 auto_create_queue_count: if config.auto_create_topic {
                     AUTO_CREATED_QUEUE_COUNT
                 } else {
@@ -328,15 +377,16 @@ impl BrokerNode {
                 shutdown.clone(),
             ));
         }
-        tracing::info!(node_id = config.node_id, group = %config.group, %addr, "broker node started");
+        tracing::info!(node_id = config.node_id, group = %config.group, %addr, %raft_addr, "broker node started");
         Ok(BrokerNode {
             node_id: config.node_id,
             addr,
+            raft_addr,
             metrics_addr,
             raft,
             group,
             shutdown,
-            server,
+            servers,
             _data_dir_lock: data_dir_lock,
         })
     }
@@ -345,8 +395,14 @@ impl BrokerNode {
         self.node_id
     }
 
+    /// Where the broker API is served.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where the Raft service is served: [`Self::addr`] unless the node has a `raft_listen`.
+    pub fn raft_addr(&self) -> SocketAddr {
+        self.raft_addr
     }
 
     /// Where `/metrics` is served, if `metrics_listen` was set.
@@ -380,7 +436,7 @@ impl BrokerNode {
         if let Err(error) = self.raft.shutdown().await {
             tracing::warn!(%error, "raft shutdown");
         }
-        stop_serving(self.server).await;
+        futures::future::join_all(self.servers.into_iter().map(stop_serving)).await;
         tracing::info!(node_id = self.node_id, "broker node stopped");
     }
 }

@@ -271,7 +271,8 @@ impl Scrubber {
     /// (with `same_len`: a copy of that length, compared first).
     async fn repair_record(&self, at: i64, segment_bytes: u64, same_len: Option<usize>) -> Outcome {
         let mut last_error = String::from("no peers");
-        for peer in &self.peers.current() {
+        // `ReadCommitLog` is a Raft service call.
+        for peer in self.peers.current().iter().map(|peer| &peer.raft) {
             let copy = match read_peer(peer, at).await {
                 Ok(copy) => copy,
                 Err(error) => {

@@ -10,6 +10,7 @@ use tempfile::TempDir;
 use crate::config::BrokerConfig;
 use crate::config::COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
 use crate::node::BrokerNode;
+use crate::node::Listeners;
 use crate::node::NodeOptions;
 use crate::raft::faults::FaultPlan;
 use crate::raft::role::leader_ready;
@@ -49,7 +50,10 @@ impl OneNode {
         let faults = Arc::new(FaultPlan::new(7));
         let node = BrokerNode::start_on(
             config,
-            listener,
+            Listeners {
+                api: listener,
+                raft: None,
+            },
             NodeOptions {
                 faults: Some(faults.clone()),
             },

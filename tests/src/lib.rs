@@ -24,8 +24,11 @@ use rocketraft_broker::config::RaftTimings;
 use rocketraft_broker::config::RetentionSettings;
 use rocketraft_broker::config::StoreSizes;
 use rocketraft_broker::node::BrokerNode;
+use rocketraft_broker::node::Listeners;
 use rocketraft_broker::node::NodeOptions;
 use rocketraft_broker::raft::faults::FaultPlan;
+use rocketraft_broker::raft::node_addr::NodeAddr;
+use rocketraft_client::admin::NewNode;
 use rocketraft_client::group::BrokerGroupClient;
 use rocketraft_client::group::connect;
 use rocketraft_proto::broker as pb;
@@ -99,14 +102,12 @@ impl TestGroup {
     ) -> anyhow::Result<TestGroup> {
         let dir = tempfile::tempdir()?;
         let mut listeners = BTreeMap::new();
+        let mut peers = BTreeMap::new();
         for id in 1..=size {
-            let listener = TcpListener::bind("127.0.0.1:0").await?;
-            listeners.insert(id, listener);
+            let (bound, peer) = bind_node().await?;
+            listeners.insert(id, bound);
+            peers.insert(id.to_string(), peer);
         }
-        let peers: BTreeMap<String, String> = listeners
-            .iter()
-            .map(|(id, listener)| Ok((id.to_string(), listener.local_addr()?.to_string())))
-            .collect::<anyhow::Result<_>>()?;
         // Printed so a failing test names the seed that replays its faults.
         println!("SEED={seed:#x}");
         let faults = Arc::new(FaultPlan::new(seed));
@@ -116,12 +117,17 @@ impl TestGroup {
             faults,
             dir,
         };
-        for (id, listener) in listeners {
+        for (id, listeners) in listeners {
             let mut config = BrokerConfig {
                 cluster: "TestCluster".into(),
                 group: "broker-a".into(),
                 node_id: id,
-                listen: listener.local_addr()?,
+                listen: listeners.api.local_addr()?,
+                raft_listen: listeners
+                    .raft
+                    .as_ref()
+                    .map(TcpListener::local_addr)
+                    .transpose()?,
                 peers: peers.clone(),
                 namesrv: Vec::new(),
                 register_interval_ms: 200,
@@ -161,7 +167,8 @@ impl TestGroup {
             // Small index files: tests that send thousands of messages roll them.
             config.store.index_entries_per_file = 4096;
             tune(&mut config);
-            let node = BrokerNode::start_on(config.clone(), listener, group.node_options()).await?;
+            let node =
+                BrokerNode::start_on(config.clone(), listeners, group.node_options()).await?;
             group.nodes.insert(id, node);
             group.configs.insert(id, config);
         }
@@ -292,8 +299,7 @@ impl TestGroup {
     /// runs outside the membership until the leader adds it (`ChangeMembership`).
     pub async fn start_new_node(&mut self) -> anyhow::Result<u64> {
         let id = self.configs.keys().max().map_or(1, |last| last + 1);
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
+        let (listeners, peer) = bind_node().await?;
         let mut config = self
             .configs
             .values()
@@ -301,14 +307,34 @@ impl TestGroup {
             .context("a group has a first node")?
             .clone();
         config.node_id = id;
-        config.listen = addr;
-        config.peers = BTreeMap::from([(id.to_string(), addr.to_string())]);
+        config.listen = listeners.api.local_addr()?;
+        config.raft_listen = listeners
+            .raft
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?;
+        config.peers = BTreeMap::from([(id.to_string(), peer)]);
         config.bootstrap = false;
         config.data_dir = self.dir.path().join(format!("node-{id}"));
-        let node = BrokerNode::start_on(config.clone(), listener, self.node_options()).await?;
+        let node = BrokerNode::start_on(config.clone(), listeners, self.node_options()).await?;
         self.nodes.insert(id, node);
         self.configs.insert(id, config);
         Ok(id)
+    }
+
+    /// Node `id` as `ChangeMembership` adds it: its broker API and Raft addresses.
+    pub fn new_node(&self, id: u64) -> NewNode {
+        let config = &self.configs[&id];
+        NewNode {
+            id,
+            addr: config.listen.to_string(),
+            raft_addr: config.raft_listen.map(|addr| addr.to_string()),
+        }
+    }
+
+    /// Where node `id` serves Raft (a port of its own).
+    pub fn raft_addr(&self, id: u64) -> SocketAddr {
+        self.nodes[&id].raft_addr()
     }
 
     /// Stops node `id` and forgets it: it left the group's membership.
@@ -330,6 +356,24 @@ impl TestGroup {
             self.stop(id).await;
         }
     }
+}
+
+/// Binds a node's broker API and Raft ports on 127.0.0.1 (the OS picks them: Raft gets a
+/// port of its own, as in production); returns them and the node's `peers` entry.
+async fn bind_node() -> anyhow::Result<(Listeners, String)> {
+    let api = TcpListener::bind("127.0.0.1:0").await?;
+    let raft = TcpListener::bind("127.0.0.1:0").await?;
+    let peer = NodeAddr::split(
+        api.local_addr()?.to_string(),
+        raft.local_addr()?.to_string(),
+    );
+    Ok((
+        Listeners {
+            api,
+            raft: Some(raft),
+        },
+        peer.to_string(),
+    ))
 }
 
 /// A pull by group `readers` of up to 32 messages of one queue from `queue_offset`, every tag,

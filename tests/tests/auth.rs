@@ -1,6 +1,7 @@
 //! Locked doors: with an admin token configured, a broker refuses admin calls that lack it
 //! (and logs them) while data calls go on; with a cluster secret, a nameserver refuses
-//! registrations that lack it, and brokers that carry it are routed.
+//! registrations that lack it, and brokers that carry it are routed; with a `raft_listen`,
+//! the broker API's port serves no Raft call and the Raft port no broker call.
 
 use std::time::Duration;
 
@@ -109,7 +110,7 @@ async fn given_an_admin_token_admin_calls_without_it_should_be_refused() -> anyh
                 pb::ChangeMembershipRequest {
                     add_node_id: 2,
                     add_addr: "127.0.0.1:1".into(),
-                    remove_node_ids: Vec::new(),
+                    ..Default::default()
                 },
                 None,
             ))
@@ -216,5 +217,61 @@ async fn given_a_cluster_secret_only_brokers_with_it_should_be_routed() -> anyho
     assert_eq!(created, ["broker-a"]);
     group.shutdown().await;
     nameserver.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_raft_listen_the_broker_port_should_serve_no_raft_call() -> anyhow::Result<()> {
+    use rocketraft_proto::broker::broker_client::BrokerClient;
+    use rocketraft_proto::raft as raft_pb;
+    use rocketraft_proto::raft::raft_client::RaftClient;
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_A003, |_| {}).await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let follower = group.a_follower(leader);
+    let (api, raft) = (group.addr(follower), group.raft_addr(follower));
+    assert_ne!(api, raft, "the test group serves Raft on ports of its own");
+
+    info!(
+        "--- a Raft call on the broker API's port, a broker call on the Raft port: UNIMPLEMENTED"
+    );
+    let vote = raft_pb::RaftPayload {
+        data: vec![0; 16].into(),
+    };
+    let mut raft_on_api = RaftClient::connect(format!("http://{api}")).await?;
+    let refused = raft_on_api
+        .vote(vote.clone())
+        .await
+        .expect_err("no Raft service on the broker port");
+    assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
+    let mut broker_on_raft = BrokerClient::connect(format!("http://{raft}")).await?;
+    let refused = broker_on_raft
+        .node_status(pb::NodeStatusRequest {})
+        .await
+        .expect_err("no broker service on the Raft port");
+    assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
+
+    info!("--- the Raft port is the one that answers Raft calls");
+    let mut raft_client = RaftClient::connect(format!("http://{raft}")).await?;
+    let answered = raft_client.vote(vote).await;
+    assert_ne!(
+        answered.as_ref().map_err(tonic::Status::code).err(),
+        Some(tonic::Code::Unimplemented),
+        "{answered:?}"
+    );
+
+    info!("--- the group replicates over the Raft ports");
+    let mut client = group.client(leader).await?;
+    client
+        .send(send_request("Orders", 0, [b"over the raft port".to_vec()]))
+        .await?;
+    let applied = group.status(leader).await?.last_applied_index;
+    for id in 1..=3 {
+        wait_for("every node applied the send", TIMEOUT, || async {
+            (group.status(id).await.ok()?.last_applied_index >= applied).then_some(())
+        })
+        .await?;
+    }
+    group.shutdown().await;
     Ok(())
 }

@@ -162,6 +162,7 @@ async fn given_a_running_node_when_another_starts_on_its_data_dir_should_refuse_
     let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
     let mut intruder = group.config(leader);
     intruder.listen = "127.0.0.1:0".parse()?;
+    intruder.raft_listen = Some("127.0.0.1:0".parse()?);
     intruder.bootstrap = false;
     let error = BrokerNode::start(intruder, NodeOptions::default())
         .await

@@ -67,10 +67,14 @@ fn the_deploy_examples_are_valid_and_consistent() -> anyhow::Result<()> {
                 &node.peers, peers,
                 "{group}: every node names the same peers"
             );
+            let own = &node.peer_map()?[&node.node_id];
             assert_eq!(
-                node.peer_map()?.get(&node.node_id),
-                Some(&node.listen.to_string()),
-                "{group} node {}: it listens where its peers reach it",
+                (own.api.clone(), Some(own.raft.clone())),
+                (
+                    node.listen.to_string(),
+                    node.raft_listen.map(|addr| addr.to_string())
+                ),
+                "{group} node {}: it listens where its peers reach it, Raft on a port of its own",
                 node.node_id
             );
             assert_eq!(node.cluster_secret, nameserver_config.cluster_secret);
@@ -99,6 +103,7 @@ fn the_deploy_examples_are_valid_and_consistent() -> anyhow::Result<()> {
         });
         for port in [
             Some(config.listen.port()),
+            config.raft_listen.map(|addr| addr.port()),
             config.metrics_listen.map(|addr| addr.port()),
         ]
         .into_iter()

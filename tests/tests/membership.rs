@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use rocketraft_client::admin::Admin;
 use rocketraft_client::admin::AdminError;
+use rocketraft_client::admin::NewNode;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::producer::SendResult;
@@ -148,7 +149,7 @@ async fn given_load_a_group_should_grow_shrink_and_replace_a_dead_node_losing_no
         assert_eq!(group.status(id).await?.role, "learner", "not added yet");
         let leader_log = group.status(leader).await?.last_log_index;
         let changed = admin
-            .change_membership(GROUP, Some((id, group.addr(id).to_string())), &[])
+            .change_membership(GROUP, Some(group.new_node(id)), &[])
             .await?;
         info!(
             id,
@@ -197,7 +198,7 @@ async fn given_load_a_group_should_grow_shrink_and_replace_a_dead_node_losing_no
     group.stop(dead).await;
     let fresh = group.start_new_node().await?;
     let changed = admin
-        .change_membership(GROUP, Some((fresh, group.addr(fresh).to_string())), &[dead])
+        .change_membership(GROUP, Some(group.new_node(fresh)), &[dead])
         .await?;
     info!(
         fresh,
@@ -235,7 +236,15 @@ async fn given_load_a_group_should_grow_shrink_and_replace_a_dead_node_losing_no
     assert!(stranger.message().contains("not a member"), "{stranger:?}");
     let bad = refusal(
         admin
-            .change_membership(GROUP, Some((9, "nowhere".into())), &[])
+            .change_membership(
+                GROUP,
+                Some(NewNode {
+                    id: 9,
+                    addr: "nowhere".into(),
+                    raft_addr: None,
+                }),
+                &[],
+            )
             .await
             .expect_err("bad address"),
     );

@@ -36,9 +36,14 @@ struct Cli {
     group: Option<String>,
     #[arg(long)]
     node_id: Option<u64>,
+    /// The broker API's address (and Raft's, without --raft-listen).
     #[arg(long)]
     listen: Option<String>,
-    /// A node of the group as ID=ADDR; repeat for every node, this one included.
+    /// Serve Raft on this address of its own (firewall it to the group's hosts).
+    #[arg(long)]
+    raft_listen: Option<String>,
+    /// A node of the group as ID=ADDR, or ID="ADDR raft=RAFT_ADDR" for a node with a
+    /// --raft-listen; repeat for every node, this one included.
     #[arg(long = "peer", value_name = "ID=ADDR")]
     peers: Vec<String>,
     /// Nameserver addresses, comma separated.
@@ -151,6 +156,7 @@ fn node_config(cli: &Cli) -> anyhow::Result<BrokerConfig> {
         cli.node_id.map(|id| toml::Value::Integer(id as i64)),
     );
     set("listen", cli.listen.clone().map(Into::into));
+    set("raft_listen", cli.raft_listen.clone().map(Into::into));
     set(
         "data_dir",
         cli.data_dir
@@ -231,6 +237,8 @@ async fn run_dev(dev: DevCluster) -> anyhow::Result<()> {
             group: Some("broker-a".into()),
             node_id: Some(id),
             listen: Some(addr(id)),
+            // Raft shares the port: a dev cluster is reachable on loopback only.
+            raft_listen: None,
             peers: peers.clone(),
             namesrv: Some(nameserver.addr().to_string()),
             data_dir: Some(data_dir.join(format!("node-{id}"))),

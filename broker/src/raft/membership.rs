@@ -17,13 +17,14 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 use std::time::Instant;
 
-use openraft::BasicNode;
 use openraft::ChangeMembers;
 use openraft::ServerState;
 use openraft::async_runtime::watch::WatchReceiver;
 use openraft::errors::ClientWriteError;
 use openraft::errors::RaftError;
 
+use crate::raft::node_addr::BadNodeAddr;
+use crate::raft::node_addr::NodeAddr;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 use crate::raft::types::TypeConfig;
@@ -37,14 +38,15 @@ pub const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(600);
 /// One membership change: a node to add, nodes to remove.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MembershipChange {
-    pub add: Option<(NodeId, String)>,
+    /// Checked where it entered (`NodeAddr::from_str`).
+    pub add: Option<(NodeId, NodeAddr)>,
     pub remove: BTreeSet<NodeId>,
 }
 
 /// The membership a change left, and what it took.
 #[derive(Debug, Clone)]
 pub struct ChangeOutcome {
-    pub voters: BTreeMap<NodeId, String>,
+    pub voters: BTreeMap<NodeId, NodeAddr>,
     pub catch_up: Duration,
     pub change: Duration,
 }
@@ -61,11 +63,11 @@ pub enum MembershipError {
     #[error("node {0} is not a member of this group")]
     NotAMember(NodeId),
     #[error("node {id} is already a member, at {addr}; remove it first to move it")]
-    AlreadyMember { id: NodeId, addr: String },
+    AlreadyMember { id: NodeId, addr: NodeAddr },
+    #[error(transparent)]
+    BadAddress(#[from] BadNodeAddr),
     #[error("node {id} cannot be both added and removed")]
     AddAndRemove { id: NodeId },
-    #[error("{0:?} is not an ip:port address")]
-    BadAddress(String),
     #[error("the change leaves {0} voters; a group has 1 to {VOTERS_MAX}")]
     VoterCount(usize),
     #[error("nothing to change: name a node to add or nodes to remove")]
@@ -79,8 +81,8 @@ pub enum MembershipError {
     Raft(#[source] RaftError<TypeConfig, ClientWriteError<TypeConfig>>),
 }
 
-/// The voters and learners of the group as this node knows them: node id -> address.
-pub fn members(raft: &Raft) -> (BTreeMap<NodeId, String>, BTreeMap<NodeId, String>) {
+/// The voters and learners of the group as this node knows them: node id -> addresses.
+pub fn members(raft: &Raft) -> (BTreeMap<NodeId, NodeAddr>, BTreeMap<NodeId, NodeAddr>) {
     // Clone at once: the metrics guard must not be held (it blocks the Raft core).
     let membership = raft.metrics().borrow_watched().membership_config.clone();
     let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
@@ -92,7 +94,7 @@ pub fn members(raft: &Raft) -> (BTreeMap<NodeId, String>, BTreeMap<NodeId, Strin
         } else {
             &mut learner_addrs
         };
-        into.insert(*id, node.addr.clone());
+        into.insert(*id, node.clone());
     }
     (voter_addrs, learner_addrs)
 }
@@ -115,15 +117,16 @@ pub fn is_member(raft: &Raft) -> bool {
 #[derive(Clone)]
 pub struct PeerAddrs {
     raft: Raft,
-    configured: Vec<String>,
+    configured: Vec<NodeAddr>,
 }
 
 impl PeerAddrs {
-    pub fn new(raft: Raft, configured: Vec<String>) -> PeerAddrs {
+    pub fn new(raft: Raft, configured: Vec<NodeAddr>) -> PeerAddrs {
         PeerAddrs { raft, configured }
     }
 
-    pub fn current(&self) -> Vec<String> {
+    /// The addresses of the other members.
+    pub fn current(&self) -> Vec<NodeAddr> {
         let node_id = self.raft.metrics().borrow_watched().id;
         let (voters, learners) = members(&self.raft);
         if voters.is_empty() && learners.is_empty() {
@@ -160,7 +163,7 @@ pub async fn change_membership(
         .filter(|(id, _)| !voters.contains_key(id))
     {
         tracing::info!(node = id, %addr, "adding a node as a learner; waiting for it to catch up");
-        let node = BasicNode { addr: addr.clone() };
+        let node = addr.clone();
         // Not openraft's blocking add: it counts a learner as caught up within
         // `replication_lag_threshold`, which brokers set high (see `setup`).
         raft.add_learner(*id, node, false)
@@ -230,10 +233,10 @@ async fn wait_caught_up(raft: &Raft, id: NodeId) -> Result<(), MembershipError> 
 /// is proposed, so a refused change leaves the group as it was.
 fn plan(
     leader_id: NodeId,
-    voters: &BTreeMap<NodeId, String>,
-    learners: &BTreeMap<NodeId, String>,
+    voters: &BTreeMap<NodeId, NodeAddr>,
+    learners: &BTreeMap<NodeId, NodeAddr>,
     change: &MembershipChange,
-) -> Result<BTreeMap<NodeId, String>, MembershipError> {
+) -> Result<BTreeMap<NodeId, NodeAddr>, MembershipError> {
     if change.add.is_none() && change.remove.is_empty() {
         return Err(MembershipError::Empty);
     }
@@ -255,9 +258,6 @@ fn plan(
     let mut new_voters = voters.clone();
     new_voters.retain(|id, _| !change.remove.contains(id));
     if let Some((id, addr)) = &change.add {
-        if addr.parse::<std::net::SocketAddr>().is_err() {
-            return Err(MembershipError::BadAddress(addr.clone()));
-        }
         // A voter at another address must leave first: moving a node in place would let
         // two machines answer as one node. A learner (a change that did not finish) at the
         // same address is added again, which resumes it.
@@ -281,20 +281,22 @@ fn plan(
 mod tests {
     use super::*;
 
-    fn nodes(ids: &[NodeId]) -> BTreeMap<NodeId, String> {
-        ids.iter()
-            .map(|id| (*id, format!("127.0.0.1:{}", 9000 + id)))
-            .collect()
+    fn addr(id: NodeId) -> NodeAddr {
+        NodeAddr::shared(format!("127.0.0.1:{}", 9000 + id))
+    }
+
+    fn nodes(ids: &[NodeId]) -> BTreeMap<NodeId, NodeAddr> {
+        ids.iter().map(|id| (*id, addr(*id))).collect()
     }
 
     fn change(add: Option<NodeId>, remove: &[NodeId]) -> MembershipChange {
         MembershipChange {
-            add: add.map(|id| (id, format!("127.0.0.1:{}", 9000 + id))),
+            add: add.map(|id| (id, addr(id))),
             remove: remove.iter().copied().collect(),
         }
     }
 
-    fn ids(voters: BTreeMap<NodeId, String>) -> Vec<NodeId> {
+    fn ids(voters: BTreeMap<NodeId, NodeAddr>) -> Vec<NodeId> {
         voters.into_keys().collect()
     }
 
@@ -329,19 +331,19 @@ mod tests {
             refused(change(Some(5), &[5])),
             MembershipError::AddAndRemove { id: 5 }
         ));
-        let moved = MembershipChange {
-            add: Some((2, "127.0.0.1:1".to_owned())),
-            remove: BTreeSet::new(),
-        };
-        assert!(matches!(
-            refused(moved),
-            MembershipError::AlreadyMember { id: 2, .. }
-        ));
-        let bad_addr = MembershipChange {
-            add: Some((5, "not-an-address".to_owned())),
-            remove: BTreeSet::new(),
-        };
-        assert!(matches!(refused(bad_addr), MembershipError::BadAddress(_)));
+        for moved_to in [
+            NodeAddr::shared("127.0.0.1:1"),
+            NodeAddr::split(addr(2).api, "127.0.0.1:2"),
+        ] {
+            let moved = MembershipChange {
+                add: Some((2, moved_to)),
+                remove: BTreeSet::new(),
+            };
+            assert!(matches!(
+                refused(moved),
+                MembershipError::AlreadyMember { id: 2, .. }
+            ));
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! - `compaction`: snapshots and log purge behind them;
 //! - `setup`: openraft's settings for a broker, founding a group; `membership`: online
 //!   membership changes (add, remove, replace nodes) and the peers' addresses;
+//!   `node_addr`: a member's broker API and Raft addresses;
 //! - `codec`: the binary encoding of openraft values.
 
 mod append_codec;
@@ -23,6 +24,7 @@ pub mod log_segment;
 pub mod log_store;
 pub mod membership;
 pub mod network;
+pub mod node_addr;
 pub mod propose;
 pub mod repair;
 pub mod role;

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use futures::StreamExt;
-use openraft::BasicNode;
 use openraft::RaftNetworkFactory;
 use openraft::base::BoxFuture;
 use openraft::base::BoxStream;
@@ -44,6 +43,7 @@ use crate::raft::append_codec::AppendCodec;
 use crate::raft::codec;
 use crate::raft::faults::FaultPlan;
 use crate::raft::faults::Verdict;
+use crate::raft::node_addr::NodeAddr;
 use crate::raft::snapshot::CommitLogSource;
 use crate::raft::snapshot::SNAPSHOT_CHUNK_BYTES;
 use crate::raft::snapshot::SnapshotState;
@@ -96,11 +96,11 @@ impl NetworkFactory {
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
-    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+    async fn new_client(&mut self, target: NodeId, node: &NodeAddr) -> PeerClient {
         PeerClient {
             from: self.node_id,
             target,
-            channel: self.channel(&node.addr),
+            channel: self.channel(&node.raft),
             faults: self.faults.clone(),
         }
     }

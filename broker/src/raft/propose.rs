@@ -53,7 +53,7 @@ pub async fn propose(
         match applied.await {
             Ok(Ok(response)) => Ok(response.data),
             Ok(Err(ClientWriteError::ForwardToLeader(forward))) => Err(ProposeError::NotLeader {
-                leader_addr: forward.leader_node.map(|node| node.addr),
+                leader_addr: forward.leader_node.map(|node| node.api),
             }),
             Ok(Err(error)) => Err(ProposeError::Unknown(Undecided::Write(error))),
             Err(_) => Err(ProposeError::Unknown(Undecided::LeadershipLost)),
@@ -66,7 +66,7 @@ pub fn ensure_leader(raft: &Raft) -> Result<(), ProposeError> {
     raft.as_leader()
         .map(|_| ())
         .map_err(|forward| ProposeError::NotLeader {
-            leader_addr: forward.leader_node.map(|node| node.addr),
+            leader_addr: forward.leader_node.map(|node| node.api),
         })
 }
 
@@ -83,7 +83,7 @@ pub async fn linearizable_read(raft: &Raft) -> Result<(), ProposeError> {
         Ok(_) => Ok(()),
         Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(forward))) => {
             Err(ProposeError::NotLeader {
-                leader_addr: forward.leader_node.map(|node| node.addr),
+                leader_addr: forward.leader_node.map(|node| node.api),
             })
         }
         Err(RaftError::APIError(error)) => Err(ProposeError::Unknown(Undecided::Read(error))),

@@ -255,7 +255,8 @@ pub async fn run_repair(
 /// shorter log (an admin call: it carries the group's admin token, if one is set).
 async fn obtain_consent(node_id: NodeId, peers: &PeerAddrs, admin_token: Option<&str>) {
     loop {
-        for addr in &peers.current() {
+        // An admin call: to the broker API, not to Raft.
+        for addr in peers.current().iter().map(|peer| &peer.api) {
             match ask_consent(addr, node_id, admin_token).await {
                 Ok(()) => return,
                 Err(error) => tracing::debug!(%addr, %error, "no consent to a shorter raft log"),

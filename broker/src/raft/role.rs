@@ -161,7 +161,7 @@ pub fn raft_status(raft: &Raft) -> RaftStatus {
             metrics
                 .membership_config
                 .get_node(&leader)
-                .map(|node| node.addr.clone())
+                .map(|node| node.api.clone())
         })
         .unwrap_or_default();
     let role = match metrics.state {

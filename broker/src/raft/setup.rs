@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use openraft::BasicNode;
 use openraft::SnapshotPolicy;
 use openraft::errors::AllowNextRevertError;
 use openraft::errors::Fatal;
@@ -15,6 +14,7 @@ use crate::config::BrokerConfig;
 use crate::raft::faults::FaultPlan;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::NetworkFactory;
+use crate::raft::node_addr::NodeAddr;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
@@ -87,17 +87,13 @@ fn raft_config(
 }
 
 /// Founds the group on its first start; a node that is already part of a group skips it.
-pub async fn bootstrap(raft: &Raft, peers: &BTreeMap<NodeId, String>) -> Result<(), SetupError> {
+pub async fn bootstrap(raft: &Raft, peers: &BTreeMap<NodeId, NodeAddr>) -> Result<(), SetupError> {
     let initialized = raft.is_initialized().await?;
     if initialized {
         return Ok(());
     }
-    let members: BTreeMap<NodeId, BasicNode> = peers
-        .iter()
-        .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
-        .collect();
     tracing::info!(?peers, "bootstrapping a new broker group");
-    Ok(raft.initialize(members).await?)
+    Ok(raft.initialize(peers.clone()).await?)
 }
 
 /// On the leader: lets the follower `node` come back with an empty log (its disk replaced),

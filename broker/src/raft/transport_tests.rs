@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::BasicNode;
 use openraft::RaftNetworkFactory;
 use openraft::errors::RPCError;
 use openraft::network::NetStreamAppend;
@@ -20,6 +19,7 @@ use rocketraft_proto::raft::raft_client::RaftClient;
 use crate::raft::faults::FaultPlan;
 use crate::raft::network::NetworkFactory;
 use crate::raft::network::PeerClient;
+use crate::raft::node_addr::NodeAddr;
 use crate::raft::types::NodeId;
 use crate::raft::types::TypeConfig;
 use crate::raft::types::Vote;
@@ -31,12 +31,7 @@ const RPC_TTL: Duration = Duration::from_secs(5);
 
 async fn peer_client(addr: &str, faults: Option<Arc<FaultPlan>>) -> PeerClient {
     NetworkFactory::new(STRANGER, faults)
-        .new_client(
-            1,
-            &BasicNode {
-                addr: addr.to_owned(),
-            },
-        )
+        .new_client(1, &NodeAddr::shared(addr))
         .await
 }
 

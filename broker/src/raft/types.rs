@@ -17,12 +17,12 @@ use crate::metadata::TopicConfig;
 
 openraft::declare_raft_types!(
     /// Raft types of a broker group: standard Raft leader ids (the term alone is committed),
-    /// node ids are `u64` and a node is known by its gRPC address.
+    /// node ids are `u64` and a node is known by its broker API and Raft addresses.
     pub TypeConfig:
         D = Command,
         R = CommandResult,
         NodeId = u64,
-        Node = openraft::BasicNode,
+        Node = crate::raft::node_addr::NodeAddr,
         Term = u64,
         LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
 );

@@ -16,6 +16,7 @@ use crate::metadata::TopicConfig;
 use crate::raft::membership::MembershipChange;
 use crate::raft::membership::MembershipError;
 use crate::raft::membership::change_membership;
+use crate::raft::node_addr::NodeAddr;
 use crate::raft::propose::propose;
 use crate::raft::role::TransferError;
 use crate::raft::role::transfer_leadership;
@@ -134,8 +135,12 @@ impl BrokerService {
         request: pb::ChangeMembershipRequest,
     ) -> Result<pb::ChangeMembershipResponse, BrokerError> {
         self.ensure_leader()?;
+        let add = match request.add_node_id {
+            0 => None,
+            id => Some((id, added_node_addr(&request)?)),
+        };
         let change = MembershipChange {
-            add: (request.add_node_id != 0).then_some((request.add_node_id, request.add_addr)),
+            add,
             remove: request.remove_node_ids.into_iter().collect(),
         };
         let outcome = change_membership(&self.raft, change)
@@ -149,7 +154,11 @@ impl BrokerService {
                 error => BrokerError::Membership(error),
             })?;
         Ok(pb::ChangeMembershipResponse {
-            voters: outcome.voters.into_iter().collect(),
+            voters: outcome
+                .voters
+                .into_iter()
+                .map(|(id, addr)| (id, addr.api))
+                .collect(),
             catch_up_ms: outcome.catch_up.as_millis() as u64,
             change_ms: outcome.change.as_millis() as u64,
         })
@@ -181,6 +190,18 @@ impl BrokerService {
         applied.await?;
         Ok(())
     }
+}
+
+/// The addresses of the node a `ChangeMembership` adds: `add_addr` for the broker API, and
+/// for Raft `add_raft_addr`, or `add_addr` too when it is empty.
+fn added_node_addr(request: &pb::ChangeMembershipRequest) -> Result<NodeAddr, BrokerError> {
+    let encoded = match request.add_raft_addr.as_str() {
+        "" => request.add_addr.clone(),
+        raft => NodeAddr::split(&request.add_addr, raft).to_string(),
+    };
+    encoded
+        .parse()
+        .map_err(|error| BrokerError::Membership(MembershipError::BadAddress(error)))
 }
 
 fn validate_user_topic(topic: &str) -> Result<(), BrokerError> {

@@ -1,13 +1,16 @@
 //! `NodeStatus`: this node's view of its group, for operators, tests and benchmarks; and
 //! `InjectFault`, the drill hook that cuts this node off from its group.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use rocketraft_proto::broker as pb;
 
 use crate::error::BrokerError;
 use crate::raft::membership::members;
+use crate::raft::node_addr::NodeAddr;
 use crate::raft::role::raft_status;
+use crate::raft::types::NodeId;
 use crate::service::BrokerService;
 
 impl BrokerService {
@@ -36,8 +39,13 @@ impl BrokerService {
         let (raft_log_repair_up_to, raft_log_repair) = self.repair.status();
         let store = self.group.store();
         let (voters, learners) = members(&self.raft);
-        let voters = voters.into_iter().collect();
-        let learners = learners.into_iter().collect();
+        let api_addrs = |members: BTreeMap<NodeId, NodeAddr>| {
+            members
+                .into_iter()
+                .map(|(id, addr)| (id, addr.api))
+                .collect()
+        };
+        let (voters, learners) = (api_addrs(voters), api_addrs(learners));
         pb::NodeStatusResponse {
             node_id: status.node_id,
             group: self.group_name.clone(),

@@ -10,10 +10,20 @@ use serde::Serialize;
 use crate::admin::Admin;
 use crate::admin::AdminError;
 
+/// A node to add: it runs already, with `bootstrap = false`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewNode {
+    pub id: u64,
+    /// Its broker API address.
+    pub addr: String,
+    /// Its Raft service address, if it has a `raft_listen`; else Raft is at `addr`.
+    pub raft_addr: Option<String>,
+}
+
 /// What a membership change left, and how long it took.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MembershipChanged {
-    /// The voters after the change: node id -> address.
+    /// The voters after the change: node id -> broker API address.
     pub voters: BTreeMap<u64, String>,
     /// The added node's catch-up as a learner.
     pub catch_up_ms: u64,
@@ -24,12 +34,12 @@ pub struct MembershipChanged {
 }
 
 impl Admin {
-    /// Adds node `add` (id, address; it runs already with `bootstrap = false`) to `group` as
-    /// a voter once it caught up, and removes the nodes in `remove`, as one change.
+    /// Adds node `add` to `group` as a voter once it caught up, and removes the nodes in
+    /// `remove`, as one change.
     pub async fn change_membership(
         &self,
         group: &str,
-        add: Option<(u64, String)>,
+        add: Option<NewNode>,
         remove: &[u64],
     ) -> Result<MembershipChanged, AdminError> {
         let refused = |status| AdminError::Refused {
@@ -66,11 +76,17 @@ impl Admin {
                 .map_err(refused)?
                 .into_inner();
         }
-        let (add_node_id, add_addr) = add.unwrap_or_default();
-        let request = broker_pb::ChangeMembershipRequest {
-            add_node_id,
-            add_addr,
-            remove_node_ids: remove.to_vec(),
+        let request = match add {
+            Some(node) => broker_pb::ChangeMembershipRequest {
+                add_node_id: node.id,
+                add_addr: node.addr,
+                add_raft_addr: node.raft_addr.unwrap_or_default(),
+                remove_node_ids: remove.to_vec(),
+            },
+            None => broker_pb::ChangeMembershipRequest {
+                remove_node_ids: remove.to_vec(),
+                ..Default::default()
+            },
         };
         let response = leader
             .change_membership(self.admin_call(request))

@@ -15,6 +15,7 @@ pub use consumer_groups::GroupMember;
 pub use consumer_groups::GroupMembers;
 pub use consumer_groups::QueueProgress;
 pub use membership::MembershipChanged;
+pub use membership::NewNode;
 
 use rocketraft_proto::broker as broker_pb;
 use rocketraft_proto::nameserver as pb;

@@ -33,6 +33,7 @@ use crate::drill::report::median_and_max;
 use rocketraft_client::admin::Admin;
 use rocketraft_client::admin::AdminError;
 use rocketraft_client::admin::MembershipChanged;
+use rocketraft_client::admin::NewNode;
 use rocketraft_client::consumer::ConsumeFrom;
 use rocketraft_client::consumer::ConsumeResult;
 use rocketraft_client::consumer::ConsumerError;
@@ -483,7 +484,12 @@ async fn replace(
     joint: bool,
 ) -> Result<Vec<String>, DrillError> {
     let (fresh, addr) = cluster.start_new_node(group)?;
-    let add = Some((fresh, addr.to_string()));
+    let add = Some(NewNode {
+        id: fresh,
+        addr: addr.to_string(),
+        // The drill's nodes serve Raft on their broker port.
+        raft_addr: None,
+    });
     let steps = if joint {
         vec![(add, vec![old])]
     } else {
@@ -508,7 +514,7 @@ async fn replace(
 async fn change_membership(
     admin: &Admin,
     group: &str,
-    add: Option<(u64, String)>,
+    add: Option<NewNode>,
     remove: &[u64],
 ) -> Result<MembershipChanged, DrillError> {
     let mut attempt = 1;

@@ -3,6 +3,7 @@
 
 use clap::Subcommand;
 use rocketraft_client::admin::MembershipChanged;
+use rocketraft_client::admin::NewNode;
 use serde_json::json;
 
 use crate::Context;
@@ -33,9 +34,12 @@ pub enum ClusterCommand {
         group: String,
         #[arg(long)]
         node: u64,
-        /// The address the group's nodes reach the new node at.
+        /// The new node's broker API address.
         #[arg(long)]
         addr: String,
+        /// The new node's Raft address, if it has a `raft_listen` (else Raft is at --addr).
+        #[arg(long)]
+        raft_addr: Option<String>,
     },
     /// Remove a node from a broker group (the leader hands its leadership on first); the
     /// removed node stops registering and can then be shut down.
@@ -56,8 +60,12 @@ pub enum ClusterCommand {
         /// The node that takes its place (running, `bootstrap = false`).
         #[arg(long)]
         node: u64,
+        /// The new node's broker API address.
         #[arg(long)]
         addr: String,
+        /// The new node's Raft address, if it has a `raft_listen` (else Raft is at --addr).
+        #[arg(long)]
+        raft_addr: Option<String>,
     },
 }
 
@@ -73,10 +81,20 @@ pub async fn run(command: ClusterCommand, context: &Context) -> anyhow::Result<(
             }
             Ok(())
         }
-        ClusterCommand::NodeAdd { group, node, addr } => {
+        ClusterCommand::NodeAdd {
+            group,
+            node,
+            addr,
+            raft_addr,
+        } => {
+            let new_node = NewNode {
+                id: node,
+                addr,
+                raft_addr,
+            };
             let changed = context
                 .admin
-                .change_membership(&group, Some((node, addr)), &[])
+                .change_membership(&group, Some(new_node), &[])
                 .await?;
             print_membership(context, &group, &changed);
             Ok(())
@@ -94,10 +112,16 @@ pub async fn run(command: ClusterCommand, context: &Context) -> anyhow::Result<(
             old,
             node,
             addr,
+            raft_addr,
         } => {
+            let new_node = NewNode {
+                id: node,
+                addr,
+                raft_addr,
+            };
             let changed = context
                 .admin
-                .change_membership(&group, Some((node, addr)), &[old])
+                .change_membership(&group, Some(new_node), &[old])
                 .await?;
             print_membership(context, &group, &changed);
             Ok(())
