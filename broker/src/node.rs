@@ -34,8 +34,10 @@ use crate::raft::compaction::run_compaction;
 use crate::raft::faults::FaultPlan;
 use crate::raft::lease::Leadership;
 use crate::raft::lease::run_leadership_watch;
+use crate::raft::log_store::LogReader;
 use crate::raft::log_store::LogStore;
 use crate::raft::log_store::LogStoreConfig;
+use crate::raft::log_store::release_idle_entry_cache;
 use crate::raft::membership::PeerAddrs;
 use crate::raft::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
 use crate::raft::repair;
@@ -189,9 +191,15 @@ impl BrokerNode {
             .then(|| Arc::new(FaultPlan::new(config.node_id)));
         let faults = options.faults.or_else(|| drill_faults.clone());
         let raft_log_dir = config.data_dir.join("raft").join("log");
-        let (raft, group, pending_repair) = open_raft(&config, faults.clone()).await?;
+        let OpenedRaft {
+            raft,
+            group,
+            pending_repair,
+            log,
+        } = open_raft(&config, faults.clone()).await?;
         let repair = RepairState::new(pending_repair);
         let shutdown = CancellationToken::new();
+        tokio::spawn(release_idle_entry_cache(log, shutdown.clone()));
         let consumers = Arc::new(ConsumerRegistry::default());
         tokio::spawn(run_consumer_registry(
             raft.clone(),
@@ -441,12 +449,21 @@ impl BrokerNode {
     }
 }
 
-/// Opens the store and the Raft log and starts Raft; also returns the repair the Raft log
-/// needs, if it was found damaged (now or at an earlier start).
+/// Raft started over the node's store and log.
+struct OpenedRaft {
+    raft: Raft,
+    group: Arc<GroupState>,
+    /// The repair the Raft log needs, if it was found damaged (now or at an earlier start).
+    pending_repair: Option<RepairMark>,
+    /// A reader of the Raft log, for tasks beside Raft.
+    log: LogReader,
+}
+
+/// Opens the store and the Raft log and starts Raft.
 async fn open_raft(
     config: &BrokerConfig,
     faults: Option<Arc<FaultPlan>>,
-) -> Result<(Raft, Arc<GroupState>, Option<RepairMark>), StartError> {
+) -> Result<OpenedRaft, StartError> {
     let raft_dir = config.data_dir.join("raft");
     let raft_error = |source| StartError::RaftState {
         dir: raft_dir.clone(),
@@ -497,10 +514,16 @@ async fn open_raft(
     // A node repairing its log must not stand for election, not even before the repair
     // task starts.
     let may_elect = pending_repair.is_none();
+    let log = log_store.reader();
     let raft = start_raft(config, log_store, state_machine, faults, may_elect)
         .await
         .map_err(StartError::Raft)?;
-    Ok((raft, group, pending_repair))
+    Ok(OpenedRaft {
+        raft,
+        group,
+        pending_repair,
+        log,
+    })
 }
 
 /// Whether the group has a node other than this one to repair it from.

@@ -8,8 +8,11 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
+use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
@@ -95,9 +98,43 @@ enum Command {
 /// What is logged when `RUST_LOG` is unset.
 const LOG_FILTER_DEFAULT: &str = "info,openraft=warn";
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// How often a runtime thread hands the memory it freed back to the OS, at most.
+const RELEASE_FREED_MEMORY_EVERY: Duration = Duration::from_secs(1);
+
+fn main() -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(release_freed_memory)
+        .build()
+        .context("start the tokio runtime")?
+        .block_on(run(Cli::parse()))
+}
+
+/// Runs whenever a runtime thread parks (it has nothing to do). mimalloc gives a thread's
+/// freed pages back to the OS only during that thread's later allocations, so a worker that
+/// goes quiet after a burst would keep them for as long as the node stays idle (measured
+/// under W1: 71-94 MB anonymous memory per broker 45 s after the load, against 27 MB at start).
+/// At most once a second per thread, it collects them here.
+fn release_freed_memory() {
+    thread_local! {
+        static LAST_RELEASE: Cell<Option<Instant>> = const { Cell::new(None) };
+    }
+    let now = Instant::now();
+    LAST_RELEASE.with(|last| {
+        if last
+            .get()
+            .is_some_and(|at| now.duration_since(at) < RELEASE_FREED_MEMORY_EVERY)
+        {
+            return;
+        }
+        last.set(Some(now));
+        // SAFETY: `mi_collect` has no preconditions; it frees only memory that no live
+        // allocation uses.
+        unsafe { libmimalloc_sys::mi_collect(false) };
+    });
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Some(Command::Dev {
             ref data_dir,

@@ -3,9 +3,13 @@
 //! disk read nor a decode.
 //!
 //! Invariant: the cached entries have consecutive indexes and equal what the log holds at
-//! those indexes; every truncation or purge of the log is mirrored here.
+//! those indexes; every truncation or purge of the log is mirrored here. A cache that saw no
+//! append for a while is let go ([`EntryCache::release_if_idle`]): an idle group holds no
+//! copy of its last burst in memory.
 
 use std::collections::VecDeque;
+use std::time::Duration;
+use std::time::Instant;
 
 use openraft::entry::RaftEntry;
 
@@ -22,6 +26,8 @@ pub struct EntryCache {
     /// Entries with their encoded size.
     entries: VecDeque<(Entry, u64)>,
     bytes: u64,
+    /// When the last entry was added.
+    last_push: Option<Instant>,
 }
 
 impl EntryCache {
@@ -37,6 +43,7 @@ impl EntryCache {
         }
         self.bytes += encoded_bytes;
         self.entries.push_back((entry, encoded_bytes));
+        self.last_push = Some(Instant::now());
         while self.bytes > ENTRY_CACHE_BYTES_MAX && self.entries.len() > 1 {
             self.pop_front();
         }
@@ -73,6 +80,23 @@ impl EntryCache {
         }
     }
 
+    /// Forgets every entry if none was added for `idle` (as of `now`), giving the memory
+    /// back; returns the bytes released. Followers that lag are then sent entries read from
+    /// the log, as they are when the budget evicted them.
+    pub fn release_if_idle(&mut self, now: Instant, idle: Duration) -> u64 {
+        let quiet = self
+            .last_push
+            .is_some_and(|last| now.saturating_duration_since(last) >= idle);
+        if !quiet || self.entries.is_empty() {
+            return 0;
+        }
+        let released = self.bytes;
+        self.clear();
+        // A `VecDeque` keeps its capacity when cleared.
+        self.entries.shrink_to_fit();
+        released
+    }
+
     fn pop_front(&mut self) {
         if let Some((_, bytes)) = self.entries.pop_front() {
             self.bytes -= bytes;
@@ -97,6 +121,30 @@ mod tests {
             log_id: LogId::new_term_index(1, index),
             payload: EntryPayload::Blank,
         }
+    }
+
+    #[test]
+    fn an_idle_cache_is_released_and_a_busy_one_kept() {
+        let mut cache = EntryCache::default();
+        let idle = Duration::from_secs(5);
+        assert_eq!(cache.release_if_idle(Instant::now(), idle), 0, "empty");
+        cache.push(entry(1), 10);
+        cache.push(entry(2), 10);
+        let pushed = Instant::now();
+        assert_eq!(cache.release_if_idle(pushed, idle), 0, "just appended");
+        assert_eq!(
+            cache.release_if_idle(pushed + idle - Duration::from_millis(1), idle),
+            0,
+            "quiet for less than idle"
+        );
+        assert_eq!(cache.release_if_idle(pushed + idle, idle), 20);
+        assert!(cache.get(2).is_none());
+        cache.push(entry(3), 10);
+        assert_eq!(
+            cache.get(3).map(|(e, _)| e.index()),
+            Some(3),
+            "filled again"
+        );
     }
 
     #[test]

@@ -30,6 +30,7 @@ use openraft::storage::RaftLogReader;
 use openraft::storage::RaftLogStorage;
 use serde::Deserialize;
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use crate::durable_file;
 use crate::raft::codec;
@@ -451,6 +452,43 @@ impl RaftLogReader<TypeConfig> for LogReader {
             .read()
             .map_err(|_| io::Error::other("raft log lock poisoned"))?;
         Ok(files.vote)
+    }
+}
+
+/// How long a log must see no append before its entry cache is released.
+pub const ENTRY_CACHE_IDLE_RELEASE: Duration = Duration::from_secs(5);
+
+impl LogStore {
+    /// A reader of this log, for tasks that run beside Raft.
+    pub fn reader(&self) -> LogReader {
+        LogReader {
+            files: self.files.clone(),
+        }
+    }
+}
+
+impl LogReader {
+    /// Releases the entry cache if nothing was appended for `idle`; returns the bytes freed.
+    pub fn release_idle_cache(&self, idle: Duration) -> u64 {
+        match self.files.write() {
+            Ok(mut files) => files.cache.release_if_idle(std::time::Instant::now(), idle),
+            Err(_) => 0,
+        }
+    }
+}
+
+/// Releases `log`'s entry cache whenever it has been idle for [`ENTRY_CACHE_IDLE_RELEASE`],
+/// until `shutdown`.
+pub async fn release_idle_entry_cache(log: LogReader, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(ENTRY_CACHE_IDLE_RELEASE) => {}
+        }
+        let released = log.release_idle_cache(ENTRY_CACHE_IDLE_RELEASE);
+        if released > 0 {
+            tracing::debug!(released, "raft log idle: entry cache released");
+        }
     }
 }
 
