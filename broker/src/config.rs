@@ -130,6 +130,24 @@ pub struct BrokerConfig {
     pub store: StoreSizes,
     #[serde(default)]
     pub retention: RetentionSettings,
+    /// TLS on the broker API and Raft ports; absent: plain HTTP/2.
+    #[serde(default)]
+    pub tls: Option<TlsSettings>,
+}
+
+/// TLS from PEM files: the broker API serves `cert` to any client, the Raft port serves it
+/// and admits only peers whose certificate `ca` signed (mutual TLS), and the node presents
+/// `cert` to its peers and verifies theirs against `ca`. Needs a `raft_listen`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSettings {
+    /// This node's certificate chain; its subject alternative names must cover the
+    /// addresses clients and peers use for it (`ip:port`s: IP address SANs).
+    pub cert: PathBuf,
+    /// The private key of `cert`.
+    pub key: PathBuf,
+    /// The CA that signed every node's certificate of the group.
+    pub ca: PathBuf,
 }
 
 /// When CommitLog segments are deleted, and when the disk is too full for sends
@@ -414,6 +432,13 @@ impl BrokerConfig {
                 ),
             ));
         }
+        if self.tls.is_some() && self.raft_listen.is_none() {
+            return Err(ConfigError::new(
+                "tls",
+                "needs a raft_listen: the Raft port requires peers' certificates, which the \
+                 broker API's clients do not have",
+            ));
+        }
         // Port 0 is any free port: two of them are two ports.
         if self.raft_listen == Some(self.listen) && self.listen.port() != 0 {
             return Err(ConfigError::new(
@@ -568,6 +593,25 @@ mod tests {
         let mut same = config.clone();
         same.raft_listen = Some(same.listen);
         assert_eq!(same.validate().expect_err("same port").key, "raft_listen");
+        let mut without_raft_port = alone.clone();
+        without_raft_port
+            .peers
+            .insert("1".into(), "127.0.0.1:10911".into());
+        without_raft_port.tls = Some(TlsSettings {
+            cert: "node.pem".into(),
+            key: "node.key".into(),
+            ca: "ca.pem".into(),
+        });
+        assert_eq!(
+            without_raft_port
+                .validate()
+                .expect_err("tls, no raft port")
+                .key,
+            "tls"
+        );
+        let mut with_tls = config.clone();
+        with_tls.tls = without_raft_port.tls.clone();
+        with_tls.validate().expect("tls with a raft port");
         let mut unnamed = BrokerConfig::from_toml(VALID).expect("valid");
         unnamed.raft_listen = config.raft_listen;
         assert_eq!(

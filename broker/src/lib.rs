@@ -12,7 +12,8 @@
 //!   what a node counts and reports to Prometheus;
 //! - [`registration`]: telling the nameservers who this node is and whether it leads;
 //! - [`scrub`]: re-checking the CommitLog at a bounded rate, repairing it from peers;
-//! - [`node`]: wiring one node together; [`config`]: its TOML configuration.
+//! - [`node`]: wiring one node together; [`config`]: its TOML configuration; [`tls`]: TLS
+//!   on its ports and to its peers.
 
 pub mod config;
 pub mod consumer_registry;
@@ -34,4 +35,5 @@ pub mod service;
 pub mod store;
 #[cfg(test)]
 mod test_node;
+pub mod tls;
 pub mod topic;

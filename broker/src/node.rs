@@ -19,6 +19,7 @@ use rocketraft_proto::raft::raft_server::RaftServer;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::ServerTlsConfig;
 use tonic::transport::server::Router;
 use tonic::transport::server::TcpIncoming;
 
@@ -63,6 +64,9 @@ use crate::scrub::run_scrub;
 use crate::service::BrokerService;
 use crate::service::ServiceOptions;
 use crate::store::MessageStore;
+use crate::tls::NodeTls;
+use crate::tls::PeerConnector;
+use crate::tls::TlsFileError;
 use crate::topic::AUTO_CREATED_QUEUE_COUNT;
 use rocketraft_nameserver::metrics_endpoint::serve_metrics;
 
@@ -93,6 +97,10 @@ pub enum StartError {
     },
     #[error("start raft")]
     Raft(#[from] crate::raft::setup::SetupError),
+    #[error(transparent)]
+    TlsFile(#[from] TlsFileError),
+    #[error("configure TLS")]
+    Tls(#[source] tonic::transport::Error),
     /// Local state is damaged and no other node of the group holds it.
     #[error("cannot repair this node: {0}")]
     Unrepairable(String),
@@ -172,6 +180,8 @@ impl BrokerNode {
                 "a node with a raft_listen is started with a Raft listener, and only then",
             )));
         }
+        let tls = config.tls.as_ref().map(NodeTls::load).transpose()?;
+        let peer_connector = PeerConnector::new(tls.as_ref());
         let data_dir_lock = DataDirLock::acquire(&config.data_dir)?;
         let peers = config.peer_map()?;
         let local_addr = |listener: &TcpListener, configured| {
@@ -196,7 +206,7 @@ impl BrokerNode {
             group,
             pending_repair,
             log,
-        } = open_raft(&config, faults.clone()).await?;
+        } = open_raft(&config, faults.clone(), peer_connector.clone()).await?;
         let repair = RepairState::new(pending_repair);
         let shutdown = CancellationToken::new();
         tokio::spawn(release_idle_entry_cache(log, shutdown.clone()));
@@ -298,20 +308,31 @@ impl BrokerNode {
                 shutdown.clone().cancelled_owned(),
             ))
         };
-        let server = || {
-            tonic::transport::Server::builder()
+        let server = |tls: Option<ServerTlsConfig>| {
+            let builder = tonic::transport::Server::builder()
                 .max_concurrent_streams(config.streams_per_connection_max)
-                .max_frame_size(HTTP2_FRAME_BYTES_MAX)
+                .max_frame_size(HTTP2_FRAME_BYTES_MAX);
+            match tls {
+                Some(tls) => builder.tls_config(tls).map_err(StartError::Tls),
+                None => Ok(builder),
+            }
         };
         let servers = match listeners.raft {
             // Raft on a port of its own: the broker API's port answers `UNIMPLEMENTED` to
             // every Raft call.
             Some(raft_listener) => vec![
-                serve(server().add_service(broker), listeners.api),
-                serve(server().add_service(raft_service), raft_listener),
+                serve(
+                    server(tls.as_ref().map(NodeTls::api_server))?.add_service(broker),
+                    listeners.api,
+                ),
+                serve(
+                    server(tls.as_ref().map(NodeTls::raft_server))?.add_service(raft_service),
+                    raft_listener,
+                ),
             ],
+            // Validated: TLS needs a `raft_listen`.
             None => vec![serve(
-                server().add_service(broker).add_service(raft_service),
+                server(None)?.add_service(broker).add_service(raft_service),
                 listeners.api,
             )],
         };
@@ -332,6 +353,7 @@ impl BrokerNode {
                 .filter(|(id, _)| **id != config.node_id)
                 .map(|(_, addr)| addr.clone())
                 .collect(),
+            peer_connector,
         );
         tokio::spawn(run_scrub(
             group.clone(),
@@ -463,6 +485,7 @@ struct OpenedRaft {
 async fn open_raft(
     config: &BrokerConfig,
     faults: Option<Arc<FaultPlan>>,
+    peer_connector: PeerConnector,
 ) -> Result<OpenedRaft, StartError> {
     let raft_dir = config.data_dir.join("raft");
     let raft_error = |source| StartError::RaftState {
@@ -515,9 +538,16 @@ async fn open_raft(
     // task starts.
     let may_elect = pending_repair.is_none();
     let log = log_store.reader();
-    let raft = start_raft(config, log_store, state_machine, faults, may_elect)
-        .await
-        .map_err(StartError::Raft)?;
+    let raft = start_raft(
+        config,
+        log_store,
+        state_machine,
+        faults,
+        peer_connector,
+        may_elect,
+    )
+    .await
+    .map_err(StartError::Raft)?;
     Ok(OpenedRaft {
         raft,
         group,

@@ -30,6 +30,7 @@ use crate::store::scrub::RECORD_OR_FILLER_BYTES_MAX;
 use crate::store::scrub::WalkEnd;
 use crate::store::scrub::valid_entry_len;
 use crate::store::scrub::walk_records;
+use crate::tls::PeerConnector;
 
 /// CommitLog bytes read and checked per step.
 pub const SCRUB_CHUNK_BYTES: usize = 1024 * 1024;
@@ -273,7 +274,7 @@ impl Scrubber {
         let mut last_error = String::from("no peers");
         // `ReadCommitLog` is a Raft service call.
         for peer in self.peers.current().iter().map(|peer| &peer.raft) {
-            let copy = match read_peer(peer, at).await {
+            let copy = match read_peer(self.peers.connector(), peer, at).await {
                 Ok(copy) => copy,
                 Err(error) => {
                     last_error = format!("{peer}: {error}");
@@ -334,12 +335,15 @@ impl Scrubber {
 }
 
 /// One record's worth of the peer's CommitLog from `offset`.
-async fn read_peer(peer: &str, offset: i64) -> Result<Vec<u8>, String> {
+async fn read_peer(connector: &PeerConnector, peer: &str, offset: i64) -> Result<Vec<u8>, String> {
     let read = async {
-        let mut client = RaftClient::connect(format!("http://{peer}"))
+        let channel = connector
+            .endpoint(peer)?
+            .connect()
             .await
-            .map_err(|error| error.to_string())?
-            .max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX);
+            .map_err(|error| error.to_string())?;
+        let mut client =
+            RaftClient::new(channel).max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX);
         client
             .read_commit_log(pb::ReadCommitLogRequest {
                 offset,

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::clients::BrokerClients;
+use crate::connector::Connector;
 use crate::group::BrokerGroupClient;
 use crate::group::is_retryable;
 use crate::route::RouteCache;
@@ -79,10 +80,11 @@ pub struct Brokers {
 }
 
 impl Brokers {
-    pub fn new(routes: RouteCache) -> Brokers {
+    /// Calls groups found through `routes`, connecting to their nodes through `connector`.
+    pub fn new(routes: RouteCache, connector: Connector) -> Brokers {
         Brokers {
             routes,
-            clients: BrokerClients::default(),
+            clients: BrokerClients::new(connector),
             groups: Mutex::new(HashMap::new()),
             learned: Mutex::new(HashMap::new()),
         }
@@ -200,7 +202,9 @@ impl Brokers {
             }
             known.nodes.clone()
         };
-        let report = BrokerGroupClient::new(nodes).find_leader_report().await?;
+        let report = BrokerGroupClient::with_connector(nodes, self.clients.connector().clone())
+            .find_leader_report()
+            .await?;
         // Followers name a dead or paused leader until they elect a new one.
         let suspect = self
             .lock()
@@ -272,7 +276,10 @@ mod tests {
 
     /// A client that knows no nameserver: these tests feed it routes themselves.
     fn brokers() -> Brokers {
-        Brokers::new(RouteCache::new(Vec::new(), Duration::from_secs(30)))
+        Brokers::new(
+            RouteCache::new(Vec::new(), Duration::from_secs(30)),
+            Connector::plain(),
+        )
     }
 
     fn not_leader(hint: Option<SocketAddr>) -> tonic::Status {

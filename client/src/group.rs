@@ -12,22 +12,14 @@ use std::time::Duration;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::common::ResponseCode;
-use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
+
+use crate::connector::Connector;
 use tonic::transport::Channel;
 
 /// Messages up to the broker's 4 MiB body limit plus framing must fit a gRPC message.
 pub const GRPC_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Pause between attempts while a group has no reachable leader.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
-/// How long to wait for a connection to a node.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// A connection with calls open that has read nothing for `KEEP_ALIVE_INTERVAL` sends a
-/// ping; one unanswered for `KEEP_ALIVE_TIMEOUT` fails the connection and its calls. This is
-/// how a consumer's held pull (and a membership watch) leaves a paused or cut-off leader: with
-/// 5 s / 5 s the drill's consumer resumed 3.1 s after a leader was paused, with 500 ms / 1 s
-/// in 1.6 s (its producer in 1.0 s, the election). A busy connection sends no pings.
-const KEEP_ALIVE_INTERVAL: Duration = Duration::from_millis(500);
-const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a node may take to report its status while the leader is being looked for (a
 /// paused process accepts connections but never answers).
 const STATUS_TIMEOUT: Duration = Duration::from_millis(500);
@@ -53,25 +45,10 @@ pub enum GroupError {
     },
 }
 
-/// Connects to one broker node's API.
+/// Connects to one broker node's API over plain HTTP/2 (tools and tests; the SDK's clients
+/// connect through their [`Connector`]).
 pub async fn connect(addr: SocketAddr) -> Result<BrokerClient<Channel>, GroupError> {
-    let endpoint = Channel::from_shared(format!("http://{addr}"))
-        .map_err(|_| GroupError::InvalidAddress { addr })?
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        .max_frame_size(HTTP2_FRAME_BYTES_MAX)
-        // While calls are open (held pulls, membership watches), ping the node, so one
-        // that stopped answering (paused, or cut off) fails them instead of holding them.
-        .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
-        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
-        .keep_alive_while_idle(false);
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|source| GroupError::Connect { addr, source })?;
-    Ok(BrokerClient::new(channel)
-        .max_decoding_message_size(GRPC_MESSAGE_BYTES_MAX)
-        .max_encoding_message_size(GRPC_MESSAGE_BYTES_MAX))
+    Connector::plain().connect(addr).await
 }
 
 /// Who leads a group, as its nodes report it.
@@ -86,19 +63,25 @@ pub struct LeaderReport {
 #[derive(Debug, Clone)]
 pub struct BrokerGroupClient {
     nodes: Vec<SocketAddr>,
+    connector: Connector,
 }
 
 impl BrokerGroupClient {
-    /// A client of the group whose nodes listen on `nodes`.
+    /// A client of the group whose nodes listen on `nodes`, over plain HTTP/2.
     pub fn new(nodes: Vec<SocketAddr>) -> BrokerGroupClient {
-        BrokerGroupClient { nodes }
+        BrokerGroupClient::with_connector(nodes, Connector::plain())
+    }
+
+    /// A client of the group whose nodes listen on `nodes`, connecting through `connector`.
+    pub fn with_connector(nodes: Vec<SocketAddr>, connector: Connector) -> BrokerGroupClient {
+        BrokerGroupClient { nodes, connector }
     }
 
     pub async fn node_status(
         &self,
         addr: SocketAddr,
     ) -> Result<pb::NodeStatusResponse, GroupError> {
-        let mut client = connect(addr).await?;
+        let mut client = self.connector.connect(addr).await?;
         let response = client
             .node_status(pb::NodeStatusRequest {})
             .await
@@ -167,7 +150,7 @@ impl BrokerGroupClient {
     /// A connection to the current leader.
     pub async fn leader(&self) -> Result<BrokerClient<Channel>, GroupError> {
         let leader = self.find_leader().await.ok_or(GroupError::NoLeader)?;
-        connect(leader).await
+        self.connector.connect(leader).await
     }
 
     /// Sends to the leader, following leader changes until `timeout`. A rejection of the
@@ -181,7 +164,7 @@ impl BrokerGroupClient {
         loop {
             let last_error = match self.find_leader().await {
                 None => "no node knows a leader".to_owned(),
-                Some(leader) => match connect(leader).await {
+                Some(leader) => match self.connector.connect(leader).await {
                     Ok(mut client) => match client.send(request.clone()).await {
                         Ok(response) => return Ok(response.into_inner()),
                         Err(status) if is_retryable(&status) => status.to_string(),

@@ -7,6 +7,7 @@
 //! - [`route`]: topic routes from the nameservers, cached; [`subscription`]: tag expressions;
 //! - [`group`]: a leader-following connection to one broker group (tools and tests);
 //! - [`brokers`]: leader-following calls to broker groups; [`clients`]: cached connections;
+//!   [`connector`]: how connections are opened (plain or TLS);
 //! - [`admin`]: cluster administration (what `mqadmin` does);
 //! - [`error`]: what can go wrong, in the application's terms.
 //!
@@ -16,6 +17,7 @@
 pub mod admin;
 pub mod brokers;
 pub mod clients;
+pub mod connector;
 pub mod consumer;
 pub mod error;
 pub mod group;

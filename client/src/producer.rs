@@ -34,6 +34,8 @@ use rocketraft_proto::names::validate_topic_name;
 
 use crate::brokers::Brokers;
 use crate::brokers::CallError;
+use crate::connector::ClientTls;
+use crate::connector::Connector;
 use crate::error::ProducerError;
 use crate::message::Message;
 use crate::route::ROUTE_TTL_DEFAULT;
@@ -69,9 +71,16 @@ pub struct ProducerBuilder {
     send_timeout: Duration,
     retries: u32,
     route_ttl: Duration,
+    connector: Connector,
 }
 
 impl ProducerBuilder {
+    /// Connects to the brokers over TLS, verifying them against `tls`'s CA.
+    pub fn tls(mut self, tls: ClientTls) -> ProducerBuilder {
+        self.connector = Connector::tls(tls);
+        self
+    }
+
     pub fn send_timeout(mut self, timeout: Duration) -> ProducerBuilder {
         self.send_timeout = timeout;
         self
@@ -94,10 +103,10 @@ impl ProducerBuilder {
                 "a producer needs at least one nameserver".into(),
             ));
         }
-        let brokers = Arc::new(Brokers::new(RouteCache::new(
-            self.nameservers,
-            self.route_ttl,
-        )));
+        let brokers = Arc::new(Brokers::new(
+            RouteCache::new(self.nameservers, self.route_ttl),
+            self.connector,
+        ));
         Ok(Producer {
             inner: Arc::new(Inner {
                 group: self.group,
@@ -144,6 +153,7 @@ impl Producer {
             send_timeout: SEND_TIMEOUT_DEFAULT,
             retries: SEND_RETRIES_DEFAULT,
             route_ttl: ROUTE_TTL_DEFAULT,
+            connector: Connector::plain(),
         }
     }
 

@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod deliveries;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -29,8 +30,9 @@ use rocketraft_broker::node::NodeOptions;
 use rocketraft_broker::raft::faults::FaultPlan;
 use rocketraft_broker::raft::node_addr::NodeAddr;
 use rocketraft_client::admin::NewNode;
+use rocketraft_client::connector::ClientTls;
+use rocketraft_client::connector::Connector;
 use rocketraft_client::group::BrokerGroupClient;
-use rocketraft_client::group::connect;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::common as common_pb;
@@ -91,6 +93,8 @@ pub struct TestGroup {
     configs: BTreeMap<u64, BrokerConfig>,
     nodes: BTreeMap<u64, BrokerNode>,
     pub faults: Arc<FaultPlan>,
+    /// How the test reaches the nodes' broker API: TLS if the nodes serve it.
+    connector: Connector,
 }
 
 impl TestGroup {
@@ -116,6 +120,7 @@ impl TestGroup {
             nodes: BTreeMap::new(),
             faults,
             dir,
+            connector: Connector::plain(),
         };
         for (id, listeners) in listeners {
             let mut config = BrokerConfig {
@@ -160,6 +165,7 @@ impl TestGroup {
                     disk_full_ratio: 1.0,
                     ..RetentionSettings::default()
                 },
+                tls: None,
             };
             config.store.commit_log_segment_bytes = COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
             config.store.consume_queue_units_per_segment = 1024;
@@ -167,6 +173,9 @@ impl TestGroup {
             // Small index files: tests that send thousands of messages roll them.
             config.store.index_entries_per_file = 4096;
             tune(&mut config);
+            if let Some(tls) = &config.tls {
+                group.connector = Connector::tls(ClientTls::from_ca_file(&tls.ca)?);
+            }
             let node =
                 BrokerNode::start_on(config.clone(), listeners, group.node_options()).await?;
             group.nodes.insert(id, node);
@@ -248,7 +257,7 @@ impl TestGroup {
     }
 
     pub async fn client(&self, id: u64) -> anyhow::Result<BrokerClient<Channel>> {
-        Ok(connect(self.addr(id)).await?)
+        Ok(self.connector.connect(self.addr(id)).await?)
     }
 
     pub async fn status(&self, id: u64) -> anyhow::Result<pb::NodeStatusResponse> {
@@ -261,7 +270,10 @@ impl TestGroup {
 
     /// A client of the whole group that follows its leader.
     pub fn group_client(&self) -> BrokerGroupClient {
-        BrokerGroupClient::new(self.configs.values().map(|config| config.listen).collect())
+        BrokerGroupClient::with_connector(
+            self.configs.values().map(|config| config.listen).collect(),
+            self.connector.clone(),
+        )
     }
 
     /// Stops a node as a crash would leave it: nothing is flushed on the way out.

@@ -28,6 +28,7 @@ use crate::raft::node_addr::NodeAddr;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 use crate::raft::types::TypeConfig;
+use crate::tls::PeerConnector;
 
 /// Voters a group may have at most (a typo must not make a group of hundreds).
 pub const VOTERS_MAX: usize = 7;
@@ -118,11 +119,21 @@ pub fn is_member(raft: &Raft) -> bool {
 pub struct PeerAddrs {
     raft: Raft,
     configured: Vec<NodeAddr>,
+    connector: PeerConnector,
 }
 
 impl PeerAddrs {
-    pub fn new(raft: Raft, configured: Vec<NodeAddr>) -> PeerAddrs {
-        PeerAddrs { raft, configured }
+    pub fn new(raft: Raft, configured: Vec<NodeAddr>, connector: PeerConnector) -> PeerAddrs {
+        PeerAddrs {
+            raft,
+            configured,
+            connector,
+        }
+    }
+
+    /// How connections to the peers are opened.
+    pub fn connector(&self) -> &PeerConnector {
+        &self.connector
     }
 
     /// The addresses of the other members.

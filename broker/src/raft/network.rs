@@ -30,14 +30,12 @@ use openraft::raft::TransferLeaderRequest;
 use openraft::raft::TransferLeaderResponse;
 use openraft::raft::VoteRequest;
 use openraft::raft::VoteResponse;
-use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
 use rocketraft_proto::raft as pb;
 use rocketraft_proto::raft::raft_client::RaftClient;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
-use tonic::transport::Endpoint;
 
 use crate::raft::append_codec::AppendCodec;
 use crate::raft::codec;
@@ -51,6 +49,7 @@ use crate::raft::types::NodeId;
 use crate::raft::types::Snapshot;
 use crate::raft::types::TypeConfig;
 use crate::raft::types::Vote;
+use crate::tls::PeerConnector;
 
 /// gRPC messages between nodes may carry a batch of messages near the 4 MiB body maximum
 /// plus framing; tonic's 4 MiB default would reject them.
@@ -66,14 +65,20 @@ pub struct NetworkFactory {
     node_id: NodeId,
     channels: Arc<DashMap<String, Channel>>,
     faults: Option<Arc<FaultPlan>>,
+    connector: PeerConnector,
 }
 
 impl NetworkFactory {
-    pub fn new(node_id: NodeId, faults: Option<Arc<FaultPlan>>) -> NetworkFactory {
+    pub fn new(
+        node_id: NodeId,
+        faults: Option<Arc<FaultPlan>>,
+        connector: PeerConnector,
+    ) -> NetworkFactory {
         NetworkFactory {
             node_id,
             channels: Arc::new(DashMap::new()),
             faults,
+            connector,
         }
     }
 
@@ -81,13 +86,7 @@ impl NetworkFactory {
         if let Some(channel) = self.channels.get(addr) {
             return Ok(channel.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|error| format!("bad peer address {addr:?}: {error}"))?
-            .tcp_nodelay(true)
-            .max_frame_size(HTTP2_FRAME_BYTES_MAX)
-            .connect_timeout(Duration::from_secs(1))
-            .http2_keep_alive_interval(Duration::from_secs(10));
-        let channel = endpoint.connect_lazy();
+        let channel = self.connector.endpoint(addr)?.connect_lazy();
         self.channels.insert(addr.to_owned(), channel.clone());
         Ok(channel)
     }

@@ -33,6 +33,7 @@ use crate::raft::codec;
 use crate::raft::membership::PeerAddrs;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
+use crate::tls::PeerConnector;
 
 /// The mark's file, in the Raft log directory.
 const MARK_FILE: &str = "repair";
@@ -257,7 +258,7 @@ async fn obtain_consent(node_id: NodeId, peers: &PeerAddrs, admin_token: Option<
     loop {
         // An admin call: to the broker API, not to Raft.
         for addr in peers.current().iter().map(|peer| &peer.api) {
-            match ask_consent(addr, node_id, admin_token).await {
+            match ask_consent(peers.connector(), addr, node_id, admin_token).await {
                 Ok(()) => return,
                 Err(error) => tracing::debug!(%addr, %error, "no consent to a shorter raft log"),
             }
@@ -266,11 +267,19 @@ async fn obtain_consent(node_id: NodeId, peers: &PeerAddrs, admin_token: Option<
     }
 }
 
-async fn ask_consent(addr: &str, node_id: NodeId, admin_token: Option<&str>) -> Result<(), String> {
+async fn ask_consent(
+    connector: &PeerConnector,
+    addr: &str,
+    node_id: NodeId,
+    admin_token: Option<&str>,
+) -> Result<(), String> {
     let call = async {
-        let mut client = BrokerClient::connect(format!("http://{addr}"))
+        let channel = connector
+            .endpoint(addr)?
+            .connect()
             .await
             .map_err(|error| error.to_string())?;
+        let mut client = BrokerClient::new(channel);
         let mut request = tonic::Request::new(pb::PrepareNodeReplacementRequest { node_id });
         if let Some(token) = admin_token {
             rocketraft_proto::secrets::attach(&mut request, ADMIN_TOKEN_HEADER, token);

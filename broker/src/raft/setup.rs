@@ -19,6 +19,7 @@ use crate::raft::state_machine::StateMachine;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 use crate::raft::types::TypeConfig;
+use crate::tls::PeerConnector;
 
 /// Why Raft could not be started, a group founded, or a node let back in.
 #[derive(Debug, thiserror::Error)]
@@ -44,10 +45,11 @@ pub async fn start_raft(
     log_store: LogStore,
     state_machine: StateMachine,
     faults: Option<Arc<FaultPlan>>,
+    peers: PeerConnector,
     may_elect: bool,
 ) -> Result<Raft, SetupError> {
     let raft_config = raft_config(config, may_elect)?;
-    let network = NetworkFactory::new(config.node_id, faults);
+    let network = NetworkFactory::new(config.node_id, faults, peers);
     Raft::new(
         config.node_id,
         Arc::new(raft_config),

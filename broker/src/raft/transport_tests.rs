@@ -30,7 +30,7 @@ const STRANGER: NodeId = 9;
 const RPC_TTL: Duration = Duration::from_secs(5);
 
 async fn peer_client(addr: &str, faults: Option<Arc<FaultPlan>>) -> PeerClient {
-    NetworkFactory::new(STRANGER, faults)
+    NetworkFactory::new(STRANGER, faults, crate::tls::PeerConnector::default())
         .new_client(1, &NodeAddr::shared(addr))
         .await
 }

@@ -21,7 +21,6 @@ use tonic::transport::Channel;
 use crate::admin::Admin;
 use crate::admin::AdminError;
 use crate::admin::ConsumeFrom;
-use crate::admin::group_client;
 use crate::consumer::consume_from::start_offset;
 use crate::group::BrokerGroupClient;
 use crate::group::is_retryable;
@@ -244,7 +243,7 @@ impl Admin {
                 group: queues.group.clone(),
                 status,
             };
-            let nodes = group_client(group_route);
+            let nodes = self.group_client(group_route);
             let leader = nodes.leader().await.map_err(|source| AdminError::Group {
                 group: queues.group.clone(),
                 source,

@@ -8,7 +8,6 @@ use serde::Serialize;
 
 use crate::admin::Admin;
 use crate::admin::AdminError;
-use crate::admin::leader_of;
 
 /// One live member of a consumer group, as one broker group's leader sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -59,7 +58,7 @@ impl Admin {
                 group: route.group.clone(),
                 status,
             };
-            let mut leader = leader_of(route).await?;
+            let mut leader = self.leader_of(route).await?;
             let request = broker_pb::ListConsumersRequest {
                 group: consumer_group.to_owned(),
             };
@@ -120,7 +119,7 @@ impl Admin {
                 let Some(group_route) = route.groups.iter().find(|g| g.group == queue.group) else {
                     continue;
                 };
-                let mut leader = leader_of(group_route).await?;
+                let mut leader = self.leader_of(group_route).await?;
                 let request = broker_pb::QueryOffsetRequest {
                     group: consumer_group.to_owned(),
                     topic: topic.clone(),

@@ -22,6 +22,8 @@ use rocketraft_proto::nameserver as pb;
 use rocketraft_proto::nameserver::name_server_client::NameServerClient;
 use serde::Serialize;
 
+use crate::connector::ClientTls;
+use crate::connector::Connector;
 use crate::group::BrokerGroupClient;
 use crate::group::GroupError;
 
@@ -64,6 +66,7 @@ pub struct Admin {
     nameservers: Vec<String>,
     /// Sent with admin calls, for brokers that require one (`admin_token`).
     admin_token: Option<String>,
+    connector: Connector,
 }
 
 impl Admin {
@@ -71,7 +74,40 @@ impl Admin {
         Admin {
             nameservers,
             admin_token: None,
+            connector: Connector::plain(),
         }
+    }
+
+    /// Connects to the brokers over TLS, verifying them against `tls`'s CA.
+    pub fn with_tls(mut self, tls: ClientTls) -> Admin {
+        self.connector = Connector::tls(tls);
+        self
+    }
+
+    /// A client of the group `route` describes, following its leader.
+    pub(crate) fn group_client(&self, route: &pb::GroupRoute) -> BrokerGroupClient {
+        BrokerGroupClient::with_connector(
+            route
+                .nodes
+                .values()
+                .filter_map(|addr| addr.parse().ok())
+                .collect(),
+            self.connector.clone(),
+        )
+    }
+
+    /// A connection to the current leader of the group `route` describes.
+    pub(crate) async fn leader_of(
+        &self,
+        route: &pb::GroupRoute,
+    ) -> Result<broker_pb::broker_client::BrokerClient<tonic::transport::Channel>, AdminError> {
+        self.group_client(route)
+            .leader()
+            .await
+            .map_err(|source| AdminError::Group {
+                group: route.group.clone(),
+                source,
+            })
     }
 
     /// Sends `token` with every admin call (topic changes, leader transfer, node
@@ -149,7 +185,7 @@ impl Admin {
         }
         let mut created = Vec::new();
         for route in targets {
-            let mut leader = leader_of(route).await?;
+            let mut leader = self.leader_of(route).await?;
             let request = broker_pb::CreateTopicRequest {
                 topic: topic.to_owned(),
                 read_queue_count: queues,
@@ -209,7 +245,7 @@ impl Admin {
             .iter()
             .find(|route| route.group == group)
             .ok_or_else(|| AdminError::UnknownGroup(group.to_owned()))?;
-        leader_of(route).await
+        self.leader_of(route).await
     }
 
     /// The min and max offset of every queue of `topic`, read from each group's leader.
@@ -220,7 +256,7 @@ impl Admin {
             let Some(group_route) = route.groups.iter().find(|g| g.group == queues.group) else {
                 continue;
             };
-            let mut leader = leader_of(group_route).await?;
+            let mut leader = self.leader_of(group_route).await?;
             for queue_id in 0..queues.read_queue_count.max(queues.write_queue_count) as i32 {
                 let request = broker_pb::ReadConsumeQueueRequest {
                     topic: topic.to_owned(),
@@ -281,30 +317,6 @@ impl Admin {
         }
         Err(AdminError::NameserversUnavailable { last_error })
     }
-}
-
-/// A client of the group `route` describes, following its leader.
-pub(crate) fn group_client(route: &pb::GroupRoute) -> BrokerGroupClient {
-    BrokerGroupClient::new(
-        route
-            .nodes
-            .values()
-            .filter_map(|addr| addr.parse().ok())
-            .collect(),
-    )
-}
-
-/// A connection to the current leader of the group `route` describes.
-pub(crate) async fn leader_of(
-    route: &pb::GroupRoute,
-) -> Result<broker_pb::broker_client::BrokerClient<tonic::transport::Channel>, AdminError> {
-    group_client(route)
-        .leader()
-        .await
-        .map_err(|source| AdminError::Group {
-            group: route.group.clone(),
-            source,
-        })
 }
 
 pub use crate::consumer::ConsumeFrom;

@@ -44,6 +44,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::brokers::Brokers;
 use crate::brokers::CallError;
+use crate::connector::ClientTls;
+use crate::connector::Connector;
 pub use crate::consumer::allocate::allocate_averagely;
 pub use crate::consumer::consume_from::ConsumeFrom;
 pub use crate::consumer::listener::ConsumeContext;
@@ -143,6 +145,8 @@ pub struct ConsumerConfig {
     pub instance_name: String,
     /// Reconsumes before the dead-letter topic; `None`: the group's setting on the broker.
     pub max_reconsume_times: Option<u32>,
+    /// How connections to the brokers are opened (plain or TLS).
+    pub connector: Connector,
 }
 
 pub struct PushConsumerBuilder {
@@ -239,6 +243,12 @@ impl PushConsumerBuilder {
         self
     }
 
+    /// Connects to the brokers over TLS, verifying them against `tls`'s CA.
+    pub fn tls(mut self, tls: ClientTls) -> PushConsumerBuilder {
+        self.config.connector = Connector::tls(tls);
+        self
+    }
+
     pub fn instance_name(mut self, name: impl Into<String>) -> PushConsumerBuilder {
         self.config.instance_name = name.into();
         self
@@ -288,10 +298,10 @@ impl PushConsumerBuilder {
             })
             .collect::<Result<_, _>>()?;
         let shared = Arc::new(Shared {
-            brokers: Brokers::new(RouteCache::new(
-                config.nameservers.clone(),
-                config.route_ttl,
-            )),
+            brokers: Brokers::new(
+                RouteCache::new(config.nameservers.clone(), config.route_ttl),
+                config.connector.clone(),
+            ),
             offsets: OffsetStore::open(backend)?,
             consume_permits: Arc::new(Semaphore::new(config.consume_concurrency)),
             listener: Arc::new(listener),
@@ -441,6 +451,7 @@ impl PushConsumer {
                 offset_dir: PathBuf::from(".rocketraft_offsets"),
                 instance_name: "DEFAULT".into(),
                 max_reconsume_times: None,
+                connector: Connector::plain(),
             },
             errors: Vec::new(),
         }

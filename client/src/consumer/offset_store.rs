@@ -280,7 +280,10 @@ mod tests {
     async fn local_offsets_survive_a_restart_and_only_move_forward() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("offsets.json");
-        let brokers = Brokers::new(RouteCache::new(Vec::new(), Duration::ZERO));
+        let brokers = Brokers::new(
+            RouteCache::new(Vec::new(), Duration::ZERO),
+            crate::connector::Connector::plain(),
+        );
         let backend = || OffsetBackend::LocalFile { path: path.clone() };
 
         let store = OffsetStore::open(backend()).expect("open");

@@ -1,7 +1,8 @@
 //! `mqadmin`: administer a rocketraft cluster through its nameservers.
 //!
-//! Every command takes `--namesrv ADDR[,ADDR]`, `--json` and `--admin-token` (or
-//! `RR_ADMIN_TOKEN`). A failure exits non-zero with
+//! Every command takes `--namesrv ADDR[,ADDR]`, `--json`, `--admin-token` (or
+//! `RR_ADMIN_TOKEN`) and, for brokers that serve TLS, `--tls-ca FILE` (or `RR_TLS_CA`). A
+//! failure exits non-zero with
 //! a one-line reason on stderr. One module per command group; the commands stay flat
 //! (`mqadmin topic-create`, as RocketMQ's mqadmin).
 
@@ -11,11 +12,13 @@ mod drill;
 mod message;
 mod topic;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
 use clap::Subcommand;
 use rocketraft_client::admin::Admin;
+use rocketraft_client::connector::ClientTls;
 
 #[derive(Parser)]
 #[command(name = "mqadmin", about = "rocketraft admin tool", version)]
@@ -35,6 +38,10 @@ struct Cli {
     /// environment than on a command line others can list).
     #[arg(long, global = true, env = "RR_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// The CA (PEM) the brokers' TLS certificates are verified against, for clusters that
+    /// serve TLS.
+    #[arg(long, global = true, env = "RR_TLS_CA")]
+    tls_ca: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -60,19 +67,37 @@ pub struct Context {
     pub namesrv: Vec<String>,
     pub admin: Admin,
     pub json: bool,
+    /// How the brokers' TLS is verified, if they serve it.
+    pub tls: Option<ClientTls>,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let admin = Admin::new(cli.namesrv.clone());
+    let tls = match cli
+        .tls_ca
+        .as_deref()
+        .map(ClientTls::from_ca_file)
+        .transpose()
+    {
+        Ok(tls) => tls,
+        Err(error) => {
+            eprintln!("mqadmin: --tls-ca: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut admin = Admin::new(cli.namesrv.clone());
+    if let Some(token) = cli.admin_token {
+        admin = admin.with_admin_token(token);
+    }
+    if let Some(tls) = &tls {
+        admin = admin.with_tls(tls.clone());
+    }
     let context = Context {
-        admin: match cli.admin_token {
-            Some(token) => admin.with_admin_token(token),
-            None => admin,
-        },
+        admin,
         namesrv: cli.namesrv,
         json: cli.json,
+        tls,
     };
     let outcome = match cli.command {
         Command::Cluster(command) => cluster::run(command, &context).await,

@@ -126,7 +126,11 @@ pub async fn run(command: MessageCommand, context: &Context) -> anyhow::Result<(
 
 /// Sends `count` copies of `message`, one at a time, printing each result.
 async fn send(message: Message, count: u32, context: &Context) -> anyhow::Result<()> {
-    let producer = Producer::builder(context.namesrv.clone(), "mqadmin").build()?;
+    let mut producer = Producer::builder(context.namesrv.clone(), "mqadmin");
+    if let Some(tls) = &context.tls {
+        producer = producer.tls(tls.clone());
+    }
+    let producer = producer.build()?;
     for _ in 0..count {
         let result = producer.send(message.clone()).await?;
         println!(
