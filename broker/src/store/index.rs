@@ -342,7 +342,8 @@ impl Index {
             .expect("the index keeps at least one file")
     }
 
-    fn last_offset(&self) -> Option<i64> {
+    /// The CommitLog offset of the newest entry.
+    pub fn last_offset(&self) -> Option<i64> {
         self.files.iter().rev().find_map(IndexFile::last_offset)
     }
 

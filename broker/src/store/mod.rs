@@ -196,9 +196,14 @@ impl MessageStore {
         Ok((store, report))
     }
 
-    /// Where re-dispatch starts: the checkpoint's dispatched offset, or the CommitLog start
-    /// when queues or index entries the checkpoint counted are missing (the index is then
-    /// cleared and rebuilt in order).
+    /// Where re-dispatch starts: the checkpoint's dispatched offset; the CommitLog start when
+    /// queues the checkpoint counted are missing; the record of the index's newest entry
+    /// when the index holds fewer entries than the checkpoint counted.
+    ///
+    /// An index loses entries only at its end (its newest file keeps what its last flush
+    /// counted) or at its front (retention deleted its oldest files after the checkpoint was
+    /// written); entries are in CommitLog order, so re-dispatching from its newest entry's
+    /// record restores a lost end, and a lost front needs nothing.
     fn redispatch_start(&mut self, checkpoint: &Checkpoint) -> Result<u64, StoreError> {
         let (min, end) = (self.commit_log.min_offset(), self.commit_log.max_offset());
         let mut from = checkpoint.dispatched_offset.clamp(min, end);
@@ -209,9 +214,18 @@ impl MessageStore {
             from = min;
         }
         if (self.dispatcher.index().len() as u64) < checkpoint.index_entry_count {
-            warn!("index behind the checkpoint, rebuilding it from the commit log start");
-            self.dispatcher.clear_index()?;
-            from = min;
+            let resume = self
+                .dispatcher
+                .index()
+                .last_offset()
+                .map_or(min, |last| (last as u64).clamp(min, end));
+            if resume < from {
+                warn!(
+                    from = resume,
+                    "index behind the checkpoint, re-dispatching from its newest entry"
+                );
+                from = resume;
+            }
         }
         Ok(from)
     }

@@ -529,6 +529,79 @@ fn deleting_the_oldest_segments_moves_every_reader_to_what_is_left_and_survives_
 }
 
 #[test]
+fn a_crash_between_retention_and_the_next_checkpoint_rebuilds_no_index() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let small_index = StoreConfig {
+        index_entries_per_file: 16,
+        ..config(dir.path())
+    };
+    let (mut store, _) = MessageStore::open(small_index.clone()).expect("open");
+    append_n(&mut store, 0..150);
+    store.flush().expect("checkpoint");
+    let deleted = delete_oldest(&mut store, 3);
+    assert!(deleted.index_entries > 0);
+    let end = store.commit_log_max_offset() as u64;
+    // Crash: the checkpoint still counts the deleted index files' entries.
+    drop(store);
+
+    let (store, report) = MessageStore::open(small_index).expect("reopen");
+    assert!(
+        report.redispatch_from >= deleted.commit_log_min && report.redispatch_from < end,
+        "from the newest entry's record, not the CommitLog start: {report:?}"
+    );
+    assert!(
+        report.index_entries_redispatched == 0,
+        "every entry was still there: {report:?}"
+    );
+    assert_eq!(store.query_by_key("k149").expect("query").len(), 1);
+    assert!(
+        store
+            .query_by_key("k0")
+            .expect("query a deleted key")
+            .is_empty()
+    );
+}
+
+#[test]
+fn an_index_that_lost_its_end_gets_it_back_from_its_newest_entry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    append_n(&mut store, 0..40);
+    store.flush().expect("checkpoint");
+    drop(store);
+    // The newest index file's header counts 5 entries fewer than were flushed, as if its last
+    // flush had not reached the disk: those entries are not trusted at the next open.
+    let newest = std::fs::read_dir(dir.path().join(INDEX_DIR))
+        .expect("index dir")
+        .map(|entry| entry.expect("entry").path())
+        .max()
+        .expect("an index file");
+    let mut header = [0u8; 16];
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&newest)
+        .expect("open index file");
+    use std::os::unix::fs::FileExt;
+    file.read_exact_at(&mut header, 0).expect("header");
+    let count = u32::from_be_bytes(header[12..16].try_into().expect("4 bytes"));
+    file.write_all_at(&(count - 5).to_be_bytes(), 12)
+        .expect("rewrite the count");
+    drop(file);
+
+    let (store, report) = open(dir.path());
+    assert_eq!(report.index_entries_redispatched, 5, "{report:?}");
+    assert!(report.redispatch_from > 0, "not a full rebuild: {report:?}");
+    for i in 0..40 {
+        assert_eq!(
+            store.query_by_key(&format!("k{i}")).expect("query").len(),
+            1,
+            "k{i}"
+        );
+    }
+}
+
+#[test]
 fn a_retry_is_recognised_within_one_segment_of_the_end_and_not_beyond() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut store, _) = open(dir.path());
