@@ -158,7 +158,7 @@ pub struct RetentionSettings {
     /// A sealed segment older than this is deleted (RocketMQ's `fileReservedTime`); 0: as
     /// soon as it is sealed and no restart can need it.
     pub file_reserved_hours: u64,
-    /// The hour of the day (UTC, 0-23) expired segments are deleted (RocketMQ's
+    /// The hour of the day (local time, 0-23) expired segments are deleted (RocketMQ's
     /// `deleteWhen`); unset: any hour.
     pub delete_when: Option<u8>,
     /// Disk usage above which expired segments go at any hour, and the oldest segment even

@@ -28,8 +28,8 @@ use crate::metrics::BrokerMetrics;
 use crate::store::Deleted;
 use crate::store::StoreError;
 use crate::store::retention::RetentionInput;
+use crate::store::retention::local_hour;
 use crate::store::retention::segments_to_delete;
-use crate::store::retention::utc_hour;
 
 /// Default interval between rounds (RocketMQ's `cleanResourceInterval`).
 pub const RETENTION_INTERVAL_DEFAULT: Duration = Duration::from_secs(10);
@@ -112,7 +112,7 @@ fn retention_round(
     };
     let input = RetentionInput {
         now,
-        hour: utc_hour(now),
+        hour: local_hour(now),
         disk_used_ratio,
         keep_from: snapshot_end.saturating_sub(dedup_window),
     };

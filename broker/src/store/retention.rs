@@ -1,7 +1,8 @@
 //! Retention, RocketMQ's way: which of the oldest CommitLog segments to delete now.
 //!
 //! A sealed segment expires once its file is older than `file_reserved`. Expired segments are
-//! deleted at the `delete_hour` of the day (UTC; any hour if none is set), or at once when the
+//! deleted at the `delete_hour` of the day (local time, as RocketMQ's `deleteWhen`; any hour
+//! if none is set), or at once when the
 //! disk is filled past `disk_max_used_ratio`; above that mark the oldest segment also goes
 //! when it has not expired, one per round, until the disk is below it again. Deletion is
 //! always a prefix of the log, and never reaches past `keep_from`, which the caller derives
@@ -25,7 +26,7 @@ pub const DISK_FULL_RATIO_DEFAULT: f64 = 0.90;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetentionPolicy {
     pub file_reserved: Duration,
-    /// The hour of the day (UTC, 0-23) expired segments are deleted; `None`: any hour.
+    /// The hour of the day (local time, 0-23) expired segments are deleted; `None`: any hour.
     pub delete_hour: Option<u8>,
     pub disk_max_used_ratio: f64,
 }
@@ -44,7 +45,7 @@ impl Default for RetentionPolicy {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetentionInput {
     pub now: SystemTime,
-    /// The hour of the day (UTC) at `now`.
+    /// The hour of the day (local time) at `now`.
     pub hour: u8,
     /// Fraction of the data dir's file system in use.
     pub disk_used_ratio: f64,
@@ -86,10 +87,28 @@ fn is_expired(segment: &SealedSegment, policy: &RetentionPolicy, now: SystemTime
 
 /// The hour of the day (UTC) at `time`.
 pub fn utc_hour(time: SystemTime) -> u8 {
-    let secs = time
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
-    ((secs / 3600) % 24) as u8
+    ((unix_seconds(time) / 3600) % 24) as u8
+}
+
+/// The hour of the day at `time` in the machine's time zone (`TZ`, else `/etc/localtime`),
+/// as RocketMQ reads `deleteWhen`; UTC if the zone cannot be applied.
+pub fn local_hour(time: SystemTime) -> u8 {
+    let Ok(seconds) = libc::time_t::try_from(unix_seconds(time)) else {
+        return utc_hour(time);
+    };
+    // SAFETY: `tm` is plain old data (its one pointer, the zone name, may be null), and
+    // `localtime_r` writes only to the `tm` it is given.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let converted = unsafe { libc::localtime_r(&seconds, &mut tm) };
+    match u8::try_from(tm.tm_hour) {
+        Ok(hour) if !converted.is_null() && hour < 24 => hour,
+        _ => utc_hour(time),
+    }
+}
+
+fn unix_seconds(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
 }
 
 #[cfg(test)]
@@ -192,6 +211,20 @@ mod tests {
             1
         );
         assert_eq!(segments_to_delete(&[], &policy(72), &input(now, 0.99)), 0);
+    }
+
+    #[test]
+    fn the_local_hour_advances_with_the_clock() {
+        // Mid-January 1970: no daylight saving change within the day, in any zone.
+        let start = SystemTime::UNIX_EPOCH + HOUR * 24 * 14;
+        let first = local_hour(start);
+        assert!(first < 24);
+        for later in 1..24u8 {
+            assert_eq!(
+                local_hour(start + HOUR * u32::from(later)),
+                (first + later) % 24
+            );
+        }
     }
 
     #[test]
