@@ -14,6 +14,7 @@ use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::init_tracing;
 use rocketraft_tests::wait_for;
 use std::time::Duration;
+use tracing::info;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -45,6 +46,27 @@ async fn given_two_groups_admin_should_create_route_and_report_topics() -> anyho
         admin.topic_route("Orders").await,
         Err(AdminError::NoRoute(_))
     ));
+
+    info!("--- broker-status asks every node of a group for itself");
+    let reports = admin.node_statuses("broker-a").await?;
+    assert_eq!(
+        reports.iter().map(|r| r.node_id).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    let statuses: Vec<_> = reports
+        .iter()
+        .map(|report| report.status.as_ref().map_err(Clone::clone))
+        .collect::<Result<_, _>>()
+        .map_err(anyhow::Error::msg)?;
+    assert!(statuses.iter().all(|status| status.group == "broker-a"));
+    let leaders = statuses.iter().filter(|s| s.role == "leader").count();
+    assert!(leaders <= 1, "{statuses:?}");
+    assert!(statuses.iter().all(|status| status.voters.len() == 3));
+    assert!(matches!(
+        admin.node_statuses("broker-z").await,
+        Err(AdminError::UnknownGroup(_))
+    ));
+
     assert_eq!(admin.create_topic("Orders", 3, None).await?, GROUPS);
     assert_eq!(
         admin.create_topic("Local", 1, Some("broker-b")).await?,

@@ -1,11 +1,13 @@
 //! Cluster administration through the nameservers and the group leaders: what `mqadmin`
 //! does, as a library so tools and tests share it. [`consume`]: reading as a consumer
 //! group (`mqadmin consume`); [`consumer_groups`]: members and progress of consumer groups;
-//! [`query`]: messages by id or key; [`membership`]: adding, removing and replacing nodes.
+//! [`query`]: messages by id or key; [`membership`]: adding, removing and replacing nodes;
+//! [`node_status`]: what each node of a group reports about itself.
 
 mod consume;
 mod consumer_groups;
 mod membership;
+mod node_status;
 mod query;
 
 pub use consume::ConsumeRequest;
@@ -16,6 +18,7 @@ pub use consumer_groups::GroupMembers;
 pub use consumer_groups::QueueProgress;
 pub use membership::MembershipChanged;
 pub use membership::NewNode;
+pub use node_status::NodeReport;
 
 use rocketraft_proto::broker as broker_pb;
 use rocketraft_proto::nameserver as pb;

@@ -19,6 +19,12 @@ pub enum ClusterCommand {
         #[arg(long)]
         to: u64,
     },
+    /// What every node of a broker group reports: role, term, Raft log and CommitLog extent,
+    /// disk use, repairs and scrub findings, membership.
+    BrokerStatus {
+        #[arg(long)]
+        group: String,
+    },
     /// Let a stopped node come back with an empty data dir (a replaced disk): run it after
     /// stopping the node, then start the node on its new disk; the leader rebuilds it.
     ReplaceNode {
@@ -72,6 +78,7 @@ pub enum ClusterCommand {
 pub async fn run(command: ClusterCommand, context: &Context) -> anyhow::Result<()> {
     match command {
         ClusterCommand::ClusterList => cluster_list(context).await,
+        ClusterCommand::BrokerStatus { group } => broker_status(context, &group).await,
         ClusterCommand::TransferLeader { group, to } => {
             let term = context.admin.transfer_leader(&group, to).await?;
             if context.json {
@@ -158,6 +165,85 @@ fn print_membership(context: &Context, group: &str, changed: &MembershipChanged)
         changed.change_ms,
         changed.leader_id
     );
+}
+
+async fn broker_status(context: &Context, group: &str) -> anyhow::Result<()> {
+    let reports = context.admin.node_statuses(group).await?;
+    if context.json {
+        let nodes: Vec<_> = reports
+            .iter()
+            .map(|report| match &report.status {
+                Ok(status) => json!({
+                    "node_id": report.node_id,
+                    "addr": report.addr,
+                    "role": status.role,
+                    "term": status.term,
+                    "leader_id": status.leader_id,
+                    "last_log_index": status.last_log_index,
+                    "last_applied_index": status.last_applied_index,
+                    "snapshot_index": status.snapshot_index,
+                    "commit_log_min_offset": status.commit_log_min_offset,
+                    "commit_log_max_offset": status.commit_log_max_offset,
+                    "disk_used_ratio": status.disk_used_ratio,
+                    "disk_full": status.disk_full,
+                    "raft_log_repair_up_to": status.raft_log_repair_up_to,
+                    "raft_log_repair": status.raft_log_repair,
+                    "scrub_passes": status.scrub_passes,
+                    "scrub_unrepaired": status.scrub_unrepaired,
+                    "scrub_last_finding": status.scrub_last_finding,
+                    "voters": status.voters,
+                    "learners": status.learners,
+                }),
+                Err(error) => json!({
+                    "node_id": report.node_id,
+                    "addr": report.addr,
+                    "error": error,
+                }),
+            })
+            .collect();
+        println!("{}", json!({ "group": group, "nodes": nodes }));
+        return Ok(());
+    }
+    for report in &reports {
+        let status = match &report.status {
+            Ok(status) => status,
+            Err(error) => {
+                println!(
+                    "node {} {}: unreachable: {error}",
+                    report.node_id, report.addr
+                );
+                continue;
+            }
+        };
+        let index = |index: Option<u64>| index.map_or_else(|| "-".to_owned(), |i| i.to_string());
+        println!(
+            "node {} {}: {} term {}, log {} applied {}, commitlog {}..{}, disk {:.0}%{}",
+            report.node_id,
+            report.addr,
+            status.role,
+            status.term,
+            index(status.last_log_index),
+            index(status.last_applied_index),
+            status.commit_log_min_offset,
+            status.commit_log_max_offset,
+            status.disk_used_ratio * 100.0,
+            if status.disk_full {
+                " FULL (sends refused)"
+            } else {
+                ""
+            },
+        );
+        if status.raft_log_repair_up_to > 0 || !status.raft_log_repair.is_empty() {
+            println!("  raft log repair: {}", status.raft_log_repair);
+        }
+        if status.scrub_unrepaired > 0 || !status.scrub_last_finding.is_empty() {
+            println!(
+                "  scrub: {} passes, {} unrepaired; last finding: {}",
+                status.scrub_passes, status.scrub_unrepaired, status.scrub_last_finding
+            );
+        }
+    }
+    Ok(())
 }
 
 async fn cluster_list(context: &Context) -> anyhow::Result<()> {
