@@ -137,7 +137,8 @@ pub struct BrokerConfig {
 
 /// TLS from PEM files: the broker API serves `cert` to any client, the Raft port serves it
 /// and admits only peers whose certificate `ca` signed (mutual TLS), and the node presents
-/// `cert` to its peers and verifies theirs against `ca`. Needs a `raft_listen`.
+/// `cert` to its peers and verifies theirs, and the nameservers', against `ca` (a TLS
+/// cluster's nameservers serve TLS too). Needs a `raft_listen`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsSettings {

@@ -353,7 +353,7 @@ impl BrokerNode {
                 .filter(|(id, _)| **id != config.node_id)
                 .map(|(_, addr)| addr.clone())
                 .collect(),
-            peer_connector,
+            peer_connector.clone(),
         );
         tokio::spawn(run_scrub(
             group.clone(),
@@ -396,6 +396,8 @@ impl BrokerNode {
                     0
                 },
                 cluster_secret: config.cluster_secret.clone(),
+                // With TLS, the nameservers too are verified against the group's CA.
+                connector: peer_connector,
             };
             tokio::spawn(run_registration(
                 raft.clone(),

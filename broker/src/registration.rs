@@ -23,6 +23,7 @@ use crate::raft::role::Role;
 use crate::raft::role::RoleWatch;
 use crate::raft::types::Raft;
 use crate::schedule::service::ScheduleStatus;
+use crate::tls::PeerConnector;
 
 /// Default interval between registrations.
 pub const REGISTER_INTERVAL_DEFAULT: Duration = Duration::from_secs(30);
@@ -43,6 +44,8 @@ pub struct Identity {
     pub auto_create_queue_count: u32,
     /// Sent with every registration, for nameservers that require it.
     pub cluster_secret: Option<String>,
+    /// How the nameservers are reached: plain, or TLS as the node's peers are.
+    pub connector: PeerConnector,
 }
 
 /// Registers until `shutdown` or until Raft stops.
@@ -113,7 +116,7 @@ async fn register_everywhere(
     let calls = nameservers.iter().map(|addr| {
         let request = request.clone();
         async move {
-            if let Err(error) = register_once(addr, request, identity.cluster_secret.as_deref()).await {
+            if let Err(error) = register_once(identity, addr, request).await {
                 tracing::warn!(nameserver = %addr, %error, "registration failed; retrying next round");
             }
         }
@@ -166,16 +169,17 @@ fn registration(
 }
 
 async fn register_once(
+    identity: &Identity,
     addr: &str,
     request: pb::RegisterBrokerRequest,
-    cluster_secret: Option<&str>,
 ) -> Result<(), String> {
     let mut request = tonic::Request::new(request);
-    if let Some(secret) = cluster_secret {
+    if let Some(secret) = &identity.cluster_secret {
         rocketraft_proto::secrets::attach(&mut request, CLUSTER_SECRET_HEADER, secret);
     }
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|error| format!("bad nameserver address: {error}"))?
+    let endpoint = identity
+        .connector
+        .endpoint(addr)?
         .connect_timeout(REGISTER_TIMEOUT)
         .timeout(REGISTER_TIMEOUT);
     let channel = endpoint

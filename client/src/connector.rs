@@ -1,7 +1,8 @@
-//! How this client opens a connection to a broker node: plain HTTP/2, or TLS (rustls)
-//! verifying the node's certificate against a CA the application trusts. Every connection
-//! the SDK makes to a broker (sends, pulls, leader lookups, admin calls) goes through the one
-//! [`Connector`] its producer, consumer or admin client was built with.
+//! How this client opens a connection to a broker node or a nameserver: plain HTTP/2, or TLS
+//! (rustls) verifying the server's certificate against a CA the application trusts. Every
+//! connection the SDK makes (sends, pulls, leader lookups, route queries, admin calls) goes
+//! through the one [`Connector`] its producer, consumer or admin client was built with: a
+//! cluster is either all TLS or all plain text.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -70,10 +71,25 @@ impl Connector {
         Connector { tls: Some(tls) }
     }
 
+    /// An endpoint for the nameserver at `addr` (`host:port`), not yet connected.
+    pub fn nameserver_endpoint(&self, addr: &str) -> Result<Endpoint, String> {
+        let endpoint = Endpoint::from_shared(format!("{}://{addr}", self.scheme()))
+            .map_err(|error| format!("{addr}: {error}"))?;
+        match &self.tls {
+            Some(tls) => endpoint
+                .tls_config(tls.config.clone())
+                .map_err(|error| format!("{addr}: {error}")),
+            None => Ok(endpoint),
+        }
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
+    }
+
     /// Connects to the broker API of the node at `addr`.
     pub async fn connect(&self, addr: SocketAddr) -> Result<BrokerClient<Channel>, GroupError> {
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+        let mut endpoint = Endpoint::from_shared(format!("{}://{addr}", self.scheme()))
             .map_err(|_| GroupError::InvalidAddress { addr })?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)

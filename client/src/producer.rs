@@ -104,7 +104,7 @@ impl ProducerBuilder {
             ));
         }
         let brokers = Arc::new(Brokers::new(
-            RouteCache::new(self.nameservers, self.route_ttl),
+            RouteCache::with_connector(self.nameservers, self.route_ttl, self.connector.clone()),
             self.connector,
         ));
         Ok(Producer {

@@ -18,6 +18,8 @@ use rocketraft_proto::perm::PERM_WRITE;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
+use crate::connector::Connector;
+
 /// How long a cached route is used before it is fetched again (RocketMQ's default).
 pub const ROUTE_TTL_DEFAULT: Duration = Duration::from_secs(30);
 /// How long one nameserver query may take.
@@ -138,6 +140,7 @@ pub struct RouteCache {
     queries: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Query>>>>>,
     /// One channel per nameserver, opened on first use and reused; it reconnects by itself.
     channels: std::sync::OnceLock<Vec<Channel>>,
+    connector: Connector,
 }
 
 /// One route query: when it was sent and answered, and its outcome.
@@ -149,12 +152,22 @@ struct Query {
 
 impl RouteCache {
     pub fn new(nameservers: Vec<String>, ttl: Duration) -> RouteCache {
+        RouteCache::with_connector(nameservers, ttl, Connector::plain())
+    }
+
+    /// A cache that reaches the nameservers through `connector` (plain or TLS).
+    pub fn with_connector(
+        nameservers: Vec<String>,
+        ttl: Duration,
+        connector: Connector,
+    ) -> RouteCache {
         RouteCache {
             nameservers,
             ttl,
             routes: Mutex::new(HashMap::new()),
             queries: Mutex::new(HashMap::new()),
             channels: std::sync::OnceLock::new(),
+            connector,
         }
     }
 
@@ -235,16 +248,15 @@ impl RouteCache {
             .nameservers
             .iter()
             .map(|nameserver| {
-                tonic::transport::Endpoint::from_shared(format!("http://{nameserver}"))
+                self.connector
+                    .nameserver_endpoint(nameserver)
                     .map(|endpoint| {
                         endpoint
                             .connect_timeout(QUERY_TIMEOUT)
                             .timeout(QUERY_TIMEOUT)
                             .connect_lazy()
                     })
-                    .map_err(|error| RouteError::NameserversUnavailable {
-                        last_error: format!("{nameserver}: {error}"),
-                    })
+                    .map_err(|last_error| RouteError::NameserversUnavailable { last_error })
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(self.channels.get_or_init(|| channels))

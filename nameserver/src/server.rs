@@ -1,6 +1,8 @@
 //! Serving the registry: the gRPC server and the task that expires silent nodes.
 
 use std::net::SocketAddr;
+use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
@@ -9,6 +11,8 @@ use rocketraft_proto::nameserver::name_server_server::NameServerServer;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::Identity;
+use tonic::transport::ServerTlsConfig;
 use tonic::transport::server::TcpIncoming;
 
 use crate::connection_limit::CONNECTIONS_MAX_DEFAULT;
@@ -34,6 +38,34 @@ pub struct NameServerConfig {
     pub cluster_secret: Option<String>,
     /// Where Prometheus scrapes `/metrics`; none: no endpoint.
     pub metrics_listen: Option<SocketAddr>,
+    /// TLS on the nameserver port; none: plain HTTP/2.
+    pub tls: Option<ServerTlsFiles>,
+}
+
+/// A server's certificate chain and its private key, PEM files.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl ServerTlsFiles {
+    /// Reads the files: the TLS settings of a server that presents this certificate.
+    pub fn load(&self) -> std::io::Result<ServerTlsConfig> {
+        let read = |key: &str, path: &Path| {
+            std::fs::read(path).map_err(|error| {
+                std::io::Error::new(
+                    error.kind(),
+                    format!("tls.{key}: cannot read {}: {error}", path.display()),
+                )
+            })
+        };
+        Ok(ServerTlsConfig::new().identity(Identity::from_pem(
+            read("cert", &self.cert)?,
+            read("key", &self.key)?,
+        )))
+    }
 }
 
 impl Default for NameServerConfig {
@@ -43,6 +75,7 @@ impl Default for NameServerConfig {
             connections_max: CONNECTIONS_MAX_DEFAULT,
             cluster_secret: None,
             metrics_listen: None,
+            tls: None,
         }
     }
 }
@@ -87,7 +120,13 @@ impl NameServer {
             config.broker_expiry,
             shutdown.clone(),
         ));
-        let server = tonic::transport::Server::builder()
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &config.tls {
+            builder = builder
+                .tls_config(tls.load()?)
+                .map_err(|error| std::io::Error::other(format!("tls: {error}")))?;
+        }
+        let server = builder
             .add_service(NameServerServer::new(NameServerService::new(
                 registry,
                 metrics,

@@ -22,6 +22,7 @@ use crate::logging::LogFormat;
 use crate::server::BROKER_EXPIRY_DEFAULT;
 use crate::server::LISTEN_DEFAULT;
 use crate::server::NameServerConfig;
+use crate::server::ServerTlsFiles;
 
 /// Every key is optional; a missing one takes its default.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -41,6 +42,9 @@ pub struct NameServerSettings {
     pub cluster_secret: Option<String>,
     /// Where Prometheus scrapes `/metrics`; absent: no endpoint.
     pub metrics_listen: Option<SocketAddr>,
+    /// TLS on the nameserver port (`cert`, `key`: PEM files); absent: plain HTTP/2. A TLS
+    /// cluster's brokers verify it against their `tls.ca`.
+    pub tls: Option<ServerTlsFiles>,
 }
 
 impl NameServerSettings {
@@ -78,6 +82,7 @@ impl NameServerSettings {
                 connections_max,
                 cluster_secret: self.cluster_secret.clone(),
                 metrics_listen: self.metrics_listen,
+                tls: self.tls.clone(),
             },
         ))
     }
@@ -111,6 +116,20 @@ mod tests {
             config.metrics_listen.map(|addr| addr.to_string()),
             Some("127.0.0.1:9877".to_owned())
         );
+        assert_eq!(config.tls, None, "plain unless asked");
+        let (_, config) = NameServerSettings::from_toml(
+            "[tls]\ncert = \"/etc/rocketraft/ns.pem\"\nkey = \"/etc/rocketraft/ns.key\"\n",
+        )
+        .expect("valid")
+        .resolve()
+        .expect("resolves");
+        assert_eq!(
+            config.tls,
+            Some(ServerTlsFiles {
+                cert: "/etc/rocketraft/ns.pem".into(),
+                key: "/etc/rocketraft/ns.key".into(),
+            })
+        );
     }
 
     #[test]
@@ -121,6 +140,7 @@ mod tests {
             ("broker_expiry_ms = \"soon\"\n", "broker_expiry_ms"),
             ("log_format = \"yaml\"\n", "log_format"),
             ("metrics_listen = \"port 9877\"\n", "metrics_listen"),
+            ("[tls]\ncert = \"a.pem\"\n", "tls.key"),
         ] {
             let error = NameServerSettings::from_toml(text).expect_err(text);
             assert_eq!(error.key, key, "{error}");

@@ -1,5 +1,6 @@
 //! Certificates for TLS tests, made in the test with rcgen: a CA, and one certificate it
-//! signs for 127.0.0.1 that every node of a test group serves and presents to its peers.
+//! signs for 127.0.0.1 that every node of a test group and the nameserver serve, and that
+//! the nodes present to their peers.
 
 use std::path::PathBuf;
 
@@ -13,6 +14,7 @@ use rcgen::KeyPair;
 use rcgen::SanType;
 use rocketraft_broker::config::TlsSettings;
 use rocketraft_client::connector::ClientTls;
+use rocketraft_nameserver::server::ServerTlsFiles;
 use tempfile::TempDir;
 
 /// A CA and a node certificate it signed, as PEM files in a temporary dir.
@@ -61,6 +63,14 @@ impl TestCerts {
             cert: self.path("node.pem"),
             key: self.path("node.key"),
             ca: self.path("ca.pem"),
+        }
+    }
+
+    /// A nameserver's `[tls]` with these files.
+    pub fn server_files(&self) -> ServerTlsFiles {
+        ServerTlsFiles {
+            cert: self.path("node.pem"),
+            key: self.path("node.key"),
         }
     }
 

@@ -1,7 +1,8 @@
-//! TLS: a group whose nodes serve TLS on the broker API and mutual TLS on the Raft port
-//! elects, replicates and serves the SDK's producer and admin client through a CA they
-//! trust; a plain-text client, a client that trusts another CA, and a caller of the Raft port
-//! without a certificate from the group's CA are all turned away.
+//! TLS: a group whose nodes serve TLS on the broker API and mutual TLS on the Raft port, and
+//! a nameserver serving TLS, elect, register, replicate and serve the SDK's producer and
+//! admin client through a CA they trust; a plain-text client (of a broker or of the
+//! nameserver), a client that trusts another CA, and a caller of the Raft port without a
+//! certificate from the group's CA are all turned away.
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use rocketraft_client::connector::Connector;
 use rocketraft_client::group::connect;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
+use rocketraft_client::route::RouteCache;
 use rocketraft_client::subscription::Subscription;
 use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::server::NameServerConfig;
@@ -36,7 +38,10 @@ async fn given_tls_the_group_should_serve_only_clients_and_peers_that_trust_its_
     let certs = TestCerts::generate("rocketraft test CA")?;
     let nameserver = NameServer::start_on(
         tokio::net::TcpListener::bind("127.0.0.1:0").await?,
-        NameServerConfig::default(),
+        NameServerConfig {
+            tls: Some(certs.server_files()),
+            ..NameServerConfig::default()
+        },
     )?;
     let namesrv = nameserver.addr().to_string();
     let group = TestGroup::start(3, 0x5EED_7150, |config| {
@@ -84,6 +89,10 @@ async fn given_tls_the_group_should_serve_only_clients_and_peers_that_trust_its_
         (consumed[0].msg_id.as_str(), consumed[0].body.as_str()),
         (sent.msg_id.as_str(), "sealed")
     );
+
+    info!("--- plain text: no route from the nameserver");
+    let plain_routes = RouteCache::new(vec![namesrv.clone()], Duration::ZERO);
+    assert!(plain_routes.route("Secured").await.is_err());
 
     info!("--- plain text, or TLS trusting another CA: no connection to the broker API");
     let api = group.addr(follower);

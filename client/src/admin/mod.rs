@@ -294,16 +294,15 @@ impl Admin {
     {
         let mut last_error = String::from("no nameserver configured");
         for nameserver in &self.nameservers {
-            let endpoint =
-                match tonic::transport::Endpoint::from_shared(format!("http://{nameserver}")) {
-                    Ok(endpoint) => endpoint
-                        .connect_timeout(QUERY_TIMEOUT)
-                        .timeout(QUERY_TIMEOUT),
-                    Err(error) => {
-                        last_error = format!("{nameserver}: {error}");
-                        continue;
-                    }
-                };
+            let endpoint = match self.connector.nameserver_endpoint(nameserver) {
+                Ok(endpoint) => endpoint
+                    .connect_timeout(QUERY_TIMEOUT)
+                    .timeout(QUERY_TIMEOUT),
+                Err(error) => {
+                    last_error = error;
+                    continue;
+                }
+            };
             match endpoint.connect().await {
                 Ok(channel) => match call(NameServerClient::new(channel)).await {
                     Ok(response) => return Ok(response.into_inner()),

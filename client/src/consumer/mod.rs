@@ -299,7 +299,11 @@ impl PushConsumerBuilder {
             .collect::<Result<_, _>>()?;
         let shared = Arc::new(Shared {
             brokers: Brokers::new(
-                RouteCache::new(config.nameservers.clone(), config.route_ttl),
+                RouteCache::with_connector(
+                    config.nameservers.clone(),
+                    config.route_ttl,
+                    config.connector.clone(),
+                ),
                 config.connector.clone(),
             ),
             offsets: OffsetStore::open(backend)?,
