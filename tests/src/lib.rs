@@ -268,6 +268,23 @@ impl TestGroup {
             .into_inner())
     }
 
+    /// Waits until every running node applied what `leader` applied so far.
+    pub async fn wait_all_applied(&self, leader: u64, timeout: Duration) -> anyhow::Result<()> {
+        let applied = self.status(leader).await?.last_applied_index;
+        for node in self.running() {
+            let id = node.node_id();
+            wait_for(
+                "every node to apply the leader's entries",
+                timeout,
+                || async {
+                    (self.status(id).await.ok()?.last_applied_index >= applied).then_some(())
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     /// A client of the whole group that follows its leader.
     pub fn group_client(&self) -> BrokerGroupClient {
         BrokerGroupClient::with_connector(

@@ -265,13 +265,7 @@ async fn given_a_raft_listen_the_broker_port_should_serve_no_raft_call() -> anyh
     client
         .send(send_request("Orders", 0, [b"over the raft port".to_vec()]))
         .await?;
-    let applied = group.status(leader).await?.last_applied_index;
-    for id in 1..=3 {
-        wait_for("every node applied the send", TIMEOUT, || async {
-            (group.status(id).await.ok()?.last_applied_index >= applied).then_some(())
-        })
-        .await?;
-    }
+    group.wait_all_applied(leader, TIMEOUT).await?;
     group.shutdown().await;
     Ok(())
 }

@@ -65,13 +65,7 @@ async fn given_tls_the_group_should_serve_only_clients_and_peers_that_trust_its_
             .ok()
     })
     .await?;
-    let applied = group.status(leader).await?.last_applied_index;
-    for id in 1..=3 {
-        wait_for("every node applied the send", TIMEOUT, || async {
-            (group.status(id).await.ok()?.last_applied_index >= applied).then_some(())
-        })
-        .await?;
-    }
+    group.wait_all_applied(leader, TIMEOUT).await?;
     let admin = Admin::new(vec![namesrv.clone()]).with_tls(certs.client_tls());
     let consumed = admin
         .consume(&ConsumeRequest {

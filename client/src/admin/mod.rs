@@ -242,13 +242,17 @@ impl Admin {
         &self,
         group: &str,
     ) -> Result<broker_pb::broker_client::BrokerClient<tonic::transport::Channel>, AdminError> {
-        let info = self.cluster_info().await?;
-        let route = info
+        self.leader_of(&self.group_route(group).await?).await
+    }
+
+    /// The nameservers' route to the broker group named `group`: its nodes and leader.
+    pub(crate) async fn group_route(&self, group: &str) -> Result<pb::GroupRoute, AdminError> {
+        self.cluster_info()
+            .await?
             .groups
-            .iter()
+            .into_iter()
             .find(|route| route.group == group)
-            .ok_or_else(|| AdminError::UnknownGroup(group.to_owned()))?;
-        self.leader_of(route).await
+            .ok_or_else(|| AdminError::UnknownGroup(group.to_owned()))
     }
 
     /// The min and max offset of every queue of `topic`, read from each group's leader.

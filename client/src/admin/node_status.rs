@@ -23,13 +23,8 @@ pub struct NodeReport {
 impl Admin {
     /// The status of every node the nameservers list for broker group `group`, by node id.
     pub async fn node_statuses(&self, group: &str) -> Result<Vec<NodeReport>, AdminError> {
-        let info = self.cluster_info().await?;
-        let route = info
-            .groups
-            .iter()
-            .find(|route| route.group == group)
-            .ok_or_else(|| AdminError::UnknownGroup(group.to_owned()))?;
-        let nodes = self.group_client(route);
+        let route = self.group_route(group).await?;
+        let nodes = self.group_client(&route);
         let asked = route.nodes.iter().map(|(node_id, addr)| {
             let nodes = &nodes;
             async move {

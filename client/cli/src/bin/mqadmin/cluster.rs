@@ -38,14 +38,8 @@ pub enum ClusterCommand {
     NodeAdd {
         #[arg(long)]
         group: String,
-        #[arg(long)]
-        node: u64,
-        /// The new node's broker API address.
-        #[arg(long)]
-        addr: String,
-        /// The new node's Raft address, if it has a `raft_listen` (else Raft is at --addr).
-        #[arg(long)]
-        raft_addr: Option<String>,
+        #[command(flatten)]
+        new: NewNodeArgs,
     },
     /// Remove a node from a broker group (the leader hands its leadership on first); the
     /// removed node stops registering and can then be shut down.
@@ -64,15 +58,33 @@ pub enum ClusterCommand {
         #[arg(long)]
         old: u64,
         /// The node that takes its place (running, `bootstrap = false`).
-        #[arg(long)]
-        node: u64,
-        /// The new node's broker API address.
-        #[arg(long)]
-        addr: String,
-        /// The new node's Raft address, if it has a `raft_listen` (else Raft is at --addr).
-        #[arg(long)]
-        raft_addr: Option<String>,
+        #[command(flatten)]
+        new: NewNodeArgs,
     },
+}
+
+/// The node `node-add` and `node-replace` bring in.
+#[derive(clap::Args)]
+pub struct NewNodeArgs {
+    /// Its node id.
+    #[arg(long)]
+    node: u64,
+    /// Its broker API address.
+    #[arg(long)]
+    addr: String,
+    /// Its Raft address, if it has a `raft_listen` (else Raft is at --addr).
+    #[arg(long)]
+    raft_addr: Option<String>,
+}
+
+impl From<NewNodeArgs> for NewNode {
+    fn from(args: NewNodeArgs) -> NewNode {
+        NewNode {
+            id: args.node,
+            addr: args.addr,
+            raft_addr: args.raft_addr,
+        }
+    }
 }
 
 pub async fn run(command: ClusterCommand, context: &Context) -> anyhow::Result<()> {
@@ -88,50 +100,14 @@ pub async fn run(command: ClusterCommand, context: &Context) -> anyhow::Result<(
             }
             Ok(())
         }
-        ClusterCommand::NodeAdd {
-            group,
-            node,
-            addr,
-            raft_addr,
-        } => {
-            let new_node = NewNode {
-                id: node,
-                addr,
-                raft_addr,
-            };
-            let changed = context
-                .admin
-                .change_membership(&group, Some(new_node), &[])
-                .await?;
-            print_membership(context, &group, &changed);
-            Ok(())
+        ClusterCommand::NodeAdd { group, new } => {
+            change_membership(context, &group, Some(new.into()), &[]).await
         }
         ClusterCommand::NodeRemove { group, node } => {
-            let changed = context
-                .admin
-                .change_membership(&group, None, &[node])
-                .await?;
-            print_membership(context, &group, &changed);
-            Ok(())
+            change_membership(context, &group, None, &[node]).await
         }
-        ClusterCommand::NodeReplace {
-            group,
-            old,
-            node,
-            addr,
-            raft_addr,
-        } => {
-            let new_node = NewNode {
-                id: node,
-                addr,
-                raft_addr,
-            };
-            let changed = context
-                .admin
-                .change_membership(&group, Some(new_node), &[old])
-                .await?;
-            print_membership(context, &group, &changed);
-            Ok(())
+        ClusterCommand::NodeReplace { group, old, new } => {
+            change_membership(context, &group, Some(new.into()), &[old]).await
         }
         ClusterCommand::ReplaceNode { group, node } => {
             context.admin.prepare_node_replacement(&group, node).await?;
@@ -146,6 +122,18 @@ pub async fn run(command: ClusterCommand, context: &Context) -> anyhow::Result<(
             Ok(())
         }
     }
+}
+
+/// Adds `add` to `group` and removes `remove` from it, then prints what the change left.
+async fn change_membership(
+    context: &Context,
+    group: &str,
+    add: Option<NewNode>,
+    remove: &[u64],
+) -> anyhow::Result<()> {
+    let changed = context.admin.change_membership(group, add, remove).await?;
+    print_membership(context, group, &changed);
+    Ok(())
 }
 
 fn print_membership(context: &Context, group: &str, changed: &MembershipChanged) {
