@@ -135,6 +135,11 @@ pub struct BrokerConfig {
     pub tls: Option<TlsSettings>,
 }
 
+/// Where a node with data dir `data_dir` keeps its message store.
+pub fn store_dir(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("store")
+}
+
 /// TLS from PEM files: the broker API serves `cert` to any client, the Raft port serves it
 /// and admits only peers whose certificate `ca` signed (mutual TLS), and the node presents
 /// `cert` to its peers and verifies theirs, and the nameservers', against `ca` (a TLS
@@ -377,7 +382,7 @@ impl BrokerConfig {
 
     /// The message store's configuration under this node's data dir.
     pub fn store_config(&self) -> crate::store::StoreConfig {
-        let mut config = crate::store::StoreConfig::new(self.data_dir.join("store"));
+        let mut config = crate::store::StoreConfig::new(store_dir(&self.data_dir));
         config.commit_log_segment_bytes = self.store.commit_log_segment_bytes;
         config.consume_queue_units_per_segment = self.store.consume_queue_units_per_segment;
         config.index_entries_per_file = self.store.index_entries_per_file;

@@ -10,6 +10,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::cell::Cell;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::path::PathBuf;
 use std::time::Duration;
 use std::time::Instant;
@@ -18,8 +19,11 @@ use anyhow::Context;
 use clap::Parser;
 use clap::Subcommand;
 use rocketraft_broker::config::BrokerConfig;
+use rocketraft_broker::config::store_dir;
+use rocketraft_broker::data_dir_lock::DataDirLock;
 use rocketraft_broker::node::BrokerNode;
 use rocketraft_broker::node::NodeOptions;
+use rocketraft_broker::store::power_loss::lose_unsynced as lose_unsynced_writes;
 use rocketraft_nameserver::logging::LogFormat;
 use rocketraft_nameserver::logging::init_logging;
 use rocketraft_nameserver::server::NameServer;
@@ -73,6 +77,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Drills only: what a power cut takes from a stopped node, its CommitLog bytes past the
+    /// last checkpoint's flush (zeroed); the next start replays them from the Raft log.
+    LoseUnsynced {
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
     /// Start a nameserver and a local broker group in this process (data persists across
     /// restarts).
     Dev {
@@ -155,8 +165,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             init_logging(LogFormat::Text, LOG_FILTER_DEFAULT);
             run_dev(dev).await
         }
+        Some(Command::LoseUnsynced { ref data_dir }) => lose_unsynced(data_dir),
         None => run_node(cli).await,
     }
+}
+
+fn lose_unsynced(data_dir: &Path) -> anyhow::Result<()> {
+    // Held while the files change: a running node keeps the data dir locked.
+    let _stopped = DataDirLock::acquire(data_dir)?;
+    let lost = lose_unsynced_writes(&store_dir(data_dir))?;
+    println!(
+        "lost {} CommitLog bytes past offset {} (the last checkpoint's flush)",
+        lost.bytes_lost, lost.flushed_offset
+    );
+    Ok(())
 }
 
 async fn run_node(cli: Cli) -> anyhow::Result<()> {

@@ -16,6 +16,7 @@ pub mod dispatch;
 pub mod error;
 pub mod index;
 pub mod mapped_file;
+pub mod power_loss;
 pub mod properties;
 pub mod record;
 pub mod retention;

@@ -27,7 +27,7 @@ fn given_scheduled_faults_the_drill_should_lose_nothing_acknowledged() -> anyhow
             "--heal-after-ms",
             "1500",
             "--faults",
-            "kill-leader,kill-leader,kill-leader,kill-leader,corrupt-follower,kill-follower,pause-leader,partition-leader,restart-all,replace-follower,replace-leader",
+            "kill-leader,kill-leader,kill-leader,kill-leader,corrupt-follower,kill-follower,pause-leader,partition-leader,restart-all,crash-all-unsynced,replace-follower,replace-leader",
             "--rate",
             "100",
             "--heartbeat-ms",
@@ -105,6 +105,20 @@ fn given_scheduled_faults_the_drill_should_lose_nothing_acknowledged() -> anyhow
             .iter()
             .all(|fault| fault["detail"].to_string().contains("(done)")),
         "the damaged follower repaired itself: {report}"
+    );
+    let crashed = faults_of("crash-all-unsynced");
+    assert!(!crashed.is_empty(), "crash-all-unsynced ran: {report}");
+    assert!(
+        crashed.iter().all(|fault| {
+            let lines = fault["detail"].as_array().map_or(0, |lines| {
+                lines
+                    .iter()
+                    .filter(|line| line.to_string().contains("CommitLog bytes past offset"))
+                    .count()
+            });
+            lines == 3
+        }),
+        "every node lost its unsynced CommitLog bytes: {report}"
     );
     // A replaced node's place is taken by a fresh node: the voters named after each change
     // hold the new node and not the old one.

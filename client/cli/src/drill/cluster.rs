@@ -336,6 +336,28 @@ impl LocalCluster {
         Ok(flipped)
     }
 
+    /// What a power cut takes from a stopped node: `broker lose-unsynced` zeroes its
+    /// CommitLog past the last checkpoint's flush. Returns what the broker says it took.
+    pub fn lose_unsynced(&mut self, group: &str, id: u64) -> Result<String, ClusterError> {
+        let broker_bin = self.spec.broker_bin.clone();
+        let node = self.node_mut(group, id)?;
+        assert!(!node.process.is_running(), "a stopped node only");
+        let what = format!("{group} node {id}: broker lose-unsynced");
+        let output = std::process::Command::new(&broker_bin)
+            .arg("lose-unsynced")
+            .arg("--data-dir")
+            .arg(&node.data_dir)
+            .output()
+            .map_err(io(what.clone()))?;
+        if !output.status.success() {
+            return Err(ClusterError::Refused {
+                what,
+                reason: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    }
+
     /// SIGSTOP: the process stays, answers nothing.
     pub fn pause(&mut self, group: &str, id: u64) -> Result<(), ClusterError> {
         let node = self.node_mut(group, id)?;

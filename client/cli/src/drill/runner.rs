@@ -77,6 +77,9 @@ pub enum FaultKind {
     KillLeader,
     KillFollower,
     RestartAll,
+    /// Every node is killed and loses what a power cut would take (its CommitLog past the
+    /// last checkpoint's flush), then all restart.
+    CrashAllUnsynced,
     PauseLeader,
     PartitionLeader,
     CorruptFollower,
@@ -94,6 +97,7 @@ impl FaultKind {
             FaultKind::KillLeader => "kill-leader",
             FaultKind::KillFollower => "kill-follower",
             FaultKind::RestartAll => "restart-all",
+            FaultKind::CrashAllUnsynced => "crash-all-unsynced",
             FaultKind::PauseLeader => "pause-leader",
             FaultKind::PartitionLeader => "partition-leader",
             FaultKind::CorruptFollower => "corrupt-follower",
@@ -111,6 +115,7 @@ impl std::str::FromStr for FaultKind {
             FaultKind::KillLeader,
             FaultKind::KillFollower,
             FaultKind::RestartAll,
+            FaultKind::CrashAllUnsynced,
             FaultKind::PauseLeader,
             FaultKind::PartitionLeader,
             FaultKind::CorruptFollower,
@@ -121,8 +126,9 @@ impl std::str::FromStr for FaultKind {
         .find(|kind| kind.name() == text)
         .ok_or_else(|| {
             format!(
-                "unknown fault {text:?}: kill-leader, kill-follower, restart-all, pause-leader, \
-                 partition-leader, corrupt-follower, replace-follower or replace-leader"
+                "unknown fault {text:?}: kill-leader, kill-follower, restart-all, \
+                 crash-all-unsynced, pause-leader, partition-leader, corrupt-follower, \
+                 replace-follower or replace-leader"
             )
         })
     }
@@ -405,7 +411,7 @@ async fn inject_faults(
                 .inspect(|id| {
                     let _ = cluster.kill(&group, *id);
                 }),
-            FaultKind::RestartAll => {
+            FaultKind::RestartAll | FaultKind::CrashAllUnsynced => {
                 for id in cluster.node_ids(&group) {
                     cluster.kill(&group, id)?;
                 }
@@ -422,6 +428,13 @@ async fn inject_faults(
         };
         let detail = match (kind, node) {
             (FaultKind::CorruptFollower, Some(id)) => cluster.damage(&group, id)?,
+            (FaultKind::CrashAllUnsynced, _) => {
+                let mut lost = Vec::new();
+                for id in cluster.node_ids(&group) {
+                    lost.push(format!("node {id}: {}", cluster.lose_unsynced(&group, id)?));
+                }
+                lost
+            }
             (FaultKind::ReplaceFollower | FaultKind::ReplaceLeader, Some(id)) => {
                 replace(
                     cluster,
@@ -444,7 +457,7 @@ async fn inject_faults(
             at: now,
             detail,
         });
-        if kind == FaultKind::RestartAll {
+        if matches!(kind, FaultKind::RestartAll | FaultKind::CrashAllUnsynced) {
             for id in cluster.node_ids(&group) {
                 cluster.restart(&group, id)?;
             }
@@ -464,7 +477,10 @@ async fn inject_faults(
                     }
                 }
                 // The node left the group; its place is taken already.
-                FaultKind::RestartAll | FaultKind::ReplaceFollower | FaultKind::ReplaceLeader => {}
+                FaultKind::RestartAll
+                | FaultKind::CrashAllUnsynced
+                | FaultKind::ReplaceFollower
+                | FaultKind::ReplaceLeader => {}
             }
         }
     }
