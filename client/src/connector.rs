@@ -71,9 +71,11 @@ impl Connector {
         Connector { tls: Some(tls) }
     }
 
-    /// An endpoint for the nameserver at `addr` (`host:port`), not yet connected.
-    pub fn nameserver_endpoint(&self, addr: &str) -> Result<Endpoint, String> {
-        let endpoint = Endpoint::from_shared(format!("{}://{addr}", self.scheme()))
+    /// An endpoint for the server (a nameserver or a broker node) at `addr` (`host:port`),
+    /// plain or TLS, not yet connected.
+    pub fn endpoint(&self, addr: &str) -> Result<Endpoint, String> {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(|error| format!("{addr}: {error}"))?;
         match &self.tls {
             Some(tls) => endpoint
@@ -83,14 +85,11 @@ impl Connector {
         }
     }
 
-    fn scheme(&self) -> &'static str {
-        if self.tls.is_some() { "https" } else { "http" }
-    }
-
     /// Connects to the broker API of the node at `addr`.
     pub async fn connect(&self, addr: SocketAddr) -> Result<BrokerClient<Channel>, GroupError> {
-        let mut endpoint = Endpoint::from_shared(format!("{}://{addr}", self.scheme()))
-            .map_err(|_| GroupError::InvalidAddress { addr })?
+        let endpoint = self
+            .endpoint(&addr.to_string())
+            .map_err(|reason| GroupError::Endpoint { addr, reason })?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .max_frame_size(HTTP2_FRAME_BYTES_MAX)
@@ -99,11 +98,6 @@ impl Connector {
             .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
             .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
             .keep_alive_while_idle(false);
-        if let Some(tls) = &self.tls {
-            endpoint = endpoint
-                .tls_config(tls.config.clone())
-                .map_err(|source| GroupError::Connect { addr, source })?;
-        }
         let channel = endpoint
             .connect()
             .await

@@ -26,8 +26,8 @@ const STATUS_TIMEOUT: Duration = Duration::from_millis(500);
 
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {
-    #[error("{addr} does not form a gRPC endpoint URI")]
-    InvalidAddress { addr: SocketAddr },
+    #[error("no gRPC endpoint for {addr}: {reason}")]
+    Endpoint { addr: SocketAddr, reason: String },
     #[error("cannot connect to {addr}: {source}")]
     Connect {
         addr: SocketAddr,

@@ -249,7 +249,7 @@ impl RouteCache {
             .iter()
             .map(|nameserver| {
                 self.connector
-                    .nameserver_endpoint(nameserver)
+                    .endpoint(nameserver)
                     .map(|endpoint| {
                         endpoint
                             .connect_timeout(QUERY_TIMEOUT)

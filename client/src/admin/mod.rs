@@ -298,7 +298,7 @@ impl Admin {
     {
         let mut last_error = String::from("no nameserver configured");
         for nameserver in &self.nameservers {
-            let endpoint = match self.connector.nameserver_endpoint(nameserver) {
+            let endpoint = match self.connector.endpoint(nameserver) {
                 Ok(endpoint) => endpoint
                     .connect_timeout(QUERY_TIMEOUT)
                     .timeout(QUERY_TIMEOUT),
