@@ -39,8 +39,7 @@ impl TestCluster {
         seed: u64,
         tune: impl Fn(&mut BrokerConfig),
     ) -> anyhow::Result<TestCluster> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let nameserver = NameServer::start_on(listener, NameServerConfig::default())?;
+        let nameserver = crate::start_nameserver(NameServerConfig::default()).await?;
         let addr = nameserver.addr().to_string();
         let mut groups = Vec::new();
         for (index, name) in GROUPS.iter().enumerate() {

@@ -33,6 +33,8 @@ use rocketraft_client::admin::NewNode;
 use rocketraft_client::connector::ClientTls;
 use rocketraft_client::connector::Connector;
 use rocketraft_client::group::BrokerGroupClient;
+use rocketraft_nameserver::server::NameServer;
+use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::common as common_pb;
@@ -403,6 +405,12 @@ async fn bind_node() -> anyhow::Result<(Listeners, String)> {
         },
         peer.to_string(),
     ))
+}
+
+/// Starts a nameserver with `config` on a 127.0.0.1 port the OS picks.
+pub async fn start_nameserver(config: NameServerConfig) -> anyhow::Result<NameServer> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    Ok(NameServer::start_on(listener, config)?)
 }
 
 /// A pull by group `readers` of up to 32 messages of one queue from `queue_offset`, every tag,

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use rocketraft_client::admin::Admin;
 use rocketraft_client::admin::AdminError;
-use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::ResponseCode;
@@ -20,6 +19,7 @@ use rocketraft_proto::secrets::attach;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
 use rocketraft_tests::send_request;
+use rocketraft_tests::start_nameserver;
 use rocketraft_tests::wait_for;
 use tracing::info;
 
@@ -141,14 +141,11 @@ async fn given_an_admin_token_admin_calls_without_it_should_be_refused() -> anyh
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_a_cluster_secret_only_brokers_with_it_should_be_routed() -> anyhow::Result<()> {
     init_tracing();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let nameserver = NameServer::start_on(
-        listener,
-        NameServerConfig {
-            cluster_secret: Some(SECRET.into()),
-            ..NameServerConfig::default()
-        },
-    )?;
+    let nameserver = start_nameserver(NameServerConfig {
+        cluster_secret: Some(SECRET.into()),
+        ..NameServerConfig::default()
+    })
+    .await?;
     let addr = nameserver.addr();
 
     info!("--- a registration without the secret is refused and leaves no route");

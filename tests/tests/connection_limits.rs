@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use rocketraft_nameserver::connection_limit::refusal_frames;
-use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::nameserver as ns_pb;
@@ -13,6 +12,7 @@ use rocketraft_proto::nameserver::name_server_client::NameServerClient;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
 use rocketraft_tests::send_request;
+use rocketraft_tests::start_nameserver;
 use rocketraft_tests::wait_for;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -25,14 +25,11 @@ async fn given_connections_max_open_the_next_connection_should_be_refused_until_
 -> anyhow::Result<()> {
     init_tracing();
     const MAX: usize = 2;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let nameserver = NameServer::start_on(
-        listener,
-        NameServerConfig {
-            connections_max: MAX,
-            ..NameServerConfig::default()
-        },
-    )?;
+    let nameserver = start_nameserver(NameServerConfig {
+        connections_max: MAX,
+        ..NameServerConfig::default()
+    })
+    .await?;
     let addr = nameserver.addr();
 
     info!("--- {MAX} connections are served; one more is told why and closed");

@@ -17,11 +17,11 @@ use rocketraft_client::admin::NewNode;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::producer::SendResult;
-use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
+use rocketraft_tests::start_nameserver;
 use rocketraft_tests::wait_for;
 use tracing::info;
 
@@ -121,14 +121,11 @@ async fn assert_stored_on(group: &TestGroup, id: u64, acked: &[SendResult]) -> a
 async fn given_load_a_group_should_grow_shrink_and_replace_a_dead_node_losing_nothing()
 -> anyhow::Result<()> {
     init_tracing();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let nameserver = NameServer::start_on(
-        listener,
-        NameServerConfig {
-            broker_expiry: BROKER_EXPIRY,
-            ..NameServerConfig::default()
-        },
-    )?;
+    let nameserver = start_nameserver(NameServerConfig {
+        broker_expiry: BROKER_EXPIRY,
+        ..NameServerConfig::default()
+    })
+    .await?;
     let nameservers = vec![nameserver.addr().to_string()];
     let mut group = TestGroup::start(3, 0x5EED_1101, |config| {
         config.group = GROUP.to_owned();

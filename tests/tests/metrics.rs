@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use rocketraft_nameserver::metrics_endpoint::METRICS_CONNECTIONS_MAX;
 use rocketraft_nameserver::metrics_endpoint::METRICS_CONTENT_TYPE;
-use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
 use rocketraft_tests::pull_request;
 use rocketraft_tests::send_request;
+use rocketraft_tests::start_nameserver;
 use rocketraft_tests::wait_for;
 use tokio::io::AsyncReadExt;
 use tokio::io::AsyncWriteExt;
@@ -44,14 +44,11 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_traffic_metrics_should_show_it_over_http() -> anyhow::Result<()> {
     init_tracing();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let nameserver = NameServer::start_on(
-        listener,
-        NameServerConfig {
-            metrics_listen: "127.0.0.1:0".parse().ok(),
-            ..NameServerConfig::default()
-        },
-    )?;
+    let nameserver = start_nameserver(NameServerConfig {
+        metrics_listen: "127.0.0.1:0".parse().ok(),
+        ..NameServerConfig::default()
+    })
+    .await?;
     let namesrv = nameserver.addr().to_string();
     let group = TestGroup::start(3, 0x5EED_1102, |config| {
         config.metrics_listen = "127.0.0.1:0".parse().ok();
@@ -175,14 +172,11 @@ async fn given_traffic_metrics_should_show_it_over_http() -> anyhow::Result<()> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_the_most_scrape_connections_one_more_should_be_closed() -> anyhow::Result<()> {
     init_tracing();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let nameserver = NameServer::start_on(
-        listener,
-        NameServerConfig {
-            metrics_listen: "127.0.0.1:0".parse().ok(),
-            ..NameServerConfig::default()
-        },
-    )?;
+    let nameserver = start_nameserver(NameServerConfig {
+        metrics_listen: "127.0.0.1:0".parse().ok(),
+        ..NameServerConfig::default()
+    })
+    .await?;
     let addr = nameserver.metrics_addr().expect("metrics_listen set");
     let mut held = Vec::new();
     for _ in 0..METRICS_CONNECTIONS_MAX {

@@ -26,14 +26,11 @@ use tracing::info;
 const TIMEOUT: Duration = Duration::from_secs(20);
 
 async fn start_nameserver(expiry: Duration) -> anyhow::Result<NameServer> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    Ok(NameServer::start_on(
-        listener,
-        NameServerConfig {
-            broker_expiry: expiry,
-            ..NameServerConfig::default()
-        },
-    )?)
+    rocketraft_tests::start_nameserver(NameServerConfig {
+        broker_expiry: expiry,
+        ..NameServerConfig::default()
+    })
+    .await
 }
 
 async fn cluster_info(nameserver: SocketAddr) -> Option<pb::ClusterInfo> {

@@ -16,6 +16,7 @@ use rocketraft_proto::common::ResponseCode;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::init_tracing;
+use rocketraft_tests::start_nameserver;
 use rocketraft_tests::wait_for;
 use tracing::info;
 
@@ -303,9 +304,8 @@ async fn given_leader_isolated_mid_sends_should_never_report_a_lost_send() -> an
 async fn given_auto_creating_group_should_route_and_accept_the_first_send_to_a_new_topic()
 -> anyhow::Result<()> {
     init_tracing();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let nameserver =
-        rocketraft_nameserver::server::NameServer::start_on(listener, Default::default())?;
+        start_nameserver(rocketraft_nameserver::server::NameServerConfig::default()).await?;
     let addr = nameserver.addr().to_string();
     let group = rocketraft_tests::TestGroup::start(3, 0x5EED_0207, |config| {
         config.namesrv = vec![addr.clone()];

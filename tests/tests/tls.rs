@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
+
 use rocketraft_client::admin::Admin;
 use rocketraft_client::admin::ConsumeFrom;
 use rocketraft_client::admin::ConsumeRequest;
@@ -15,13 +17,13 @@ use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::route::RouteCache;
 use rocketraft_client::subscription::Subscription;
-use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::raft as raft_pb;
 use rocketraft_proto::raft::raft_client::RaftClient;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
+use rocketraft_tests::start_nameserver;
 use rocketraft_tests::tls::TestCerts;
 use rocketraft_tests::wait_for;
 use tonic::transport::Certificate;
@@ -36,13 +38,11 @@ async fn given_tls_the_group_should_serve_only_clients_and_peers_that_trust_its_
 -> anyhow::Result<()> {
     init_tracing();
     let certs = TestCerts::generate("rocketraft test CA")?;
-    let nameserver = NameServer::start_on(
-        tokio::net::TcpListener::bind("127.0.0.1:0").await?,
-        NameServerConfig {
-            tls: Some(certs.server_files()),
-            ..NameServerConfig::default()
-        },
-    )?;
+    let nameserver = start_nameserver(NameServerConfig {
+        tls: Some(certs.server_files()),
+        ..NameServerConfig::default()
+    })
+    .await?;
     let namesrv = nameserver.addr().to_string();
     let group = TestGroup::start(3, 0x5EED_7150, |config| {
         config.tls = Some(certs.settings());
@@ -126,5 +126,26 @@ async fn given_tls_the_group_should_serve_only_clients_and_peers_that_trust_its_
     );
     group.shutdown().await;
     nameserver.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn given_a_missing_tls_file_the_node_should_refuse_to_start_naming_it() -> anyhow::Result<()>
+{
+    init_tracing();
+    let certs = TestCerts::generate("rocketraft test CA")?;
+    let mut settings = certs.settings();
+    settings.cert = settings.cert.with_file_name("no-such-cert.pem");
+    let error = TestGroup::start(1, 0x5EED_7151, |config| {
+        config.tls = Some(settings.clone());
+    })
+    .await
+    .err()
+    .context("a node started without its certificate")?;
+    let message = format!("{error:#}");
+    assert!(
+        message.contains("tls.cert") && message.contains("no-such-cert.pem"),
+        "{message}"
+    );
     Ok(())
 }
