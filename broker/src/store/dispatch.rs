@@ -15,7 +15,7 @@ use tracing::warn;
 use crate::store::config::StoreConfig;
 use crate::store::consume_queue::{CONSUME_QUEUE_DIR, ConsumeQueue, CqUnit};
 use crate::store::error::StoreError;
-use crate::store::index::Index;
+use crate::store::index::{Index, key_hash};
 use crate::store::mapped_file;
 use crate::store::mapped_file::Detached;
 use crate::store::mapped_file::FlushTarget;
@@ -68,12 +68,9 @@ impl<'a> RecordInfo<'a> {
     }
 }
 
-/// What one dispatch changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct DispatchOutcome {
-    pub unit_added: bool,
-    pub index_entries_added: u64,
-}
+/// Index keys waiting in a [`Dispatcher`] at which a dispatch adds them without waiting for
+/// [`Dispatcher::finish_dispatch`]: bounds the memory of a long re-dispatch.
+pub const PENDING_INDEX_KEYS_MAX: usize = 1024;
 
 /// The ConsumeQueues and the index of a store.
 #[derive(Debug)]
@@ -89,6 +86,9 @@ pub struct Dispatcher {
     /// first find it without hashing.
     last_slot: Option<usize>,
     index: Index,
+    /// (key hash, CommitLog offset) of dispatched records not yet in the index, in order.
+    /// Invariant: empty outside a run of dispatches (see [`Dispatcher::finish_dispatch`]).
+    pending_keys: Vec<(u64, i64)>,
 }
 
 impl Dispatcher {
@@ -106,6 +106,7 @@ impl Dispatcher {
             queues: Vec::new(),
             slots: HashMap::new(),
             last_slot: None,
+            pending_keys: Vec::new(),
             index: Index::open(
                 &config.dir,
                 config.index_entries_per_file,
@@ -160,18 +161,24 @@ impl Dispatcher {
     }
 
     pub fn index(&self) -> &Index {
+        debug_assert!(
+            self.pending_keys.is_empty(),
+            "index read inside a run of dispatches"
+        );
         &self.index
     }
 
-    /// Writes the unit for the record at CommitLog `offset` at `queue_offset`, and its index
-    /// entries. With `allow_start`, an empty queue may begin at a later queue offset.
+    /// Writes the unit for the record at CommitLog `offset` at `queue_offset`, and queues its
+    /// index entries for [`Dispatcher::finish_dispatch`]. With `allow_start`, an empty queue
+    /// may begin at a later queue offset. Returns whether a unit was added (false: the same
+    /// unit was there already).
     pub fn dispatch(
         &mut self,
         offset: u64,
         info: &RecordInfo<'_>,
         queue_offset: u64,
         allow_start: bool,
-    ) -> Result<DispatchOutcome, StoreError> {
+    ) -> Result<bool, StoreError> {
         let queue = self.queue_mut(info.topic, info.queue_id)?;
         let before = queue.max_offset();
         if allow_start && queue.min_offset() == before && queue_offset > before {
@@ -184,19 +191,26 @@ impl Dispatcher {
         };
         queue.put(queue_offset, unit)?;
         let unit_added = queue.max_offset() > before;
-        let entries_before = self.index.len();
-        for key in info.keys() {
-            self.index.add(key, offset as i64)?;
+        self.pending_keys
+            .extend(info.keys().map(|key| (key_hash(key), offset as i64)));
+        if self.pending_keys.len() >= PENDING_INDEX_KEYS_MAX {
+            self.finish_dispatch()?;
         }
-        Ok(DispatchOutcome {
-            unit_added,
-            index_entries_added: (self.index.len() - entries_before) as u64,
-        })
+        Ok(unit_added)
+    }
+
+    /// Ends a run of dispatches: adds their index entries, all together, so that their
+    /// slot loads overlap instead of each missing the cache in turn.
+    pub fn finish_dispatch(&mut self) -> Result<(), StoreError> {
+        let result = self.index.add_all(&self.pending_keys);
+        self.pending_keys.clear();
+        result
     }
 
     /// Drops units and index entries at or beyond CommitLog offset `end`;
     /// returns `(units, index entries)` dropped.
     pub fn truncate(&mut self, end: u64) -> Result<(u64, u64), StoreError> {
+        self.finish_dispatch()?;
         let mut units = 0;
         for queue in &mut self.queues {
             units += queue.truncate_by_commit_log(end)?;
@@ -219,6 +233,7 @@ impl Dispatcher {
 
     /// Empties every queue (each restarts at the queue offset of its next unit) and the index.
     pub fn clear(&mut self) -> Result<(), StoreError> {
+        self.pending_keys.clear();
         for queue in &mut self.queues {
             queue.clear()?;
         }
@@ -243,6 +258,7 @@ impl Dispatcher {
     /// Marks every queue and the index clean and adds what makes their writes durable to
     /// `targets`.
     pub fn begin_flush(&mut self, targets: &mut Vec<FlushTarget>) -> Result<(), StoreError> {
+        self.finish_dispatch()?;
         for queue in &mut self.queues {
             queue.begin_flush(targets);
         }
@@ -328,16 +344,16 @@ mod tests {
         let bytes = sample("TopicA", 3, b"x").encode().expect("encode");
         let view = RecordView::parse(&bytes).expect("parse");
         let info = RecordInfo::from_view(&view, 7).expect("info");
-        let first = dispatcher.dispatch(0, &info, 0, false).expect("dispatch");
+        assert!(dispatcher.dispatch(0, &info, 0, false).expect("dispatch"));
+        dispatcher.finish_dispatch().expect("index");
+        assert_eq!(dispatcher.index().len(), 3);
+        assert!(!dispatcher.dispatch(0, &info, 0, false).expect("again"));
+        dispatcher.finish_dispatch().expect("index");
         assert_eq!(
-            first,
-            DispatchOutcome {
-                unit_added: true,
-                index_entries_added: 3
-            }
+            dispatcher.index().len(),
+            3,
+            "the same pairs are stored once"
         );
-        let again = dispatcher.dispatch(0, &info, 0, false).expect("again");
-        assert_eq!(again, DispatchOutcome::default());
         let mut targets = Vec::new();
         dispatcher.begin_flush(&mut targets).expect("flush");
         targets

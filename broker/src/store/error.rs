@@ -104,6 +104,9 @@ pub enum StoreError {
     /// An index file whose header is missing or does not match the file.
     #[error("index file {path}: {reason}")]
     IndexFile { path: PathBuf, reason: &'static str },
+    /// The memory for the index's slot table could not be mapped.
+    #[error("map the index slot table: {source}")]
+    SlotTable { source: std::io::Error },
     /// The store configuration is invalid.
     #[error("invalid store config: {reason}")]
     InvalidConfig { reason: String },

@@ -21,6 +21,7 @@ pub mod properties;
 pub mod record;
 pub mod retention;
 pub mod scrub;
+pub mod slot_table;
 pub mod tags;
 
 pub use checkpoint::{Checkpoint, CheckpointState};
@@ -250,19 +251,22 @@ impl MessageStore {
         let mut done = Redispatch::default();
         let tags_code_fn = self.config.tags_code_fn;
         let dispatcher = &mut self.dispatcher;
-        self.commit_log.for_each_record_from(from, |offset, view| {
+        let index_entries_before = dispatcher.index().len();
+        let scanned = self.commit_log.for_each_record_from(from, |offset, view| {
             let info = RecordInfo::from_view(&view, tags_code_fn(&view))?;
             let queue_offset =
                 u64::try_from(info.queue_offset).map_err(|_negative| StoreError::Corrupt {
                     offset,
                     source: RecordError::FieldLengths,
                 })?;
-            let outcome = dispatcher.dispatch(offset, &info, queue_offset, allow_start)?;
+            let unit_added = dispatcher.dispatch(offset, &info, queue_offset, allow_start)?;
             done.records += 1;
-            done.units += u64::from(outcome.unit_added);
-            done.index_entries += outcome.index_entries_added;
+            done.units += u64::from(unit_added);
             Ok(())
-        })?;
+        });
+        let finished = dispatcher.finish_dispatch();
+        done.index_entries = (dispatcher.index().len() - index_entries_before) as u64;
+        scanned.and(finished)?;
         Ok(done)
     }
 
@@ -287,15 +291,23 @@ impl MessageStore {
         })
     }
 
-    /// Runs `f`, which appends records through the [`AppendBatch`] it is given, then writes
-    /// them to the CommitLog file together: a batch costs a few writes instead of a page
-    /// fault every few records. If that write fails, the batch's records are dropped from
-    /// the ConsumeQueues and the index again, and the store ends where it did before.
+    /// Runs `f`, which appends records through the [`AppendBatch`] it is given, then adds
+    /// their index entries and writes them to the CommitLog file, each together: a batch
+    /// costs a few writes instead of a page fault every few records, and its index slot
+    /// loads overlap. If either fails, the batch's records are dropped from the
+    /// ConsumeQueues and the index again, and the store ends where it did before.
     pub fn append_batch<T, E: From<StoreError>>(
         &mut self,
         f: impl FnOnce(&mut AppendBatch<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
+        let start = self.commit_log.max_offset();
         let result = f(&mut AppendBatch { store: self });
+        if let Err(error) = self.dispatcher.finish_dispatch() {
+            if let Err(rollback) = self.truncate(start as i64) {
+                error!(%rollback, "rolling back a batch whose index entries failed failed");
+            }
+            return Err(error.into());
+        }
         if let Err(error) = self.commit_log.write_staged() {
             let end = self.commit_log.max_offset();
             if let Err(rollback) = self.dispatcher.truncate(end) {
