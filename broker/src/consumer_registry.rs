@@ -35,7 +35,15 @@ pub struct RegistryFull {
 const MEMBERSHIP_EVENTS_BUFFERED: usize = 1024;
 
 /// topic -> subscription expression.
-pub type Subscriptions = BTreeMap<String, String>;
+pub type Subscriptions = BTreeMap<String, Expression>;
+
+/// A subscription expression as its consumer gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expression {
+    /// `TAG` or `SQL92` (`rocketraft_proto::sql_filter::EXPRESSION_TYPE_*`).
+    pub kind: String,
+    pub text: String,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
@@ -251,7 +259,11 @@ mod tests {
     use super::*;
 
     fn subscription(topic: &str, expression: &str) -> Subscriptions {
-        [(topic.to_owned(), expression.to_owned())].into()
+        let expression = Expression {
+            kind: "TAG".into(),
+            text: expression.to_owned(),
+        };
+        [(topic.to_owned(), expression)].into()
     }
 
     /// The expiry task looks every quarter of `expiry` and drops a member idle for `expiry`

@@ -21,31 +21,19 @@ use rocketraft_broker::store::Properties;
 use rocketraft_broker::store::RecordView;
 use rocketraft_broker::store::record;
 use rocketraft_proto::properties;
+use rocketraft_proto::xorshift::Xorshift;
 
 const SEED: u64 = 0x5EED_F022;
 const CASES: usize = 20_000;
 const FILE_CASES: usize = 300;
 
-/// xorshift64*: small, seeded, good enough to spread mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn bytes(&mut self, len: usize) -> Vec<u8> {
-        (0..len).map(|_| self.next() as u8).collect()
-    }
-
+/// Seeded mutations: reproducible from the seed.
+trait Mutate {
     /// `valid` damaged one way or another, or random bytes.
+    fn mutate(&mut self, valid: &[u8]) -> Vec<u8>;
+}
+
+impl Mutate for Xorshift {
     fn mutate(&mut self, valid: &[u8]) -> Vec<u8> {
         let mut bytes = valid.to_vec();
         match self.below(6) {
@@ -126,7 +114,7 @@ fn check<T>(case: usize, what: &str, input: &[u8], decode: impl FnOnce(&[u8]) ->
 
 #[test]
 fn records_and_properties_never_panic_on_damaged_bytes() {
-    let mut rng = Rng(SEED);
+    let mut rng = Xorshift::new(SEED);
     let record = sample_record().encode().expect("encode");
     let props = sample_record().properties.encode();
     for case in 0..CASES {
@@ -155,7 +143,7 @@ fn records_and_properties_never_panic_on_damaged_bytes() {
 
 #[test]
 fn raft_entries_and_durable_files_never_panic_on_damaged_bytes() {
-    let mut rng = Rng(SEED ^ 1);
+    let mut rng = Xorshift::new(SEED ^ 1);
     let entry = codec::encode("entry", &sample_entry(9)).expect("encode");
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("state");
@@ -183,7 +171,7 @@ fn with_file(root: &Path, relative: &str, bytes: &[u8]) {
 
 #[test]
 fn raft_log_and_commit_log_recovery_never_panic_on_damaged_files() {
-    let mut rng = Rng(SEED ^ 2);
+    let mut rng = Xorshift::new(SEED ^ 2);
     let log_segment = {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut store = LogStore::open(LogStoreConfig {

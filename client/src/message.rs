@@ -129,7 +129,7 @@ where
 }
 
 /// A stored message as a consumer receives it: the message and where it is stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MessageExt {
     pub topic: String,
     /// The broker group that stores it.

@@ -10,7 +10,9 @@ pub mod perm;
 pub mod process;
 pub mod properties;
 pub mod secrets;
+pub mod sql_filter;
 pub mod time;
+pub mod xorshift;
 
 /// Message types and response codes shared by every service.
 pub mod common {

@@ -424,6 +424,7 @@ pub fn pull_request(topic: &str, queue_id: i32, queue_offset: i64) -> pb::PullRe
         max_messages: 32,
         tags: Vec::new(),
         max_wait_ms: 0,
+        sql: String::new(),
     }
 }
 

@@ -21,6 +21,7 @@ fn heartbeat(client_id: &str, expression: &str) -> pb::HeartbeatRequest {
         subscriptions: vec![pb::SubscriptionData {
             topic: "Orders".into(),
             expression: expression.into(),
+            expression_type: String::new(),
         }],
     }
 }
@@ -70,6 +71,36 @@ async fn given_heartbeats_the_leader_should_track_members_and_forget_the_silent(
             .subscriptions_consistent,
         "TagA vs TagB"
     );
+
+    info!("--- a SQL92 subscription is listed with its type; a bad one is refused");
+    let sql = |expression: &str| {
+        let mut request = heartbeat("client-d", expression);
+        request.subscriptions[0].expression_type = "SQL92".into();
+        request
+    };
+    client.heartbeat(sql("price > 10")).await?;
+    let members = client.list_consumers(list()).await?.into_inner();
+    let listed = &members.members[3].subscriptions[0];
+    assert_eq!(
+        (listed.expression.as_str(), listed.expression_type.as_str()),
+        ("price > 10", "SQL92")
+    );
+    let refused = client
+        .heartbeat(sql("price >"))
+        .await
+        .expect_err("bad SQL92");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused.message().contains("at byte 7"),
+        "{}",
+        refused.message()
+    );
+    client
+        .unregister_consumer(pb::UnregisterConsumerRequest {
+            group: "billing".into(),
+            client_id: "client-d".into(),
+        })
+        .await?;
 
     let follower = group.a_follower(leader);
     let watch_refused = group

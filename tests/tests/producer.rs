@@ -270,6 +270,7 @@ async fn given_leader_isolated_mid_sends_should_never_report_a_lost_send() -> an
         max_messages: 1024,
         tags: Vec::new(),
         max_wait_ms: 0,
+        sql: String::new(),
     };
     let stored = group_a
         .client(new_leader)

@@ -1,5 +1,6 @@
-//! Pulls from a 3-node group: long polling, tag filtering by hash, offset checks, followers
-//! serving committed messages, and the byte budget that keeps large messages pullable.
+//! Pulls from a 3-node group: long polling, tag filtering by hash, SQL92 filtering by
+//! properties, offset checks, followers serving committed messages, and the byte budget that
+//! keeps large messages pullable.
 
 use std::time::Duration;
 use std::time::Instant;
@@ -27,6 +28,7 @@ fn pull(queue_offset: i64, tags: &[&str], max_wait_ms: u32) -> pb::PullRequest {
         max_messages: 32,
         tags: tags.iter().map(|t| (*t).to_owned()).collect(),
         max_wait_ms,
+        sql: String::new(),
     }
 }
 
@@ -228,6 +230,80 @@ async fn given_tags_should_filter_by_hash_and_check_offsets_on_any_node() -> any
         bad.expect_err("zero messages").code(),
         tonic::Code::InvalidArgument
     );
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_sql92_filter_the_broker_should_return_only_what_it_selects() -> anyhow::Result<()>
+{
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_0406, |_| {}).await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let mut client = group.client(leader).await?;
+    for (body, properties) in [
+        ("a5", vec![("TAGS", "A"), ("price", "5")]),
+        ("a15", vec![("TAGS", "A"), ("price", "15")]),
+        ("b15", vec![("TAGS", "B"), ("price", "15")]),
+        ("a-none", vec![("TAGS", "A")]),
+        ("a-text", vec![("TAGS", "A"), ("price", "cheap")]),
+        ("a25", vec![("TAGS", "A"), ("price", "25.5")]),
+    ] {
+        let message = common_pb::Message {
+            body: body.as_bytes().to_vec().into(),
+            properties: encode_properties(properties),
+            ..Default::default()
+        };
+        client
+            .send(pb::SendRequest {
+                messages: vec![message],
+                ..tagged("unused", "unused")
+            })
+            .await?;
+    }
+    let with_sql = |sql: &str| pb::PullRequest {
+        sql: sql.into(),
+        ..pull(0, &[], 0)
+    };
+    let selected = client
+        .pull(with_sql("TAGS = 'A' AND price > 10"))
+        .await?
+        .into_inner();
+    let bodies: Vec<String> = selected
+        .messages
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+        .collect();
+    assert_eq!(
+        bodies,
+        ["a15", "a25"],
+        "absent or non-numeric prices are not selected"
+    );
+    assert_eq!(selected.next_offset, 6);
+    let none = client
+        .pull(with_sql("price IS NULL AND TAGS = 'B'"))
+        .await?
+        .into_inner();
+    assert_eq!(
+        (none.status(), none.next_offset),
+        (pb::PullStatus::NoMatchedMessage, 6)
+    );
+
+    info!("--- a bad filter is refused with where and why");
+    let bad = client
+        .pull(with_sql("price >> 10"))
+        .await
+        .expect_err("invalid SQL");
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    assert!(bad.message().contains("at byte 7"), "{}", bad.message());
+    let both = client
+        .pull(pb::PullRequest {
+            tags: vec!["A".into()],
+            ..with_sql("price > 1")
+        })
+        .await
+        .expect_err("tags and SQL");
+    assert!(both.message().contains("not both"), "{}", both.message());
     group.shutdown().await;
     Ok(())
 }

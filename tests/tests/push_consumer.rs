@@ -1,6 +1,6 @@
 //! The push consumer against a real cluster (a nameserver and two 3-node broker groups on
 //! loopback): rebalance across members joining and leaving, long polling, tag filtering,
-//! offsets across restarts and leader changes, broadcasting.
+//! SQL92 filtering, offsets across restarts and leader changes, broadcasting.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -98,6 +98,22 @@ async fn wait_for_partition(consumers: &[&PushConsumer], all: usize) -> anyhow::
             .zip(sizes.iter().min())
             .is_some_and(|(a, b)| a - b <= 1);
         (count == all && owned.len() == all && even).then_some(())
+    })
+    .await
+}
+
+/// Waits until `group` committed every queue to its end: a filtering consumer moved past
+/// everything its filter skipped.
+async fn wait_for_commits_at_end(cluster: &TestCluster, group: &str) -> anyhow::Result<()> {
+    wait_for("filtered queues committed to the end", TIMEOUT, || async {
+        let status = Admin::new(cluster.nameservers())
+            .consumer_progress(group, None)
+            .await
+            .ok()?;
+        status
+            .iter()
+            .all(|queue| queue.committed_offset == Some(queue.max_offset))
+            .then_some(())
     })
     .await
 }
@@ -221,17 +237,7 @@ async fn given_tags_with_one_hash_only_the_subscribed_tag_should_arrive() -> any
     everything.wait_for_all(&every_id, TIMEOUT).await?;
     only_aa.wait_for_all(&aa_ids, TIMEOUT).await?;
     info!("--- let the filtered consumer finish its pulls and commit");
-    wait_for("filtered queues committed to the end", TIMEOUT, || async {
-        let status = Admin::new(cluster.nameservers())
-            .consumer_progress("only-aa", None)
-            .await
-            .ok()?;
-        status
-            .iter()
-            .all(|queue| queue.committed_offset == Some(queue.max_offset))
-            .then_some(())
-    })
-    .await?;
+    wait_for_commits_at_end(&cluster, "only-aa").await?;
     let received: BTreeSet<String> = only_aa
         .all()
         .into_iter()
@@ -350,4 +356,87 @@ async fn given_bad_settings_start_should_fail_clearly() {
         bad_topic,
         Err(ConsumerError::InvalidSubscription(_))
     ));
+    let bad_sql = builder()
+        .subscribe_sql(TOPIC, "price BETWEEN 1 OR 2")
+        .start(listener)
+        .await;
+    assert!(
+        matches!(&bad_sql, Err(ConsumerError::InvalidSubscription(e)) if e.contains("at byte 16")),
+        "{:?}",
+        bad_sql.err()
+    );
+}
+
+/// What the SQL92 test's consumer selects, computed in plain Rust.
+const SQL: &str = "TAGS IN ('A', 'B') AND price BETWEEN 10 AND 20 AND region <> 'eu'";
+
+fn sql_selects(tag: &str, price: Option<u32>, region: &str) -> bool {
+    (tag == "A" || tag == "B") && price.is_some_and(|p| (10..=20).contains(&p)) && region != "eu"
+}
+
+/// Sends `count` messages whose tag, price and region vary; returns the ids of those the
+/// SQL92 test's filter selects, and of all.
+async fn send_priced(
+    producer: &Producer,
+    start: u32,
+    count: u32,
+) -> anyhow::Result<(BTreeSet<String>, BTreeSet<String>)> {
+    let (mut selected, mut all) = (BTreeSet::new(), BTreeSet::new());
+    for i in start..start + count {
+        let tag = ["A", "B", "C"][(i % 3) as usize];
+        let price = (i % 7 != 0).then_some(i % 25);
+        let region = if i % 2 == 0 { "eu" } else { "us" };
+        let mut message = Message::new(TOPIC, format!("m{i}"))
+            .with_tags(tag)
+            .with_property("region", region);
+        if let Some(price) = price {
+            message = message.with_property("price", price.to_string());
+        }
+        let id = producer.send(message).await?.msg_id;
+        if sql_selects(tag, price, region) {
+            selected.insert(id.clone());
+        }
+        all.insert(id);
+    }
+    Ok((selected, all))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_sql92_subscription_only_selected_messages_should_arrive_across_a_leader_change()
+-> anyhow::Result<()> {
+    init_tracing();
+    let (cluster, producer) = start_cluster(0x5EED_0706, 2).await?;
+    let (filtered, everything) = (Deliveries::default(), Deliveries::default());
+    let builder = consumer(&cluster, "priced", "*").subscribe_sql(TOPIC, SQL);
+    let sql = start_recording(builder, "sql", &filtered).await?;
+    let all = start_recording(consumer(&cluster, "all", "*"), "all", &everything).await?;
+    let (mut selected, mut sent) = send_priced(&producer, 0, 60).await?;
+    filtered.wait_for_all(&selected, TIMEOUT).await?;
+
+    info!("--- broker-a changes leader; the filter goes on from the new one");
+    let group = cluster.group("broker-a");
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    group.isolate_leader(leader, TIMEOUT).await?;
+    group.faults.heal();
+    let (more_selected, more_sent) = send_priced(&producer, 60, 60).await?;
+    selected.extend(more_selected);
+    sent.extend(more_sent);
+    assert!(
+        selected.len() > 10 && selected.len() < sent.len() / 2,
+        "{}",
+        selected.len()
+    );
+    everything.wait_for_all(&sent, TIMEOUT).await?;
+    filtered.wait_for_all(&selected, TIMEOUT).await?;
+    wait_for_commits_at_end(&cluster, "priced").await?;
+    let received: BTreeSet<String> = filtered
+        .all()
+        .into_iter()
+        .map(|d| d.message.msg_id)
+        .collect();
+    assert_eq!(received, selected, "exactly what the filter selects");
+    sql.shutdown().await;
+    all.shutdown().await;
+    cluster.shutdown().await;
+    Ok(())
 }

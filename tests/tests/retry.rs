@@ -304,6 +304,7 @@ async fn stored_ids(
                 max_messages: 1024,
                 tags: Vec::new(),
                 max_wait_ms: 0,
+                sql: String::new(),
             };
             let response = client.pull(request).await?.into_inner();
             if response.messages.is_empty() {

@@ -9,9 +9,13 @@ use std::pin::Pin;
 
 use futures::Stream;
 use rocketraft_proto::broker as pb;
+use rocketraft_proto::sql_filter::EXPRESSION_TYPE_SQL92;
+use rocketraft_proto::sql_filter::EXPRESSION_TYPE_TAG;
+use rocketraft_proto::sql_filter::SqlFilter;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
+use crate::consumer_registry::Expression;
 use crate::consumer_registry::HEARTBEAT_SUBSCRIPTIONS_MAX;
 use crate::consumer_registry::MembershipEvent;
 use crate::consumer_registry::Subscriptions;
@@ -19,6 +23,34 @@ use crate::error::BrokerError;
 use crate::service::BrokerService;
 use crate::topic::validate_group_name;
 use crate::topic::validate_topic_name;
+
+/// A subscription's expression, checked: a SQL92 filter must parse, so a consumer learns of
+/// a bad one when it starts, not from its pulls.
+fn validate_expression(subscription: &pb::SubscriptionData) -> Result<Expression, BrokerError> {
+    let kind = match subscription.expression_type.as_str() {
+        "" | EXPRESSION_TYPE_TAG => EXPRESSION_TYPE_TAG,
+        EXPRESSION_TYPE_SQL92 => {
+            SqlFilter::parse(&subscription.expression).map_err(|error| {
+                BrokerError::BadRequest(format!(
+                    "subscription to {}: {:?}: {error}",
+                    subscription.topic, subscription.expression
+                ))
+            })?;
+            EXPRESSION_TYPE_SQL92
+        }
+        other => {
+            return Err(BrokerError::BadRequest(format!(
+                "subscription to {}: expression type {other:?} is not \
+                 {EXPRESSION_TYPE_TAG} or {EXPRESSION_TYPE_SQL92}",
+                subscription.topic
+            )));
+        }
+    };
+    Ok(Expression {
+        kind: kind.to_owned(),
+        text: subscription.expression.clone(),
+    })
+}
 
 /// Characters of a client id at most.
 pub const CLIENT_ID_LEN_MAX: usize = 255;
@@ -41,7 +73,8 @@ impl BrokerService {
         let mut subscriptions = Subscriptions::new();
         for subscription in request.subscriptions {
             validate_topic_name(&subscription.topic).map_err(BrokerError::TopicIllegal)?;
-            subscriptions.insert(subscription.topic, subscription.expression);
+            let expression = validate_expression(&subscription)?;
+            subscriptions.insert(subscription.topic, expression);
         }
         let known = self.group.metadata().groups.contains_key(&request.group);
         if !known && self.auto_create_group {
@@ -133,7 +166,11 @@ impl BrokerService {
                 subscriptions: member
                     .subscriptions
                     .into_iter()
-                    .map(|(topic, expression)| pb::SubscriptionData { topic, expression })
+                    .map(|(topic, expression)| pb::SubscriptionData {
+                        topic,
+                        expression: expression.text,
+                        expression_type: expression.kind,
+                    })
                     .collect(),
                 idle_ms: member.idle.as_millis() as u64,
             })

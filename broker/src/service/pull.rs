@@ -1,5 +1,5 @@
 //! `Pull`: messages of one queue from an offset, filtered by the subscription's tags hash
-//! codes, with long polling.
+//! codes or by its SQL92 filter on each message's properties, with long polling.
 //!
 //! Any node serves pulls: the store holds only committed, applied messages, so a follower
 //! may lag but never shows a message the group could lose. An empty pull waits until a
@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::limits::PULL_RESPONSE_BYTES_MAX;
+use rocketraft_proto::sql_filter::SqlFilter;
 
 use crate::error::BrokerError;
 use crate::raft::lease::Leadership;
@@ -37,16 +38,22 @@ pub const PULL_HOLDS_MAX_DEFAULT: usize = 10_000;
 /// The subscription expression that takes every message.
 const SUBSCRIBE_ALL: &str = "*";
 
+/// Which messages of the queue a pull takes.
+enum Filter {
+    All,
+    /// Messages whose tags hash code is one of these.
+    TagsCodes(HashSet<i64>),
+    /// Messages whose properties the filter selects.
+    Sql(SqlFilter),
+}
+
 impl BrokerService {
     pub(super) async fn handle_pull(
         &self,
         request: pb::PullRequest,
     ) -> Result<pb::PullResponse, BrokerError> {
         self.pull_requests.fetch_add(1, Ordering::Relaxed);
-        validate_pull(&request)?;
-        let tags: Option<HashSet<i64>> = (!request.tags.is_empty()
-            && !request.tags.iter().any(|t| t == SUBSCRIBE_ALL))
-        .then(|| request.tags.iter().map(|tag| tags_code(tag)).collect());
+        let filter = validate_pull(&request)?;
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(u64::from(request.max_wait_ms));
         let mut arrivals = self.group.watch_queue(&request.topic, request.queue_id);
@@ -59,7 +66,7 @@ impl BrokerService {
             arrivals.borrow_and_update();
             let cut_off = *leadership.borrow_and_update() == Leadership::LeadingWithoutQuorum;
             let reading = std::time::Instant::now();
-            let response = self.read_queue(&request, tags.as_ref())?;
+            let response = self.read_queue(&request, &filter)?;
             let body_bytes = response
                 .messages
                 .iter()
@@ -106,7 +113,7 @@ impl BrokerService {
     fn read_queue(
         &self,
         request: &pb::PullRequest,
-        tags: Option<&HashSet<i64>>,
+        filter: &Filter,
     ) -> Result<pb::PullResponse, BrokerError> {
         let store = self.group.store();
         let (min_offset, max_offset) =
@@ -133,8 +140,15 @@ impl BrokerService {
             request.queue_offset,
             request.max_messages as usize,
             PULL_RESPONSE_BYTES_MAX,
-            tags,
-        );
+            |unit| match filter {
+                Filter::All => Ok::<_, BrokerError>(true),
+                Filter::TagsCodes(codes) => Ok(codes.contains(&unit.tags_code)),
+                Filter::Sql(sql) => {
+                    let view = store.read_view(unit.commit_log_offset)?;
+                    Ok(sql.matches(|name| view.property(name).ok().flatten()))
+                }
+            },
+        )?;
         let mut messages = Vec::with_capacity(picked.len());
         let mut hosts = HostText::default();
         for (queue_offset, unit) in picked {
@@ -156,17 +170,17 @@ impl BrokerService {
 }
 
 /// The units a pull from `first_offset` returns, with their queue offsets, and the offset the
-/// next pull starts at: units in order, skipping those whose tags do not match, until
-/// `max_messages` are taken or the next one would pass `bytes_max` (the first is taken
-/// whatever its size, so a queue never stalls behind a large message). Units are taken from
-/// `units` only as long as the pull may still take one.
-fn pick_units(
+/// next pull starts at: units in order, skipping those `keep` refuses, until `max_messages`
+/// are taken or the next one would pass `bytes_max` (the first is taken whatever its size,
+/// so a queue never stalls behind a large message). Units are taken from `units` only as
+/// long as the pull may still take one.
+fn pick_units<E>(
     units: impl IntoIterator<Item = CqUnit>,
     first_offset: i64,
     max_messages: usize,
     bytes_max: usize,
-    tags: Option<&HashSet<i64>>,
-) -> (Vec<(i64, CqUnit)>, i64) {
+    mut keep: impl FnMut(&CqUnit) -> Result<bool, E>,
+) -> Result<(Vec<(i64, CqUnit)>, i64), E> {
     let mut picked = Vec::new();
     let mut bytes = 0usize;
     let mut next_offset = first_offset;
@@ -175,7 +189,7 @@ fn pick_units(
         let Some(unit) = units.next() else {
             break;
         };
-        if tags.is_some_and(|codes| !codes.contains(&unit.tags_code)) {
+        if !keep(&unit)? {
             next_offset += 1;
             continue;
         }
@@ -187,10 +201,11 @@ fn pick_units(
         picked.push((next_offset, unit));
         next_offset += 1;
     }
-    (picked, next_offset)
+    Ok((picked, next_offset))
 }
 
-fn validate_pull(request: &pb::PullRequest) -> Result<(), BrokerError> {
+/// Checks a pull and returns the filter it asks for.
+fn validate_pull(request: &pb::PullRequest) -> Result<Filter, BrokerError> {
     validate_topic_name(&request.topic).map_err(BrokerError::TopicIllegal)?;
     validate_group_name(&request.group).map_err(BrokerError::BadRequest)?;
     if request.max_messages == 0 || request.max_messages > PULL_BATCH_COUNT_MAX {
@@ -210,7 +225,23 @@ fn validate_pull(request: &pb::PullRequest) -> Result<(), BrokerError> {
             "a subscription tag is empty".into(),
         ));
     }
-    Ok(())
+    if !request.sql.is_empty() {
+        if !request.tags.is_empty() {
+            return Err(BrokerError::BadRequest(
+                "a pull filters by tags or by SQL92, not both (use TAGS IN (...) in the SQL)"
+                    .into(),
+            ));
+        }
+        let sql = SqlFilter::parse(&request.sql)
+            .map_err(|error| BrokerError::BadRequest(format!("{:?}: {error}", request.sql)))?;
+        return Ok(Filter::Sql(sql));
+    }
+    if request.tags.is_empty() || request.tags.iter().any(|tag| tag == SUBSCRIBE_ALL) {
+        return Ok(Filter::All);
+    }
+    Ok(Filter::TagsCodes(
+        request.tags.iter().map(|tag| tags_code(tag)).collect(),
+    ))
 }
 
 #[cfg(test)]
@@ -226,6 +257,7 @@ mod tests {
             max_messages,
             tags: tags.iter().map(|t| (*t).to_owned()).collect(),
             max_wait_ms,
+            sql: String::new(),
         }
     }
 
@@ -240,6 +272,24 @@ mod tests {
             .collect()
     }
 
+    /// `pick_units` keeping every unit, or those with a wanted tags code.
+    fn pick(
+        units: impl IntoIterator<Item = CqUnit>,
+        first_offset: i64,
+        max_messages: usize,
+        bytes_max: usize,
+        wanted: Option<&HashSet<i64>>,
+    ) -> (Vec<(i64, CqUnit)>, i64) {
+        let keep = |unit: &CqUnit| {
+            Ok::<_, std::convert::Infallible>(
+                wanted.is_none_or(|codes| codes.contains(&unit.tags_code)),
+            )
+        };
+        match pick_units(units, first_offset, max_messages, bytes_max, keep) {
+            Ok(picked) => picked,
+        }
+    }
+
     fn offsets(picked: &[(i64, CqUnit)]) -> Vec<i64> {
         picked.iter().map(|(offset, _)| *offset).collect()
     }
@@ -247,25 +297,25 @@ mod tests {
     #[test]
     fn a_pull_stops_at_the_byte_budget_but_returns_at_least_one_message() {
         let queue = units(&[400, 300, 300, 200], 1);
-        let (picked, next) = pick_units(queue.iter().copied(), 10, 32, 1000, None);
+        let (picked, next) = pick(queue.iter().copied(), 10, 32, 1000, None);
         assert_eq!(
             (offsets(&picked), next),
             (vec![10, 11, 12], 13),
             "exactly the budget"
         );
-        let (picked, next) = pick_units(queue.iter().copied(), 10, 32, 999, None);
+        let (picked, next) = pick(queue.iter().copied(), 10, 32, 999, None);
         assert_eq!(
             (offsets(&picked), next),
             (vec![10, 11], 12),
             "one byte short"
         );
-        let (picked, next) = pick_units(units(&[5000, 10], 1), 0, 32, 1000, None);
+        let (picked, next) = pick(units(&[5000, 10], 1), 0, 32, 1000, None);
         assert_eq!(
             (offsets(&picked), next),
             (vec![0], 1),
             "a large message alone"
         );
-        let (picked, next) = pick_units(queue.iter().copied(), 0, 2, usize::MAX, None);
+        let (picked, next) = pick(queue.iter().copied(), 0, 2, usize::MAX, None);
         assert_eq!((offsets(&picked), next), (vec![0, 1], 2), "the count limit");
     }
 
@@ -273,11 +323,11 @@ mod tests {
     fn a_pull_reads_no_unit_beyond_what_it_takes() {
         let mut read = 0;
         let queue = units(&[10; 100], 1).into_iter().inspect(|_| read += 1);
-        let (picked, next) = pick_units(queue, 0, 4, usize::MAX, None);
+        let (picked, next) = pick(queue, 0, 4, usize::MAX, None);
         assert_eq!((picked.len(), next, read), (4, 4, 4), "the count limit");
         let mut read = 0;
         let queue = units(&[10; 100], 1).into_iter().inspect(|_| read += 1);
-        let (picked, next) = pick_units(queue, 0, 32, 25, None);
+        let (picked, next) = pick(queue, 0, 32, 25, None);
         assert_eq!((picked.len(), next, read), (2, 2, 3), "the byte budget");
     }
 
@@ -286,9 +336,9 @@ mod tests {
         let mut queue = units(&[900], 7);
         queue.extend(units(&[100, 100], 1));
         let wanted = HashSet::from([1]);
-        let (picked, next) = pick_units(queue.iter().copied(), 0, 32, 200, Some(&wanted));
+        let (picked, next) = pick(queue.iter().copied(), 0, 32, 200, Some(&wanted));
         assert_eq!((offsets(&picked), next), (vec![1, 2], 3));
-        let (picked, next) = pick_units(units(&[5, 5], 7), 4, 32, 200, Some(&wanted));
+        let (picked, next) = pick(units(&[5, 5], 7), 4, 32, 200, Some(&wanted));
         assert_eq!((picked.len(), next), (0, 6));
     }
 
@@ -299,5 +349,25 @@ mod tests {
         assert!(validate_pull(&request(0, 0, &[])).is_err());
         assert!(validate_pull(&request(1, PULL_HOLD_MS_MAX + 1, &[])).is_err());
         assert!(validate_pull(&request(1, 0, &["TagA", " "])).is_err());
+    }
+
+    #[test]
+    fn a_sql_filter_is_parsed_and_refused_with_its_error() {
+        let with_sql = |sql: &str, tags: &[&str]| pb::PullRequest {
+            sql: sql.into(),
+            ..request(1, 0, tags)
+        };
+        assert!(matches!(
+            validate_pull(&with_sql("a > 5 AND TAGS IN ('A')", &[])),
+            Ok(Filter::Sql(_))
+        ));
+        let Err(BrokerError::BadRequest(reason)) = validate_pull(&with_sql("a >", &[])) else {
+            panic!("bad SQL is a bad request");
+        };
+        assert!(reason.contains("at byte 3"), "{reason}");
+        assert!(
+            validate_pull(&with_sql("a > 5", &["TagA"])).is_err(),
+            "SQL and tags"
+        );
     }
 }

@@ -181,6 +181,11 @@ impl Admin {
                 request.subscription.tags()
             },
             max_wait_ms: wait_ms,
+            sql: if retry {
+                String::new()
+            } else {
+                request.subscription.sql_text()
+            },
         };
         let response = cursor
             .client
@@ -194,7 +199,7 @@ impl Admin {
             }
             let message = MessageExt::from_pulled(pulled, &cursor.group);
             let next_offset = message.queue_offset + 1;
-            if !retry && !request.subscription.matches(message.tags.as_deref()) {
+            if !retry && !request.subscription.matches(&message) {
                 cursor.offset = next_offset;
                 continue;
             }

@@ -30,9 +30,13 @@ pub async fn heartbeat(shared: &Shared, group: &str) -> Result<(), ConsumerError
             .config
             .subscriptions
             .iter()
-            .map(|(topic, expression)| pb::SubscriptionData {
-                topic: topic.clone(),
-                expression: expression.clone(),
+            .map(|(topic, subscription)| {
+                let (expression, expression_type) = subscription.expression();
+                pb::SubscriptionData {
+                    topic: topic.clone(),
+                    expression,
+                    expression_type: expression_type.to_owned(),
+                }
             })
             .collect(),
     };

@@ -124,8 +124,8 @@ pub enum MessageModel {
 pub struct ConsumerConfig {
     pub nameservers: Vec<String>,
     pub group: String,
-    /// topic -> subscription expression.
-    pub subscriptions: BTreeMap<String, String>,
+    /// topic -> subscription.
+    pub subscriptions: BTreeMap<String, Subscription>,
     pub message_model: MessageModel,
     pub consume_from: ConsumeFrom,
     pub consume_concurrency: usize,
@@ -156,16 +156,33 @@ pub struct PushConsumerBuilder {
 
 impl PushConsumerBuilder {
     /// Subscribes `topic` with `"*"` or `"TagA || TagB"`.
-    pub fn subscribe(mut self, topic: &str, expression: &str) -> PushConsumerBuilder {
+    pub fn subscribe(self, topic: &str, expression: &str) -> PushConsumerBuilder {
+        self.subscribe_with(topic, Subscription::parse(expression))
+    }
+
+    /// Subscribes `topic` with a SQL92 filter on message properties (RocketMQ's
+    /// `MessageSelector.bySql`), such as `"TAGS IN ('A', 'B') AND price > 10"`; the broker
+    /// selects the messages, and the client checks them again.
+    pub fn subscribe_sql(self, topic: &str, expression: &str) -> PushConsumerBuilder {
+        self.subscribe_with(topic, Subscription::sql(expression))
+    }
+
+    fn subscribe_with(
+        mut self,
+        topic: &str,
+        subscription: Result<Subscription, String>,
+    ) -> PushConsumerBuilder {
         if let Err(error) = validate_topic_name(topic) {
             self.errors.push(error);
         }
-        if let Err(error) = Subscription::parse(expression) {
-            self.errors.push(error);
+        match subscription {
+            Ok(subscription) => {
+                self.config
+                    .subscriptions
+                    .insert(topic.to_owned(), subscription);
+            }
+            Err(error) => self.errors.push(error),
         }
-        self.config
-            .subscriptions
-            .insert(topic.to_owned(), expression.trim().to_owned());
         self
     }
 
@@ -269,7 +286,7 @@ impl PushConsumerBuilder {
             // Messages handed back come through the group's retry topic.
             config
                 .subscriptions
-                .insert(retry_topic(&config.group), "*".to_owned());
+                .insert(retry_topic(&config.group), Subscription::All);
         }
         let client_id = format!(
             "{}@{}",
@@ -288,15 +305,6 @@ impl PushConsumerBuilder {
                     .join("offsets.json"),
             },
         };
-        let subscriptions = config
-            .subscriptions
-            .iter()
-            .map(|(topic, expression)| {
-                Subscription::parse(expression)
-                    .map(|parsed| (topic.clone(), parsed))
-                    .map_err(ConsumerError::InvalidSubscription)
-            })
-            .collect::<Result<_, _>>()?;
         let shared = Arc::new(Shared {
             brokers: Brokers::new(
                 RouteCache::with_connector(
@@ -310,7 +318,6 @@ impl PushConsumerBuilder {
             consume_permits: Arc::new(Semaphore::new(config.consume_concurrency)),
             listener: Arc::new(listener),
             client_id,
-            subscriptions,
             rebalance_now: Notify::new(),
             shutdown: CancellationToken::new(),
             consume_tasks: TaskTracker::new(),
@@ -400,8 +407,6 @@ fn validate(config: &ConsumerConfig) -> Result<(), ConsumerError> {
 struct Shared {
     config: ConsumerConfig,
     client_id: String,
-    /// topic -> parsed subscription.
-    subscriptions: BTreeMap<String, Subscription>,
     brokers: Brokers,
     offsets: OffsetStore,
     listener: Arc<dyn MessageListener>,
@@ -549,8 +554,10 @@ mod tests {
         assert!(check(|c| c.persist_interval = Duration::ZERO).is_err());
         assert!(check(|c| c.instance_name = "a b".into()).is_err());
         assert!(check(|c| c.nameservers.clear()).is_err());
-        let topics = |n: usize| -> BTreeMap<String, String> {
-            (0..n).map(|i| (format!("t{i}"), "*".to_owned())).collect()
+        let topics = |n: usize| -> BTreeMap<String, Subscription> {
+            (0..n)
+                .map(|i| (format!("t{i}"), Subscription::All))
+                .collect()
         };
         assert!(check(|c| c.subscriptions = topics(SUBSCRIPTIONS_MAX)).is_ok());
         assert!(matches!(

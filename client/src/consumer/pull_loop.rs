@@ -33,6 +33,7 @@ pub async fn run_pull_loop(
 ) {
     let config = &shared.config;
     let tags = subscription.tags();
+    let sql = subscription.sql_text();
     let mut error_pause = PULL_ERROR_PAUSE_MIN;
     let mut flow_controlled = 0u64;
     loop {
@@ -55,6 +56,7 @@ pub async fn run_pull_loop(
             max_messages: config.pull_batch_size,
             tags: tags.clone(),
             max_wait_ms: config.pull_hold.as_millis() as u32,
+            sql: sql.clone(),
         };
         let call_timeout = config.pull_hold + PULL_TIMEOUT_MARGIN;
         let pulled = tokio::select! {
@@ -89,12 +91,13 @@ fn handle_response(
 ) {
     match pb::PullStatus::try_from(response.status) {
         Ok(pb::PullStatus::Found) => {
-            // The broker filtered by tag hash; tags that share a hash are dropped here.
+            // The broker filtered by tag hash (tags that share a hash are dropped here) or by
+            // SQL92 (checked again).
             let messages: Vec<MessageExt> = response
                 .messages
                 .into_iter()
                 .map(|message| MessageExt::from_pulled(message, &queue.group))
-                .filter(|message| subscription.matches(message.tags.as_deref()))
+                .filter(|message| subscription.matches(message))
                 .collect();
             process.put(&messages, response.next_offset);
             if messages.is_empty() {

@@ -237,7 +237,7 @@ async fn update_topic(
         tracing::info!(%queue, offset, "queue assigned");
         shared.offsets.track(&queue, offset);
         let process = Arc::new(ProcessQueue::new(offset));
-        let subscription = shared.subscriptions[topic].clone();
+        let subscription = shared.config.subscriptions[topic].clone();
         tokio::spawn(run_pull_loop(
             shared.clone(),
             queue.clone(),

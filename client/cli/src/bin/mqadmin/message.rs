@@ -28,6 +28,9 @@ pub enum MessageCommand {
         count: u32,
         #[arg(long)]
         body: String,
+        /// A user property, `KEY=VALUE` (repeat for more); what SQL92 filters select on.
+        #[arg(long = "property", value_parser = parse_property)]
+        properties: Vec<(String, String)>,
     },
     /// Read messages as a consumer group (from its committed offsets, or `--from` where it
     /// has none), print one JSON object per message, and commit how far it read.
@@ -37,8 +40,12 @@ pub enum MessageCommand {
         #[arg(long)]
         group: String,
         /// `*` or `TagA || TagB`.
-        #[arg(long, default_value = "*")]
+        #[arg(long, default_value = "*", conflicts_with = "sql")]
         expr: String,
+        /// A SQL92 filter on message properties instead of tags, e.g.
+        /// `TAGS IN ('A') AND price > 10`.
+        #[arg(long)]
+        sql: Option<String>,
         /// Where a group without a committed offset starts: `first`, `last` or
         /// `timestamp:MS`.
         #[arg(long, default_value = "first")]
@@ -67,6 +74,14 @@ pub enum MessageCommand {
     },
 }
 
+/// `KEY=VALUE`, as `send --property` takes it.
+fn parse_property(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
+}
+
 pub async fn run(command: MessageCommand, context: &Context) -> anyhow::Result<()> {
     match command {
         MessageCommand::Send {
@@ -76,8 +91,12 @@ pub async fn run(command: MessageCommand, context: &Context) -> anyhow::Result<(
             delay_level,
             count,
             body,
+            properties,
         } => {
             let mut message = Message::new(topic, body.into_bytes()).with_delay_level(delay_level);
+            for (key, value) in properties {
+                message = message.with_property(key, value);
+            }
             if let Some(tags) = tags {
                 message = message.with_tags(tags);
             }
@@ -90,13 +109,17 @@ pub async fn run(command: MessageCommand, context: &Context) -> anyhow::Result<(
             topic,
             group,
             expr,
+            sql,
             from,
             count,
             timeout_ms,
             reconsume_later,
         } => {
-            let subscription =
-                Subscription::parse(&expr).map_err(|reason| anyhow::anyhow!(reason))?;
+            let subscription = match sql {
+                Some(sql) => Subscription::sql(&sql),
+                None => Subscription::parse(&expr),
+            }
+            .map_err(|reason| anyhow::anyhow!(reason))?;
             let request = ConsumeRequest {
                 topic,
                 consumer_group: group,
