@@ -18,8 +18,6 @@
 //!   (because the first failed) can still store a second copy there: at least once.
 
 use std::future::Future;
-use std::hash::Hash;
-use std::hash::Hasher;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
@@ -167,15 +165,17 @@ impl Producer {
         self.send_one(message, Choice::RoundRobin).await
     }
 
-    /// Sends to the queue `key` hashes to, so messages with one key stay in order.
+    /// Sends to the queue `key` hashes to, so messages with one key stay in order. The queue
+    /// depends only on the key and the topic's groups and write queue counts (a stable hash
+    /// and rendezvous hashing, [`TopicRoute::keyed_queue`]), so every producer, of any build,
+    /// picks the same one, and a group leaving or joining the route moves only its own keys.
     pub async fn send_ordered(
         &self,
         message: Message,
         key: &str,
     ) -> Result<SendResult, ProducerError> {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        key.hash(&mut hasher);
-        self.send_one(message, Choice::Keyed(hasher.finish())).await
+        let key_hash = rocketraft_proto::stable_hash::fnv1a_64(key.as_bytes());
+        self.send_one(message, Choice::Keyed(key_hash)).await
     }
 
     /// Sends messages of one topic together, to one queue, in one Raft entry.
@@ -354,7 +354,7 @@ fn pick_queue(
         return None;
     }
     match choice {
-        Choice::Keyed(hash) => route.write_queue((hash % count as u64) as usize),
+        Choice::Keyed(hash) => route.keyed_queue(hash),
         Choice::RoundRobin => {
             let start = next_queue.fetch_add(1, Ordering::Relaxed);
             (0..count)
@@ -433,10 +433,45 @@ mod tests {
                 "ordered sends stay on their queue, whatever failed before"
             );
         }
-        assert_eq!(first, Some((1, 0)), "7 % 5 = 2: the third queue, b's first");
+        assert!(first.is_some());
         assert_eq!(
             pick_queue(&self::route(&[]), Choice::Keyed(7), None, &next),
             None
         );
+    }
+
+    /// The queue of each key, as (group name, queue id).
+    fn placements(route: &TopicRoute, keys: u64) -> Vec<(String, i32)> {
+        let next = AtomicUsize::new(0);
+        (0..keys)
+            .map(|key| {
+                let hash = rocketraft_proto::stable_hash::fnv1a_64(&key.to_be_bytes());
+                let (group, queue) =
+                    pick_queue(route, Choice::Keyed(hash), None, &next).expect("a queue");
+                (route.groups[group].group.clone(), queue)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keys_stay_on_their_queue_when_other_groups_leave_or_join() {
+        let all = placements(&route(&[("a", 4), ("b", 4), ("c", 8)]), 3000);
+        for group in ["a", "b", "c"] {
+            let share = all.iter().filter(|(g, _)| g == group).count();
+            assert!(
+                (700..=1300).contains(&share),
+                "{group} takes {share} of 3000 keys"
+            );
+        }
+        let without_b = placements(&route(&[("a", 4), ("c", 8)]), 3000);
+        for (before, after) in all.iter().zip(&without_b) {
+            if before.0 != "b" {
+                assert_eq!(before, after, "a key of a or c stays when b leaves");
+            }
+        }
+        let with_d = placements(&route(&[("a", 4), ("b", 4), ("c", 8), ("d", 4)]), 3000);
+        for (before, after) in all.iter().zip(&with_d) {
+            assert!(before == after || after.0 == "d", "only keys d takes move");
+        }
     }
 }

@@ -62,6 +62,15 @@ pub struct GroupQueues {
     pub perm: u32,
 }
 
+/// A group's rank for a key in rendezvous (highest random weight) hashing: the group name's
+/// stable hash mixed with the key's (splitmix64's finalizer), so every producer ranks alike.
+fn rendezvous_score(key_hash: u64, group: &str) -> (u64, &str) {
+    let mut x = key_hash ^ rocketraft_proto::stable_hash::fnv1a_64(group.as_bytes());
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x ^ (x >> 31), group)
+}
+
 #[derive(Debug, Clone)]
 pub struct TopicRoute {
     pub topic: String,
@@ -99,6 +108,22 @@ impl TopicRoute {
             n -= count;
         }
         None
+    }
+
+    /// The (group index, queue id) a keyed send with `key_hash` goes to: among the writable
+    /// groups with write queues, the one rendezvous hashing ranks first for the key, and in
+    /// it queue `key_hash % write queues`. A key stays on its queue as long as its group is
+    /// in the route with the same write queue count, whatever other groups join or leave;
+    /// a group that joins or leaves moves only the keys it takes or held.
+    pub fn keyed_queue(&self, key_hash: u64) -> Option<(usize, i32)> {
+        let (index, group) = self
+            .writable_groups()
+            .filter(|(_, group)| group.write_queue_count > 0)
+            .max_by_key(|(_, group)| rendezvous_score(key_hash, &group.group))?;
+        Some((
+            index,
+            (key_hash % u64::from(group.write_queue_count)) as i32,
+        ))
     }
 
     fn writable_groups(&self) -> impl Iterator<Item = (usize, &GroupQueues)> {

@@ -11,6 +11,7 @@ pub mod process;
 pub mod properties;
 pub mod secrets;
 pub mod sql_filter;
+pub mod stable_hash;
 pub mod time;
 pub mod xorshift;
 

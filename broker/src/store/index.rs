@@ -53,11 +53,7 @@ const NO_ENTRY: u32 = 0;
 
 /// Stable 64-bit FNV-1a hash of a key (must never change: it is persisted).
 pub fn key_hash(key: &str) -> u64 {
-    const FNV_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-    key.bytes().fold(FNV_OFFSET_BASIS, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(FNV_PRIME)
-    })
+    rocketraft_proto::stable_hash::fnv1a_64(key.as_bytes())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
