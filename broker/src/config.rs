@@ -79,6 +79,9 @@ pub struct BrokerConfig {
     /// A consumer not heard from for this long leaves its group.
     #[serde(default = "default_client_expiry_ms")]
     pub client_expiry_ms: u64,
+    /// How long a queue lock of orderly consumption lasts without renewal.
+    #[serde(default = "default_queue_lock_expiry_ms")]
+    pub queue_lock_expiry_ms: u64,
     /// How log lines are written: `"text"` or `"json"` (one object per line).
     #[serde(default)]
     pub log_format: rocketraft_nameserver::logging::LogFormat,
@@ -318,6 +321,10 @@ fn default_client_expiry_ms() -> u64 {
     crate::consumer_registry::CLIENT_EXPIRY_DEFAULT.as_millis() as u64
 }
 
+fn default_queue_lock_expiry_ms() -> u64 {
+    crate::queue_locks::QUEUE_LOCK_EXPIRY_DEFAULT.as_millis() as u64
+}
+
 fn default_pull_holds_max() -> usize {
     crate::service::PULL_HOLDS_MAX_DEFAULT
 }
@@ -455,6 +462,9 @@ impl BrokerConfig {
         self.parsed_delay_levels()?;
         if self.client_expiry_ms == 0 {
             return Err(ConfigError::new("client_expiry_ms", "must be positive"));
+        }
+        if self.queue_lock_expiry_ms == 0 {
+            return Err(ConfigError::new("queue_lock_expiry_ms", "must be positive"));
         }
         if self.pull_holds_max == 0 {
             return Err(ConfigError::new("pull_holds_max", "must be positive"));
@@ -686,6 +696,15 @@ mod tests {
         assert_eq!(
             config.validate().expect_err("no held pull").key,
             "pull_holds_max"
+        );
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.queue_lock_expiry_ms = 1;
+        config.validate().expect("a 1 ms lock is short but valid");
+        config.queue_lock_expiry_ms = 0;
+        assert_eq!(
+            config.validate().expect_err("no lock time").key,
+            "queue_lock_expiry_ms"
         );
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");

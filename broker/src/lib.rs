@@ -26,6 +26,7 @@ pub mod group_state;
 pub mod metadata;
 pub mod metrics;
 pub mod node;
+pub mod queue_locks;
 pub mod raft;
 pub mod registration;
 pub mod retention;

@@ -29,6 +29,8 @@ use crate::consumer_registry::run_consumer_registry;
 use crate::data_dir_lock::DataDirLock;
 use crate::group_state::GroupState;
 use crate::metrics::BrokerMetrics;
+use crate::queue_locks::QueueLocks;
+use crate::queue_locks::run_queue_locks;
 use crate::raft::compaction::CompactionError;
 use crate::raft::compaction::compact_log;
 use crate::raft::compaction::run_compaction;
@@ -217,6 +219,10 @@ impl BrokerNode {
             Duration::from_millis(config.client_expiry_ms),
             shutdown.clone(),
         ));
+        let queue_locks = Arc::new(QueueLocks::new(Duration::from_millis(
+            config.queue_lock_expiry_ms,
+        )));
+        tokio::spawn(run_queue_locks(raft.clone(), queue_locks.clone()));
         let delay_levels = config.parsed_delay_levels()?;
         let schedule_status = Arc::new(ScheduleStatus::default());
         let scrub_status = Arc::new(ScrubStatus::default());
@@ -269,6 +275,7 @@ impl BrokerNode {
                 auto_create_group: config.auto_create_group,
                 delay_levels,
                 consumers,
+                queue_locks,
                 schedule: schedule_status.clone(),
                 fault_injection: drill_faults,
                 repair: repair.clone(),

@@ -186,7 +186,7 @@ impl BrokerService {
 pub type MembershipStream =
     Pin<Box<dyn Stream<Item = Result<pb::ConsumerGroupChanged, tonic::Status>> + Send>>;
 
-fn validate_client_id(client_id: &str) -> Result<(), BrokerError> {
+pub(super) fn validate_client_id(client_id: &str) -> Result<(), BrokerError> {
     if client_id.is_empty() || client_id.len() > CLIENT_ID_LEN_MAX {
         return Err(BrokerError::BadRequest(format!(
             "a client id has 1 to {CLIENT_ID_LEN_MAX} characters"

@@ -8,6 +8,7 @@ mod pull;
 pub use pull::PULL_HOLDS_MAX_DEFAULT;
 mod pulled;
 mod query_messages;
+mod queue_locks;
 mod read_consume_queue;
 mod search_offset;
 mod send;
@@ -30,6 +31,7 @@ use crate::error::BrokerError;
 use crate::group_commit::GroupCommit;
 use crate::group_state::GroupState;
 use crate::metrics::BrokerMetrics;
+use crate::queue_locks::QueueLocks;
 use crate::raft::faults::FaultPlan;
 use crate::raft::repair::RepairState;
 use crate::raft::types::Raft;
@@ -47,6 +49,8 @@ pub struct ServiceOptions {
     pub delay_levels: DelayLevels,
     /// Live consumers, from heartbeats (leader only).
     pub consumers: Arc<ConsumerRegistry>,
+    /// Queue locks of orderly consumers (leader only).
+    pub queue_locks: Arc<QueueLocks>,
     /// Whether this node's schedule service runs.
     pub schedule: Arc<ScheduleStatus>,
     /// Pulls held open at once at most.
@@ -75,6 +79,7 @@ pub struct BrokerService {
     auto_create_group: bool,
     delay_levels: DelayLevels,
     consumers: Arc<ConsumerRegistry>,
+    queue_locks: Arc<QueueLocks>,
     schedule: Arc<ScheduleStatus>,
     fault_injection: Option<Arc<FaultPlan>>,
     repair: Arc<RepairState>,
@@ -102,6 +107,7 @@ impl BrokerService {
             auto_create_group: options.auto_create_group,
             delay_levels: options.delay_levels,
             consumers: options.consumers,
+            queue_locks: options.queue_locks,
             schedule: options.schedule,
             fault_injection: options.fault_injection,
             repair: options.repair,
@@ -255,6 +261,23 @@ impl pb::broker_server::Broker for BrokerService {
     ) -> Result<Response<pb::UnregisterConsumerResponse>, Status> {
         self.handle_unregister_consumer(request.into_inner())?;
         Ok(Response::new(pb::UnregisterConsumerResponse {}))
+    }
+
+    async fn lock_queues(
+        &self,
+        request: Request<pb::LockQueuesRequest>,
+    ) -> Result<Response<pb::LockQueuesResponse>, Status> {
+        Ok(Response::new(
+            self.handle_lock_queues(request.into_inner())?,
+        ))
+    }
+
+    async fn unlock_queues(
+        &self,
+        request: Request<pb::UnlockQueuesRequest>,
+    ) -> Result<Response<pb::UnlockQueuesResponse>, Status> {
+        self.handle_unlock_queues(request.into_inner())?;
+        Ok(Response::new(pb::UnlockQueuesResponse {}))
     }
 
     type WatchConsumersStream = consumers::MembershipStream;
