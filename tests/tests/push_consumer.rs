@@ -412,6 +412,16 @@ async fn given_a_sql92_subscription_only_selected_messages_should_arrive_across_
     let all = start_recording(consumer(&cluster, "all", "*"), "all", &everything).await?;
     let (mut selected, mut sent) = send_priced(&producer, 0, 60).await?;
     filtered.wait_for_all(&selected, TIMEOUT).await?;
+    let listed = Admin::new(cluster.nameservers())
+        .consumer_list("priced")
+        .await?;
+    assert!(
+        listed.members.iter().all(|member| member
+            .subscriptions
+            .iter()
+            .any(|s| s.topic == TOPIC && s.expression_type == "SQL92" && s.expression == SQL)),
+        "{listed:?}"
+    );
 
     info!("--- broker-a changes leader; the filter goes on from the new one");
     let group = cluster.group("broker-a");

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use rocketraft_proto::broker as broker_pb;
+use rocketraft_proto::sql_filter::EXPRESSION_TYPE_TAG;
 use serde::Serialize;
 
 use crate::admin::Admin;
@@ -15,9 +16,17 @@ pub struct GroupMember {
     /// The broker group whose registry reported it.
     pub broker_group: String,
     pub client_id: String,
-    /// topic -> expression.
-    pub subscriptions: Vec<(String, String)>,
+    pub subscriptions: Vec<MemberSubscription>,
     pub idle_ms: u64,
+}
+
+/// One topic a member subscribes to, as its heartbeats tell the leader.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemberSubscription {
+    pub topic: String,
+    /// `TAG` or `SQL92`.
+    pub expression_type: String,
+    pub expression: String,
 }
 
 /// The members of a consumer group, and whether their subscriptions agree.
@@ -75,7 +84,15 @@ impl Admin {
                     subscriptions: member
                         .subscriptions
                         .into_iter()
-                        .map(|s| (s.topic, s.expression))
+                        .map(|s| MemberSubscription {
+                            topic: s.topic,
+                            expression_type: if s.expression_type.is_empty() {
+                                EXPRESSION_TYPE_TAG.to_owned()
+                            } else {
+                                s.expression_type
+                            },
+                            expression: s.expression,
+                        })
                         .collect(),
                     idle_ms: member.idle_ms,
                 }
@@ -102,7 +119,7 @@ impl Admin {
                 .await?
                 .members
                 .into_iter()
-                .flat_map(|member| member.subscriptions.into_iter().map(|(topic, _)| topic))
+                .flat_map(|member| member.subscriptions.into_iter().map(|s| s.topic))
                 .collect(),
         };
         if topics.is_empty() {

@@ -15,6 +15,7 @@ pub use consume::ConsumedMessage;
 pub use consume::DeliveryResult;
 pub use consumer_groups::GroupMember;
 pub use consumer_groups::GroupMembers;
+pub use consumer_groups::MemberSubscription;
 pub use consumer_groups::QueueProgress;
 pub use membership::MembershipChanged;
 pub use membership::NewNode;

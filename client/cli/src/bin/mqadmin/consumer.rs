@@ -1,6 +1,7 @@
 //! `mqadmin` commands about consumer groups: their live members and their progress.
 
 use clap::Subcommand;
+use rocketraft_proto::sql_filter::EXPRESSION_TYPE_SQL92;
 
 use crate::Context;
 
@@ -41,7 +42,10 @@ async fn consumer_list(group: &str, context: &Context) -> anyhow::Result<()> {
         let subscriptions: Vec<String> = member
             .subscriptions
             .iter()
-            .map(|(topic, expression)| format!("{topic}={expression}"))
+            .map(|s| match s.expression_type.as_str() {
+                EXPRESSION_TYPE_SQL92 => format!("{}=SQL92({})", s.topic, s.expression),
+                _ => format!("{}={}", s.topic, s.expression),
+            })
             .collect();
         println!(
             "{} {} idle {} ms {}",
