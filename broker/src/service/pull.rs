@@ -140,19 +140,25 @@ impl BrokerService {
             request.queue_offset,
             request.max_messages as usize,
             PULL_RESPONSE_BYTES_MAX,
+            // A SQL92 filter reads the record to decide; the view it read is kept for the
+            // message, so a selected record is read (and its CRC checked) once.
             |unit| match filter {
-                Filter::All => Ok::<_, BrokerError>(true),
-                Filter::TagsCodes(codes) => Ok(codes.contains(&unit.tags_code)),
+                Filter::All => Ok::<_, BrokerError>(Some(None)),
+                Filter::TagsCodes(codes) => Ok(codes.contains(&unit.tags_code).then_some(None)),
                 Filter::Sql(sql) => {
                     let view = store.read_view(unit.commit_log_offset)?;
-                    Ok(sql.matches(|name| view.property(name).ok().flatten()))
+                    let selected = sql.matches(|name| view.property(name).ok().flatten());
+                    Ok(selected.then_some(Some(view)))
                 }
             },
         )?;
         let mut messages = Vec::with_capacity(picked.len());
         let mut hosts = HostText::default();
-        for (queue_offset, unit) in picked {
-            let view = store.read_view(unit.commit_log_offset)?;
+        for (queue_offset, unit, view) in picked {
+            let view = match view {
+                Some(view) => view,
+                None => store.read_view(unit.commit_log_offset)?,
+            };
             messages.push(to_pulled(
                 &view,
                 queue_offset,
@@ -169,18 +175,21 @@ impl BrokerService {
     }
 }
 
-/// The units a pull from `first_offset` returns, with their queue offsets, and the offset the
-/// next pull starts at: units in order, skipping those `keep` refuses, until `max_messages`
-/// are taken or the next one would pass `bytes_max` (the first is taken whatever its size,
-/// so a queue never stalls behind a large message). Units are taken from `units` only as
-/// long as the pull may still take one.
-fn pick_units<E>(
+/// Picked units (queue offset, unit, what `keep` said) and the next pull's offset.
+type Picked<V> = (Vec<(i64, CqUnit, V)>, i64);
+
+/// The units a pull from `first_offset` returns, with their queue offsets and what `keep`
+/// said of them, and the offset the next pull starts at: units in order, skipping those
+/// `keep` refuses (`None`), until `max_messages` are taken or the next one would pass
+/// `bytes_max` (the first is taken whatever its size, so a queue never stalls behind a large
+/// message). Units are taken from `units` only as long as the pull may still take one.
+fn pick_units<V, E>(
     units: impl IntoIterator<Item = CqUnit>,
     first_offset: i64,
     max_messages: usize,
     bytes_max: usize,
-    mut keep: impl FnMut(&CqUnit) -> Result<bool, E>,
-) -> Result<(Vec<(i64, CqUnit)>, i64), E> {
+    mut keep: impl FnMut(&CqUnit) -> Result<Option<V>, E>,
+) -> Result<Picked<V>, E> {
     let mut picked = Vec::new();
     let mut bytes = 0usize;
     let mut next_offset = first_offset;
@@ -189,16 +198,16 @@ fn pick_units<E>(
         let Some(unit) = units.next() else {
             break;
         };
-        if !keep(&unit)? {
+        let Some(kept) = keep(&unit)? else {
             next_offset += 1;
             continue;
-        }
+        };
         let size = usize::try_from(unit.size).unwrap_or(usize::MAX);
         if !picked.is_empty() && bytes.saturating_add(size) > bytes_max {
             break;
         }
         bytes = bytes.saturating_add(size);
-        picked.push((next_offset, unit));
+        picked.push((next_offset, unit, kept));
         next_offset += 1;
     }
     Ok((picked, next_offset))
@@ -279,19 +288,18 @@ mod tests {
         max_messages: usize,
         bytes_max: usize,
         wanted: Option<&HashSet<i64>>,
-    ) -> (Vec<(i64, CqUnit)>, i64) {
+    ) -> Picked<()> {
         let keep = |unit: &CqUnit| {
-            Ok::<_, std::convert::Infallible>(
-                wanted.is_none_or(|codes| codes.contains(&unit.tags_code)),
-            )
+            let kept = wanted.is_none_or(|codes| codes.contains(&unit.tags_code));
+            Ok::<_, std::convert::Infallible>(kept.then_some(()))
         };
         match pick_units(units, first_offset, max_messages, bytes_max, keep) {
             Ok(picked) => picked,
         }
     }
 
-    fn offsets(picked: &[(i64, CqUnit)]) -> Vec<i64> {
-        picked.iter().map(|(offset, _)| *offset).collect()
+    fn offsets(picked: &[(i64, CqUnit, ())]) -> Vec<i64> {
+        picked.iter().map(|(offset, _, ())| *offset).collect()
     }
 
     #[test]

@@ -710,3 +710,32 @@ fn shipped_bytes_cut_anywhere_install_record_by_record() {
     );
     assert_eq!(dst.commit_log_max_offset(), end);
 }
+
+#[test]
+fn a_batch_with_more_index_keys_than_wait_at_once_indexes_every_one() {
+    use crate::store::dispatch::PENDING_INDEX_KEYS_MAX;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    // Three keys per record (U, k, shared): the batch's keys pass the pending bound, so part
+    // of them are added mid-batch and the rest at its end.
+    let records = PENDING_INDEX_KEYS_MAX / 3 + 50;
+    store
+        .append_batch(|batch| (0..records).try_for_each(|i| batch.append(&message(i)).map(drop)))
+        .expect("batch");
+    assert_eq!(store.dispatcher.index().len(), records * 3);
+    store.flush().expect("flush");
+    drop(store);
+    let (store, _) = open(dir.path());
+    for i in [0, PENDING_INDEX_KEYS_MAX / 3, records - 1] {
+        assert_eq!(
+            store.query_by_key(&format!("U{i}")).expect("query").len(),
+            1,
+            "U{i}"
+        );
+        assert_eq!(
+            store.query_by_key(&format!("k{i}")).expect("query").len(),
+            1,
+            "k{i}"
+        );
+    }
+}
