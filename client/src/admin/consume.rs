@@ -60,6 +60,9 @@ pub enum DeliveryResult {
     Consumed,
     /// Refused and handed back (`consume --reconsume-later`).
     ReconsumeLater,
+    /// Suspended by an orderly consumer (`consume --orderly --reconsume-later`): it comes
+    /// again, before anything after it in its queue.
+    Suspended,
     /// Found by `query-msg`, not consumed.
     Stored,
 }
@@ -222,7 +225,7 @@ impl Admin {
                 delivered.consumed += 1;
                 DeliveryResult::Consumed
             };
-            delivered.all.push(to_consumed(message, result));
+            delivered.all.push(ConsumedMessage::new(message, result));
             // Only now: a hand-back that failed is made again from this message.
             cursor.offset = next_offset;
         }
@@ -379,19 +382,22 @@ impl Admin {
     }
 }
 
-pub(super) fn to_consumed(message: MessageExt, result: DeliveryResult) -> ConsumedMessage {
-    ConsumedMessage {
-        keys: (!message.keys.is_empty()).then(|| message.keys.join(" ")),
-        msg_id: message.msg_id,
-        tags: message.tags,
-        topic: message.topic,
-        group: message.group,
-        queue_id: message.queue_id,
-        queue_offset: message.queue_offset,
-        body: String::from_utf8_lossy(&message.body).into_owned(),
-        reconsume_times: message.reconsume_times,
-        born_timestamp_ms: message.born_timestamp_ms,
-        store_timestamp_ms: message.store_timestamp_ms,
-        result,
+impl ConsumedMessage {
+    /// How `mqadmin` prints `message` with what became of it.
+    pub fn new(message: MessageExt, result: DeliveryResult) -> ConsumedMessage {
+        ConsumedMessage {
+            keys: (!message.keys.is_empty()).then(|| message.keys.join(" ")),
+            msg_id: message.msg_id,
+            tags: message.tags,
+            topic: message.topic,
+            group: message.group,
+            queue_id: message.queue_id,
+            queue_offset: message.queue_offset,
+            body: String::from_utf8_lossy(&message.body).into_owned(),
+            reconsume_times: message.reconsume_times,
+            born_timestamp_ms: message.born_timestamp_ms,
+            store_timestamp_ms: message.store_timestamp_ms,
+            result,
+        }
     }
 }

@@ -6,7 +6,6 @@ use crate::admin::Admin;
 use crate::admin::AdminError;
 use crate::admin::ConsumedMessage;
 use crate::admin::DeliveryResult;
-use crate::admin::consume::to_consumed;
 use crate::message::MessageExt;
 
 impl Admin {
@@ -28,7 +27,7 @@ impl Admin {
                     status,
                 })?;
             found.extend(response.into_inner().messages.into_iter().map(|message| {
-                to_consumed(
+                ConsumedMessage::new(
                     MessageExt::from_pulled(message, &route.group),
                     DeliveryResult::Stored,
                 )

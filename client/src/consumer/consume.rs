@@ -10,6 +10,8 @@
 //! rebalanced away are ignored: its new owner consumes from the last committed offset (at
 //! least once).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +19,8 @@ use crate::consumer::MessageModel;
 use crate::consumer::Shared;
 use crate::consumer::listener::ConsumeContext;
 use crate::consumer::listener::ConsumeResult;
+use crate::consumer::listener::Listener;
+use crate::consumer::listener::MessageListener;
 use crate::consumer::process_queue::ProcessQueue;
 use crate::consumer::send_back::hand_back;
 use crate::message::MessageExt;
@@ -25,19 +29,26 @@ use crate::route::MessageQueue;
 /// Pause before a refused batch is offered to the listener again.
 pub const RECONSUME_PAUSE: Duration = Duration::from_secs(1);
 
-/// Hands `messages` (already in the queue's buffer) to the listener.
+/// Hands `messages` (already in the queue's buffer) to the listener: in batches to
+/// concurrent tasks, or, for an orderly listener, to the queue's line
+/// ([`run_orderly_queue`](crate::consumer::consume_orderly::run_orderly_queue)).
 pub fn submit(
     shared: &Arc<Shared>,
     queue: &MessageQueue,
     process: &Arc<ProcessQueue>,
     messages: Vec<MessageExt>,
 ) {
+    let listener = match &shared.listener {
+        Listener::Concurrently(listener) => listener,
+        Listener::Orderly(_) => return process.push_ready(messages),
+    };
     let batch_size = shared.config.consume_batch_max_size.max(1);
     let mut messages = messages.into_iter().peekable();
     while messages.peek().is_some() {
         let batch: Vec<MessageExt> = messages.by_ref().take(batch_size).collect();
         shared.consume_tasks.spawn(consume_batch(
             shared.clone(),
+            listener.clone(),
             queue.clone(),
             process.clone(),
             batch,
@@ -47,6 +58,7 @@ pub fn submit(
 
 async fn consume_batch(
     shared: Arc<Shared>,
+    listener: Arc<dyn MessageListener>,
     queue: MessageQueue,
     process: Arc<ProcessQueue>,
     mut batch: Vec<MessageExt>,
@@ -59,7 +71,8 @@ async fn consume_batch(
             return;
         };
         let context = ConsumeContext::new(queue.clone());
-        let result = call_listener(&shared, batch.clone(), context.clone()).await;
+        let call = listener.consume(batch.clone(), context.clone());
+        let result = call_bounded(&shared, &queue, call, ConsumeResult::ReconsumeLater).await;
         drop(permit);
         let done: Vec<MessageExt> = match result {
             ConsumeResult::Success => std::mem::take(&mut batch),
@@ -79,11 +92,7 @@ async fn consume_batch(
             return;
         }
         tracing::debug!(%queue, first = batch[0].queue_offset, "batch kept; consuming it again later");
-        tokio::select! {
-            () = tokio::time::sleep(RECONSUME_PAUSE) => {}
-            () = process.dropped() => return,
-            () = shared.shutdown.cancelled() => return,
-        }
+        shared.pause(&process, RECONSUME_PAUSE).await;
     }
 }
 
@@ -108,19 +117,20 @@ async fn hand_back_all(
     (handed_back, kept)
 }
 
-/// Runs the listener in its own task, so a panic is caught, bounded by the consume timeout.
-async fn call_listener(
+/// Runs a listener call in its own task, so a panic is caught, bounded by the consume
+/// timeout; a panic or a timeout counts as `failed`.
+pub async fn call_bounded<R: Send + 'static>(
     shared: &Shared,
-    batch: Vec<MessageExt>,
-    context: ConsumeContext,
-) -> ConsumeResult {
-    let queue = context.message_queue.clone();
-    let mut task = tokio::spawn(shared.listener.consume(batch, context));
+    queue: &MessageQueue,
+    call: Pin<Box<dyn Future<Output = R> + Send>>,
+    failed: R,
+) -> R {
+    let mut task = tokio::spawn(call);
     match tokio::time::timeout(shared.config.consume_timeout, &mut task).await {
         Ok(Ok(result)) => result,
         Ok(Err(error)) => {
             tracing::warn!(%queue, %error, "listener panicked; the batch will be consumed again");
-            ConsumeResult::ReconsumeLater
+            failed
         }
         Err(_) => {
             task.abort();
@@ -129,7 +139,7 @@ async fn call_listener(
                 timeout = ?shared.config.consume_timeout,
                 "listener timed out; the batch will be consumed again"
             );
-            ConsumeResult::ReconsumeLater
+            failed
         }
     }
 }

@@ -6,6 +6,8 @@
 //!   broadcasting), and starting/stopping their pull loops;
 //! - [`pull_loop`]: one long-polling loop per owned queue, with flow control;
 //! - [`consume`]: the listener, called concurrently with batches;
+//! - [`consume_orderly`]: an orderly listener, called with one batch of a queue at a time
+//!   while this client holds the queue's lock ([`queue_lock`]);
 //! - [`process_queue`]: one queue's local buffer, which defines its committable offset;
 //! - [`consume_from`]: where a group without a committed offset starts;
 //! - [`offset_store`]: committed offsets, on the brokers or in a local file;
@@ -20,18 +22,22 @@
 mod allocate;
 mod consume;
 pub(crate) mod consume_from;
+mod consume_orderly;
 pub mod listener;
 mod member_view;
 mod membership;
 mod offset_store;
 mod process_queue;
 mod pull_loop;
+mod queue_lock;
 mod rebalance;
 mod send_back;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use rocketraft_proto::names::validate_group_name;
@@ -49,10 +55,17 @@ use crate::connector::Connector;
 pub use crate::consumer::allocate::allocate_averagely;
 pub use crate::consumer::consume_from::ConsumeFrom;
 pub use crate::consumer::listener::ConsumeContext;
+pub use crate::consumer::listener::ConsumeOrderlyContext;
+pub use crate::consumer::listener::ConsumeOrderlyResult;
 pub use crate::consumer::listener::ConsumeResult;
+use crate::consumer::listener::Listener;
 pub use crate::consumer::listener::MessageListener;
+pub use crate::consumer::listener::MessageListenerOrderly;
+use crate::consumer::listener::SUSPEND_TIME_MAX;
+use crate::consumer::listener::SUSPEND_TIME_MIN;
 use crate::consumer::offset_store::OffsetBackend;
 use crate::consumer::offset_store::OffsetStore;
+use crate::consumer::process_queue::ProcessQueue;
 use crate::consumer::rebalance::Assignment;
 use crate::consumer::rebalance::run_rebalance_loop;
 use crate::message::RETRY_TOPIC_PREFIX;
@@ -93,6 +106,13 @@ pub const CONSUME_TIMEOUT_DEFAULT: Duration = Duration::from_secs(15 * 60);
 pub const MAX_RECONSUME_TIMES_MAX: u32 = 64;
 /// Topics one consumer may subscribe at most (a heartbeat carries them all).
 pub const SUBSCRIPTIONS_MAX: usize = 1024;
+/// Orderly: how long a queue pauses after a suspended batch (RocketMQ's default).
+pub const SUSPEND_CURRENT_QUEUE_TIME_DEFAULT: Duration = Duration::from_secs(1);
+/// Orderly: how often held queue locks are renewed (RocketMQ's default); never less often
+/// than two thirds of how long the broker says a lock stays valid.
+pub const LOCK_RENEW_INTERVAL_DEFAULT: Duration = Duration::from_secs(20);
+/// Orderly: the maximum reconsume count until a broker says the group's.
+const GROUP_MAX_RECONSUME_TIMES_DEFAULT: u32 = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumerError {
@@ -147,6 +167,10 @@ pub struct ConsumerConfig {
     pub max_reconsume_times: Option<u32>,
     /// How connections to the brokers are opened (plain or TLS).
     pub connector: Connector,
+    /// Orderly: how long a queue pauses after a suspended batch, unless the listener says.
+    pub suspend_current_queue_time: Duration,
+    /// Orderly: how often held queue locks are renewed.
+    pub lock_renew_interval: Duration,
 }
 
 pub struct PushConsumerBuilder {
@@ -260,6 +284,19 @@ impl PushConsumerBuilder {
         self
     }
 
+    /// Orderly: how long a queue pauses after a suspended batch, unless the listener sets
+    /// it in its context (10 ms to 30 s).
+    pub fn suspend_current_queue_time(mut self, suspend: Duration) -> PushConsumerBuilder {
+        self.config.suspend_current_queue_time = suspend;
+        self
+    }
+
+    /// Orderly: how often held queue locks are renewed.
+    pub fn lock_renew_interval(mut self, interval: Duration) -> PushConsumerBuilder {
+        self.config.lock_renew_interval = interval;
+        self
+    }
+
     /// Connects to the brokers over TLS, verifying them against `tls`'s CA.
     pub fn tls(mut self, tls: ClientTls) -> PushConsumerBuilder {
         self.config.connector = Connector::tls(tls);
@@ -271,12 +308,28 @@ impl PushConsumerBuilder {
         self
     }
 
-    /// Starts consuming with `listener`. Fails only on invalid settings; a cluster that is
-    /// not reachable yet is retried in the background.
+    /// Starts consuming with `listener`, called concurrently. Fails only on invalid
+    /// settings; a cluster that is not reachable yet is retried in the background.
     pub async fn start(
         self,
         listener: impl MessageListener,
     ) -> Result<PushConsumer, ConsumerError> {
+        self.start_with(Listener::Concurrently(Arc::new(listener)))
+            .await
+    }
+
+    /// Starts consuming in order with `listener` (RocketMQ's `MessageListenerOrderly`): each
+    /// queue is consumed by one member of the group at a time, the one holding its lock on
+    /// the broker, one batch at a time in queue order. Messages of one sharding key sent
+    /// with `Producer::send_ordered` arrive in the order they were sent.
+    pub async fn start_orderly(
+        self,
+        listener: impl MessageListenerOrderly,
+    ) -> Result<PushConsumer, ConsumerError> {
+        self.start_with(Listener::Orderly(Arc::new(listener))).await
+    }
+
+    async fn start_with(self, listener: Listener) -> Result<PushConsumer, ConsumerError> {
         if let Some(error) = self.errors.first() {
             return Err(ConsumerError::InvalidSubscription(error.clone()));
         }
@@ -316,7 +369,9 @@ impl PushConsumerBuilder {
             ),
             offsets: OffsetStore::open(backend)?,
             consume_permits: Arc::new(Semaphore::new(config.consume_concurrency)),
-            listener: Arc::new(listener),
+            listener,
+            group_max_reconsume_times: AtomicU32::new(GROUP_MAX_RECONSUME_TIMES_DEFAULT),
+            lock_valid_ms: AtomicU64::new(0),
             client_id,
             rebalance_now: Notify::new(),
             shutdown: CancellationToken::new(),
@@ -332,6 +387,9 @@ impl PushConsumerBuilder {
         let rebalancer = tokio::spawn(run_rebalance_loop(shared.clone(), Assignment::default()));
         tokio::spawn(membership::run_heartbeats(shared.clone()));
         tokio::spawn(run_offset_persister(shared.clone()));
+        if shared.holds_locks() {
+            tokio::spawn(queue_lock::run_lock_renewal(shared.clone()));
+        }
         Ok(PushConsumer { shared, rebalancer })
     }
 }
@@ -384,10 +442,16 @@ fn validate(config: &ConsumerConfig) -> Result<(), ConsumerError> {
         ("rebalance_interval", config.rebalance_interval),
         ("persist_interval", config.persist_interval),
         ("consume_timeout", config.consume_timeout),
+        ("lock_renew_interval", config.lock_renew_interval),
     ] {
         if interval.is_zero() {
             return invalid(format!("{name} must be more than zero"));
         }
+    }
+    if !(SUSPEND_TIME_MIN..=SUSPEND_TIME_MAX).contains(&config.suspend_current_queue_time) {
+        return invalid(format!(
+            "suspend_current_queue_time must be {SUSPEND_TIME_MIN:?} to {SUSPEND_TIME_MAX:?}"
+        ));
     }
     if config.instance_name.is_empty()
         || !config
@@ -409,21 +473,47 @@ struct Shared {
     client_id: String,
     brokers: Brokers,
     offsets: OffsetStore,
-    listener: Arc<dyn MessageListener>,
+    listener: Listener,
+    /// Orderly: the group's maximum reconsume count, as its broker last said.
+    group_max_reconsume_times: AtomicU32,
+    /// Orderly: how long a lock grant stays valid, as the broker last said (0: not yet).
+    lock_valid_ms: AtomicU64,
     consume_permits: Arc<Semaphore>,
     /// Set when a membership watch reports a change.
     rebalance_now: Notify,
     shutdown: CancellationToken,
     /// Listener calls in flight, waited for on shutdown.
     consume_tasks: TaskTracker,
-    /// The queues the last rebalance assigned, for [`PushConsumer::assigned_queues`].
-    assigned: std::sync::Mutex<Vec<MessageQueue>>,
+    /// The queues the last rebalance assigned, sorted, for [`PushConsumer::assigned_queues`]
+    /// and the lock renewal.
+    assigned: std::sync::Mutex<Vec<(MessageQueue, Arc<ProcessQueue>)>>,
 }
 
 impl Shared {
     /// This group's retry topic.
     fn retry_topic(&self) -> String {
         retry_topic(&self.config.group)
+    }
+
+    /// Whether this consumer locks its queues: orderly clustering consumers do.
+    fn holds_locks(&self) -> bool {
+        self.listener.is_orderly() && self.config.message_model == MessageModel::Clustering
+    }
+
+    fn assigned_processes(&self) -> Vec<(MessageQueue, Arc<ProcessQueue>)> {
+        self.assigned
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Sleeps `duration`, or less if `process` is dropped or the consumer shuts down.
+    async fn pause(&self, process: &ProcessQueue, duration: Duration) {
+        tokio::select! {
+            () = tokio::time::sleep(duration) => {}
+            () = process.dropped() => {}
+            () = self.shutdown.cancelled() => {}
+        }
     }
 }
 
@@ -461,6 +551,8 @@ impl PushConsumer {
                 instance_name: "DEFAULT".into(),
                 max_reconsume_times: None,
                 connector: Connector::plain(),
+                suspend_current_queue_time: SUSPEND_CURRENT_QUEUE_TIME_DEFAULT,
+                lock_renew_interval: LOCK_RENEW_INTERVAL_DEFAULT,
             },
             errors: Vec::new(),
         }
@@ -474,10 +566,10 @@ impl PushConsumer {
     /// The queues this client consumes now, sorted.
     pub fn assigned_queues(&self) -> Vec<MessageQueue> {
         self.shared
-            .assigned
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+            .assigned_processes()
+            .into_iter()
+            .map(|(queue, _)| queue)
+            .collect()
     }
 
     /// Stops pulling, waits for listener calls in flight, commits offsets and leaves the
@@ -494,6 +586,13 @@ impl PushConsumer {
         }
         if let Err(error) = shared.offsets.persist_all(&shared.brokers).await {
             tracing::warn!(%error, "offsets not committed at shutdown");
+        }
+        if shared.holds_locks() {
+            for queue in assignment.queues.keys() {
+                if let Err(error) = queue_lock::unlock(&shared, queue).await {
+                    tracing::warn!(%queue, %error, "queue lock not released at shutdown; it expires");
+                }
+            }
         }
         if shared.config.message_model == MessageModel::Clustering {
             for group in shared.brokers.known_groups() {
@@ -553,6 +652,12 @@ mod tests {
         assert!(check(|c| c.queue_buffer_bytes = 0).is_err());
         assert!(check(|c| c.persist_interval = Duration::ZERO).is_err());
         assert!(check(|c| c.instance_name = "a b".into()).is_err());
+        let millis = Duration::from_millis(1);
+        assert!(check(|c| c.suspend_current_queue_time = SUSPEND_TIME_MAX).is_ok());
+        assert!(check(|c| c.suspend_current_queue_time = SUSPEND_TIME_MAX + millis).is_err());
+        assert!(check(|c| c.suspend_current_queue_time = SUSPEND_TIME_MIN).is_ok());
+        assert!(check(|c| c.suspend_current_queue_time = SUSPEND_TIME_MIN - millis).is_err());
+        assert!(check(|c| c.lock_renew_interval = Duration::ZERO).is_err());
         assert!(check(|c| c.nameservers.clear()).is_err());
         let topics = |n: usize| -> BTreeMap<String, Subscription> {
             (0..n)

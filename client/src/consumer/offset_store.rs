@@ -122,6 +122,12 @@ impl OffsetStore {
         result
     }
 
+    /// Stops tracking `queue` without persisting its offset (its lock was lost: another
+    /// member's progress may be ahead of it).
+    pub fn forget(&self, queue: &MessageQueue) {
+        self.lock().remove(queue);
+    }
+
     /// Persists every offset that moved since it was last persisted.
     pub async fn persist_all(&self, brokers: &Brokers) -> Result<(), ConsumerError> {
         self.persist(brokers, None).await

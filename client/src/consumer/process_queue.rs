@@ -5,10 +5,18 @@
 //! the smallest offset still in flight, or the pull position when nothing is in flight, so a
 //! commit never moves past a message that was not consumed. A queue that moves to another
 //! client is dropped: its pull loop stops and late results no longer move its offset.
+//!
+//! For an orderly consumer it also holds the messages waiting for the listener, in queue
+//! order, and this client's lock on the queue: the queue is consumed only while the lock
+//! is valid (`lock_valid_until`, from the broker's last grant), and one batch at a time
+//! (`consuming`, which a release also takes before it unlocks the queue).
 
 use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::message::MessageExt;
@@ -17,6 +25,10 @@ use crate::message::MessageExt;
 pub struct ProcessQueue {
     state: Mutex<State>,
     dropped: CancellationToken,
+    /// Orderly: signalled when messages arrive in `ready`.
+    arrived: Notify,
+    /// Orderly: held while the listener consumes a batch of this queue.
+    pub consuming: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug)]
@@ -26,6 +38,10 @@ struct State {
     bytes: usize,
     /// The next queue offset to pull.
     next_offset: i64,
+    /// Orderly: messages waiting for the listener, in queue order.
+    ready: VecDeque<MessageExt>,
+    /// Orderly: until when this client may consume the queue; `None`: never locked.
+    lock_valid_until: Option<Instant>,
 }
 
 impl ProcessQueue {
@@ -35,8 +51,12 @@ impl ProcessQueue {
                 in_flight: BTreeMap::new(),
                 bytes: 0,
                 next_offset: start_offset,
+                ready: VecDeque::new(),
+                lock_valid_until: None,
             }),
             dropped: CancellationToken::new(),
+            arrived: Notify::new(),
+            consuming: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -87,6 +107,79 @@ impl ProcessQueue {
         state.in_flight.len() >= max_count || state.bytes >= max_bytes
     }
 
+    /// Orderly: queues pulled messages (already `put`) for the listener.
+    pub fn push_ready(&self, messages: Vec<MessageExt>) {
+        self.lock().ready.extend(messages);
+        self.arrived.notify_one();
+    }
+
+    /// Orderly: the first `max` waiting messages, left in place.
+    pub fn peek_ready(&self, max: usize) -> Vec<MessageExt> {
+        self.lock().ready.iter().take(max).cloned().collect()
+    }
+
+    /// Orderly: resolves once messages are waiting (at once if some already are).
+    pub async fn ready_arrived(&self) {
+        let arrived = self.arrived.notified();
+        if !self.lock().ready.is_empty() {
+            return;
+        }
+        arrived.await;
+    }
+
+    /// Orderly: the first `count` waiting messages are done (consumed, or moved to the
+    /// dead-letter topic); returns the offset that may now be committed.
+    pub fn pop_ready(&self, count: usize) -> i64 {
+        let mut state = self.lock();
+        let count = count.min(state.ready.len());
+        let done: Vec<MessageExt> = state.ready.drain(..count).collect();
+        for message in done {
+            if let Some(bytes) = state.in_flight.remove(&message.queue_offset) {
+                state.bytes -= bytes;
+            }
+        }
+        state.commit_offset()
+    }
+
+    /// Orderly: removes the waiting messages at `queue_offsets` (moved to the dead-letter
+    /// topic) and counts one more consumption of the first `retried` others; returns the
+    /// offset that may now be committed.
+    pub fn dead_letter_and_retry(&self, queue_offsets: &[i64], retried: usize) -> i64 {
+        let mut state = self.lock();
+        state
+            .ready
+            .retain(|message| !queue_offsets.contains(&message.queue_offset));
+        for offset in queue_offsets {
+            if let Some(bytes) = state.in_flight.remove(offset) {
+                state.bytes -= bytes;
+            }
+        }
+        for message in state.ready.iter_mut().take(retried) {
+            message.reconsume_times += 1;
+        }
+        state.commit_offset()
+    }
+
+    /// Orderly: the broker granted (or renewed) this client's lock, valid until `until`.
+    pub fn lock_granted(&self, until: Instant) {
+        let mut state = self.lock();
+        state.lock_valid_until = Some(state.lock_valid_until.map_or(until, |at| at.max(until)));
+    }
+
+    /// Orderly: whether this client may consume the queue at `now`.
+    pub fn lock_valid(&self, now: Instant) -> bool {
+        self.lock()
+            .lock_valid_until
+            .is_some_and(|until| now < until)
+    }
+
+    /// Orderly: whether the queue was locked once and its lock is no longer valid.
+    pub fn lock_lapsed(&self, now: Instant) -> bool {
+        self.lock()
+            .lock_valid_until
+            .is_some_and(|until| now >= until)
+    }
+
     pub fn drop_queue(&self) {
         self.dropped.cancel();
     }
@@ -119,6 +212,8 @@ impl State {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn message(queue_offset: i64, bytes: usize) -> MessageExt {
@@ -168,5 +263,49 @@ mod tests {
         assert!(!queue.is_full(3, 121));
         queue.remove(&[0]);
         assert!(!queue.is_full(2, 1000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn orderly_messages_leave_in_order_and_hold_the_offset_until_done() {
+        let queue = ProcessQueue::new(0);
+        let pulled: Vec<MessageExt> = (0..4).map(|offset| message(offset, 10)).collect();
+        queue.put(&pulled, 4);
+        queue.push_ready(pulled);
+        queue.ready_arrived().await;
+        let offsets = |batch: Vec<MessageExt>| -> Vec<i64> {
+            batch.iter().map(|message| message.queue_offset).collect()
+        };
+        assert_eq!(offsets(queue.peek_ready(3)), [0, 1, 2]);
+        assert_eq!(
+            offsets(queue.peek_ready(3)),
+            [0, 1, 2],
+            "peeking leaves them"
+        );
+        assert_eq!(queue.pop_ready(2), 2);
+        // 2 and 3 suspended: 2 moved to the dead-letter topic, 3 counted once more.
+        assert_eq!(queue.dead_letter_and_retry(&[2], 1), 3);
+        let left = queue.peek_ready(10);
+        assert_eq!(offsets(left.clone()), [3]);
+        assert_eq!(left[0].reconsume_times, 1);
+        assert_eq!(queue.pop_ready(10), 4, "all done: the pull position");
+        assert!(!queue.is_full(1, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_orderly_lock_is_valid_until_its_grant_says_and_then_lapsed() {
+        let queue = ProcessQueue::new(0);
+        let now = Instant::now();
+        assert!(
+            !queue.lock_valid(now) && !queue.lock_lapsed(now),
+            "never locked"
+        );
+        queue.lock_granted(now + Duration::from_secs(2));
+        queue.lock_granted(now + Duration::from_secs(1));
+        assert!(
+            queue.lock_valid(now + Duration::from_millis(1999)),
+            "never shortened"
+        );
+        assert!(queue.lock_lapsed(now + Duration::from_secs(2)));
+        assert!(!queue.lock_valid(now + Duration::from_secs(2)));
     }
 }

@@ -45,7 +45,7 @@ pub async fn run_pull_loop(
             if flow_controlled.is_power_of_two() {
                 tracing::debug!(%queue, times = flow_controlled, "buffer full; pulling paused");
             }
-            pause(&shared, &process, FLOW_CONTROL_PAUSE).await;
+            shared.pause(&process, FLOW_CONTROL_PAUSE).await;
             continue;
         }
         let request = pb::PullRequest {
@@ -75,7 +75,7 @@ pub async fn run_pull_loop(
             }
             Err(error) => {
                 tracing::warn!(%queue, %error, "pull failed; retrying");
-                pause(&shared, &process, error_pause).await;
+                shared.pause(&process, error_pause).await;
                 error_pause = (error_pause * 2).min(PULL_ERROR_PAUSE_MAX);
             }
         }
@@ -124,14 +124,5 @@ fn handle_response(
             shared.offsets.update(queue, process.commit_offset());
         }
         Err(_) => tracing::warn!(%queue, status = response.status, "unknown pull status"),
-    }
-}
-
-/// Sleeps `duration`, or less if the queue is dropped or the consumer shuts down.
-async fn pause(shared: &Shared, process: &ProcessQueue, duration: Duration) {
-    tokio::select! {
-        () = tokio::time::sleep(duration) => {}
-        () = process.dropped() => {}
-        () = shared.shutdown.cancelled() => {}
     }
 }

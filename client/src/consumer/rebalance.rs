@@ -8,7 +8,13 @@
 //! that arrives starts at its committed offset, or where `consume_from` says for a group
 //! that never committed one. A round that cannot see a topic's route or members keeps
 //! that topic's current queues and tries again next round.
+//!
+//! Orderly clustering consumers lock each queue on its broker group's leader before they
+//! start it (a queue another member still holds is tried again next round) and unlock it
+//! after its last batch when it moves away; a queue whose lock was lost is started afresh
+//! from the committed offset ([`queue_lock`](crate::consumer::queue_lock)).
 
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::collections::HashSet;
@@ -24,15 +30,21 @@ use crate::consumer::MessageModel;
 use crate::consumer::Shared;
 use crate::consumer::allocate::allocate_averagely;
 use crate::consumer::consume_from;
+use crate::consumer::consume_orderly::run_orderly_queue;
+use crate::consumer::listener::Listener;
 use crate::consumer::member_view::MemberView;
 use crate::consumer::member_view::Source;
 use crate::consumer::membership::run_membership_watch;
 use crate::consumer::process_queue::ProcessQueue;
 use crate::consumer::pull_loop::run_pull_loop;
+use crate::consumer::queue_lock;
 use crate::route::MessageQueue;
 use crate::route::RouteError;
 use crate::route::TopicRoute;
 
+/// How long a released orderly queue waits for its batch in progress before it is
+/// released without unlocking (RocketMQ: 1 s).
+const ORDERLY_RELEASE_WAIT: Duration = Duration::from_secs(1);
 /// How long one admin call of a rebalance (members, offsets) may take, retries included.
 const REBALANCE_CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// The next round after one that could not place every topic (no route yet, not yet a
@@ -130,8 +142,12 @@ async fn rebalance(shared: &Arc<Shared>, assignment: &mut Assignment) -> bool {
         };
         complete &= update_topic(shared, assignment, topic, mine.into_iter().collect()).await;
     }
-    let mut assigned: Vec<MessageQueue> = assignment.queues.keys().cloned().collect();
-    assigned.sort();
+    let mut assigned: Vec<(MessageQueue, Arc<ProcessQueue>)> = assignment
+        .queues
+        .iter()
+        .map(|(queue, process)| (queue.clone(), process.clone()))
+        .collect();
+    assigned.sort_by(|(a, _), (b, _)| a.cmp(b));
     *shared
         .assigned
         .lock()
@@ -198,34 +214,32 @@ async fn update_topic(
     topic: &str,
     wanted: BTreeSet<MessageQueue>,
 ) -> bool {
-    let mut complete = true;
-    let lost: Vec<MessageQueue> = assignment
+    // Dropped outside a rebalance: the queue's lock was lost. Its progress may be behind
+    // another member's, so it is neither committed nor unlocked.
+    assignment.queues.retain(|queue, process| {
+        let lost = queue.topic == topic && process.is_dropped();
+        if lost {
+            shared.offsets.forget(queue);
+        }
+        !lost
+    });
+    let released: Vec<MessageQueue> = assignment
         .queues
         .keys()
         .filter(|queue| queue.topic == topic && !wanted.contains(*queue))
         .cloned()
         .collect();
-    for queue in lost {
-        let Some(process) = assignment.queues.remove(&queue) else {
-            continue;
-        };
-        process.drop_queue();
-        let offset = process.commit_offset();
-        match shared
-            .offsets
-            .release(&shared.brokers, &queue, offset)
-            .await
-        {
-            Ok(()) => tracing::info!(%queue, offset, "queue released"),
-            Err(error) => {
-                tracing::warn!(%queue, offset, %error, "queue released without committing its offset")
-            }
+    for queue in released {
+        if let Some(process) = assignment.queues.remove(&queue) {
+            release(shared, &queue, &process).await;
         }
     }
-    for queue in wanted {
-        if assignment.queues.contains_key(&queue) {
-            continue;
-        }
+    let new: Vec<MessageQueue> = wanted
+        .into_iter()
+        .filter(|queue| !assignment.queues.contains_key(queue))
+        .collect();
+    let (startable, mut complete) = lock_new(shared, new).await;
+    for (queue, lock_valid_until) in startable {
         let offset = match start_offset(shared, &queue).await {
             Ok(offset) => offset,
             Err(error) => {
@@ -237,6 +251,17 @@ async fn update_topic(
         tracing::info!(%queue, offset, "queue assigned");
         shared.offsets.track(&queue, offset);
         let process = Arc::new(ProcessQueue::new(offset));
+        if let Some(until) = lock_valid_until {
+            process.lock_granted(until);
+        }
+        if let Listener::Orderly(listener) = &shared.listener {
+            shared.consume_tasks.spawn(run_orderly_queue(
+                shared.clone(),
+                listener.clone(),
+                queue.clone(),
+                process.clone(),
+            ));
+        }
         let subscription = shared.config.subscriptions[topic].clone();
         tokio::spawn(run_pull_loop(
             shared.clone(),
@@ -247,6 +272,72 @@ async fn update_topic(
         assignment.queues.insert(queue, process);
     }
     complete
+}
+
+/// Of the `new` queues, those this client may start now, with how long its lock on each is
+/// valid (`None`: it takes no locks); false if some must wait for their lock.
+async fn lock_new(
+    shared: &Shared,
+    new: Vec<MessageQueue>,
+) -> (Vec<(MessageQueue, Option<Instant>)>, bool) {
+    if !shared.holds_locks() {
+        return (new.into_iter().map(|queue| (queue, None)).collect(), true);
+    }
+    let mut by_group: BTreeMap<String, Vec<MessageQueue>> = BTreeMap::new();
+    for queue in new {
+        by_group.entry(queue.group.clone()).or_default().push(queue);
+    }
+    let mut startable = Vec::new();
+    let mut complete = true;
+    for (group, queues) in by_group {
+        match queue_lock::lock(shared, &group, &queues, &[]).await {
+            Ok(granted) => {
+                complete &= granted.queues.len() == queues.len();
+                for queue in &queues {
+                    if !granted.queues.contains(queue) {
+                        tracing::debug!(%queue, "queue still locked by another member; trying next round");
+                    }
+                }
+                startable.extend(
+                    granted
+                        .queues
+                        .into_iter()
+                        .map(|queue| (queue, Some(granted.valid_until))),
+                );
+            }
+            Err(error) => {
+                tracing::warn!(group, %error, "cannot lock queues; trying next round");
+                complete = false;
+            }
+        }
+    }
+    (startable, complete)
+}
+
+/// Stops a queue that moved away and commits its offset; an orderly consumer unlocks it
+/// once its last batch is done (after [`ORDERLY_RELEASE_WAIT`] it leaves the lock to expire:
+/// the new owner must not consume while a batch of this client is still running).
+async fn release(shared: &Shared, queue: &MessageQueue, process: &ProcessQueue) {
+    process.drop_queue();
+    let idle = if shared.holds_locks() {
+        tokio::time::timeout(ORDERLY_RELEASE_WAIT, process.consuming.lock())
+            .await
+            .ok()
+    } else {
+        None
+    };
+    let offset = process.commit_offset();
+    match shared.offsets.release(&shared.brokers, queue, offset).await {
+        Ok(()) => tracing::info!(%queue, offset, "queue released"),
+        Err(error) => {
+            tracing::warn!(%queue, offset, %error, "queue released without committing its offset")
+        }
+    }
+    if idle.is_some()
+        && let Err(error) = queue_lock::unlock(shared, queue).await
+    {
+        tracing::warn!(%queue, %error, "queue lock not released; it expires");
+    }
 }
 
 /// The committed offset of `queue`, or for a group that has none, where `consume_from` says.

@@ -7,6 +7,7 @@
 //! (`mqadmin topic-create`, as RocketMQ's mqadmin).
 
 mod cluster;
+mod consume_orderly;
 mod consumer;
 mod drill;
 mod message;

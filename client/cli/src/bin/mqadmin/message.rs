@@ -10,6 +10,8 @@ use rocketraft_client::subscription::Subscription;
 use serde_json::json;
 
 use crate::Context;
+use crate::consume_orderly;
+use crate::consume_orderly::OrderlyConsume;
 
 #[derive(Subcommand)]
 pub enum MessageCommand {
@@ -31,6 +33,10 @@ pub enum MessageCommand {
         /// A user property, `KEY=VALUE` (repeat for more); what SQL92 filters select on.
         #[arg(long = "property", value_parser = parse_property)]
         properties: Vec<(String, String)>,
+        /// Send to the queue this key hashes to, so messages of one key stay in order
+        /// (`send_ordered`; consume them with `consume --orderly`).
+        #[arg(long)]
+        sharding_key: Option<String>,
     },
     /// Read messages as a consumer group (from its committed offsets, or `--from` where it
     /// has none), print one JSON object per message, and commit how far it read.
@@ -55,9 +61,14 @@ pub enum MessageCommand {
         #[arg(long, default_value_t = 5000)]
         timeout_ms: u64,
         /// Refuse each message while its reconsume count is below N (hand it back, as a
-        /// push consumer's ReconsumeLater does), and print the refused deliveries too.
+        /// push consumer's ReconsumeLater does; with `--orderly`, suspend its queue), and
+        /// print the refused deliveries too.
         #[arg(long, default_value_t = 0)]
         reconsume_later: i32,
+        /// Consume as an orderly member of the group: take its queue locks and print each
+        /// queue's messages in order as they arrive, until `--count` or the timeout.
+        #[arg(long)]
+        orderly: bool,
     },
     /// Find messages by message id (`msg_id` as `send` prints it) or key, in every group.
     QueryMsg {
@@ -92,6 +103,7 @@ pub async fn run(command: MessageCommand, context: &Context) -> anyhow::Result<(
             count,
             body,
             properties,
+            sharding_key,
         } => {
             let mut message = Message::new(topic, body.into_bytes()).with_delay_level(delay_level);
             for (key, value) in properties {
@@ -103,7 +115,7 @@ pub async fn run(command: MessageCommand, context: &Context) -> anyhow::Result<(
             if let Some(keys) = &keys {
                 message = message.with_keys(keys.split_whitespace());
             }
-            send(message, count, context).await?;
+            send(message, count, sharding_key.as_deref(), context).await?;
         }
         MessageCommand::Consume {
             topic,
@@ -114,6 +126,30 @@ pub async fn run(command: MessageCommand, context: &Context) -> anyhow::Result<(
             count,
             timeout_ms,
             reconsume_later,
+            orderly: true,
+        } => {
+            let request = OrderlyConsume {
+                topic,
+                group,
+                expr,
+                sql,
+                from,
+                count,
+                timeout: std::time::Duration::from_millis(timeout_ms),
+                suspend_below: reconsume_later,
+            };
+            consume_orderly::run(request, context).await?;
+        }
+        MessageCommand::Consume {
+            topic,
+            group,
+            expr,
+            sql,
+            from,
+            count,
+            timeout_ms,
+            reconsume_later,
+            orderly: false,
         } => {
             let subscription = match sql {
                 Some(sql) => Subscription::sql(&sql),
@@ -147,15 +183,24 @@ pub async fn run(command: MessageCommand, context: &Context) -> anyhow::Result<(
     Ok(())
 }
 
-/// Sends `count` copies of `message`, one at a time, printing each result.
-async fn send(message: Message, count: u32, context: &Context) -> anyhow::Result<()> {
+/// Sends `count` copies of `message`, one at a time (to `sharding_key`'s queue if given),
+/// printing each result.
+async fn send(
+    message: Message,
+    count: u32,
+    sharding_key: Option<&str>,
+    context: &Context,
+) -> anyhow::Result<()> {
     let mut producer = Producer::builder(context.namesrv.clone(), "mqadmin");
     if let Some(tls) = &context.tls {
         producer = producer.tls(tls.clone());
     }
     let producer = producer.build()?;
     for _ in 0..count {
-        let result = producer.send(message.clone()).await?;
+        let result = match sharding_key {
+            Some(key) => producer.send_ordered(message.clone(), key).await?,
+            None => producer.send(message.clone()).await?,
+        };
         println!(
             "{}",
             json!({"msg_id": result.msg_id, "group": result.group, "queue_id": result.queue_id, "queue_offset": result.queue_offset})
