@@ -82,6 +82,10 @@ pub struct BrokerConfig {
     /// How long a queue lock of orderly consumption lasts without renewal.
     #[serde(default = "default_queue_lock_expiry_ms")]
     pub queue_lock_expiry_ms: u64,
+    /// How far ahead a timer message may be set (`TIMER_DELIVER_MS` and friends); at most
+    /// `TIMER_MAX_DELAY_MAX` (30 days).
+    #[serde(default = "default_timer_max_delay_ms")]
+    pub timer_max_delay_ms: u64,
     /// How log lines are written: `"text"` or `"json"` (one object per line).
     #[serde(default)]
     pub log_format: rocketraft_nameserver::logging::LogFormat,
@@ -325,6 +329,10 @@ fn default_queue_lock_expiry_ms() -> u64 {
     crate::queue_locks::QUEUE_LOCK_EXPIRY_DEFAULT.as_millis() as u64
 }
 
+fn default_timer_max_delay_ms() -> u64 {
+    crate::schedule::timer::TIMER_MAX_DELAY_DEFAULT.as_millis() as u64
+}
+
 fn default_pull_holds_max() -> usize {
     crate::service::PULL_HOLDS_MAX_DEFAULT
 }
@@ -465,6 +473,13 @@ impl BrokerConfig {
         }
         if self.queue_lock_expiry_ms == 0 {
             return Err(ConfigError::new("queue_lock_expiry_ms", "must be positive"));
+        }
+        let timer_max = crate::schedule::timer::TIMER_MAX_DELAY_MAX;
+        if self.timer_max_delay_ms == 0 || self.timer_max_delay_ms > timer_max.as_millis() as u64 {
+            return Err(ConfigError::new(
+                "timer_max_delay_ms",
+                "must be positive and at most 30 days (2592000000)",
+            ));
         }
         if self.pull_holds_max == 0 {
             return Err(ConfigError::new("pull_holds_max", "must be positive"));

@@ -274,6 +274,7 @@ impl BrokerNode {
                 auto_create_topic: config.auto_create_topic,
                 auto_create_group: config.auto_create_group,
                 delay_levels,
+                timer_max_delay: Duration::from_millis(config.timer_max_delay_ms),
                 consumers,
                 queue_locks,
                 schedule: schedule_status.clone(),

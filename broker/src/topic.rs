@@ -3,6 +3,7 @@
 pub use rocketraft_proto::names::DLQ_TOPIC_PREFIX;
 pub use rocketraft_proto::names::RETRY_TOPIC_PREFIX;
 pub use rocketraft_proto::names::SCHEDULE_TOPIC;
+pub use rocketraft_proto::names::TIMER_TOPIC;
 /// Queues of a topic created by its first send (RocketMQ's `defaultTopicQueueNums`).
 pub const AUTO_CREATED_QUEUE_COUNT: u32 = 4;
 /// Queues one topic may have in one broker group.
@@ -14,6 +15,7 @@ pub use rocketraft_proto::names::validate_topic_name;
 /// True for topics that only the broker writes to directly.
 pub fn is_system_topic(name: &str) -> bool {
     name == SCHEDULE_TOPIC
+        || name == TIMER_TOPIC
         || name.starts_with(RETRY_TOPIC_PREFIX)
         || name.starts_with(DLQ_TOPIC_PREFIX)
 }
@@ -25,6 +27,7 @@ mod tests {
     #[test]
     fn system_topics() {
         assert!(is_system_topic(SCHEDULE_TOPIC));
+        assert!(is_system_topic(TIMER_TOPIC));
         assert!(is_system_topic("%RETRY%g"));
         assert!(is_system_topic("%DLQ%g"));
         assert!(!is_system_topic("orders"));

@@ -25,6 +25,14 @@ pub mod property {
     /// Where a delayed message belongs (set by the broker).
     pub const REAL_TOPIC: &str = "REAL_TOPIC";
     pub const REAL_QID: &str = "REAL_QID";
+    /// A timer message's deliver time, ms since the epoch (RocketMQ 5).
+    pub const TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
+    /// A timer message's delay from its send, in seconds or ms (the broker turns either into
+    /// `TIMER_DELIVER_MS`).
+    pub const TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
+    pub const TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
+    /// Every timer property.
+    pub const TIMER: [&str; 3] = [TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS];
 }
 
 pub use rocketraft_proto::names::DLQ_TOPIC_PREFIX;
@@ -70,6 +78,27 @@ impl Message {
     pub fn with_delay_level(mut self, delay_level: u32) -> Message {
         self.delay_level = delay_level;
         self
+    }
+
+    /// A timer message: delivered at `deliver_at_ms` (ms since the epoch), to within a
+    /// second, at most the broker's `timer_max_delay_ms` (3 days by default) ahead; a time
+    /// already past delivers at once. Replaces any other timer or delay set before.
+    pub fn with_deliver_time_ms(self, deliver_at_ms: i64) -> Message {
+        self.with_timer(property::TIMER_DELIVER_MS, deliver_at_ms.to_string())
+    }
+
+    /// A timer message delivered `delay` after the broker stores it (to within a second).
+    /// Replaces any other timer or delay set before.
+    pub fn with_delay(self, delay: std::time::Duration) -> Message {
+        self.with_timer(property::TIMER_DELAY_MS, delay.as_millis().to_string())
+    }
+
+    fn with_timer(mut self, key: &str, value: String) -> Message {
+        self.delay_level = 0;
+        for timer in property::TIMER {
+            self.properties.remove(timer);
+        }
+        self.with_property(key, value)
     }
 
     pub fn with_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Message {

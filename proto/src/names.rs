@@ -4,6 +4,9 @@
 /// The topic that holds delayed messages, one queue per delay level (RocketMQ's name;
 /// `XXXX` is part of it, not a placeholder).
 pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
+/// The topic that holds timer messages until they are due, one queue per hop length of the
+/// timer wheel (RocketMQ 5's name).
+pub const TIMER_TOPIC: &str = "rmq_sys_wheel_timer";
 /// Prefix of a consumer group's retry topic: `%RETRY%<group>`.
 pub const RETRY_TOPIC_PREFIX: &str = "%RETRY%";
 /// Prefix of a consumer group's dead-letter topic: `%DLQ%<group>`.

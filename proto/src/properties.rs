@@ -82,16 +82,25 @@ pub fn find<'a>(encoded: &'a [u8], key: &str) -> Result<Option<&'a str>, Malform
 /// Checks that `encoded` reads as pairs with unique keys, and returns the value of `key`:
 /// a broker checks what a producer sent and learns what it must act on in one pass.
 pub fn validate<'a>(encoded: &'a [u8], key: &str) -> Result<Option<&'a str>, MalformedProperty> {
+    let [found] = validate_find(encoded, [key])?;
+    Ok(found)
+}
+
+/// [`validate`] for several keys at once: their values, in the order of `keys`.
+pub fn validate_find<'a, const N: usize>(
+    encoded: &'a [u8],
+    keys: [&str; N],
+) -> Result<[Option<&'a str>; N], MalformedProperty> {
     let mut seen: Vec<&str> = Vec::new();
-    let mut found = None;
+    let mut found = [None; N];
     for pair in pairs(encoded) {
         let (k, v) = pair?;
         if seen.contains(&k) {
             return Err(malformed(k, "duplicate key"));
         }
         seen.push(k);
-        if k == key {
-            found = Some(v);
+        if let Some(at) = keys.iter().position(|key| *key == k) {
+            found[at] = Some(v);
         }
     }
     Ok(found)
@@ -119,6 +128,10 @@ mod tests {
         assert_eq!(find(&out, "KEYS"), Ok(Some("k1 k2")));
         assert_eq!(find(&out, "DELAY"), Ok(None));
         assert_eq!(pairs(b"").count(), 0);
+        assert_eq!(
+            validate_find(b"A\x011\x02B\x012", ["C", "B", "A"]),
+            Ok([None, Some("2"), Some("1")])
+        );
         assert_eq!(
             validate(b"A\x011\x02B\x012", "B"),
             Ok(Some("2")),

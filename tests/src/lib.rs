@@ -145,6 +145,8 @@ impl TestGroup {
                 client_expiry_ms: 120_000,
                 queue_lock_expiry_ms: rocketraft_broker::queue_locks::QUEUE_LOCK_EXPIRY_DEFAULT
                     .as_millis() as u64,
+                timer_max_delay_ms: rocketraft_broker::schedule::timer::TIMER_MAX_DELAY_DEFAULT
+                    .as_millis() as u64,
                 pull_holds_max: rocketraft_broker::service::PULL_HOLDS_MAX_DEFAULT,
                 admin_token: None,
                 cluster_secret: None,

@@ -16,6 +16,7 @@ use crate::store::properties::REAL_QID;
 use crate::store::properties::REAL_TOPIC;
 use crate::store::record::MessageRecord;
 use crate::topic::SCHEDULE_TOPIC;
+use crate::topic::TIMER_TOPIC;
 
 /// When a parked message is due, in ms since the epoch.
 pub const SCHEDULE_DELIVER_MS: &str = "SCHEDULE_DELIVER_MS";
@@ -75,9 +76,10 @@ pub fn restore(mut record: MessageRecord, store_timestamp_ms: i64) -> Option<Mes
     Some(record)
 }
 
-/// The broker's tags code: the due time for parked records, the tag's hash otherwise.
+/// The broker's tags code: the due time for parked records (delay levels and timer hops),
+/// the tag's hash otherwise.
 pub fn broker_tags_code(view: &RecordView<'_>) -> i64 {
-    if view.topic() == SCHEDULE_TOPIC {
+    if view.topic() == SCHEDULE_TOPIC || view.topic() == TIMER_TOPIC {
         return view
             .property(SCHEDULE_DELIVER_MS)
             .ok()

@@ -1,5 +1,7 @@
-//! Delayed delivery: [`delayed`] parks and restores delayed messages;
-//! [`service`] is the leader-only ScheduleMessageService that delivers them when due.
+//! Delayed delivery: [`delayed`] parks and restores messages of a delay level; [`timer`]
+//! parks timer messages in the timer wheel; [`service`] is the leader-only
+//! ScheduleMessageService that delivers both when due.
 
 pub mod delayed;
 pub mod service;
+pub mod timer;

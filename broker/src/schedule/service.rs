@@ -1,11 +1,13 @@
 //! The ScheduleMessageService: on the leader only, one task per delay level delivers the due
-//! messages of its `SCHEDULE_TOPIC_XXXX` queue to their real topics.
+//! messages of its `SCHEDULE_TOPIC_XXXX` queue to their real topics, and one task per queue
+//! of the timer wheel (`rmq_sys_wheel_timer`, [`crate::schedule::timer`]) delivers each
+//! timer whose hop ended to its real topic, or parks it for its next hop.
 //!
 //! Invariants:
 //! - It runs only on a leader that has applied an entry of its own term (so the replicated
 //!   progress includes every delivery an earlier leader committed) and stops the moment the
 //!   node stops leading.
-//! - A task reads its level's queue from the replicated progress and delivers a batch of due
+//! - A task reads its queue from the replicated progress and delivers a batch of due
 //!   messages together with the new progress in one `DeliverDelayed` entry, which applies only
 //!   if the progress is still where the task read it: a range is delivered exactly once, even
 //!   when a proposal's outcome was unknown and it is proposed again, or two leaders overlap.
@@ -29,7 +31,11 @@ use crate::raft::role::leader_ready;
 use crate::raft::types::Command;
 use crate::raft::types::Raft;
 use crate::schedule::delayed::restore;
+use crate::schedule::timer;
+use crate::schedule::timer::TIMER_QUEUES;
+use crate::store::record::MessageRecord;
 use crate::topic::SCHEDULE_TOPIC;
+use crate::topic::TIMER_TOPIC;
 use rocketraft_proto::time::now_ms;
 
 /// Messages one `DeliverDelayed` entry carries at most.
@@ -91,12 +97,12 @@ pub async fn run_schedule_service(
             },
         };
         let leading = shutdown.child_token();
-        let tasks: Vec<_> = (1..=levels.max_level())
-            .map(|level| {
-                tokio::spawn(run_level(
+        let tasks: Vec<_> = ScheduleQueue::all(&levels)
+            .map(|queue| {
+                tokio::spawn(run_queue(
                     raft.clone(),
                     group.clone(),
-                    level,
+                    queue,
                     leading.clone(),
                 ))
             })
@@ -124,7 +130,44 @@ pub async fn run_schedule_service(
     }
 }
 
-/// What a look at a level's queue found.
+/// One queue the service delivers from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduleQueue {
+    pub topic: &'static str,
+    pub queue_id: i32,
+    /// Its key in the replicated schedule progress (`DeliverDelayed::level`).
+    pub progress_key: u32,
+}
+
+impl ScheduleQueue {
+    /// The queue of delay level `level` (1-based).
+    pub fn level(level: u32) -> ScheduleQueue {
+        ScheduleQueue {
+            topic: SCHEDULE_TOPIC,
+            queue_id: level as i32 - 1,
+            progress_key: level,
+        }
+    }
+
+    /// Queue `queue_id` of the timer wheel.
+    pub fn timer(queue_id: i32) -> ScheduleQueue {
+        ScheduleQueue {
+            topic: TIMER_TOPIC,
+            queue_id,
+            progress_key: timer::progress_key(queue_id),
+        }
+    }
+
+    /// Every delay level's queue, then every timer queue.
+    fn all(levels: &DelayLevels) -> impl Iterator<Item = ScheduleQueue> + use<> {
+        let timers = (0..TIMER_QUEUES as i32).map(ScheduleQueue::timer);
+        (1..=levels.max_level())
+            .map(ScheduleQueue::level)
+            .chain(timers)
+    }
+}
+
+/// What a look at a schedule queue found.
 enum Due {
     /// Deliver these units (`records` may be empty when all were skipped).
     Batch {
@@ -139,14 +182,20 @@ enum Due {
     Empty,
 }
 
-async fn run_level(raft: Raft, group: Arc<GroupState>, level: u32, leading: CancellationToken) {
-    let mut arrivals = group.watch_queue(SCHEDULE_TOPIC, level as i32 - 1);
+async fn run_queue(
+    raft: Raft,
+    group: Arc<GroupState>,
+    queue: ScheduleQueue,
+    leading: CancellationToken,
+) {
+    let mut arrivals = group.watch_queue(queue.topic, queue.queue_id);
+    let (topic, queue_id) = (queue.topic, queue.queue_id);
     while !leading.is_cancelled() {
         arrivals.borrow_and_update();
-        let due = match collect_due(&group, level, now_ms()) {
+        let due = match collect_due(&group, queue, now_ms()) {
             Ok(due) => due,
             Err(error) => {
-                tracing::error!(level, %error, "reading the schedule queue failed");
+                tracing::error!(topic, queue_id, %error, "reading the schedule queue failed");
                 pause(&leading, RETRY_PAUSE).await;
                 continue;
             }
@@ -159,18 +208,25 @@ async fn run_level(raft: Raft, group: Arc<GroupState>, level: u32, leading: Canc
                 messages,
             } => {
                 let command = Command::DeliverDelayed {
-                    level,
+                    level: queue.progress_key,
                     from_offset,
                     next_offset,
                     records: records.into(),
                 };
                 match deliver(&raft, command).await {
                     Ok(()) => {
-                        tracing::debug!(level, from_offset, next_offset, messages, "delivered")
+                        tracing::debug!(
+                            topic,
+                            queue_id,
+                            from_offset,
+                            next_offset,
+                            messages,
+                            "delivered"
+                        )
                     }
                     Err(ProposeError::NotLeader { .. } | ProposeError::Stopped(_)) => return,
                     Err(ProposeError::Unknown(reason)) => {
-                        tracing::warn!(level, %reason, "delivery outcome unknown; looking again");
+                        tracing::warn!(topic, queue_id, %reason, "delivery outcome unknown; looking again");
                         pause(&leading, RETRY_PAUSE).await;
                     }
                 }
@@ -193,15 +249,15 @@ async fn deliver(raft: &Raft, command: Command) -> Result<(), ProposeError> {
     propose(raft, command).await?.await.map(|_| ())
 }
 
-/// The due head of `level`'s queue from its replicated progress, restored and encoded.
-fn collect_due(group: &GroupState, level: u32, now_ms: i64) -> Result<Due, String> {
-    let from_offset = group.metadata().schedule_progress(level);
-    let queue_id = level as i32 - 1;
+/// The due head of `queue` from its replicated progress, restored (or, for a timer with time
+/// left, parked for its next hop) and encoded.
+fn collect_due(group: &GroupState, queue: ScheduleQueue, now_ms: i64) -> Result<Due, String> {
+    let from_offset = group.metadata().schedule_progress(queue.progress_key);
+    let (topic, queue_id) = (queue.topic, queue.queue_id);
     let store = group.store();
-    let (min_offset, _) = store.consume_queue_offsets(SCHEDULE_TOPIC, queue_id);
+    let (min_offset, _) = store.consume_queue_offsets(topic, queue_id);
     let start = from_offset.max(min_offset);
-    let units =
-        store.read_consume_queue(SCHEDULE_TOPIC, queue_id, start, DELIVER_BATCH_MESSAGES_MAX);
+    let units = store.read_consume_queue(topic, queue_id, start, DELIVER_BATCH_MESSAGES_MAX);
     let mut next_offset = start;
     let mut records = Vec::new();
     let mut messages = 0;
@@ -219,31 +275,16 @@ fn collect_due(group: &GroupState, level: u32, now_ms: i64) -> Result<Due, Strin
             .read_message(unit.commit_log_offset)
             .map_err(|error| error.to_string())?;
         next_offset += 1;
-        let Some(restored) = restore(parked, now_ms) else {
-            tracing::warn!(
-                level,
-                offset = next_offset - 1,
-                "a parked message without REAL_TOPIC/REAL_QID skipped"
-            );
+        let Some(next) = next_step(group, queue, parked, now_ms) else {
             continue;
         };
-        let Some(writable) = writable_queue(group, &restored.topic, restored.queue_id) else {
-            tracing::warn!(
-                level,
-                topic = restored.topic,
-                "the real topic is gone; delayed message dropped"
-            );
-            continue;
-        };
-        let mut restored = restored;
-        restored.queue_id = writable;
-        match restored.encode() {
+        match next.encode() {
             Ok(encoded) => {
                 records.extend_from_slice(&encoded);
                 messages += 1;
             }
             Err(error) => {
-                tracing::warn!(level, %error, "a delayed message cannot be restored; skipped")
+                tracing::warn!(topic, queue_id, %error, "a due message cannot be encoded; skipped")
             }
         }
     }
@@ -257,6 +298,49 @@ fn collect_due(group: &GroupState, level: u32, now_ms: i64) -> Result<Due, Strin
     } else {
         Due::Empty
     })
+}
+
+/// Where a due parked message goes now: back to its real topic (on a queue the topic still
+/// has) or, for a timer with time left, to the timer queue of its next hop; `None` (logged)
+/// when it can go nowhere.
+fn next_step(
+    group: &GroupState,
+    queue: ScheduleQueue,
+    mut parked: MessageRecord,
+    now_ms: i64,
+) -> Option<MessageRecord> {
+    let (topic, queue_id) = (queue.topic, queue.queue_id);
+    if topic == TIMER_TOPIC
+        && let Some(deliver_ms) = timer::deliver_ms(&parked)
+        && deliver_ms > now_ms
+    {
+        return match timer::park_timer(&mut parked, deliver_ms, now_ms) {
+            Ok(()) => Some(parked),
+            Err(error) => {
+                tracing::warn!(queue_id, %error, "a timer cannot be parked again; skipped");
+                None
+            }
+        };
+    }
+    let Some(mut restored) = restore(parked, now_ms) else {
+        tracing::warn!(
+            topic,
+            queue_id,
+            "a parked message without REAL_TOPIC/REAL_QID skipped"
+        );
+        return None;
+    };
+    let Some(writable) = writable_queue(group, &restored.topic, restored.queue_id) else {
+        tracing::warn!(
+            topic,
+            queue_id,
+            real_topic = restored.topic,
+            "the real topic is gone; the due message is dropped"
+        );
+        return None;
+    };
+    restored.queue_id = writable;
+    Some(restored)
 }
 
 /// The queue to deliver to: `queue_id` if the topic still has it, else one it has.
@@ -348,7 +432,7 @@ mod tests {
     fn an_empty_queue_has_nothing_due() {
         let (_dir, group) = group_with_parked(&[]);
         assert!(matches!(
-            collect_due(&group, LEVEL, 5_000).expect("due"),
+            collect_due(&group, ScheduleQueue::level(LEVEL), 5_000).expect("due"),
             Due::Empty
         ));
     }
@@ -356,7 +440,7 @@ mod tests {
     #[test]
     fn a_head_not_yet_due_names_its_due_time() {
         let (_dir, group) = group_with_parked(&[10_000, 20_000]);
-        match collect_due(&group, LEVEL, 9_999).expect("due") {
+        match collect_due(&group, ScheduleQueue::level(LEVEL), 9_999).expect("due") {
             Due::NotBefore(due) => assert_eq!(due, 10_000),
             _ => panic!("nothing is due before 10 000"),
         }
@@ -371,7 +455,7 @@ mod tests {
             next_offset,
             records,
             messages,
-        } = collect_due(&group, LEVEL, 10_000).expect("due")
+        } = collect_due(&group, ScheduleQueue::level(LEVEL), 10_000).expect("due")
         else {
             panic!("two messages are due at 10 000");
         };
@@ -384,7 +468,7 @@ mod tests {
         }
 
         group.metadata_mut().set_schedule_progress(LEVEL, 2);
-        match collect_due(&group, LEVEL, 10_000).expect("due") {
+        match collect_due(&group, ScheduleQueue::level(LEVEL), 10_000).expect("due") {
             Due::NotBefore(due) => assert_eq!(due, 20_000),
             _ => panic!("the third waits for 20 000"),
         }
@@ -400,7 +484,7 @@ mod tests {
             records,
             messages,
             ..
-        } = collect_due(&group, LEVEL, 10_000).expect("due")
+        } = collect_due(&group, ScheduleQueue::level(LEVEL), 10_000).expect("due")
         else {
             panic!("the progress must move past the dropped message");
         };

@@ -18,6 +18,7 @@ mod system_topics;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::secrets::ADMIN_TOKEN_HEADER;
@@ -47,6 +48,8 @@ pub struct ServiceOptions {
     /// Create a consumer group's config on its first heartbeat.
     pub auto_create_group: bool,
     pub delay_levels: DelayLevels,
+    /// How far ahead a timer message may be set.
+    pub timer_max_delay: Duration,
     /// Live consumers, from heartbeats (leader only).
     pub consumers: Arc<ConsumerRegistry>,
     /// Queue locks of orderly consumers (leader only).
@@ -78,6 +81,7 @@ pub struct BrokerService {
     auto_create_topic: bool,
     auto_create_group: bool,
     delay_levels: DelayLevels,
+    timer_max_delay: Duration,
     consumers: Arc<ConsumerRegistry>,
     queue_locks: Arc<QueueLocks>,
     schedule: Arc<ScheduleStatus>,
@@ -106,6 +110,7 @@ impl BrokerService {
             auto_create_topic: options.auto_create_topic,
             auto_create_group: options.auto_create_group,
             delay_levels: options.delay_levels,
+            timer_max_delay: options.timer_max_delay,
             consumers: options.consumers,
             queue_locks: options.queue_locks,
             schedule: options.schedule,

@@ -2,7 +2,9 @@
 //! (store time and host), encodes the records and hands them to group commit.
 //!
 //! Only the leader accepts sends; nothing reaches the Raft log that would fail to apply. A
-//! message with `DELAY = L > 0` is parked in `SCHEDULE_TOPIC_XXXX`. Users may not
+//! message with `DELAY = L > 0` is parked in `SCHEDULE_TOPIC_XXXX`, a timer message
+//! (`TIMER_DELIVER_MS`, `TIMER_DELAY_SEC` or `TIMER_DELAY_MS` in the future) in the timer
+//! wheel `rmq_sys_wheel_timer`. Users may not
 //! send to system topics, except a consumer's `%RETRY%<group>`, which its client uses when
 //! `SendMessageBack` fails: such a message carries its reconsume count (`RECONSUME_TIME`) and
 //! goes to `%DLQ%<group>` once that count passes the maximum.
@@ -20,6 +22,8 @@ use crate::metadata::PERM_WRITE;
 use crate::raft::types::AppendedMessage;
 use crate::schedule::delayed::park;
 use crate::schedule::delayed::requested_level;
+use crate::schedule::timer;
+use crate::schedule::timer::TIMER_KEYS;
 use crate::service::BrokerService;
 use crate::service::system_topics::DLQ_QUEUE_COUNT;
 use crate::service::system_topics::dlq_topic;
@@ -234,9 +238,21 @@ impl BrokerService {
                     message.topic, request.topic
                 )));
             }
-            let delayed = properties::validate(&message.properties, DELAY)
-                .map_err(illegal)?
-                .is_some();
+            let [delay, timer_values @ ..] = properties::validate_find(
+                &message.properties,
+                [DELAY, TIMER_KEYS[0], TIMER_KEYS[1], TIMER_KEYS[2]],
+            )
+            .map_err(illegal)?;
+            let deliver_ms = if placement.dead_letter {
+                None
+            } else {
+                timer::requested_deliver_ms(timer_values, store_timestamp_ms, self.timer_max_delay)
+                    .map_err(illegal)?
+            };
+            if delay.is_some() && deliver_ms.is_some() {
+                return Err(illegal(timer::TimerError::WithDelayLevel));
+            }
+            let delayed = delay.is_some() || deliver_ms.is_some();
             let parts = RecordParts {
                 queue_id: placement.queue_id,
                 flag: message.flag,
@@ -261,6 +277,11 @@ impl BrokerService {
             let mut record = MessageRecord::from_parts(&parts).map_err(illegal)?;
             if placement.dead_letter {
                 record.properties.remove(DELAY);
+            } else if let Some(deliver_ms) = deliver_ms {
+                if deliver_ms > store_timestamp_ms {
+                    timer::park_timer(&mut record, deliver_ms, store_timestamp_ms)
+                        .map_err(illegal)?;
+                }
             } else if let Some(level) =
                 requested_level(&record, &self.delay_levels).map_err(illegal)?
             {

@@ -121,6 +121,14 @@ pub fn find<'a>(encoded: &'a [u8], key: &str) -> Result<Option<&'a str>, StoreEr
     wire::find(encoded, key).map_err(from_wire)
 }
 
+/// [`validate`] for several keys at once: their values, in the order of `keys`.
+pub fn validate_find<'a, const N: usize>(
+    encoded: &'a [u8],
+    keys: [&str; N],
+) -> Result<[Option<&'a str>; N], StoreError> {
+    wire::validate_find(encoded, keys).map_err(from_wire)
+}
+
 /// Checks encoded properties as a producer sent them (pairs with unique keys; their size is
 /// checked when the record is encoded) and returns the value of `key`.
 pub fn validate<'a>(encoded: &'a [u8], key: &str) -> Result<Option<&'a str>, StoreError> {

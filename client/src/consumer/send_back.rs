@@ -106,7 +106,12 @@ fn retry_copy(shared: &Shared, message: &MessageExt, delay_level: i32) -> pb::Se
         RETRY_DELAY_LEVEL_BASE + message.reconsume_times
     };
     properties.insert(property::DELAY.to_owned(), level.to_string());
-    for internal in [property::REAL_TOPIC, property::REAL_QID] {
+    // A retry waits its delay level, not the timer the message once had.
+    let timers = property::TIMER.into_iter();
+    for internal in [property::REAL_TOPIC, property::REAL_QID]
+        .into_iter()
+        .chain(timers)
+    {
         properties.remove(internal);
     }
     let topic = shared.retry_topic();

@@ -24,8 +24,14 @@ pub enum MessageCommand {
         /// Message keys, space separated.
         #[arg(long)]
         keys: Option<String>,
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, conflicts_with_all = ["deliver_at", "delay_ms"])]
         delay_level: u32,
+        /// A timer message: deliver at this time (ms since the epoch), to within a second.
+        #[arg(long, conflicts_with = "delay_ms")]
+        deliver_at: Option<i64>,
+        /// A timer message: deliver this many ms after the broker stores it.
+        #[arg(long)]
+        delay_ms: Option<u64>,
         #[arg(long, default_value_t = 1)]
         count: u32,
         #[arg(long)]
@@ -100,12 +106,20 @@ pub async fn run(command: MessageCommand, context: &Context) -> anyhow::Result<(
             tags,
             keys,
             delay_level,
+            deliver_at,
+            delay_ms,
             count,
             body,
             properties,
             sharding_key,
         } => {
             let mut message = Message::new(topic, body.into_bytes()).with_delay_level(delay_level);
+            if let Some(at) = deliver_at {
+                message = message.with_deliver_time_ms(at);
+            }
+            if let Some(ms) = delay_ms {
+                message = message.with_delay(std::time::Duration::from_millis(ms));
+            }
             for (key, value) in properties {
                 message = message.with_property(key, value);
             }

@@ -1,0 +1,171 @@
+//! Timer messages against a real cluster (a nameserver and two 3-node broker groups on
+//! loopback): each is delivered once, never before its deliver time and within a second of
+//! it, across the kill of a group's leader; the limits are enforced at the send.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rocketraft_client::consumer::ConsumeFrom;
+use rocketraft_client::consumer::ConsumeResult;
+use rocketraft_client::consumer::PushConsumer;
+use rocketraft_client::message::Message;
+use rocketraft_client::message::MessageExt;
+use rocketraft_client::message::property;
+use rocketraft_client::producer::Producer;
+use rocketraft_proto::time::now_ms;
+use rocketraft_tests::cluster::TestCluster;
+use rocketraft_tests::deliveries::Deliveries;
+use rocketraft_tests::init_tracing;
+use tracing::info;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+const TOPIC: &str = "Reminders";
+/// How late a timer may be delivered (the promised precision).
+const PRECISION_MS: i64 = 1000;
+
+async fn start_cluster(seed: u64, max_delay_ms: u64) -> anyhow::Result<(TestCluster, Producer)> {
+    let cluster = TestCluster::start_with(seed, |config| {
+        config.timer_max_delay_ms = max_delay_ms;
+    })
+    .await?;
+    cluster.create_topic(TOPIC, 2).await?;
+    cluster.wait_for_route(TOPIC).await?;
+    let producer = Producer::builder(cluster.nameservers(), "reminder-producer").build()?;
+    Ok((cluster, producer))
+}
+
+/// The deliver time a delivered timer carried, and how late its delivery was stored.
+fn lateness_ms(message: &MessageExt) -> anyhow::Result<(i64, i64)> {
+    let deliver_ms: i64 = message
+        .properties
+        .get(property::TIMER_DELIVER_MS)
+        .ok_or_else(|| anyhow::anyhow!("{} has no TIMER_DELIVER_MS", message.msg_id))?
+        .parse()?;
+    Ok((deliver_ms, message.store_timestamp_ms - deliver_ms))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_timers_each_should_arrive_once_on_time_across_a_leader_kill() -> anyhow::Result<()> {
+    init_tracing();
+    let (mut cluster, producer) = start_cluster(0x71AE_0001, 3_600_000).await?;
+    let deliveries = Deliveries::default();
+    let consumer = {
+        let deliveries = deliveries.clone();
+        PushConsumer::builder(cluster.nameservers(), "reminder-reader")
+            .subscribe(TOPIC, "*")
+            .consume_from(ConsumeFrom::First)
+            .heartbeat_interval(Duration::from_millis(300))
+            .rebalance_interval(Duration::from_secs(1))
+            .persist_interval(Duration::from_millis(200))
+            .route_ttl(Duration::from_millis(500))
+            .start(move |messages: Vec<MessageExt>, _context| {
+                let deliveries = deliveries.clone();
+                async move {
+                    deliveries.record("reader", &messages);
+                    ConsumeResult::Success
+                }
+            })
+            .await?
+    };
+
+    info!("--- timers from 1.5 s to 12 s ahead, by deliver time and by delay");
+    let sent_at = now_ms();
+    let mut sent = BTreeMap::new();
+    for i in 0..48i64 {
+        let ahead_ms = 1_500 + i * 220;
+        let message = Message::new(TOPIC, format!("reminder {i}"));
+        let message = if i % 2 == 0 {
+            message.with_deliver_time_ms(sent_at + ahead_ms)
+        } else {
+            message.with_delay(Duration::from_millis(ahead_ms as u64))
+        };
+        let result = producer.send(message).await?;
+        sent.insert(result.msg_id, i);
+    }
+
+    info!("--- broker-a's leader is killed while timers are waiting");
+    let group = cluster.group_mut("broker-a");
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let killed_at = now_ms();
+    group.stop(leader).await;
+    let new_leader = group.wait_for_leader(TIMEOUT).await?;
+    let recovered_at = now_ms();
+    info!(
+        leader,
+        new_leader,
+        failover_ms = recovered_at - killed_at,
+        "new leader"
+    );
+
+    let ids = sent.keys().cloned().collect();
+    deliveries.wait_for_all(&ids, TIMEOUT).await?;
+    let mut worst_ms = 0;
+    for delivery in deliveries.all() {
+        let (deliver_ms, late_ms) = lateness_ms(&delivery.message)?;
+        assert!(
+            late_ms >= 0,
+            "{} delivered {} ms early",
+            delivery.message.msg_id,
+            -late_ms
+        );
+        // A timer due while its group had no leader comes once the new leader runs.
+        if deliver_ms > recovered_at || deliver_ms < killed_at {
+            assert!(
+                late_ms <= PRECISION_MS,
+                "{} delivered {late_ms} ms late",
+                delivery.message.msg_id
+            );
+            worst_ms = worst_ms.max(late_ms);
+        }
+    }
+    info!(worst_ms, "timers on time");
+
+    info!("--- each timer was restored to its topic exactly once");
+    let mut stored = 0;
+    for group in ["broker-a", "broker-b"] {
+        for queue_id in 0..2 {
+            stored += cluster.queue(group, TOPIC, queue_id).await?.len();
+        }
+    }
+    assert_eq!(stored, sent.len(), "one copy of each timer in the topic");
+
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_timer_limits_a_send_should_be_refused_clearly_or_delivered_at_once()
+-> anyhow::Result<()> {
+    init_tracing();
+    let max_delay_ms = 60_000;
+    let (cluster, producer) = start_cluster(0x71AE_0002, max_delay_ms).await?;
+    let at_max = Message::new(TOPIC, "at max").with_delay(Duration::from_millis(max_delay_ms));
+    producer.send(at_max).await?;
+    let past_max =
+        Message::new(TOPIC, "past max").with_delay(Duration::from_millis(max_delay_ms + 1));
+    let refused = producer.send(past_max).await.expect_err("past the maximum");
+    assert!(
+        refused.to_string().contains("timer_max_delay_ms"),
+        "{refused}"
+    );
+    let both = Message::new(TOPIC, "both")
+        .with_delay(Duration::from_secs(5))
+        .with_delay_level(2);
+    let refused = producer
+        .send(both)
+        .await
+        .expect_err("timer and delay level");
+    assert!(refused.to_string().contains("DELAY level"), "{refused}");
+    let garbled = Message::new(TOPIC, "garbled").with_property(property::TIMER_DELAY_SEC, "soon");
+    let refused = producer.send(garbled).await.expect_err("not a number");
+    assert!(refused.to_string().contains("TIMER_DELAY_SEC"), "{refused}");
+
+    info!("--- a deliver time already past is delivered at once");
+    let past = Message::new(TOPIC, "past").with_deliver_time_ms(now_ms() - 1_000);
+    let result = producer.send(past).await?;
+    let queue = cluster.queue(&result.group, TOPIC, result.queue_id).await?;
+    assert_eq!(queue.len(), 1, "stored in its topic, not parked");
+    cluster.shutdown().await;
+    Ok(())
+}
