@@ -366,3 +366,64 @@ async fn given_a_message_that_keeps_failing_its_queue_should_pause_then_move_it_
     cluster.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_slow_batch_a_moved_queue_should_stay_with_its_member_until_the_batch_ends()
+-> anyhow::Result<()> {
+    init_tracing();
+    let (cluster, producer) = start_cluster(0x0DE1_0003).await?;
+    send_rounds(&producer, 0, 3).await?;
+    let deliveries = Deliveries::default();
+    let exclusivity = Exclusivity::default();
+    let slow = |name: &str| {
+        let (name, deliveries, exclusivity) =
+            (name.to_owned(), deliveries.clone(), exclusivity.clone());
+        move |messages: Vec<MessageExt>, context: ConsumeOrderlyContext| {
+            let (name, deliveries, exclusivity) =
+                (name.clone(), deliveries.clone(), exclusivity.clone());
+            async move {
+                let _busy = exclusivity.enter(&context.message_queue);
+                deliveries.record(&name, &messages);
+                // Longer than a release waits for a batch (1 s).
+                tokio::time::sleep(Duration::from_millis(1_500)).await;
+                ConsumeOrderlyResult::Success
+            }
+        }
+    };
+    let first = consumer(&cluster)
+        .instance_name("first")
+        .consume_batch_max_size(1)
+        .start_orderly(slow("first"))
+        .await?;
+    wait_for("the first member consumes", TIMEOUT, || async {
+        (!deliveries.all().is_empty()).then_some(())
+    })
+    .await?;
+    info!("--- a second member joins while every queue is in a slow batch");
+    let second = consumer(&cluster)
+        .instance_name("second")
+        .consume_batch_max_size(1)
+        .start_orderly(slow("second"))
+        .await?;
+    wait_for_rounds(&deliveries, 3).await?;
+    let order = key_order(&deliveries)?;
+    assert_eq!(
+        order.replays, 0,
+        "a hand-over after a slow batch repeats nothing"
+    );
+    assert!(
+        !exclusivity.violated.load(Ordering::SeqCst),
+        "the new owner consumed alongside the slow batch"
+    );
+    assert!(
+        deliveries
+            .all()
+            .iter()
+            .any(|delivery| delivery.consumer == "second"),
+        "the queues moved"
+    );
+    second.shutdown().await;
+    first.shutdown().await;
+    cluster.shutdown().await;
+    Ok(())
+}

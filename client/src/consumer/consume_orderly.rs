@@ -10,8 +10,9 @@
 //! instead, so one poisonous message cannot stop its queue forever (RocketMQ's orderly
 //! consumer retries it forever unless its maximum is set); if that move fails it stays and
 //! is tried again. Broadcasting consumers retry locally without limit. A queue that is
-//! dropped ends its loop; a batch the listener is still consuming then finishes, but its
-//! result moves nothing.
+//! dropped ends its loop; a batch the listener is still consuming then finishes and its
+//! outcome moves the offset if the queue was released (it is committed before the unlock),
+//! not if its lock was lost (its offset is no longer tracked).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -42,7 +43,7 @@ pub async fn run_orderly_queue(
     queue: MessageQueue,
     process: Arc<ProcessQueue>,
 ) {
-    let locked = shared.config.message_model == MessageModel::Clustering;
+    let locked = shared.holds_locks();
     loop {
         tokio::select! {
             () = process.ready_arrived() => {}
@@ -69,7 +70,12 @@ async fn consume_next_batch(
 ) -> Option<Duration> {
     let _permit = shared.consume_permits.acquire().await.ok()?;
     let _consuming = process.consuming.lock().await;
-    if process.is_dropped() || shared.shutdown.is_cancelled() {
+    // Checked again after the waits: the lock may have lapsed meanwhile.
+    let locked = shared.holds_locks();
+    if process.is_dropped()
+        || shared.shutdown.is_cancelled()
+        || (locked && !process.lock_valid(Instant::now()))
+    {
         return None;
     }
     let batch = process.peek_ready(shared.config.consume_batch_max_size.max(1));
@@ -81,27 +87,28 @@ async fn consume_next_batch(
     let call = listener.consume(batch.clone(), context.clone());
     let failed = ConsumeOrderlyResult::SuspendCurrentQueueAMoment;
     let result = call_bounded(shared, queue, call, failed).await;
-    if process.is_dropped() {
-        return None;
-    }
+    // The outcome counts even if the queue was dropped meanwhile: a queue released during
+    // the batch is still locked by this client until its offset is committed, and the
+    // offset of one whose lock was lost is no longer tracked, so moving it changes nothing.
     match result {
         ConsumeOrderlyResult::Success => {
             shared.offsets.update(queue, process.pop_ready(batch.len()));
             None
         }
         ConsumeOrderlyResult::SuspendCurrentQueueAMoment => {
-            let dead = dead_letter(shared, &batch).await;
+            let dead = dead_letter(shared, process, &batch).await;
             let offset = process.dead_letter_and_retry(&dead, batch.len() - dead.len());
             shared.offsets.update(queue, offset);
-            (dead.len() < batch.len()).then(|| context.suspend_current_queue_time())
+            (dead.len() < batch.len() && !process.is_dropped())
+                .then(|| context.suspend_current_queue_time())
         }
     }
 }
 
 /// Moves the messages of a suspended batch that reached the maximum reconsume count to the
 /// dead-letter topic; returns the queue offsets of those moved.
-async fn dead_letter(shared: &Shared, batch: &[MessageExt]) -> Vec<i64> {
-    if shared.config.message_model == MessageModel::Broadcasting {
+async fn dead_letter(shared: &Shared, process: &ProcessQueue, batch: &[MessageExt]) -> Vec<i64> {
+    if shared.config.message_model == MessageModel::Broadcasting || process.is_dropped() {
         return Vec::new();
     }
     let max = shared

@@ -377,6 +377,7 @@ impl PushConsumerBuilder {
             shutdown: CancellationToken::new(),
             consume_tasks: TaskTracker::new(),
             assigned: std::sync::Mutex::default(),
+            releasing: std::sync::Mutex::default(),
             config,
         });
         tracing::info!(
@@ -487,6 +488,8 @@ struct Shared {
     /// The queues the last rebalance assigned, sorted, for [`PushConsumer::assigned_queues`]
     /// and the lock renewal.
     assigned: std::sync::Mutex<Vec<(MessageQueue, Arc<ProcessQueue>)>>,
+    /// Orderly: queues moved away whose last batch still runs (their locks are renewed).
+    releasing: std::sync::Mutex<Vec<(MessageQueue, Arc<ProcessQueue>)>>,
 }
 
 impl Shared {
@@ -505,6 +508,24 @@ impl Shared {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
+    }
+
+    /// Orderly: the queues whose locks this client must keep: those it consumes and those
+    /// whose last batch after a release still runs.
+    fn locked_processes(&self) -> Vec<(MessageQueue, Arc<ProcessQueue>)> {
+        let mut locked: Vec<_> = self
+            .assigned_processes()
+            .into_iter()
+            .filter(|(_, process)| !process.is_dropped())
+            .collect();
+        locked.extend(
+            self.releasing
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .iter()
+                .cloned(),
+        );
+        locked
     }
 
     /// Sleeps `duration`, or less if `process` is dropped or the consumer shuts down.
@@ -581,14 +602,19 @@ impl PushConsumer {
         shared.consume_tasks.close();
         shared.consume_tasks.wait().await;
         for (queue, process) in &assignment.queues {
-            shared.offsets.update(queue, process.commit_offset());
+            // A dropped queue lost its lock: its offset was forgotten.
+            if !process.is_dropped() {
+                shared.offsets.update(queue, process.commit_offset());
+            }
             process.drop_queue();
         }
-        if let Err(error) = shared.offsets.persist_all(&shared.brokers).await {
+        let committed = shared.offsets.persist_all(&shared.brokers).await;
+        if let Err(error) = &committed {
             tracing::warn!(%error, "offsets not committed at shutdown");
         }
-        if shared.holds_locks() {
-            for queue in assignment.queues.keys() {
+        // Unlocked only once committed: the next owner must not start from an older offset.
+        if shared.holds_locks() && committed.is_ok() {
+            for queue in assignment.queues.keys().chain(assignment.releasing.keys()) {
                 if let Err(error) = queue_lock::unlock(&shared, queue).await {
                     tracing::warn!(%queue, %error, "queue lock not released at shutdown; it expires");
                 }

@@ -9,10 +9,13 @@
 //! For an orderly consumer it also holds the messages waiting for the listener, in queue
 //! order, and this client's lock on the queue: the queue is consumed only while the lock
 //! is valid (`lock_valid_until`, from the broker's last grant), and one batch at a time
-//! (`consuming`, which a release also takes before it unlocks the queue).
+//! (`consuming`, shared by every generation of the queue's buffer in this client, so a
+//! queue restarted after a lost lock waits for the old generation's batch; a release takes
+//! it too before it unlocks the queue).
 
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::Mutex;
 
 use tokio::sync::Notify;
@@ -28,7 +31,7 @@ pub struct ProcessQueue {
     /// Orderly: signalled when messages arrive in `ready`.
     arrived: Notify,
     /// Orderly: held while the listener consumes a batch of this queue.
-    pub consuming: tokio::sync::Mutex<()>,
+    pub consuming: Arc<tokio::sync::Mutex<()>>,
 }
 
 #[derive(Debug)]
@@ -45,7 +48,9 @@ struct State {
 }
 
 impl ProcessQueue {
-    pub fn new(start_offset: i64) -> ProcessQueue {
+    /// A buffer pulling from `start_offset`, whose orderly batches are consumed under
+    /// `consuming` (shared with earlier generations of the same queue).
+    pub fn new(start_offset: i64, consuming: Arc<tokio::sync::Mutex<()>>) -> ProcessQueue {
         ProcessQueue {
             state: Mutex::new(State {
                 in_flight: BTreeMap::new(),
@@ -56,7 +61,7 @@ impl ProcessQueue {
             }),
             dropped: CancellationToken::new(),
             arrived: Notify::new(),
-            consuming: tokio::sync::Mutex::new(()),
+            consuming,
         }
     }
 
@@ -238,7 +243,7 @@ mod tests {
 
     #[test]
     fn commit_offset_is_the_smallest_in_flight() {
-        let queue = ProcessQueue::new(10);
+        let queue = ProcessQueue::new(10, Arc::default());
         assert_eq!(queue.commit_offset(), 10);
         // 10..13 pulled; 13 and 14 were filtered out, so the pull position is 15.
         queue.put(&[message(10, 5), message(11, 5), message(12, 5)], 15);
@@ -256,7 +261,7 @@ mod tests {
 
     #[test]
     fn full_by_count_or_bytes() {
-        let queue = ProcessQueue::new(0);
+        let queue = ProcessQueue::new(0, Arc::default());
         queue.put(&[message(0, 60), message(1, 60)], 2);
         assert!(queue.is_full(2, 1000));
         assert!(queue.is_full(10, 120));
@@ -267,7 +272,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn orderly_messages_leave_in_order_and_hold_the_offset_until_done() {
-        let queue = ProcessQueue::new(0);
+        let queue = ProcessQueue::new(0, Arc::default());
         let pulled: Vec<MessageExt> = (0..4).map(|offset| message(offset, 10)).collect();
         queue.put(&pulled, 4);
         queue.push_ready(pulled);
@@ -293,7 +298,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_orderly_lock_is_valid_until_its_grant_says_and_then_lapsed() {
-        let queue = ProcessQueue::new(0);
+        let queue = ProcessQueue::new(0, Arc::default());
         let now = Instant::now();
         assert!(
             !queue.lock_valid(now) && !queue.lock_lapsed(now),

@@ -28,6 +28,9 @@ use crate::route::MessageQueue;
 
 /// How long one lock or unlock call may take, retries included.
 const LOCK_CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// The next renewal after one that failed (or before the broker said how long a grant is
+/// valid) comes this soon, not a whole interval later.
+const RENEW_RETRY: Duration = Duration::from_secs(1);
 
 /// What a lock call got.
 pub struct Granted {
@@ -112,10 +115,11 @@ pub async fn unlock(shared: &Shared, queue: &MessageQueue) -> Result<(), Consume
 
 /// Renews the locks of the assigned queues until the consumer shuts down.
 pub async fn run_lock_renewal(shared: Arc<Shared>) {
+    let mut renewed = false;
     loop {
         let valid = Duration::from_millis(shared.lock_valid_ms.load(Ordering::Relaxed));
-        let every = if valid.is_zero() {
-            shared.config.lock_renew_interval
+        let every = if valid.is_zero() || !renewed {
+            shared.config.lock_renew_interval.min(RENEW_RETRY)
         } else {
             shared.config.lock_renew_interval.min(valid * 2 / 3)
         };
@@ -123,38 +127,46 @@ pub async fn run_lock_renewal(shared: Arc<Shared>) {
             () = shared.shutdown.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
-        renew_all(&shared).await;
+        renewed = renew_all(&shared).await;
     }
 }
 
 /// Renews every broker group's locks, the groups concurrently: a group without a leader
-/// must not hold up the others' renewals.
-async fn renew_all(shared: &Shared) {
-    let assigned = shared.assigned_processes();
+/// must not hold up the others' renewals. False if some group's renewal failed.
+async fn renew_all(shared: &Shared) -> bool {
+    let locked = shared.locked_processes();
     let mut by_group: BTreeMap<&str, Vec<(&MessageQueue, &Arc<ProcessQueue>)>> = BTreeMap::new();
-    for (queue, process) in &assigned {
-        if !process.is_dropped() {
-            by_group
-                .entry(queue.group.as_str())
-                .or_default()
-                .push((queue, process));
-        }
+    for (queue, process) in &locked {
+        by_group
+            .entry(queue.group.as_str())
+            .or_default()
+            .push((queue, process));
     }
     let renewals = by_group
         .into_iter()
         .map(|(group, queues)| renew_group(shared, group, queues));
-    let lost = futures::future::join_all(renewals).await;
-    if lost.contains(&true) {
+    let outcomes = futures::future::join_all(renewals).await;
+    if outcomes.contains(&Renewal::Lost) {
         shared.rebalance_now.notify_one();
     }
+    !outcomes.contains(&Renewal::Failed)
 }
 
-/// Renews this client's locks on `queues` of `group`; true if some were lost.
+#[derive(Debug, PartialEq, Eq)]
+enum Renewal {
+    Kept,
+    /// Some queue was not granted or had lapsed.
+    Lost,
+    /// The call failed: nothing is known.
+    Failed,
+}
+
+/// Renews this client's locks on `queues` of `group`.
 async fn renew_group(
     shared: &Shared,
     group: &str,
     queues: Vec<(&MessageQueue, &Arc<ProcessQueue>)>,
-) -> bool {
+) -> Renewal {
     let wanted: Vec<MessageQueue> = queues.iter().map(|(queue, _)| (*queue).clone()).collect();
     let now = Instant::now();
     // Only a lock still valid is claimed as held: a new leader grants held queues alone for
@@ -167,11 +179,11 @@ async fn renew_group(
     let granted = match lock(shared, group, &wanted, &held).await {
         Ok(granted) => granted,
         Err(error) => {
-            tracing::warn!(group, %error, "renewing queue locks failed; trying again next round");
-            return false;
+            tracing::warn!(group, %error, "renewing queue locks failed; trying again in a second");
+            return Renewal::Failed;
         }
     };
-    let mut lost = false;
+    let mut outcome = Renewal::Kept;
     for (queue, process) in queues {
         let kept = granted.queues.contains(queue);
         if kept && !process.lock_lapsed(Instant::now()) {
@@ -183,8 +195,10 @@ async fn renew_group(
                 "queue lock lost or lapsed; the queue restarts from its committed offset once locked again"
             );
             process.drop_queue();
-            lost = true;
+            // Its progress may be behind the next owner's: never committed again.
+            shared.offsets.forget(queue);
+            outcome = Renewal::Lost;
         }
     }
-    lost
+    outcome
 }

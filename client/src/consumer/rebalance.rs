@@ -59,6 +59,12 @@ pub struct Assignment {
     watched_groups: HashSet<String>,
     /// Per subscribed topic, the member list its rounds allocate among.
     member_views: HashMap<String, MemberView>,
+    /// Orderly: per queue, the lock its batches are consumed under, shared by every
+    /// generation of its buffer.
+    consume_locks: HashMap<MessageQueue, Arc<tokio::sync::Mutex<()>>>,
+    /// Orderly: queues that moved away while a batch still ran: their locks are renewed
+    /// until the batch ends, then they are unlocked.
+    pub releasing: HashMap<MessageQueue, Arc<ProcessQueue>>,
 }
 
 pub async fn run_rebalance_loop(shared: Arc<Shared>, mut assignment: Assignment) -> Assignment {
@@ -148,6 +154,16 @@ async fn rebalance(shared: &Arc<Shared>, assignment: &mut Assignment) -> bool {
         .map(|(queue, process)| (queue.clone(), process.clone()))
         .collect();
     assigned.sort_by(|(a, _), (b, _)| a.cmp(b));
+    let releasing = assignment
+        .releasing
+        .iter()
+        .map(|(queue, process)| (queue.clone(), process.clone()))
+        .collect();
+    *shared
+        .releasing
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = releasing;
+    complete &= assignment.releasing.is_empty();
     *shared
         .assigned
         .lock()
@@ -230,10 +246,13 @@ async fn update_topic(
         .cloned()
         .collect();
     for queue in released {
-        if let Some(process) = assignment.queues.remove(&queue) {
-            release(shared, &queue, &process).await;
+        if let Some(process) = assignment.queues.remove(&queue)
+            && !release(shared, &queue, &process).await
+        {
+            assignment.releasing.insert(queue, process);
         }
     }
+    finish_releases(shared, assignment, topic, &wanted).await;
     let new: Vec<MessageQueue> = wanted
         .into_iter()
         .filter(|queue| !assignment.queues.contains_key(queue))
@@ -250,7 +269,8 @@ async fn update_topic(
         };
         tracing::info!(%queue, offset, "queue assigned");
         shared.offsets.track(&queue, offset);
-        let process = Arc::new(ProcessQueue::new(offset));
+        let consuming = assignment.consume_locks.entry(queue.clone()).or_default();
+        let process = Arc::new(ProcessQueue::new(offset, consuming.clone()));
         if let Some(until) = lock_valid_until {
             process.lock_granted(until);
         }
@@ -315,27 +335,76 @@ async fn lock_new(
 }
 
 /// Stops a queue that moved away and commits its offset; an orderly consumer unlocks it
-/// once its last batch is done (after [`ORDERLY_RELEASE_WAIT`] it leaves the lock to expire:
-/// the new owner must not consume while a batch of this client is still running).
-async fn release(shared: &Shared, queue: &MessageQueue, process: &ProcessQueue) {
+/// once its last batch is done and its offset committed. False if a batch still runs after
+/// [`ORDERLY_RELEASE_WAIT`]: the queue then stays locked (and renewed) until it ends, so
+/// the new owner never consumes alongside it ([`finish_releases`]).
+async fn release(shared: &Shared, queue: &MessageQueue, process: &ProcessQueue) -> bool {
     process.drop_queue();
-    let idle = if shared.holds_locks() {
-        tokio::time::timeout(ORDERLY_RELEASE_WAIT, process.consuming.lock())
-            .await
-            .ok()
-    } else {
-        None
+    if !shared.holds_locks() {
+        commit_released(shared, queue, process).await;
+        return true;
+    }
+    let Ok(_idle) = tokio::time::timeout(ORDERLY_RELEASE_WAIT, process.consuming.lock()).await
+    else {
+        tracing::info!(%queue, "released queue still consuming a batch; unlocking it after");
+        return false;
     };
+    if commit_released(shared, queue, process).await {
+        unlock(shared, queue).await;
+    }
+    true
+}
+
+/// Unlocks the releasing queues of `topic` whose last batch ended; one wanted again is
+/// simply restarted by this round (this client still holds its lock).
+async fn finish_releases(
+    shared: &Shared,
+    assignment: &mut Assignment,
+    topic: &str,
+    wanted: &BTreeSet<MessageQueue>,
+) {
+    let queues: Vec<MessageQueue> = assignment
+        .releasing
+        .keys()
+        .filter(|queue| queue.topic == topic)
+        .cloned()
+        .collect();
+    for queue in queues {
+        if wanted.contains(&queue) {
+            assignment.releasing.remove(&queue);
+            continue;
+        }
+        let Some(process) = assignment.releasing.get(&queue).cloned() else {
+            continue;
+        };
+        let Ok(_idle) = process.consuming.try_lock() else {
+            continue;
+        };
+        if commit_released(shared, &queue, &process).await {
+            unlock(shared, &queue).await;
+        }
+        assignment.releasing.remove(&queue);
+    }
+}
+
+/// Commits a released queue's offset and stops tracking it; false if the commit failed
+/// (its lock is then left to expire: the next owner must not start from an older offset).
+async fn commit_released(shared: &Shared, queue: &MessageQueue, process: &ProcessQueue) -> bool {
     let offset = process.commit_offset();
     match shared.offsets.release(&shared.brokers, queue, offset).await {
-        Ok(()) => tracing::info!(%queue, offset, "queue released"),
+        Ok(()) => {
+            tracing::info!(%queue, offset, "queue released");
+            true
+        }
         Err(error) => {
-            tracing::warn!(%queue, offset, %error, "queue released without committing its offset")
+            tracing::warn!(%queue, offset, %error, "queue released without committing its offset");
+            false
         }
     }
-    if idle.is_some()
-        && let Err(error) = queue_lock::unlock(shared, queue).await
-    {
+}
+
+async fn unlock(shared: &Shared, queue: &MessageQueue) {
+    if let Err(error) = queue_lock::unlock(shared, queue).await {
         tracing::warn!(%queue, %error, "queue lock not released; it expires");
     }
 }
