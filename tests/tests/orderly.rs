@@ -37,6 +37,8 @@ const GROUP: &str = "order-processor";
 /// leader's grace period is 2 s.
 const LOCK_EXPIRY_MS: u64 = 4_000;
 const KEYS: usize = 12;
+/// How long a listener call takes: long enough that two members on one queue would overlap.
+const QUICK_BATCH: Duration = Duration::from_millis(2);
 
 async fn start_cluster(seed: u64) -> anyhow::Result<(TestCluster, Producer)> {
     let cluster = TestCluster::start_with(seed, |config| {
@@ -95,11 +97,12 @@ impl Drop for Busy {
     }
 }
 
-/// An orderly listener that records each batch as `name` and succeeds.
+/// An orderly listener that records each batch as `name` and succeeds after `batch_time`.
 fn recording(
     name: &str,
     deliveries: &Deliveries,
     exclusivity: &Exclusivity,
+    batch_time: Duration,
 ) -> impl Fn(
     Vec<MessageExt>,
     ConsumeOrderlyContext,
@@ -115,8 +118,7 @@ fn recording(
         Box::pin(async move {
             let _busy = exclusivity.enter(&context.message_queue);
             deliveries.record(&name, &messages);
-            // Long enough that two members on one queue would overlap.
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            tokio::time::sleep(batch_time).await;
             ConsumeOrderlyResult::Success
         })
     }
@@ -231,7 +233,7 @@ async fn given_ordered_sends_each_key_should_arrive_in_order_through_rebalance_c
     info!("--- one member consumes every queue");
     let first = CrashableMember::start(
         consumer(&cluster).instance_name("first"),
-        recording("first", &deliveries, &exclusivity),
+        recording("first", &deliveries, &exclusivity, QUICK_BATCH),
     )
     .await?;
     send_rounds(&producer, 0, 10).await?;
@@ -240,7 +242,7 @@ async fn given_ordered_sends_each_key_should_arrive_in_order_through_rebalance_c
     info!("--- a second member joins: the queues are split and handed over");
     let second = consumer(&cluster)
         .instance_name("second")
-        .start_orderly(recording("second", &deliveries, &exclusivity))
+        .start_orderly(recording("second", &deliveries, &exclusivity, QUICK_BATCH))
         .await?;
     wait_for("both members consume", TIMEOUT, || async {
         let queues = second.assigned_queues().len();
@@ -375,25 +377,12 @@ async fn given_a_slow_batch_a_moved_queue_should_stay_with_its_member_until_the_
     send_rounds(&producer, 0, 3).await?;
     let deliveries = Deliveries::default();
     let exclusivity = Exclusivity::default();
-    let slow = |name: &str| {
-        let (name, deliveries, exclusivity) =
-            (name.to_owned(), deliveries.clone(), exclusivity.clone());
-        move |messages: Vec<MessageExt>, context: ConsumeOrderlyContext| {
-            let (name, deliveries, exclusivity) =
-                (name.clone(), deliveries.clone(), exclusivity.clone());
-            async move {
-                let _busy = exclusivity.enter(&context.message_queue);
-                deliveries.record(&name, &messages);
-                // Longer than a release waits for a batch (1 s).
-                tokio::time::sleep(Duration::from_millis(1_500)).await;
-                ConsumeOrderlyResult::Success
-            }
-        }
-    };
+    // Longer than a release waits for a batch (1 s).
+    let slow = Duration::from_millis(1_500);
     let first = consumer(&cluster)
         .instance_name("first")
         .consume_batch_max_size(1)
-        .start_orderly(slow("first"))
+        .start_orderly(recording("first", &deliveries, &exclusivity, slow))
         .await?;
     wait_for("the first member consumes", TIMEOUT, || async {
         (!deliveries.all().is_empty()).then_some(())
@@ -403,7 +392,7 @@ async fn given_a_slow_batch_a_moved_queue_should_stay_with_its_member_until_the_
     let second = consumer(&cluster)
         .instance_name("second")
         .consume_batch_max_size(1)
-        .start_orderly(slow("second"))
+        .start_orderly(recording("second", &deliveries, &exclusivity, slow))
         .await?;
     wait_for_rounds(&deliveries, 3).await?;
     let order = key_order(&deliveries)?;

@@ -140,31 +140,22 @@ pub async fn run(command: MessageCommand, context: &Context) -> anyhow::Result<(
             count,
             timeout_ms,
             reconsume_later,
-            orderly: true,
+            orderly,
         } => {
-            let request = OrderlyConsume {
-                topic,
-                group,
-                expr,
-                sql,
-                from,
-                count,
-                timeout: std::time::Duration::from_millis(timeout_ms),
-                suspend_below: reconsume_later,
-            };
-            consume_orderly::run(request, context).await?;
-        }
-        MessageCommand::Consume {
-            topic,
-            group,
-            expr,
-            sql,
-            from,
-            count,
-            timeout_ms,
-            reconsume_later,
-            orderly: false,
-        } => {
+            let timeout = std::time::Duration::from_millis(timeout_ms);
+            if orderly {
+                let request = OrderlyConsume {
+                    topic,
+                    group,
+                    expr,
+                    sql,
+                    from,
+                    count,
+                    timeout,
+                    suspend_below: reconsume_later,
+                };
+                return consume_orderly::run(request, context).await;
+            }
             let subscription = match sql {
                 Some(sql) => Subscription::sql(&sql),
                 None => Subscription::parse(&expr),
@@ -176,7 +167,7 @@ pub async fn run(command: MessageCommand, context: &Context) -> anyhow::Result<(
                 subscription,
                 from,
                 count,
-                timeout: std::time::Duration::from_millis(timeout_ms),
+                timeout,
                 reconsume_later,
             };
             for message in context.admin.consume(&request).await? {
