@@ -86,6 +86,16 @@ pub struct BrokerConfig {
     /// `TIMER_MAX_DELAY_MAX` (30 days).
     #[serde(default = "default_timer_max_delay_ms")]
     pub timer_max_delay_ms: u64,
+    /// A transaction not ended this long after its half message is checked back with its
+    /// producer group.
+    #[serde(default = "default_transaction_timeout_ms")]
+    pub transaction_timeout_ms: u64,
+    /// Between two check-backs of one transaction.
+    #[serde(default = "default_transaction_check_interval_ms")]
+    pub transaction_check_interval_ms: u64,
+    /// Check-backs before an unresolved transaction is discarded.
+    #[serde(default = "default_transaction_check_max")]
+    pub transaction_check_max: u32,
     /// How log lines are written: `"text"` or `"json"` (one object per line).
     #[serde(default)]
     pub log_format: rocketraft_nameserver::logging::LogFormat,
@@ -333,6 +343,18 @@ fn default_timer_max_delay_ms() -> u64 {
     crate::schedule::timer::TIMER_MAX_DELAY_DEFAULT.as_millis() as u64
 }
 
+fn default_transaction_timeout_ms() -> u64 {
+    crate::transaction::TRANSACTION_TIMEOUT_DEFAULT.as_millis() as u64
+}
+
+fn default_transaction_check_interval_ms() -> u64 {
+    crate::transaction::TRANSACTION_CHECK_INTERVAL_DEFAULT.as_millis() as u64
+}
+
+fn default_transaction_check_max() -> u32 {
+    crate::transaction::TRANSACTION_CHECK_MAX_DEFAULT
+}
+
 fn default_pull_holds_max() -> usize {
     crate::service::PULL_HOLDS_MAX_DEFAULT
 }
@@ -364,6 +386,15 @@ fn default_async_flush_interval_ms() -> u64 {
 pub use rocketraft_nameserver::config_file::ConfigError;
 
 impl BrokerConfig {
+    /// When the leader checks unresolved transactions back.
+    pub fn transaction_checks(&self) -> crate::transaction::CheckSettings {
+        crate::transaction::CheckSettings {
+            timeout: std::time::Duration::from_millis(self.transaction_timeout_ms),
+            interval: std::time::Duration::from_millis(self.transaction_check_interval_ms),
+            max_checks: self.transaction_check_max,
+        }
+    }
+
     /// Parses a TOML document; unknown keys are errors so a typo never goes unnoticed.
     pub fn from_toml(text: &str) -> Result<BrokerConfig, ConfigError> {
         rocketraft_nameserver::config_file::parse_toml(text)
@@ -479,6 +510,12 @@ impl BrokerConfig {
             return Err(ConfigError::new(
                 "timer_max_delay_ms",
                 "must be positive and at most 30 days (2592000000)",
+            ));
+        }
+        if self.transaction_timeout_ms == 0 || self.transaction_check_interval_ms == 0 {
+            return Err(ConfigError::new(
+                "transaction_timeout_ms",
+                "transaction_timeout_ms and transaction_check_interval_ms must be positive",
             ));
         }
         if self.pull_holds_max == 0 {

@@ -38,3 +38,4 @@ pub mod store;
 mod test_node;
 pub mod tls;
 pub mod topic;
+pub mod transaction;

@@ -47,6 +47,7 @@ use crate::raft::repair;
 use crate::raft::repair::RepairMark;
 use crate::raft::repair::RepairState;
 use crate::raft::repair::run_repair;
+use crate::raft::role::on_every_role_change;
 use crate::raft::service::RaftService;
 use crate::raft::setup::bootstrap;
 use crate::raft::setup::start_raft;
@@ -70,6 +71,7 @@ use crate::tls::NodeTls;
 use crate::tls::PeerConnector;
 use crate::tls::TlsFileError;
 use crate::topic::AUTO_CREATED_QUEUE_COUNT;
+use crate::transaction::checks::TransactionChecks;
 use rocketraft_nameserver::metrics_endpoint::serve_metrics;
 
 /// A node failed to start.
@@ -223,6 +225,9 @@ impl BrokerNode {
             config.queue_lock_expiry_ms,
         )));
         tokio::spawn(run_queue_locks(raft.clone(), queue_locks.clone()));
+        let transaction_checks = Arc::new(TransactionChecks::default());
+        let checks = transaction_checks.clone();
+        tokio::spawn(on_every_role_change(raft.clone(), move || checks.reset()));
         let delay_levels = config.parsed_delay_levels()?;
         let schedule_status = Arc::new(ScheduleStatus::default());
         let scrub_status = Arc::new(ScrubStatus::default());
@@ -262,6 +267,7 @@ impl BrokerNode {
             raft.clone(),
             group.clone(),
             delay_levels.clone(),
+            (config.transaction_checks(), transaction_checks.clone()),
             schedule_status.clone(),
             shutdown.clone(),
         ));
@@ -277,6 +283,7 @@ impl BrokerNode {
                 timer_max_delay: Duration::from_millis(config.timer_max_delay_ms),
                 consumers,
                 queue_locks,
+                transaction_checks: transaction_checks.clone(),
                 schedule: schedule_status.clone(),
                 fault_injection: drill_faults,
                 repair: repair.clone(),

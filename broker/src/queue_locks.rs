@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::raft::role::RoleWatch;
+use crate::raft::role::on_every_role_change;
 use crate::raft::types::Raft;
 
 /// How long a lock lasts without renewal (RocketMQ: 60 s).
@@ -136,13 +136,7 @@ impl QueueLocks {
 /// Starts the grace period at every change of this node's role; returns once Raft has
 /// stopped.
 pub async fn run_queue_locks(raft: Raft, locks: std::sync::Arc<QueueLocks>) {
-    let mut roles = RoleWatch::new(&raft);
-    let mut role = roles.current();
-    locks.role_changed(Instant::now());
-    while let Some(changed) = roles.changed_from(role).await {
-        locks.role_changed(Instant::now());
-        role = changed;
-    }
+    on_every_role_change(raft, || locks.role_changed(Instant::now())).await;
 }
 
 #[cfg(test)]

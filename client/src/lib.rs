@@ -26,4 +26,5 @@ pub mod producer;
 pub mod route;
 pub mod send_lanes;
 pub mod subscription;
+pub mod transaction;
 pub mod unique_id;

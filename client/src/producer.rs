@@ -41,8 +41,17 @@ use crate::route::RouteCache;
 use crate::route::TopicRoute;
 use crate::send_lanes::SendLanes;
 use crate::send_lanes::send_request;
+use crate::transaction::CheckWatch;
+use crate::transaction::LocalTransactionState;
+use crate::transaction::PGROUP;
+use crate::transaction::TRAN_MSG;
+use crate::transaction::TransactionChecker;
+use crate::transaction::TransactionEnd;
+use crate::transaction::end_transaction;
+use crate::transaction::run_check_watch;
 use crate::unique_id::UniqueIdGenerator;
 use rocketraft_proto::time::now_ms;
+use tokio_util::sync::CancellationToken;
 
 /// How long a send may take, all retries included.
 pub const SEND_TIMEOUT_DEFAULT: Duration = Duration::from_secs(3);
@@ -70,9 +79,31 @@ pub struct ProducerBuilder {
     retries: u32,
     route_ttl: Duration,
     connector: Connector,
+    checker: Option<Arc<dyn TransactionChecker>>,
+    topics: Vec<String>,
 }
 
 impl ProducerBuilder {
+    /// Answers the broker's check-backs of this producer group's unresolved transactions
+    /// (see [`Producer::send_in_transaction`]); the producer watches every broker group it
+    /// knows, those of [`ProducerBuilder::topics`] from the start. Build it inside a tokio
+    /// runtime; the watch stops when the last clone of the producer is dropped.
+    pub fn transaction_checker(mut self, checker: impl TransactionChecker) -> ProducerBuilder {
+        self.checker = Some(Arc::new(checker));
+        self
+    }
+
+    /// Topics this producer sends to, whose routes it looks up at once (RocketMQ 5's
+    /// `setTopics`): a restarted transactional producer answers check-backs from their broker
+    /// groups before it sends anything.
+    pub fn topics(
+        mut self,
+        topics: impl IntoIterator<Item = impl Into<String>>,
+    ) -> ProducerBuilder {
+        self.topics = topics.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// Connects to the brokers over TLS, verifying them against `tls`'s CA.
     pub fn tls(mut self, tls: ClientTls) -> ProducerBuilder {
         self.connector = Connector::tls(tls);
@@ -105,12 +136,36 @@ impl ProducerBuilder {
             RouteCache::with_connector(self.nameservers, self.route_ttl, self.connector.clone()),
             self.connector,
         ));
+        let ids = UniqueIdGenerator::new();
+        let check_stop = match self.checker {
+            None => None,
+            Some(checker) => {
+                let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+                    ProducerError::InvalidRequest(
+                        "a producer with a transaction checker is built inside a tokio runtime"
+                            .into(),
+                    )
+                })?;
+                let stop = CancellationToken::new();
+                let watch = CheckWatch {
+                    brokers: brokers.clone(),
+                    producer_group: self.group.clone(),
+                    client_id: format!("{}@{}", self.group, ids.next_id()),
+                    checker,
+                    topics: self.topics,
+                    stop: stop.clone(),
+                };
+                runtime.spawn(run_check_watch(Arc::new(watch)));
+                Some(stop)
+            }
+        };
         Ok(Producer {
             inner: Arc::new(Inner {
+                check_stop,
                 group: self.group,
                 lanes: SendLanes::new(brokers.clone()),
                 brokers,
-                ids: UniqueIdGenerator::new(),
+                ids,
                 next_queue: AtomicUsize::new(0),
                 send_timeout: self.send_timeout,
                 retries: self.retries,
@@ -133,6 +188,25 @@ struct Inner {
     next_queue: AtomicUsize,
     send_timeout: Duration,
     retries: u32,
+    /// Stops the check-back watch of a producer with a transaction checker.
+    check_stop: Option<CancellationToken>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(stop) = &self.check_stop {
+            stop.cancel();
+        }
+    }
+}
+
+/// A transactional send: where its half message went, what the local transaction said, and
+/// how the transaction ended on the broker (`None`: not ended yet; a check-back will).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionSendResult {
+    pub send: SendResult,
+    pub local_state: LocalTransactionState,
+    pub end: Option<TransactionEnd>,
 }
 
 /// How a send picks its queue.
@@ -152,6 +226,8 @@ impl Producer {
             retries: SEND_RETRIES_DEFAULT,
             route_ttl: ROUTE_TTL_DEFAULT,
             connector: Connector::plain(),
+            checker: None,
+            topics: Vec::new(),
         }
     }
 
@@ -176,6 +252,50 @@ impl Producer {
     ) -> Result<SendResult, ProducerError> {
         let key_hash = rocketraft_proto::stable_hash::fnv1a_64(key.as_bytes());
         self.send_one(message, Choice::Keyed(key_hash)).await
+    }
+
+    /// Sends `message` as a transaction's half message, invisible to consumers; runs
+    /// `execute` (the local transaction) with where it was stored; then commits the message
+    /// (visible, after its delay or timer if it has one, counted from the commit) or rolls
+    /// it back, as `execute` says. With [`LocalTransactionState::Unknown`], or if ending it
+    /// fails, the broker checks the transaction back with this producer group's
+    /// [`TransactionChecker`] later (after 6 s by default, then every minute, 15 times).
+    pub async fn send_in_transaction<F, Fut>(
+        &self,
+        message: Message,
+        execute: F,
+    ) -> Result<TransactionSendResult, ProducerError>
+    where
+        F: FnOnce(SendResult) -> Fut,
+        Fut: Future<Output = LocalTransactionState>,
+    {
+        let half = message
+            .with_property(TRAN_MSG, "true")
+            .with_property(PGROUP, self.inner.group.clone());
+        let send = self.send(half).await?;
+        let local_state = execute(send.clone()).await;
+        let ended = end_transaction(
+            &self.inner.brokers,
+            &self.inner.group,
+            &send.group,
+            &send.msg_id,
+            send.commit_log_offset,
+            local_state,
+            false,
+        )
+        .await;
+        let end = match ended {
+            Ok(end) => end,
+            Err(error) => {
+                tracing::warn!(msg_id = send.msg_id, %error, "ending the transaction failed; the broker will check it back");
+                None
+            }
+        };
+        Ok(TransactionSendResult {
+            send,
+            local_state,
+            end,
+        })
     }
 
     /// Sends messages of one topic together, to one queue, in one Raft entry.

@@ -7,6 +7,11 @@ pub const SCHEDULE_TOPIC: &str = "SCHEDULE_TOPIC_XXXX";
 /// The topic that holds timer messages until they are due, one queue per hop length of the
 /// timer wheel (RocketMQ 5's name).
 pub const TIMER_TOPIC: &str = "rmq_sys_wheel_timer";
+/// The topic that holds half messages of transactions not yet ended, invisible to consumers
+/// (RocketMQ's name).
+pub const TRANSACTION_HALF_TOPIC: &str = "RMQ_SYS_TRANS_HALF_TOPIC";
+/// The topic that records how each transaction ended (RocketMQ's name).
+pub const TRANSACTION_OP_TOPIC: &str = "RMQ_SYS_TRANS_OP_HALF_TOPIC";
 /// Prefix of a consumer group's retry topic: `%RETRY%<group>`.
 pub const RETRY_TOPIC_PREFIX: &str = "%RETRY%";
 /// Prefix of a consumer group's dead-letter topic: `%DLQ%<group>`.

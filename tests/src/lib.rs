@@ -147,6 +147,9 @@ impl TestGroup {
                     .as_millis() as u64,
                 timer_max_delay_ms: rocketraft_broker::schedule::timer::TIMER_MAX_DELAY_DEFAULT
                     .as_millis() as u64,
+                transaction_timeout_ms: 1_000,
+                transaction_check_interval_ms: 1_000,
+                transaction_check_max: 5,
                 pull_holds_max: rocketraft_broker::service::PULL_HOLDS_MAX_DEFAULT,
                 admin_token: None,
                 cluster_secret: None,

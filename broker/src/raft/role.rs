@@ -57,6 +57,19 @@ impl RoleWatch {
     }
 }
 
+/// Calls `on_change` now and at every change of this node's role (leader or not, and the
+/// term); returns once Raft has stopped. For leader-only state kept in memory, which must
+/// be reset whenever leadership comes or goes.
+pub async fn on_every_role_change(raft: Raft, mut on_change: impl FnMut()) {
+    let mut roles = RoleWatch::new(&raft);
+    let mut role = roles.current();
+    on_change();
+    while let Some(changed) = roles.changed_from(role).await {
+        on_change();
+        role = changed;
+    }
+}
+
 /// Waits until this node is a leader that may act on the group's state: it leads, and it
 /// has applied an entry of its own term, so everything committed in earlier terms is applied
 /// too. Returns that term; `None` once Raft has stopped.

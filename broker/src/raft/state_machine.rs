@@ -10,6 +10,7 @@
 //! - the Raft log is purged only up to a snapshot, and a snapshot is itself a checkpoint,
 //!   so the entries a restart must replay are always still in the log.
 
+use crate::topic::TRANSACTION_OP_TOPIC;
 use std::collections::HashMap;
 use std::io;
 use std::path::Path;
@@ -217,6 +218,22 @@ impl StateMachine {
                     .metadata_mut()
                     .set_schedule_progress(level, next_offset);
                 Ok(CommandResult::Appended(appended))
+            }
+            Command::EndTransaction { msg_id, records } => {
+                if self
+                    .group
+                    .store()
+                    .find_unique(TRANSACTION_OP_TOPIC, &msg_id, 0)?
+                    .is_some()
+                {
+                    tracing::info!(msg_id, "transaction ended already; this end is skipped");
+                    return Ok(CommandResult::Appended(Vec::new()));
+                }
+                Ok(CommandResult::Appended(append_records(
+                    &self.group,
+                    &records,
+                    &[],
+                )?))
             }
             Command::CommitOffsets { group, offsets } => {
                 self.group.metadata_mut().commit_offsets(&group, &offsets);

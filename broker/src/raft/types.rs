@@ -78,6 +78,15 @@ pub enum Command {
         #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
         records: Bytes,
     },
+    /// The end of a transaction: its op record (and, for a commit, the restored message),
+    /// encoded as in `Append`. Applied only if the transaction of half message `msg_id` has
+    /// no op record yet, so a transaction ends once, however many ends race (the producer's,
+    /// a check-back's answer, the broker's discard).
+    EndTransaction {
+        msg_id: String,
+        #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
+        records: Bytes,
+    },
 }
 
 impl fmt::Display for Command {
@@ -101,6 +110,9 @@ impl fmt::Display for Command {
                 records.len()
             ),
             Command::AppendOnce { records } => write!(f, "AppendOnce({} bytes)", records.len()),
+            Command::EndTransaction { msg_id, records } => {
+                write!(f, "EndTransaction({msg_id}, {} bytes)", records.len())
+            }
         }
     }
 }

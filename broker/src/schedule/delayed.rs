@@ -17,6 +17,7 @@ use crate::store::properties::REAL_TOPIC;
 use crate::store::record::MessageRecord;
 use crate::topic::SCHEDULE_TOPIC;
 use crate::topic::TIMER_TOPIC;
+use crate::topic::TRANSACTION_HALF_TOPIC;
 
 /// When a parked message is due, in ms since the epoch.
 pub const SCHEDULE_DELIVER_MS: &str = "SCHEDULE_DELIVER_MS";
@@ -77,8 +78,12 @@ pub fn restore(mut record: MessageRecord, store_timestamp_ms: i64) -> Option<Mes
 }
 
 /// The broker's tags code: the due time for parked records (delay levels and timer hops),
-/// the tag's hash otherwise.
+/// the store time for half messages, the tag's hash otherwise.
 pub fn broker_tags_code(view: &RecordView<'_>) -> i64 {
+    if view.topic() == TRANSACTION_HALF_TOPIC {
+        // A half message's check is due a timeout after it was stored.
+        return view.store_timestamp_ms();
+    }
     if view.topic() == SCHEDULE_TOPIC || view.topic() == TIMER_TOPIC {
         return view
             .property(SCHEDULE_DELIVER_MS)

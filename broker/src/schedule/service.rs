@@ -33,9 +33,23 @@ use crate::raft::types::Raft;
 use crate::schedule::delayed::restore;
 use crate::schedule::timer;
 use crate::schedule::timer::TIMER_QUEUES;
+use crate::store::properties::UNIQ_KEY;
 use crate::store::record::MessageRecord;
 use crate::topic::SCHEDULE_TOPIC;
 use crate::topic::TIMER_TOPIC;
+use crate::topic::TRANSACTION_HALF_TOPIC;
+use crate::topic::TRANSACTION_OP_TOPIC;
+use crate::transaction::CheckSettings;
+use crate::transaction::checks::TransactionChecks;
+use crate::transaction::half::Ending;
+use crate::transaction::half::HALF_QUEUE_CHECKED;
+use crate::transaction::half::HALF_QUEUE_SENT;
+use crate::transaction::half::PGROUP;
+use crate::transaction::half::check_of;
+use crate::transaction::half::check_times;
+use crate::transaction::half::checked_copy;
+use crate::transaction::half::op_record;
+use rocketraft_proto::broker as pb;
 use rocketraft_proto::time::now_ms;
 
 /// Messages one `DeliverDelayed` entry carries at most.
@@ -84,9 +98,11 @@ pub async fn run_schedule_service(
     raft: Raft,
     group: Arc<GroupState>,
     levels: DelayLevels,
+    transactions: (CheckSettings, Arc<TransactionChecks>),
     status: Arc<ScheduleStatus>,
     shutdown: CancellationToken,
 ) {
+    let (settings, checks) = transactions;
     let mut roles = RoleWatch::new(&raft);
     loop {
         let term = tokio::select! {
@@ -97,12 +113,13 @@ pub async fn run_schedule_service(
             },
         };
         let leading = shutdown.child_token();
-        let tasks: Vec<_> = ScheduleQueue::all(&levels)
+        let tasks: Vec<_> = ScheduleQueue::all(&levels, settings)
             .map(|queue| {
                 tokio::spawn(run_queue(
                     raft.clone(),
                     group.clone(),
                     queue,
+                    checks.clone(),
                     leading.clone(),
                 ))
             })
@@ -137,7 +154,24 @@ pub struct ScheduleQueue {
     pub queue_id: i32,
     /// Its key in the replicated schedule progress (`DeliverDelayed::level`).
     pub progress_key: u32,
+    pub kind: QueueKind,
 }
+
+/// What a schedule queue holds, and what becomes of its due entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueKind {
+    /// Messages of a delay level: restored to their topic.
+    DelayLevel,
+    /// Timers whose hop ended: restored, or parked for their next hop.
+    Timer,
+    /// Half messages, due `wait_ms` after they were stored: checked back with their
+    /// producer group (a copy with one more check goes to the checked queue), or after
+    /// `max_checks` discarded; a transaction that ended is passed over.
+    HalfCheck { wait_ms: i64, max_checks: i32 },
+}
+
+/// Half-queue progress keys (delay levels use 1.., timers `TIMER_PROGRESS_KEY_BASE`..).
+pub const HALF_PROGRESS_KEY_BASE: u32 = 1 << 17;
 
 impl ScheduleQueue {
     /// The queue of delay level `level` (1-based).
@@ -146,6 +180,7 @@ impl ScheduleQueue {
             topic: SCHEDULE_TOPIC,
             queue_id: level as i32 - 1,
             progress_key: level,
+            kind: QueueKind::DelayLevel,
         }
     }
 
@@ -155,15 +190,45 @@ impl ScheduleQueue {
             topic: TIMER_TOPIC,
             queue_id,
             progress_key: timer::progress_key(queue_id),
+            kind: QueueKind::Timer,
         }
     }
 
-    /// Every delay level's queue, then every timer queue.
-    fn all(levels: &DelayLevels) -> impl Iterator<Item = ScheduleQueue> + use<> {
+    /// Queue `queue_id` of the half topic, whose entries are due `wait` after their store.
+    pub fn half(queue_id: i32, wait: Duration, max_checks: u32) -> ScheduleQueue {
+        ScheduleQueue {
+            topic: TRANSACTION_HALF_TOPIC,
+            queue_id,
+            progress_key: HALF_PROGRESS_KEY_BASE + queue_id as u32,
+            kind: QueueKind::HalfCheck {
+                wait_ms: wait.as_millis() as i64,
+                max_checks: max_checks as i32,
+            },
+        }
+    }
+
+    /// Every delay level's queue, every timer queue, and the two half queues.
+    fn all(
+        levels: &DelayLevels,
+        checks: CheckSettings,
+    ) -> impl Iterator<Item = ScheduleQueue> + use<> {
         let timers = (0..TIMER_QUEUES as i32).map(ScheduleQueue::timer);
+        let halves = [
+            ScheduleQueue::half(HALF_QUEUE_SENT, checks.timeout, checks.max_checks),
+            ScheduleQueue::half(HALF_QUEUE_CHECKED, checks.interval, checks.max_checks),
+        ];
         (1..=levels.max_level())
             .map(ScheduleQueue::level)
             .chain(timers)
+            .chain(halves)
+    }
+
+    /// When an entry whose tags code is `tags_code` is due.
+    fn due_ms(&self, tags_code: i64) -> i64 {
+        match self.kind {
+            QueueKind::HalfCheck { wait_ms, .. } => tags_code.saturating_add(wait_ms),
+            QueueKind::DelayLevel | QueueKind::Timer => tags_code,
+        }
     }
 }
 
@@ -175,6 +240,8 @@ enum Due {
         next_offset: i64,
         records: Vec<u8>,
         messages: usize,
+        /// Check-backs to send once the batch is applied: (producer group, check).
+        checks: Vec<(String, pb::TransactionCheck)>,
     },
     /// The head is due at this time (ms since the epoch).
     NotBefore(i64),
@@ -186,6 +253,7 @@ async fn run_queue(
     raft: Raft,
     group: Arc<GroupState>,
     queue: ScheduleQueue,
+    producers: Arc<TransactionChecks>,
     leading: CancellationToken,
 ) {
     let mut arrivals = group.watch_queue(queue.topic, queue.queue_id);
@@ -206,6 +274,7 @@ async fn run_queue(
                 next_offset,
                 records,
                 messages,
+                checks,
             } => {
                 let command = Command::DeliverDelayed {
                     level: queue.progress_key,
@@ -222,7 +291,15 @@ async fn run_queue(
                             next_offset,
                             messages,
                             "delivered"
-                        )
+                        );
+                        for (producer_group, check) in checks {
+                            if !producers.send(&producer_group, check) {
+                                tracing::info!(
+                                    producer_group,
+                                    "no producer of the group watches for check-backs; checking again later"
+                                );
+                            }
+                        }
                     }
                     Err(ProposeError::NotLeader { .. } | ProposeError::Stopped(_)) => return,
                     Err(ProposeError::Unknown(reason)) => {
@@ -261,10 +338,12 @@ fn collect_due(group: &GroupState, queue: ScheduleQueue, now_ms: i64) -> Result<
     let mut next_offset = start;
     let mut records = Vec::new();
     let mut messages = 0;
+    let mut checks = Vec::new();
     for unit in units {
-        if unit.tags_code > now_ms {
+        let due_ms = queue.due_ms(unit.tags_code);
+        if due_ms > now_ms {
             if next_offset == start {
-                return Ok(Due::NotBefore(unit.tags_code));
+                return Ok(Due::NotBefore(due_ms));
             }
             break;
         }
@@ -275,7 +354,16 @@ fn collect_due(group: &GroupState, queue: ScheduleQueue, now_ms: i64) -> Result<
             .read_message(unit.commit_log_offset)
             .map_err(|error| error.to_string())?;
         next_offset += 1;
-        let Some(next) = next_step(group, queue, parked, now_ms) else {
+        let next = match queue.kind {
+            QueueKind::HalfCheck { max_checks, .. } => {
+                let place = (unit.commit_log_offset, next_offset - 1);
+                let (next, check) = check_step(group, parked, place, now_ms, max_checks)?;
+                checks.extend(check);
+                next
+            }
+            QueueKind::DelayLevel | QueueKind::Timer => next_step(group, queue, parked, now_ms),
+        };
+        let Some(next) = next else {
             continue;
         };
         match next.encode() {
@@ -294,6 +382,7 @@ fn collect_due(group: &GroupState, queue: ScheduleQueue, now_ms: i64) -> Result<
             next_offset,
             records,
             messages,
+            checks,
         }
     } else {
         Due::Empty
@@ -343,8 +432,54 @@ fn next_step(
     Some(restored)
 }
 
+/// What a due half message, stored at `place` (commit log offset, queue offset), becomes:
+/// nothing if its transaction ended; after `max_checks` check-backs a `discard` op record;
+/// otherwise a copy with one more check, and a check-back for its producer group.
+fn check_step(
+    group: &GroupState,
+    half: MessageRecord,
+    place: (i64, i64),
+    now_ms: i64,
+    max_checks: i32,
+) -> Result<CheckStep, String> {
+    let Some(msg_id) = half.properties.get(UNIQ_KEY) else {
+        tracing::warn!(offset = place.0, "a half message without UNIQ_KEY skipped");
+        return Ok((None, None));
+    };
+    let ended = group
+        .store()
+        .find_unique(TRANSACTION_OP_TOPIC, msg_id, 0)
+        .map_err(|error| error.to_string())?;
+    if ended.is_some() {
+        return Ok((None, None));
+    }
+    let times = check_times(&half);
+    if times >= max_checks {
+        tracing::warn!(
+            msg_id,
+            times,
+            "transaction still unresolved after its last check-back; discarded"
+        );
+        let op = op_record(&half, Ending::Discard, now_ms).map_err(|error| error.to_string())?;
+        return Ok((Some(op), None));
+    }
+    let Some(producer_group) = half.properties.get(PGROUP).map(str::to_owned) else {
+        tracing::warn!(msg_id, "a half message without PGROUP skipped");
+        return Ok((None, None));
+    };
+    let check = check_of(&half, place.0, place.1);
+    let copy = checked_copy(&half, now_ms).map_err(|error| error.to_string())?;
+    Ok((Some(copy), Some((producer_group, check))))
+}
+
+/// What [`check_step`] makes of a half message: a record to store, a check-back to send.
+type CheckStep = (
+    Option<MessageRecord>,
+    Option<(String, pb::TransactionCheck)>,
+);
+
 /// The queue to deliver to: `queue_id` if the topic still has it, else one it has.
-fn writable_queue(group: &GroupState, topic: &str, queue_id: i32) -> Option<i32> {
+pub fn writable_queue(group: &GroupState, topic: &str, queue_id: i32) -> Option<i32> {
     let metadata = group.metadata();
     let config = metadata.topics.get(topic)?;
     if config.perm & PERM_WRITE == 0 || config.write_queue_count == 0 {
@@ -455,6 +590,7 @@ mod tests {
             next_offset,
             records,
             messages,
+            ..
         } = collect_due(&group, ScheduleQueue::level(LEVEL), 10_000).expect("due")
         else {
             panic!("two messages are due at 10 000");
@@ -490,5 +626,106 @@ mod tests {
         };
         assert_eq!((next_offset, messages), (1, 0));
         assert!(records.is_empty());
+    }
+
+    /// A group holding one half message (producer group "pg") stored at `stored_ms`, with
+    /// `checks` check-backs behind it.
+    fn group_with_half(stored_ms: i64, checks: i32) -> (tempfile::TempDir, GroupState) {
+        let (dir, group) = group_with_parked(&[]);
+        let mut record = sample(REAL_TOPIC, 3, b"pay");
+        record.properties.insert(UNIQ_KEY, "TX1").expect("id");
+        record.properties.insert(PGROUP, "pg").expect("group");
+        crate::transaction::half::park_half(&mut record).expect("park");
+        for _ in 0..checks {
+            record = checked_copy(&record, 0).expect("copy");
+        }
+        record.queue_id = HALF_QUEUE_SENT;
+        record.store_timestamp_ms = stored_ms;
+        group
+            .store_mut()
+            .append(&record.encode().expect("encode"))
+            .expect("append");
+        (dir, group)
+    }
+
+    const HALF_WAIT: Duration = Duration::from_secs(6);
+
+    #[test]
+    fn an_unended_half_message_is_checked_back_once_its_timeout_passed() {
+        let (_dir, group) = group_with_half(10_000, 0);
+        let queue = ScheduleQueue::half(HALF_QUEUE_SENT, HALF_WAIT, 3);
+        match collect_due(&group, queue, 15_999).expect("due") {
+            Due::NotBefore(due) => assert_eq!(due, 16_000),
+            _ => panic!("checked 6 s after it was stored"),
+        }
+        let Due::Batch {
+            next_offset,
+            records,
+            checks,
+            ..
+        } = collect_due(&group, queue, 16_000).expect("due")
+        else {
+            panic!("due at 16 000");
+        };
+        assert_eq!(next_offset, 1);
+        let copies = restored(&records);
+        assert_eq!(copies.len(), 1);
+        assert_eq!(
+            (
+                copies[0].topic.as_str(),
+                copies[0].queue_id,
+                check_times(&copies[0])
+            ),
+            (TRANSACTION_HALF_TOPIC, HALF_QUEUE_CHECKED, 1)
+        );
+        assert_eq!(checks.len(), 1);
+        let (producer_group, check) = &checks[0];
+        assert_eq!(
+            (producer_group.as_str(), check.msg_id.as_str()),
+            ("pg", "TX1")
+        );
+        assert_eq!(
+            check.message.as_ref().map(|m| m.topic.as_str()),
+            Some(REAL_TOPIC)
+        );
+    }
+
+    #[test]
+    fn an_ended_transaction_is_passed_over_and_the_last_check_discards() {
+        let (_dir, group) = group_with_half(10_000, 3);
+        let queue = ScheduleQueue::half(HALF_QUEUE_SENT, HALF_WAIT, 3);
+        let Due::Batch {
+            records, checks, ..
+        } = collect_due(&group, queue, 16_000).expect("due")
+        else {
+            panic!("due");
+        };
+        let discarded = restored(&records);
+        assert!(checks.is_empty(), "no more check-backs after the last");
+        assert_eq!(discarded.len(), 1);
+        assert_eq!(discarded[0].topic, TRANSACTION_OP_TOPIC);
+        assert_eq!(Ending::parse(&discarded[0].body), Some(Ending::Discard));
+
+        let (_dir, group) = group_with_half(10_000, 0);
+        let half = group.store().read_message(0).expect("half");
+        let op = op_record(&half, Ending::Commit, 11_000).expect("op");
+        group
+            .store_mut()
+            .append(&op.encode().expect("encode"))
+            .expect("append");
+        let Due::Batch {
+            next_offset,
+            records,
+            checks,
+            ..
+        } = collect_due(&group, queue, 16_000).expect("due")
+        else {
+            panic!("due");
+        };
+        assert_eq!(next_offset, 1, "passed over");
+        assert!(
+            records.is_empty() && checks.is_empty(),
+            "it ended: nothing to do"
+        );
     }
 }

@@ -14,6 +14,7 @@ mod search_offset;
 mod send;
 mod send_back;
 mod system_topics;
+mod transaction;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -54,6 +55,8 @@ pub struct ServiceOptions {
     pub consumers: Arc<ConsumerRegistry>,
     /// Queue locks of orderly consumers (leader only).
     pub queue_locks: Arc<QueueLocks>,
+    /// Producers watching for transaction check-backs (leader only).
+    pub transaction_checks: Arc<crate::transaction::checks::TransactionChecks>,
     /// Whether this node's schedule service runs.
     pub schedule: Arc<ScheduleStatus>,
     /// Pulls held open at once at most.
@@ -84,6 +87,7 @@ pub struct BrokerService {
     timer_max_delay: Duration,
     consumers: Arc<ConsumerRegistry>,
     queue_locks: Arc<QueueLocks>,
+    transaction_checks: Arc<crate::transaction::checks::TransactionChecks>,
     schedule: Arc<ScheduleStatus>,
     fault_injection: Option<Arc<FaultPlan>>,
     repair: Arc<RepairState>,
@@ -113,6 +117,7 @@ impl BrokerService {
             timer_max_delay: options.timer_max_delay,
             consumers: options.consumers,
             queue_locks: options.queue_locks,
+            transaction_checks: options.transaction_checks,
             schedule: options.schedule,
             fault_injection: options.fault_injection,
             repair: options.repair,
@@ -286,6 +291,25 @@ impl pb::broker_server::Broker for BrokerService {
     }
 
     type WatchConsumersStream = consumers::MembershipStream;
+    type WatchTransactionChecksStream = transaction::CheckStream;
+
+    async fn end_transaction(
+        &self,
+        request: Request<pb::EndTransactionRequest>,
+    ) -> Result<Response<pb::EndTransactionResponse>, Status> {
+        Ok(Response::new(
+            self.handle_end_transaction(request.into_inner()).await?,
+        ))
+    }
+
+    async fn watch_transaction_checks(
+        &self,
+        request: Request<pb::WatchTransactionChecksRequest>,
+    ) -> Result<Response<Self::WatchTransactionChecksStream>, Status> {
+        Ok(Response::new(
+            self.handle_watch_transaction_checks(request.into_inner())?,
+        ))
+    }
 
     async fn watch_consumers(
         &self,

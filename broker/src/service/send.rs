@@ -4,7 +4,8 @@
 //! Only the leader accepts sends; nothing reaches the Raft log that would fail to apply. A
 //! message with `DELAY = L > 0` is parked in `SCHEDULE_TOPIC_XXXX`, a timer message
 //! (`TIMER_DELIVER_MS`, `TIMER_DELAY_SEC` or `TIMER_DELAY_MS` in the future) in the timer
-//! wheel `rmq_sys_wheel_timer`. Users may not
+//! wheel `rmq_sys_wheel_timer`, a transactional half message (`TRAN_MSG=true`) in
+//! `RMQ_SYS_TRANS_HALF_TOPIC` until its transaction ends. Users may not
 //! send to system topics, except a consumer's `%RETRY%<group>`, which its client uses when
 //! `SendMessageBack` fails: such a message carries its reconsume count (`RECONSUME_TIME`) and
 //! goes to `%DLQ%<group>` once that count passes the maximum.
@@ -38,6 +39,9 @@ use crate::topic::RETRY_TOPIC_PREFIX;
 use crate::topic::is_system_topic;
 use crate::topic::validate_group_name;
 use crate::topic::validate_topic_name;
+use crate::transaction::half::PGROUP;
+use crate::transaction::half::TRAN_MSG;
+use crate::transaction::half::park_half;
 use rocketraft_proto::time::now_ms;
 
 pub use rocketraft_proto::limits::SEND_BATCH_BODY_BYTES_MAX;
@@ -238,21 +242,16 @@ impl BrokerService {
                     message.topic, request.topic
                 )));
             }
-            let [delay, timer_values @ ..] = properties::validate_find(
+            let [delay, tran, timer_values @ ..] = properties::validate_find(
                 &message.properties,
-                [DELAY, TIMER_KEYS[0], TIMER_KEYS[1], TIMER_KEYS[2]],
+                [DELAY, TRAN_MSG, TIMER_KEYS[0], TIMER_KEYS[1], TIMER_KEYS[2]],
             )
             .map_err(illegal)?;
-            let deliver_ms = if placement.dead_letter {
-                None
-            } else {
-                timer::requested_deliver_ms(timer_values, store_timestamp_ms, self.timer_max_delay)
-                    .map_err(illegal)?
-            };
-            if delay.is_some() && deliver_ms.is_some() {
-                return Err(illegal(timer::TimerError::WithDelayLevel));
-            }
-            let delayed = delay.is_some() || deliver_ms.is_some();
+            let half = tran.is_some_and(|value| value.eq_ignore_ascii_case("true"));
+            let special = placement.dead_letter
+                || half
+                || delay.is_some()
+                || timer_values.iter().any(Option::is_some);
             let parts = RecordParts {
                 queue_id: placement.queue_id,
                 flag: message.flag,
@@ -269,7 +268,7 @@ impl BrokerService {
                 topic: placement.topic.as_deref().unwrap_or(&request.topic),
                 properties: &message.properties,
             };
-            if !placement.dead_letter && !delayed {
+            if !special {
                 // The common case: the producer's encoded properties are stored as they are.
                 parts.encode_into(&mut records).map_err(illegal)?;
                 continue;
@@ -277,19 +276,79 @@ impl BrokerService {
             let mut record = MessageRecord::from_parts(&parts).map_err(illegal)?;
             if placement.dead_letter {
                 record.properties.remove(DELAY);
-            } else if let Some(deliver_ms) = deliver_ms {
-                if deliver_ms > store_timestamp_ms {
-                    timer::park_timer(&mut record, deliver_ms, store_timestamp_ms)
-                        .map_err(illegal)?;
-                }
-            } else if let Some(level) =
-                requested_level(&record, &self.delay_levels).map_err(illegal)?
-            {
-                park(&mut record, level, &self.delay_levels).map_err(illegal)?;
+            } else if half {
+                self.validate_half(&record, store_timestamp_ms)?;
+                park_half(&mut record).map_err(illegal)?;
+            } else {
+                let delayed = self.delayed_placement(&record, store_timestamp_ms)?;
+                park_delayed(&mut record, delayed, store_timestamp_ms, &self.delay_levels)?;
             }
             record.encode_into(&mut records).map_err(illegal)?;
         }
         Ok((records, request.messages.len()))
+    }
+}
+
+/// When a message is due, from its `DELAY` level or timer properties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Delayed {
+    Now,
+    Level(u32),
+    /// At this time, ms since the epoch (in the future).
+    At(i64),
+}
+
+impl BrokerService {
+    /// When `record` is due if it is stored at `now_ms`: a delay level, a timer (at most
+    /// `timer_max_delay` ahead; a time already past is now), or now.
+    pub(super) fn delayed_placement(
+        &self,
+        record: &MessageRecord,
+        now_ms: i64,
+    ) -> Result<Delayed, BrokerError> {
+        let values = TIMER_KEYS.map(|key| record.properties.get(key));
+        let deliver_ms =
+            timer::requested_deliver_ms(values, now_ms, self.timer_max_delay).map_err(illegal)?;
+        let level = requested_level(record, &self.delay_levels).map_err(illegal)?;
+        if record.properties.get(DELAY).is_some() && deliver_ms.is_some() {
+            return Err(illegal(timer::TimerError::WithDelayLevel));
+        }
+        Ok(match (deliver_ms, level) {
+            (Some(at), _) if at > now_ms => Delayed::At(at),
+            (_, Some(level)) => Delayed::Level(level),
+            _ => Delayed::Now,
+        })
+    }
+
+    /// Checks a half message: its producer group, and the delay it will wait after commit.
+    fn validate_half(&self, record: &MessageRecord, now_ms: i64) -> Result<(), BrokerError> {
+        let group = record.properties.get(PGROUP).ok_or_else(|| {
+            BrokerError::MessageIllegal(
+                "a transactional (half) message names its producer group in PGROUP".into(),
+            )
+        })?;
+        validate_group_name(group).map_err(BrokerError::MessageIllegal)?;
+        if is_system_topic(&record.topic) {
+            return Err(BrokerError::MessageIllegal(format!(
+                "a transactional message goes to a user topic, not {}",
+                record.topic
+            )));
+        }
+        self.delayed_placement(record, now_ms).map(|_| ())
+    }
+}
+
+/// Parks `record` where `delayed` says, as stored at `now_ms`.
+pub(super) fn park_delayed(
+    record: &mut MessageRecord,
+    delayed: Delayed,
+    now_ms: i64,
+    levels: &crate::delay_levels::DelayLevels,
+) -> Result<(), BrokerError> {
+    match delayed {
+        Delayed::Now => Ok(()),
+        Delayed::Level(level) => park(record, level, levels).map_err(illegal),
+        Delayed::At(at) => timer::park_timer(record, at, now_ms).map_err(illegal),
     }
 }
 

@@ -1,0 +1,214 @@
+//! Transactional messages against a real cluster (a nameserver and two 3-node broker groups
+//! on loopback): commit, rollback, check-back to commit or rollback, a producer that crashes
+//! between the half message and the end, a transaction nobody resolves, and a delayed
+//! transactional message, all across the kill of a group's leader. Committed messages are
+//! stored once; rolled-back and discarded ones are never seen.
+
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use rocketraft_client::consumer::ConsumeFrom;
+use rocketraft_client::consumer::ConsumeResult;
+use rocketraft_client::consumer::PushConsumer;
+use rocketraft_client::message::Message;
+use rocketraft_client::message::MessageExt;
+use rocketraft_client::producer::Producer;
+use rocketraft_client::transaction::LocalTransactionState;
+use rocketraft_client::transaction::TransactionEnd;
+use rocketraft_proto::broker as pb;
+use rocketraft_tests::cluster::TestCluster;
+use rocketraft_tests::deliveries::Deliveries;
+use rocketraft_tests::init_tracing;
+use rocketraft_tests::wait_for;
+use tracing::info;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+const TOPIC: &str = "Payments";
+const PRODUCER_GROUP: &str = "payment-service";
+/// The test cluster checks a transaction back 1 s after its half message and every second
+/// after, 5 times (`tests/src/lib.rs`); then it is discarded.
+const DISCARDED_AFTER: Duration = Duration::from_secs(8);
+
+/// What the local transaction (and, asked later, the checker) says for a body's prefix.
+fn verdict(body: &str) -> (LocalTransactionState, LocalTransactionState) {
+    use LocalTransactionState::*;
+    match body.split(':').next().unwrap_or_default() {
+        "commit" => (Commit, Commit),
+        "rollback" => (Rollback, Rollback),
+        "check-commit" => (Unknown, Commit),
+        "check-rollback" => (Unknown, Rollback),
+        _ => (Unknown, Unknown),
+    }
+}
+
+fn body_of(message: &MessageExt) -> String {
+    String::from_utf8_lossy(&message.body).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_transactions_each_should_end_once_as_decided_across_a_leader_kill_and_a_producer_crash()
+-> anyhow::Result<()> {
+    init_tracing();
+    let mut cluster = TestCluster::start(0x7A_0001).await?;
+    cluster.create_topic(TOPIC, 2).await?;
+    cluster.wait_for_route(TOPIC).await?;
+    let deliveries = Deliveries::default();
+    let consumer = {
+        let deliveries = deliveries.clone();
+        PushConsumer::builder(cluster.nameservers(), "payment-readers")
+            .subscribe(TOPIC, "*")
+            .consume_from(ConsumeFrom::First)
+            .heartbeat_interval(Duration::from_millis(300))
+            .rebalance_interval(Duration::from_secs(1))
+            .persist_interval(Duration::from_millis(200))
+            .route_ttl(Duration::from_millis(500))
+            .start(move |messages: Vec<MessageExt>, _context| {
+                let deliveries = deliveries.clone();
+                async move {
+                    deliveries.record("reader", &messages);
+                    ConsumeResult::Success
+                }
+            })
+            .await?
+    };
+
+    info!("--- a producer without a checker sends transactions, then crashes");
+    let crashing = Producer::builder(cluster.nameservers(), PRODUCER_GROUP).build()?;
+    let mut ends = BTreeMap::new();
+    for kind in [
+        "commit",
+        "rollback",
+        "check-commit",
+        "check-rollback",
+        "unresolved",
+    ] {
+        for i in 0..4 {
+            let body = format!("{kind}:{i}");
+            let (local, _) = verdict(&body);
+            let result = crashing
+                .send_in_transaction(
+                    Message::new(TOPIC, body.clone()),
+                    |_sent| async move { local },
+                )
+                .await?;
+            ends.insert(body, (result.end, result.send));
+        }
+    }
+    for (body, (end, _)) in &ends {
+        let expected = match verdict(body).0 {
+            LocalTransactionState::Commit => Some(TransactionEnd::Committed),
+            LocalTransactionState::Rollback => Some(TransactionEnd::RolledBack),
+            LocalTransactionState::Unknown => None,
+        };
+        assert_eq!(*end, expected, "{body}");
+    }
+    info!("--- a transaction ends once, and only its own producer group ends it");
+    let (_, committed_send) = &ends["commit:0"];
+    let owner = cluster.group(&committed_send.group);
+    let mut client = owner.client(owner.wait_for_leader(TIMEOUT).await?).await?;
+    let end = |producer_group: &str, outcome: pb::TransactionOutcome| pb::EndTransactionRequest {
+        producer_group: producer_group.into(),
+        msg_id: committed_send.msg_id.clone(),
+        commit_log_offset: committed_send.commit_log_offset,
+        outcome: outcome as i32,
+        from_check: false,
+    };
+    let late = client
+        .end_transaction(end(PRODUCER_GROUP, pb::TransactionOutcome::Rollback))
+        .await?
+        .into_inner();
+    assert!(!late.applied, "a rollback after the commit changes nothing");
+    assert_eq!(late.outcome, pb::TransactionOutcome::Commit as i32);
+    let stranger = client
+        .end_transaction(end("another-group", pb::TransactionOutcome::Rollback))
+        .await
+        .expect_err("another producer group's end");
+    assert!(stranger.message().contains("no half message"), "{stranger}");
+    let no_group = Message::new(TOPIC, "half").with_property("TRAN_MSG", "true");
+    let refused = crashing
+        .send(no_group)
+        .await
+        .expect_err("a half message without PGROUP");
+    assert!(refused.to_string().contains("PGROUP"), "{refused}");
+
+    info!("--- a delayed transactional message: its delay counts from the commit");
+    let delayed = crashing
+        .send_in_transaction(
+            Message::new(TOPIC, "delayed:0").with_delay(Duration::from_secs(2)),
+            |_sent| async {
+                tokio::time::sleep(Duration::from_millis(1_500)).await;
+                LocalTransactionState::Commit
+            },
+        )
+        .await?;
+    assert_eq!(delayed.end, Some(TransactionEnd::Committed));
+    drop(crashing);
+
+    info!("--- broker-a's leader is killed with transactions unresolved");
+    let group = cluster.group_mut("broker-a");
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    group.stop(leader).await;
+    group.wait_for_leader(TIMEOUT).await?;
+
+    info!("--- a restarted producer of the group answers the check-backs");
+    let restarted = Producer::builder(cluster.nameservers(), PRODUCER_GROUP)
+        .topics([TOPIC])
+        .transaction_checker(|message: MessageExt| async move { verdict(&body_of(&message)).1 })
+        .build()?;
+
+    let committed: BTreeSet<String> = ends
+        .keys()
+        .filter(|body| body.starts_with("commit") || body.starts_with("check-commit"))
+        .cloned()
+        .chain(["delayed:0".to_owned()])
+        .collect();
+    wait_for("every committed transaction consumed", TIMEOUT, || async {
+        let seen: BTreeSet<String> = deliveries
+            .all()
+            .iter()
+            .map(|delivery| body_of(&delivery.message))
+            .collect();
+        committed.is_subset(&seen).then_some(())
+    })
+    .await?;
+    // Unresolved transactions are discarded after their last check-back; give the ones
+    // that could still show up the time to.
+    tokio::time::sleep(DISCARDED_AFTER).await;
+    let seen: BTreeSet<String> = deliveries
+        .all()
+        .iter()
+        .map(|delivery| body_of(&delivery.message))
+        .collect();
+    assert_eq!(seen, committed, "only committed transactions are visible");
+    assert_eq!(committed.len(), 9);
+
+    let mut stored = 0;
+    for group in ["broker-a", "broker-b"] {
+        for queue_id in 0..2 {
+            stored += cluster.queue(group, TOPIC, queue_id).await?.len();
+        }
+    }
+    assert_eq!(
+        stored,
+        committed.len(),
+        "each committed message stored once"
+    );
+
+    let delayed_message = deliveries
+        .all()
+        .into_iter()
+        .find(|delivery| body_of(&delivery.message) == "delayed:0")
+        .map(|delivery| delivery.message)
+        .ok_or_else(|| anyhow::anyhow!("the delayed message"))?;
+    let waited = delayed_message.store_timestamp_ms - delayed_message.born_timestamp_ms;
+    assert!(
+        waited >= 3_400,
+        "a delayed transactional message waits its 2 s after the commit 1.5 s later: {waited} ms"
+    );
+
+    drop(restarted);
+    consumer.shutdown().await;
+    cluster.shutdown().await;
+    Ok(())
+}
