@@ -512,10 +512,24 @@ impl BrokerConfig {
                 "must be positive and at most 30 days (2592000000)",
             ));
         }
-        if self.transaction_timeout_ms == 0 || self.transaction_check_interval_ms == 0 {
+        let wait_max = crate::transaction::TRANSACTION_WAIT_MAX.as_millis() as u64;
+        for (key, value) in [
+            ("transaction_timeout_ms", self.transaction_timeout_ms),
+            (
+                "transaction_check_interval_ms",
+                self.transaction_check_interval_ms,
+            ),
+        ] {
+            if value == 0 || value > wait_max {
+                return Err(ConfigError::new(key, "must be 1 to 86400000 (one day)"));
+            }
+        }
+        if !(1..=crate::transaction::TRANSACTION_CHECK_MAX_LIMIT)
+            .contains(&self.transaction_check_max)
+        {
             return Err(ConfigError::new(
-                "transaction_timeout_ms",
-                "transaction_timeout_ms and transaction_check_interval_ms must be positive",
+                "transaction_check_max",
+                "must be 1 to 1000",
             ));
         }
         if self.pull_holds_max == 0 {
@@ -757,6 +771,34 @@ mod tests {
         assert_eq!(
             config.validate().expect_err("no lock time").key,
             "queue_lock_expiry_ms"
+        );
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.timer_max_delay_ms = crate::schedule::timer::TIMER_MAX_DELAY_MAX.as_millis() as u64;
+        config.validate().expect("timers up to 30 days");
+        config.timer_max_delay_ms += 1;
+        assert_eq!(
+            config.validate().expect_err("past 30 days").key,
+            "timer_max_delay_ms"
+        );
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        let day = crate::transaction::TRANSACTION_WAIT_MAX.as_millis() as u64;
+        config.transaction_check_interval_ms = day;
+        config.transaction_check_max = crate::transaction::TRANSACTION_CHECK_MAX_LIMIT;
+        config
+            .validate()
+            .expect("a day between checks, 1000 checks");
+        config.transaction_check_interval_ms = day + 1;
+        assert_eq!(
+            config.validate().expect_err("past a day").key,
+            "transaction_check_interval_ms"
+        );
+        config.transaction_check_interval_ms = day;
+        config.transaction_check_max = 0;
+        assert_eq!(
+            config.validate().expect_err("no check").key,
+            "transaction_check_max"
         );
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");

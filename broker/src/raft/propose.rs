@@ -36,6 +36,8 @@ pub enum Undecided {
     Read(LinearizableReadError<TypeConfig>),
     #[error("leadership was lost before the command committed")]
     LeadershipLost,
+    #[error("no answer within {0:?}")]
+    NoAnswer(std::time::Duration),
 }
 
 /// Submits `command` now, in submission order with other proposals, and returns a future

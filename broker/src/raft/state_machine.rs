@@ -219,11 +219,15 @@ impl StateMachine {
                     .set_schedule_progress(level, next_offset);
                 Ok(CommandResult::Appended(appended))
             }
-            Command::EndTransaction { msg_id, records } => {
+            Command::EndTransaction {
+                msg_id,
+                half_offset,
+                records,
+            } => {
                 if self
                     .group
                     .store()
-                    .find_unique(TRANSACTION_OP_TOPIC, &msg_id, 0)?
+                    .find_unique_since(TRANSACTION_OP_TOPIC, &msg_id, 0, half_offset.max(0) as u64)?
                     .is_some()
                 {
                     tracing::info!(msg_id, "transaction ended already; this end is skipped");

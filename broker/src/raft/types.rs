@@ -79,11 +79,13 @@ pub enum Command {
         records: Bytes,
     },
     /// The end of a transaction: its op record (and, for a commit, the restored message),
-    /// encoded as in `Append`. Applied only if the transaction of half message `msg_id` has
-    /// no op record yet, so a transaction ends once, however many ends race (the producer's,
-    /// a check-back's answer, the broker's discard).
+    /// encoded as in `Append`. Applied only if the transaction of half message `msg_id`
+    /// (first stored at CommitLog offset `half_offset`) has no op record yet, so a
+    /// transaction ends once, however many ends race (the producer's, a check-back's
+    /// answer, the broker's discard).
     EndTransaction {
         msg_id: String,
+        half_offset: i64,
         #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
         records: Bytes,
     },
@@ -110,7 +112,9 @@ impl fmt::Display for Command {
                 records.len()
             ),
             Command::AppendOnce { records } => write!(f, "AppendOnce({} bytes)", records.len()),
-            Command::EndTransaction { msg_id, records } => {
+            Command::EndTransaction {
+                msg_id, records, ..
+            } => {
                 write!(f, "EndTransaction({msg_id}, {} bytes)", records.len())
             }
         }

@@ -24,6 +24,7 @@ use crate::delay_levels::DelayLevels;
 use crate::group_state::GroupState;
 use crate::metadata::PERM_WRITE;
 use crate::raft::propose::ProposeError;
+use crate::raft::propose::Undecided;
 use crate::raft::propose::propose;
 use crate::raft::role::Role;
 use crate::raft::role::RoleWatch;
@@ -33,6 +34,7 @@ use crate::raft::types::Raft;
 use crate::schedule::delayed::restore;
 use crate::schedule::timer;
 use crate::schedule::timer::TIMER_QUEUES;
+use crate::store::MessageStore;
 use crate::store::properties::UNIQ_KEY;
 use crate::store::record::MessageRecord;
 use crate::topic::SCHEDULE_TOPIC;
@@ -48,6 +50,7 @@ use crate::transaction::half::PGROUP;
 use crate::transaction::half::check_of;
 use crate::transaction::half::check_times;
 use crate::transaction::half::checked_copy;
+use crate::transaction::half::half_offset;
 use crate::transaction::half::op_record;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::time::now_ms;
@@ -57,6 +60,8 @@ pub const DELIVER_BATCH_MESSAGES_MAX: usize = 1024;
 /// Encoded bytes one `DeliverDelayed` entry carries at most (a single larger message still
 /// goes alone).
 pub const DELIVER_BATCH_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// The longest wait for a delivery to be applied before its outcome counts as unknown.
+const DELIVER_WAIT_MAX: Duration = Duration::from_secs(10);
 /// Pause after a delivery whose outcome is unknown, before looking again.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
@@ -242,6 +247,8 @@ enum Due {
         messages: usize,
         /// Check-backs to send once the batch is applied: (producer group, check).
         checks: Vec<(String, pb::TransactionCheck)>,
+        /// Transactions to end (discard) before the batch is proposed.
+        ends: Vec<Command>,
     },
     /// The head is due at this time (ms since the epoch).
     NotBefore(i64),
@@ -275,14 +282,21 @@ async fn run_queue(
                 records,
                 messages,
                 checks,
+                ends,
             } => {
+                if let Err(error) = end_all(&raft, ends, &leading).await {
+                    if settle(error, queue, &leading).await == Settled::RaftStopped {
+                        return;
+                    }
+                    continue;
+                }
                 let command = Command::DeliverDelayed {
                     level: queue.progress_key,
                     from_offset,
                     next_offset,
                     records: records.into(),
                 };
-                match deliver(&raft, command).await {
+                match deliver(&raft, command, &leading).await {
                     Ok(()) => {
                         tracing::debug!(
                             topic,
@@ -301,18 +315,20 @@ async fn run_queue(
                             }
                         }
                     }
-                    Err(ProposeError::NotLeader { .. } | ProposeError::Stopped(_)) => return,
-                    Err(ProposeError::Unknown(reason)) => {
-                        tracing::warn!(topic, queue_id, %reason, "delivery outcome unknown; looking again");
-                        pause(&leading, RETRY_PAUSE).await;
+                    Err(error) => {
+                        if settle(error, queue, &leading).await == Settled::RaftStopped {
+                            return;
+                        }
                     }
                 }
             }
             Due::NotBefore(due_ms) => {
+                tracing::trace!(topic, queue_id, due_ms, "head not due");
                 let wait = Duration::from_millis((due_ms - now_ms()).max(1) as u64);
                 pause(&leading, wait).await;
             }
             Due::Empty => {
+                tracing::trace!(topic, queue_id, "empty");
                 tokio::select! {
                     () = leading.cancelled() => return,
                     _ = arrivals.changed() => {}
@@ -322,8 +338,57 @@ async fn run_queue(
     }
 }
 
-async fn deliver(raft: &Raft, command: Command) -> Result<(), ProposeError> {
-    propose(raft, command).await?.await.map(|_| ())
+#[derive(Debug, PartialEq, Eq)]
+enum Settled {
+    LookAgain,
+    RaftStopped,
+}
+
+/// After a proposal that failed: pause, then look at the queue again from its replicated
+/// progress (whatever became of the proposal, compare and set keeps it once), unless Raft
+/// stopped. A refusal as not the leader does not end the task either: openraft refuses a
+/// proposal as `ForwardToLeader` in moments when this node still leads (seen under load,
+/// with no role change), and a real loss of leadership cancels `leading` anyway.
+async fn settle(error: ProposeError, queue: ScheduleQueue, leading: &CancellationToken) -> Settled {
+    let (topic, queue_id) = (queue.topic, queue.queue_id);
+    if let ProposeError::Stopped(fatal) = &error {
+        tracing::error!(topic, queue_id, %fatal, "raft stopped; the schedule queue stops");
+        return Settled::RaftStopped;
+    }
+    tracing::warn!(topic, queue_id, %error, "delivery not confirmed; looking again");
+    pause(leading, RETRY_PAUSE).await;
+    Settled::LookAgain
+}
+
+/// Proposes each `EndTransaction` of `ends` and waits until it is applied.
+async fn end_all(
+    raft: &Raft,
+    ends: Vec<Command>,
+    leading: &CancellationToken,
+) -> Result<(), ProposeError> {
+    for end in ends {
+        deliver(raft, end, leading).await?;
+    }
+    Ok(())
+}
+
+/// Proposes `command` and waits until it is applied, at most [`DELIVER_WAIT_MAX`] and only
+/// while this node leads: a proposal whose answer does not come (seen when the node was
+/// re-elected in a new term with proposals of the old one pending) must not hold the task,
+/// and the service's restart with it. Its outcome is then unknown, which the replicated
+/// progress settles: the next look delivers from wherever it stands (compare and set).
+async fn deliver(
+    raft: &Raft,
+    command: Command,
+    leading: &CancellationToken,
+) -> Result<(), ProposeError> {
+    let applied = async { propose(raft, command).await?.await.map(|_| ()) };
+    tokio::select! {
+        result = tokio::time::timeout(DELIVER_WAIT_MAX, applied) => {
+            result.unwrap_or(Err(ProposeError::Unknown(Undecided::NoAnswer(DELIVER_WAIT_MAX))))
+        }
+        () = leading.cancelled() => Err(ProposeError::Unknown(Undecided::LeadershipLost)),
+    }
 }
 
 /// The due head of `queue` from its replicated progress, restored (or, for a timer with time
@@ -339,6 +404,7 @@ fn collect_due(group: &GroupState, queue: ScheduleQueue, now_ms: i64) -> Result<
     let mut records = Vec::new();
     let mut messages = 0;
     let mut checks = Vec::new();
+    let mut ends = Vec::new();
     for unit in units {
         let due_ms = queue.due_ms(unit.tags_code);
         if due_ms > now_ms {
@@ -357,9 +423,21 @@ fn collect_due(group: &GroupState, queue: ScheduleQueue, now_ms: i64) -> Result<
         let next = match queue.kind {
             QueueKind::HalfCheck { max_checks, .. } => {
                 let place = (unit.commit_log_offset, next_offset - 1);
-                let (next, check) = check_step(group, parked, place, now_ms, max_checks)?;
-                checks.extend(check);
-                next
+                match check_step(&store, parked, place, now_ms, max_checks)? {
+                    HalfStep::Ended => None,
+                    HalfStep::Discard(end) => {
+                        ends.push(end);
+                        None
+                    }
+                    HalfStep::Check {
+                        copy,
+                        producer_group,
+                        check,
+                    } => {
+                        checks.push((producer_group, *check));
+                        Some(*copy)
+                    }
+                }
             }
             QueueKind::DelayLevel | QueueKind::Timer => next_step(group, queue, parked, now_ms),
         };
@@ -383,6 +461,7 @@ fn collect_due(group: &GroupState, queue: ScheduleQueue, now_ms: i64) -> Result<
             records,
             messages,
             checks,
+            ends,
         }
     } else {
         Due::Empty
@@ -432,51 +511,69 @@ fn next_step(
     Some(restored)
 }
 
-/// What a due half message, stored at `place` (commit log offset, queue offset), becomes:
-/// nothing if its transaction ended; after `max_checks` check-backs a `discard` op record;
-/// otherwise a copy with one more check, and a check-back for its producer group.
+/// What a due half message becomes.
+enum HalfStep {
+    /// Its transaction ended: nothing.
+    Ended,
+    /// Its last check-back went unanswered: this `EndTransaction` discards it (applied only
+    /// if no other end came first).
+    Discard(Command),
+    /// Checked back: a copy with one more check, and the check for its producer group.
+    Check {
+        copy: Box<MessageRecord>,
+        producer_group: String,
+        check: Box<pb::TransactionCheck>,
+    },
+}
+
+/// What the half message `half`, stored at `place` (commit log offset, queue offset),
+/// becomes; `store` is the store the caller reads under (never locked twice: a writer
+/// waiting in between would deadlock the two reads).
 fn check_step(
-    group: &GroupState,
+    store: &MessageStore,
     half: MessageRecord,
     place: (i64, i64),
     now_ms: i64,
     max_checks: i32,
-) -> Result<CheckStep, String> {
+) -> Result<HalfStep, String> {
     let Some(msg_id) = half.properties.get(UNIQ_KEY) else {
         tracing::warn!(offset = place.0, "a half message without UNIQ_KEY skipped");
-        return Ok((None, None));
+        return Ok(HalfStep::Ended);
     };
-    let ended = group
-        .store()
-        .find_unique(TRANSACTION_OP_TOPIC, msg_id, 0)
+    let since = half_offset(&half, place.0);
+    let ended = store
+        .find_unique_since(TRANSACTION_OP_TOPIC, msg_id, 0, since.max(0) as u64)
         .map_err(|error| error.to_string())?;
     if ended.is_some() {
-        return Ok((None, None));
+        return Ok(HalfStep::Ended);
     }
     let times = check_times(&half);
     if times >= max_checks {
         tracing::warn!(
             msg_id,
             times,
-            "transaction still unresolved after its last check-back; discarded"
+            "transaction still unresolved after its last check-back; discarding it"
         );
         let op = op_record(&half, Ending::Discard, now_ms).map_err(|error| error.to_string())?;
-        return Ok((Some(op), None));
+        let records = op.encode().map_err(|error| error.to_string())?;
+        return Ok(HalfStep::Discard(Command::EndTransaction {
+            msg_id: msg_id.to_owned(),
+            half_offset: since,
+            records: records.into(),
+        }));
     }
     let Some(producer_group) = half.properties.get(PGROUP).map(str::to_owned) else {
         tracing::warn!(msg_id, "a half message without PGROUP skipped");
-        return Ok((None, None));
+        return Ok(HalfStep::Ended);
     };
     let check = check_of(&half, place.0, place.1);
-    let copy = checked_copy(&half, now_ms).map_err(|error| error.to_string())?;
-    Ok((Some(copy), Some((producer_group, check))))
+    let copy = checked_copy(&half, place.0, now_ms).map_err(|error| error.to_string())?;
+    Ok(HalfStep::Check {
+        copy: Box::new(copy),
+        producer_group,
+        check: Box::new(check),
+    })
 }
-
-/// What [`check_step`] makes of a half message: a record to store, a check-back to send.
-type CheckStep = (
-    Option<MessageRecord>,
-    Option<(String, pb::TransactionCheck)>,
-);
 
 /// The queue to deliver to: `queue_id` if the topic still has it, else one it has.
 pub fn writable_queue(group: &GroupState, topic: &str, queue_id: i32) -> Option<i32> {
@@ -637,7 +734,7 @@ mod tests {
         record.properties.insert(PGROUP, "pg").expect("group");
         crate::transaction::half::park_half(&mut record).expect("park");
         for _ in 0..checks {
-            record = checked_copy(&record, 0).expect("copy");
+            record = checked_copy(&record, 0, 0).expect("copy");
         }
         record.queue_id = HALF_QUEUE_SENT;
         record.store_timestamp_ms = stored_ms;
@@ -695,14 +792,30 @@ mod tests {
         let (_dir, group) = group_with_half(10_000, 3);
         let queue = ScheduleQueue::half(HALF_QUEUE_SENT, HALF_WAIT, 3);
         let Due::Batch {
-            records, checks, ..
+            records,
+            checks,
+            ends,
+            ..
         } = collect_due(&group, queue, 16_000).expect("due")
         else {
             panic!("due");
         };
-        let discarded = restored(&records);
-        assert!(checks.is_empty(), "no more check-backs after the last");
-        assert_eq!(discarded.len(), 1);
+        assert!(
+            checks.is_empty() && records.is_empty(),
+            "no more check-backs after the last"
+        );
+        let [
+            Command::EndTransaction {
+                msg_id,
+                half_offset,
+                records,
+            },
+        ] = ends.as_slice()
+        else {
+            panic!("one discard: {ends:?}");
+        };
+        assert_eq!((msg_id.as_str(), *half_offset), ("TX1", 0));
+        let discarded = restored(records);
         assert_eq!(discarded[0].topic, TRANSACTION_OP_TOPIC);
         assert_eq!(Ending::parse(&discarded[0].body), Some(Ending::Discard));
 

@@ -12,6 +12,7 @@ use rocketraft_proto::time::now_ms;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::BrokerError;
+use crate::raft::propose::linearizable_read;
 use crate::raft::propose::propose;
 use crate::raft::types::Command;
 use crate::raft::types::CommandResult;
@@ -26,6 +27,7 @@ use crate::topic::TRANSACTION_OP_TOPIC;
 use crate::topic::validate_group_name;
 use crate::transaction::half::Ending;
 use crate::transaction::half::PGROUP;
+use crate::transaction::half::half_offset;
 use crate::transaction::half::op_record;
 use crate::transaction::half::restore_half;
 
@@ -38,8 +40,10 @@ impl BrokerService {
         &self,
         request: pb::EndTransactionRequest,
     ) -> Result<pb::EndTransactionResponse, BrokerError> {
-        self.ensure_leader()?;
         validate_group_name(&request.producer_group).map_err(BrokerError::BadRequest)?;
+        // A new leader answers only once it applied everything committed before it led: the
+        // half message, and any end of its transaction.
+        linearizable_read(&self.raft).await?;
         let ending = match pb::TransactionOutcome::try_from(request.outcome) {
             Ok(pb::TransactionOutcome::Commit) => Ending::Commit,
             Ok(pb::TransactionOutcome::Rollback) => Ending::Rollback,
@@ -51,7 +55,8 @@ impl BrokerService {
             }
         };
         let half = self.half_message(&request)?;
-        if let Some(ended) = self.ending_of(&request.msg_id)? {
+        let since = half_offset(&half, request.commit_log_offset);
+        if let Some(ended) = self.ending_of(&request.msg_id, since)? {
             return Ok(response(ended, false));
         }
         let now = now_ms();
@@ -66,12 +71,13 @@ impl BrokerService {
             .map_err(illegal)?;
         let command = Command::EndTransaction {
             msg_id: request.msg_id.clone(),
+            half_offset: since,
             records: records.into(),
         };
         let applied = propose(&self.raft, command).await?.await?;
         if matches!(&applied, CommandResult::Appended(appended) if appended.is_empty()) {
             // Another end was applied first.
-            let ended = self.ending_of(&request.msg_id)?.unwrap_or(ending);
+            let ended = self.ending_of(&request.msg_id, since)?.unwrap_or(ending);
             return Ok(response(ended, false));
         }
         tracing::info!(
@@ -127,10 +133,12 @@ impl BrokerService {
         Ok(half)
     }
 
-    /// How the transaction of half message `msg_id` ended, if it did.
-    fn ending_of(&self, msg_id: &str) -> Result<Option<Ending>, BrokerError> {
+    /// How the transaction of half message `msg_id` (first stored at `since`) ended, if it
+    /// did.
+    fn ending_of(&self, msg_id: &str, since: i64) -> Result<Option<Ending>, BrokerError> {
         let store = self.group.store();
-        let Some(op) = store.find_unique(TRANSACTION_OP_TOPIC, msg_id, 0)? else {
+        let since = since.max(0) as u64;
+        let Some(op) = store.find_unique_since(TRANSACTION_OP_TOPIC, msg_id, 0, since)? else {
             return Ok(None);
         };
         let op = store.read_message(op.commit_log_offset)?;

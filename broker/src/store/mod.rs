@@ -570,9 +570,26 @@ impl MessageStore {
         unique_key: &str,
         reconsume_times: i32,
     ) -> Result<Option<Stored>, StoreError> {
-        let window_start = self.dedup_window_start();
+        self.find_unique_since(
+            topic,
+            unique_key,
+            reconsume_times,
+            self.dedup_window_start(),
+        )
+    }
+
+    /// [`MessageStore::find_unique`] searching from CommitLog offset `since` on: for a record
+    /// that can only come after a known one (a transaction's op record after its half
+    /// message), every replica holding `since` answers alike.
+    pub fn find_unique_since(
+        &self,
+        topic: &str,
+        unique_key: &str,
+        reconsume_times: i32,
+        since: u64,
+    ) -> Result<Option<Stored>, StoreError> {
         let candidates = self.dispatcher.index().lookup(unique_key);
-        for commit_log_offset in candidates.take_while(|offset| *offset as u64 >= window_start) {
+        for commit_log_offset in candidates.take_while(|offset| *offset as u64 >= since) {
             let view = self.read_view(commit_log_offset)?;
             if view.topic() == topic
                 && view.reconsume_times() == reconsume_times

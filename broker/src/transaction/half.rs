@@ -25,6 +25,9 @@ pub const TRAN_MSG: &str = "TRAN_MSG";
 pub const PGROUP: &str = "PGROUP";
 /// How many check-backs a stored copy of a half message has had.
 pub const TRANSACTION_CHECK_TIMES: &str = "TRANSACTION_CHECK_TIMES";
+/// On a check-back copy: the CommitLog offset of the half message as sent. The
+/// transaction's op record can only come after it, so that is where lookups start.
+pub const TRAN_HALF_OFFSET: &str = "TRAN_HALF_OFFSET";
 /// Queue of the half topic holding half messages as sent.
 pub const HALF_QUEUE_SENT: i32 = 0;
 /// Queue of the half topic holding the copies stored at each check-back.
@@ -74,7 +77,13 @@ pub fn restore_half(half: &MessageRecord, now_ms: i64) -> Option<MessageRecord> 
     let mut record = half.clone();
     record.topic = record.properties.get(REAL_TOPIC)?.to_owned();
     record.queue_id = record.properties.get(REAL_QID)?.parse().ok()?;
-    for internal in [REAL_TOPIC, REAL_QID, TRAN_MSG, TRANSACTION_CHECK_TIMES] {
+    for internal in [
+        REAL_TOPIC,
+        REAL_QID,
+        TRAN_MSG,
+        TRANSACTION_CHECK_TIMES,
+        TRAN_HALF_OFFSET,
+    ] {
         record.properties.remove(internal);
     }
     record.queue_offset = 0;
@@ -83,9 +92,26 @@ pub fn restore_half(half: &MessageRecord, now_ms: i64) -> Option<MessageRecord> 
     Some(record)
 }
 
-/// The copy stored at a check-back: one more check, stored at `now_ms`.
-pub fn checked_copy(half: &MessageRecord, now_ms: i64) -> Result<MessageRecord, StoreError> {
+/// Where the half message `half` (stored at `stored_at`) was first stored: where lookups of
+/// its transaction's op record start.
+pub fn half_offset(half: &MessageRecord, stored_at: i64) -> i64 {
+    half.properties
+        .get(TRAN_HALF_OFFSET)
+        .and_then(|offset| offset.parse().ok())
+        .unwrap_or(stored_at)
+}
+
+/// The copy stored at a check-back of `half` (stored at `stored_at`): one more check, stored
+/// at `now_ms`.
+pub fn checked_copy(
+    half: &MessageRecord,
+    stored_at: i64,
+    now_ms: i64,
+) -> Result<MessageRecord, StoreError> {
     let mut record = half.clone();
+    record
+        .properties
+        .insert(TRAN_HALF_OFFSET, half_offset(half, stored_at).to_string())?;
     let times = check_times(half) + 1;
     record
         .properties
@@ -182,11 +208,16 @@ mod tests {
             (record.topic.as_str(), record.queue_id),
             (TRANSACTION_HALF_TOPIC, HALF_QUEUE_SENT)
         );
-        let checked = checked_copy(&record, 7).expect("checked");
+        let checked = checked_copy(&record, 100, 7).expect("checked");
         assert_eq!((check_times(&record), check_times(&checked)), (0, 1));
         assert_eq!(checked.queue_id, HALF_QUEUE_CHECKED);
-        let again = checked_copy(&checked, 8).expect("again");
+        let again = checked_copy(&checked, 200, 8).expect("again");
         assert_eq!(check_times(&again), 2);
+        assert_eq!(
+            half_offset(&again, 300),
+            100,
+            "the first store, through every copy"
+        );
         let restored = restore_half(&again, 9).expect("restore");
         assert_eq!((restored.topic.as_str(), restored.queue_id), ("Orders", 3));
         assert_eq!(restored.store_timestamp_ms, 9);
@@ -196,7 +227,13 @@ mod tests {
             "delayed after commit"
         );
         assert_eq!(restored.properties.get(UNIQ_KEY), Some("ID1"));
-        for gone in [TRAN_MSG, TRANSACTION_CHECK_TIMES, REAL_TOPIC, REAL_QID] {
+        for gone in [
+            TRAN_MSG,
+            TRANSACTION_CHECK_TIMES,
+            TRAN_HALF_OFFSET,
+            REAL_TOPIC,
+            REAL_QID,
+        ] {
             assert_eq!(restored.properties.get(gone), None, "{gone}");
         }
         let op = op_record(&again, Ending::Rollback, 10).expect("op");

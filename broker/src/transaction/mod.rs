@@ -33,6 +33,11 @@ pub const TRANSACTION_CHECK_INTERVAL_DEFAULT: Duration = Duration::from_secs(60)
 /// `transactionCheckMax`).
 pub const TRANSACTION_CHECK_MAX_DEFAULT: u32 = 15;
 
+/// The longest `transaction_timeout_ms` or `transaction_check_interval_ms`.
+pub const TRANSACTION_WAIT_MAX: Duration = Duration::from_secs(24 * 3600);
+/// The most check-backs a broker may be configured to make.
+pub const TRANSACTION_CHECK_MAX_LIMIT: u32 = 1000;
+
 /// When the leader checks unresolved transactions back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckSettings {

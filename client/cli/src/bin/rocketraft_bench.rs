@@ -44,6 +44,7 @@ use rocketraft_client::producer::Producer;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::common as common_pb;
+use rocketraft_proto::time::now_ms;
 use std::net::SocketAddr;
 use tonic::transport::Channel;
 
@@ -85,8 +86,12 @@ struct Args {
     #[arg(long)]
     skip_send: bool,
     /// Send delayed messages of this level (0: not delayed).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, conflicts_with = "timers_due_in_ms")]
     delay_level: u32,
+    /// Send timer messages all due at one time, this many ms after the bench starts; the
+    /// drain then reports how long after that time the last one arrived.
+    #[arg(long)]
+    timers_due_in_ms: Option<u64>,
     /// Also print every figure as one JSON object (the last line).
     #[arg(long)]
     json: bool,
@@ -188,6 +193,34 @@ async fn servers_cpu(namesrv: &[String]) -> anyhow::Result<ServerCpu> {
     Ok(cpu)
 }
 
+/// What a benchmark message waits for.
+#[derive(Clone, Copy)]
+enum Delay {
+    None,
+    Level(u32),
+    /// A timer due at this time, ms since the epoch.
+    TimerAt(i64),
+}
+
+impl Delay {
+    fn of(args: &Args, started_ms: i64) -> Delay {
+        match (args.timers_due_in_ms, args.delay_level) {
+            (Some(due_in), _) => Delay::TimerAt(started_ms + due_in as i64),
+            (None, 0) => Delay::None,
+            (None, level) => Delay::Level(level),
+        }
+    }
+
+    /// The property that asks for it, if any.
+    fn property(self) -> Option<(&'static str, String)> {
+        match self {
+            Delay::None => None,
+            Delay::Level(level) => Some((property::DELAY, level.to_string())),
+            Delay::TimerAt(at) => Some((property::TIMER_DELIVER_MS, at.to_string())),
+        }
+    }
+}
+
 /// How a benchmark producer sends one message.
 #[derive(Clone)]
 enum Sender {
@@ -195,13 +228,10 @@ enum Sender {
     Direct {
         client: BrokerClient<Channel>,
         queues: u32,
-        delay_level: u32,
+        delay: Delay,
     },
     /// Through the SDK: route lookup, queue selection and retries included.
-    Sdk {
-        producer: Producer,
-        delay_level: u32,
-    },
+    Sdk { producer: Producer, delay: Delay },
 }
 
 impl Sender {
@@ -210,25 +240,14 @@ impl Sender {
             Sender::Direct {
                 client,
                 queues,
-                delay_level,
-            } => {
-                Box::pin(send_direct(
-                    client,
-                    queues,
-                    delay_level,
-                    topic,
-                    body,
-                    sequence,
-                ))
-                .await
-            }
-            Sender::Sdk {
-                producer,
-                delay_level,
-            } => {
-                producer
-                    .send(Message::new(topic, body).with_delay_level(delay_level))
-                    .await?;
+                delay,
+            } => Box::pin(send_direct(client, queues, delay, topic, body, sequence)).await,
+            Sender::Sdk { producer, delay } => {
+                let mut message = Message::new(topic, body);
+                if let Some((key, value)) = delay.property() {
+                    message = message.with_property(key, value);
+                }
+                producer.send(message).await?;
                 Ok(())
             }
         }
@@ -240,18 +259,16 @@ impl Sender {
 async fn send_direct(
     mut client: BrokerClient<Channel>,
     queues: u32,
-    delay_level: u32,
+    delay: Delay,
     topic: String,
     body: Bytes,
     sequence: u64,
 ) -> anyhow::Result<()> {
-    let delay = delay_level.to_string();
+    let delay = delay.property();
     let message = common_pb::Message {
         topic: topic.clone(),
         body,
-        properties: encode_properties(
-            (delay_level > 0).then_some((property::DELAY, delay.as_str())),
-        ),
+        properties: encode_properties(delay.as_ref().map(|(key, value)| (*key, value.as_str()))),
         ..Default::default()
     };
     let request = pb::SendRequest {
@@ -269,16 +286,17 @@ async fn send_direct(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let started_ms = now_ms();
     anyhow::ensure!(
         args.consume.is_none() || !args.namesrv.is_empty(),
         "--consume needs --namesrv"
     );
     let mut report = serde_json::Map::new();
     if !args.skip_send {
-        report.insert("send".into(), produce_all(&args).await?);
+        report.insert("send".into(), produce_all(&args, started_ms).await?);
     }
     if let Some(group) = &args.consume {
-        report.insert("consume".into(), drain(&args, group).await?);
+        report.insert("consume".into(), drain(&args, group, started_ms).await?);
     }
     if args.json {
         println!("{}", serde_json::Value::Object(report));
@@ -311,9 +329,12 @@ fn spawn_progress(
 }
 
 /// Drains `--messages` messages of the topic with a push consumer; prints the rate.
-async fn drain(args: &Args, group: &str) -> anyhow::Result<serde_json::Value> {
+async fn drain(args: &Args, group: &str, started_ms: i64) -> anyhow::Result<serde_json::Value> {
     let consumed = Arc::new(AtomicU64::new(0));
     let counter = consumed.clone();
+    // Timers: when the first arrived (ms since the epoch; 0 until then).
+    let first_ms = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let first = first_ms.clone();
     let cpu = CpuMark::now(&args.namesrv).await;
     let progress = spawn_progress("consumed", consumed.clone(), args.messages);
     let started = Instant::now();
@@ -323,6 +344,12 @@ async fn drain(args: &Args, group: &str) -> anyhow::Result<serde_json::Value> {
         .consume_batch_max_size(args.consume_batch)
         .start(move |messages: Vec<MessageExt>, _context| {
             counter.fetch_add(messages.len() as u64, Ordering::Relaxed);
+            if messages
+                .iter()
+                .any(|message| message.properties.contains_key(property::TIMER_DELIVER_MS))
+            {
+                let _ = first.compare_exchange(0, now_ms(), Ordering::Relaxed, Ordering::Relaxed);
+            }
             async { ConsumeResult::Success }
         })
         .await?;
@@ -339,6 +366,7 @@ async fn drain(args: &Args, group: &str) -> anyhow::Result<serde_json::Value> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let elapsed = started.elapsed();
+    let last_ms = now_ms();
     progress.abort();
     let count = consumed.load(Ordering::Relaxed);
     let cpu = cpu.per_message(&args.namesrv, count).await;
@@ -350,13 +378,22 @@ async fn drain(args: &Args, group: &str) -> anyhow::Result<serde_json::Value> {
     );
     cpu.print("consume");
     let mut json = cpu.json();
+    if let Some(due_in) = args.timers_due_in_ms {
+        let due_ms = started_ms + due_in as i64;
+        let (first, last) = (first_ms.load(Ordering::Relaxed) - due_ms, last_ms - due_ms);
+        println!(
+            "timers due at one time: the first arrived {first} ms after it, the last {last} ms after it"
+        );
+        json["first_after_due_ms"] = first.into();
+        json["last_after_due_ms"] = last.into();
+    }
     json["messages"] = count.into();
     json["seconds"] = elapsed.as_secs_f64().into();
     json["msg_per_s"] = rate.into();
     Ok(json)
 }
 
-async fn produce_all(args: &Args) -> anyhow::Result<serde_json::Value> {
+async fn produce_all(args: &Args, started_ms: i64) -> anyhow::Result<serde_json::Value> {
     println!(
         "{} messages of {} bytes, {} producers x {} in flight, {}",
         args.messages,
@@ -383,7 +420,7 @@ async fn produce_all(args: &Args) -> anyhow::Result<serde_json::Value> {
             senders.push(Sender::Direct {
                 client: connect(leader).await?,
                 queues: args.queues,
-                delay_level: args.delay_level,
+                delay: Delay::of(args, started_ms),
             });
         }
     } else {
@@ -393,7 +430,7 @@ async fn produce_all(args: &Args) -> anyhow::Result<serde_json::Value> {
         for _ in 0..args.producers {
             senders.push(Sender::Sdk {
                 producer: Producer::builder(args.namesrv.clone(), "bench").build()?,
-                delay_level: args.delay_level,
+                delay: Delay::of(args, started_ms),
             });
         }
         // The nameserver learns the new topic from the leader's next registration.
