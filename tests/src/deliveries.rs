@@ -8,6 +8,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 use std::time::Instant;
 
+use rocketraft_client::consumer::ConsumeFrom;
+use rocketraft_client::consumer::ConsumeResult;
+use rocketraft_client::consumer::PushConsumer;
 use rocketraft_client::message::MessageExt;
 
 use crate::wait_for;
@@ -62,6 +65,32 @@ impl Deliveries {
                 .push(delivery.consumer);
         }
         by_message
+    }
+
+    /// Starts a push consumer of `group` that reads `topic` from its first message and
+    /// records every delivery as "reader", with short timings for tests.
+    pub async fn start_reader(
+        &self,
+        nameservers: Vec<String>,
+        group: &str,
+        topic: &str,
+    ) -> anyhow::Result<PushConsumer> {
+        let deliveries = self.clone();
+        Ok(PushConsumer::builder(nameservers, group)
+            .subscribe(topic, "*")
+            .consume_from(ConsumeFrom::First)
+            .heartbeat_interval(Duration::from_millis(300))
+            .rebalance_interval(Duration::from_secs(1))
+            .persist_interval(Duration::from_millis(200))
+            .route_ttl(Duration::from_millis(500))
+            .start(move |messages: Vec<MessageExt>, _context| {
+                let deliveries = deliveries.clone();
+                async move {
+                    deliveries.record("reader", &messages);
+                    ConsumeResult::Success
+                }
+            })
+            .await?)
     }
 
     /// Waits until every id in `ids` was delivered at least once.

@@ -5,9 +5,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rocketraft_client::consumer::ConsumeFrom;
-use rocketraft_client::consumer::ConsumeResult;
-use rocketraft_client::consumer::PushConsumer;
 use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
 use rocketraft_client::message::property;
@@ -49,24 +46,9 @@ async fn given_timers_each_should_arrive_once_on_time_across_a_leader_kill() -> 
     init_tracing();
     let (mut cluster, producer) = start_cluster(0x71AE_0001, 3_600_000).await?;
     let deliveries = Deliveries::default();
-    let consumer = {
-        let deliveries = deliveries.clone();
-        PushConsumer::builder(cluster.nameservers(), "reminder-reader")
-            .subscribe(TOPIC, "*")
-            .consume_from(ConsumeFrom::First)
-            .heartbeat_interval(Duration::from_millis(300))
-            .rebalance_interval(Duration::from_secs(1))
-            .persist_interval(Duration::from_millis(200))
-            .route_ttl(Duration::from_millis(500))
-            .start(move |messages: Vec<MessageExt>, _context| {
-                let deliveries = deliveries.clone();
-                async move {
-                    deliveries.record("reader", &messages);
-                    ConsumeResult::Success
-                }
-            })
-            .await?
-    };
+    let consumer = deliveries
+        .start_reader(cluster.nameservers(), "reminder-reader", TOPIC)
+        .await?;
 
     info!("--- timers from 1.5 s to 12 s ahead, by deliver time and by delay");
     let sent_at = now_ms();

@@ -8,9 +8,6 @@ use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use rocketraft_client::consumer::ConsumeFrom;
-use rocketraft_client::consumer::ConsumeResult;
-use rocketraft_client::consumer::PushConsumer;
 use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
 use rocketraft_client::producer::Producer;
@@ -54,24 +51,9 @@ async fn given_transactions_each_should_end_once_as_decided_across_a_leader_kill
     cluster.create_topic(TOPIC, 2).await?;
     cluster.wait_for_route(TOPIC).await?;
     let deliveries = Deliveries::default();
-    let consumer = {
-        let deliveries = deliveries.clone();
-        PushConsumer::builder(cluster.nameservers(), "payment-readers")
-            .subscribe(TOPIC, "*")
-            .consume_from(ConsumeFrom::First)
-            .heartbeat_interval(Duration::from_millis(300))
-            .rebalance_interval(Duration::from_secs(1))
-            .persist_interval(Duration::from_millis(200))
-            .route_ttl(Duration::from_millis(500))
-            .start(move |messages: Vec<MessageExt>, _context| {
-                let deliveries = deliveries.clone();
-                async move {
-                    deliveries.record("reader", &messages);
-                    ConsumeResult::Success
-                }
-            })
-            .await?
-    };
+    let consumer = deliveries
+        .start_reader(cluster.nameservers(), "payment-readers", TOPIC)
+        .await?;
 
     info!("--- a producer without a checker sends transactions, then crashes");
     let crashing = Producer::builder(cluster.nameservers(), PRODUCER_GROUP).build()?;
