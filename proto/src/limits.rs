@@ -22,6 +22,10 @@ pub const SEND_REQUEST_BYTES_MAX: usize = SEND_BATCH_BODY_BYTES_MAX
 /// `max(PULL_RESPONSE_BYTES_MAX, largest message)` plus framing, far under the transport limit.
 pub const PULL_RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
 
+/// Queues one `LockQueues` or `UnlockQueues` request names at most; a client with more
+/// queues in one broker group splits its requests.
+pub const LOCK_QUEUES_MAX: usize = 1024;
+
 /// The largest HTTP/2 frame every rocketraft endpoint (broker server, SDK and peer channels)
 /// accepts, in place of the protocol's 16 KiB default. The sender writes one frame per
 /// syscall, so a 4 MiB pull response or a replication stream under load took 256 writes per

@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
+use rocketraft_proto::limits::LOCK_QUEUES_MAX;
 use tokio::time::Instant;
 
 use crate::consumer::ConsumerError;
@@ -145,7 +146,11 @@ async fn renew_all(shared: &Shared) -> bool {
     let renewals = by_group
         .into_iter()
         .map(|(group, queues)| renew_group(shared, group, queues));
-    let outcomes = futures::future::join_all(renewals).await;
+    let outcomes: Vec<Renewal> = futures::future::join_all(renewals)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
     if outcomes.contains(&Renewal::Lost) {
         shared.rebalance_now.notify_one();
     }
@@ -161,11 +166,24 @@ enum Renewal {
     Failed,
 }
 
-/// Renews this client's locks on `queues` of `group`.
+/// Renews this client's locks on `queues` of `group`, in requests of at most
+/// [`LOCK_QUEUES_MAX`] queues; one outcome per request.
 async fn renew_group(
     shared: &Shared,
     group: &str,
     queues: Vec<(&MessageQueue, &Arc<ProcessQueue>)>,
+) -> Vec<Renewal> {
+    let mut outcomes = Vec::new();
+    for chunk in queues.chunks(LOCK_QUEUES_MAX) {
+        outcomes.push(renew_chunk(shared, group, chunk).await);
+    }
+    outcomes
+}
+
+async fn renew_chunk(
+    shared: &Shared,
+    group: &str,
+    queues: &[(&MessageQueue, &Arc<ProcessQueue>)],
 ) -> Renewal {
     let wanted: Vec<MessageQueue> = queues.iter().map(|(queue, _)| (*queue).clone()).collect();
     let now = Instant::now();
@@ -184,7 +202,7 @@ async fn renew_group(
         }
     };
     let mut outcome = Renewal::Kept;
-    for (queue, process) in queues {
+    for (queue, process) in queues.iter().copied() {
         let kept = granted.queues.contains(queue);
         if kept && !process.lock_lapsed(Instant::now()) {
             process.lock_granted(granted.valid_until);

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
+use rocketraft_proto::limits::LOCK_QUEUES_MAX;
 use tokio::time::Instant;
 
 use crate::consumer::ConsumeFrom;
@@ -309,11 +310,17 @@ async fn lock_new(
     }
     let mut startable = Vec::new();
     let mut complete = true;
-    for (group, queues) in by_group {
-        match queue_lock::lock(shared, &group, &queues, &[]).await {
+    let mut requests: Vec<(&str, &[MessageQueue])> = Vec::new();
+    for (group, queues) in &by_group {
+        for chunk in queues.chunks(LOCK_QUEUES_MAX) {
+            requests.push((group, chunk));
+        }
+    }
+    for (group, queues) in requests {
+        match queue_lock::lock(shared, group, queues, &[]).await {
             Ok(granted) => {
                 complete &= granted.queues.len() == queues.len();
-                for queue in &queues {
+                for queue in queues {
                     if !granted.queues.contains(queue) {
                         tracing::debug!(%queue, "queue still locked by another member; trying next round");
                     }
