@@ -82,6 +82,11 @@ impl From<ProposeError> for BrokerError {
 }
 
 impl BrokerError {
+    /// A message refused for `reason` (`MESSAGE_ILLEGAL`).
+    pub fn illegal(reason: impl std::fmt::Display) -> BrokerError {
+        BrokerError::MessageIllegal(reason.to_string())
+    }
+
     pub fn code(&self) -> ResponseCode {
         match self {
             BrokerError::NotLeader { .. } => ResponseCode::NotLeader,

@@ -10,29 +10,7 @@ use rocketraft_proto::common as pb;
 
 /// Property names the broker understands (RocketMQ's spellings).
 pub mod property {
-    pub const TAGS: &str = "TAGS";
-    pub const KEYS: &str = "KEYS";
-    pub const UNIQ_KEY: &str = "UNIQ_KEY";
-    pub const DELAY: &str = "DELAY";
-    /// The original topic of a retried message.
-    pub const RETRY_TOPIC: &str = "RETRY_TOPIC";
-    /// The id of the message a retry copy was made from.
-    pub const ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
-    /// The reconsume count a client-sent retry copy carries.
-    pub const RECONSUME_TIME: &str = "RECONSUME_TIME";
-    /// The most reconsumes before the dead-letter topic.
-    pub const MAX_RECONSUME_TIMES: &str = "MAX_RECONSUME_TIMES";
-    /// Where a delayed message belongs (set by the broker).
-    pub const REAL_TOPIC: &str = "REAL_TOPIC";
-    pub const REAL_QID: &str = "REAL_QID";
-    /// A timer message's deliver time, ms since the epoch (RocketMQ 5).
-    pub const TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
-    /// A timer message's delay from its send, in seconds or ms (the broker turns either into
-    /// `TIMER_DELIVER_MS`).
-    pub const TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
-    pub const TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
-    /// Every timer property.
-    pub const TIMER: [&str; 3] = [TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS];
+    pub use rocketraft_proto::property_keys::*;
 }
 
 pub use rocketraft_proto::names::DLQ_TOPIC_PREFIX;
@@ -95,7 +73,7 @@ impl Message {
 
     fn with_timer(mut self, key: &str, value: String) -> Message {
         self.delay_level = 0;
-        for timer in property::TIMER {
+        for timer in property::TIMER_KEYS {
             self.properties.remove(timer);
         }
         self.with_property(key, value)

@@ -9,6 +9,7 @@ pub mod names;
 pub mod perm;
 pub mod process;
 pub mod properties;
+pub mod property_keys;
 pub mod secrets;
 pub mod sql_filter;
 pub mod stable_hash;

@@ -22,6 +22,12 @@ pub const SEND_REQUEST_BYTES_MAX: usize = SEND_BATCH_BODY_BYTES_MAX
 /// `max(PULL_RESPONSE_BYTES_MAX, largest message)` plus framing, far under the transport limit.
 pub const PULL_RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
 
+/// Reconsumes of a group's message before it goes to the group's dead-letter topic, unless
+/// the group is configured otherwise (RocketMQ's default).
+pub const RETRY_MAX_TIMES_DEFAULT: u32 = 16;
+/// The most reconsumes a group or a consumer may configure.
+pub const RETRY_MAX_TIMES_MAX: u32 = 64;
+
 /// Queues one `LockQueues` or `UnlockQueues` request names at most; a client with more
 /// queues in one broker group splits its requests.
 pub const LOCK_QUEUES_MAX: usize = 1024;

@@ -435,7 +435,6 @@ pub fn pull_request(topic: &str, queue_id: i32, queue_offset: i64) -> pb::PullRe
     }
 }
 
-/// A send of `bodies` to one queue, as the producer SDK will issue it.
 /// XORs the byte at `pos` of the file at `path` with `mask` and syncs it: bit rot, done to
 /// a node's files behind its back.
 pub fn flip_byte(path: &std::path::Path, pos: u64, mask: u8) -> anyhow::Result<()> {
@@ -453,6 +452,7 @@ pub fn flip_byte(path: &std::path::Path, pos: u64, mask: u8) -> anyhow::Result<(
     Ok(())
 }
 
+/// A send of `bodies` to one queue, as the producer SDK will issue it.
 pub fn send_request(
     topic: &str,
     queue_id: i32,

@@ -33,6 +33,7 @@ use crate::raft::types::Command;
 use crate::raft::types::Raft;
 use crate::schedule::delayed::restore;
 use crate::schedule::timer;
+use crate::schedule::timer::TIMER_PROGRESS_KEY_BASE;
 use crate::schedule::timer::TIMER_QUEUES;
 use crate::store::MessageStore;
 use crate::store::properties::UNIQ_KEY;
@@ -178,38 +179,46 @@ pub enum QueueKind {
 /// Half-queue progress keys (delay levels use 1.., timers `TIMER_PROGRESS_KEY_BASE`..).
 pub const HALF_PROGRESS_KEY_BASE: u32 = 1 << 17;
 
+/// The replicated progress key of queue `queue_id` of schedule topic `topic`
+/// (`DeliverDelayed::level`): delay level `queue_id + 1`, or one of a range per topic;
+/// `None` for any other topic.
+pub fn progress_key(topic: &str, queue_id: i32) -> Option<u32> {
+    let base = match topic {
+        SCHEDULE_TOPIC => 1,
+        TIMER_TOPIC => TIMER_PROGRESS_KEY_BASE,
+        TRANSACTION_HALF_TOPIC => HALF_PROGRESS_KEY_BASE,
+        _ => return None,
+    };
+    Some(base + u32::try_from(queue_id).ok()?)
+}
+
 impl ScheduleQueue {
+    fn new(topic: &'static str, queue_id: i32, kind: QueueKind) -> ScheduleQueue {
+        ScheduleQueue {
+            topic,
+            queue_id,
+            progress_key: progress_key(topic, queue_id).expect("a schedule topic and queue"),
+            kind,
+        }
+    }
+
     /// The queue of delay level `level` (1-based).
     pub fn level(level: u32) -> ScheduleQueue {
-        ScheduleQueue {
-            topic: SCHEDULE_TOPIC,
-            queue_id: level as i32 - 1,
-            progress_key: level,
-            kind: QueueKind::DelayLevel,
-        }
+        ScheduleQueue::new(SCHEDULE_TOPIC, level as i32 - 1, QueueKind::DelayLevel)
     }
 
     /// Queue `queue_id` of the timer wheel.
     pub fn timer(queue_id: i32) -> ScheduleQueue {
-        ScheduleQueue {
-            topic: TIMER_TOPIC,
-            queue_id,
-            progress_key: timer::progress_key(queue_id),
-            kind: QueueKind::Timer,
-        }
+        ScheduleQueue::new(TIMER_TOPIC, queue_id, QueueKind::Timer)
     }
 
     /// Queue `queue_id` of the half topic, whose entries are due `wait` after their store.
     pub fn half(queue_id: i32, wait: Duration, max_checks: u32) -> ScheduleQueue {
-        ScheduleQueue {
-            topic: TRANSACTION_HALF_TOPIC,
-            queue_id,
-            progress_key: HALF_PROGRESS_KEY_BASE + queue_id as u32,
-            kind: QueueKind::HalfCheck {
-                wait_ms: wait.as_millis() as i64,
-                max_checks: max_checks as i32,
-            },
-        }
+        let kind = QueueKind::HalfCheck {
+            wait_ms: wait.as_millis() as i64,
+            max_checks: max_checks as i32,
+        };
+        ScheduleQueue::new(TRANSACTION_HALF_TOPIC, queue_id, kind)
     }
 
     /// Every delay level's queue, every timer queue, and the two half queues.
@@ -237,19 +246,22 @@ impl ScheduleQueue {
     }
 }
 
+/// Due units of a schedule queue to deliver (`records` may be empty when all were skipped).
+#[derive(Debug)]
+struct DueBatch {
+    from_offset: i64,
+    next_offset: i64,
+    records: Vec<u8>,
+    messages: usize,
+    /// Check-backs to send once the batch is applied: (producer group, check).
+    checks: Vec<(String, pb::TransactionCheck)>,
+    /// Transactions to end (discard) before the batch is proposed.
+    ends: Vec<Command>,
+}
+
 /// What a look at a schedule queue found.
 enum Due {
-    /// Deliver these units (`records` may be empty when all were skipped).
-    Batch {
-        from_offset: i64,
-        next_offset: i64,
-        records: Vec<u8>,
-        messages: usize,
-        /// Check-backs to send once the batch is applied: (producer group, check).
-        checks: Vec<(String, pb::TransactionCheck)>,
-        /// Transactions to end (discard) before the batch is proposed.
-        ends: Vec<Command>,
-    },
+    Batch(DueBatch),
     /// The head is due at this time (ms since the epoch).
     NotBefore(i64),
     /// Nothing is waiting.
@@ -276,14 +288,14 @@ async fn run_queue(
             }
         };
         match due {
-            Due::Batch {
+            Due::Batch(DueBatch {
                 from_offset,
                 next_offset,
                 records,
                 messages,
                 checks,
                 ends,
-            } => {
+            }) => {
                 if let Err(error) = end_all(&raft, ends, &leading).await {
                     if settle(error, queue, &leading).await == Settled::RaftStopped {
                         return;
@@ -455,14 +467,14 @@ fn collect_due(group: &GroupState, queue: ScheduleQueue, now_ms: i64) -> Result<
         }
     }
     Ok(if next_offset > start || start > from_offset {
-        Due::Batch {
+        Due::Batch(DueBatch {
             from_offset,
             next_offset,
             records,
             messages,
             checks,
             ends,
-        }
+        })
     } else {
         Due::Empty
     })
@@ -678,22 +690,25 @@ mod tests {
         }
     }
 
+    /// The batch `collect_due` finds due in `queue` at `now_ms`.
+    fn due_batch(group: &GroupState, queue: ScheduleQueue, now_ms: i64) -> DueBatch {
+        match collect_due(group, queue, now_ms).expect("due") {
+            Due::Batch(batch) => batch,
+            Due::NotBefore(due) => panic!("nothing due at {now_ms}: the head is due at {due}"),
+            Due::Empty => panic!("nothing due at {now_ms}: the queue is empty"),
+        }
+    }
+
     #[test]
     fn the_due_prefix_is_delivered_restored_and_the_rest_waits() {
         let (_dir, group) = group_with_parked(&[10_000, 10_000, 20_000]);
 
-        let Due::Batch {
-            from_offset,
-            next_offset,
-            records,
-            messages,
-            ..
-        } = collect_due(&group, ScheduleQueue::level(LEVEL), 10_000).expect("due")
-        else {
-            panic!("two messages are due at 10 000");
-        };
-        assert_eq!((from_offset, next_offset, messages), (0, 2, 2));
-        let delivered = restored(&records);
+        let batch = due_batch(&group, ScheduleQueue::level(LEVEL), 10_000);
+        assert_eq!(
+            (batch.from_offset, batch.next_offset, batch.messages),
+            (0, 2, 2)
+        );
+        let delivered = restored(&batch.records);
         assert_eq!(delivered.len(), 2);
         for record in &delivered {
             assert_eq!((record.topic.as_str(), record.queue_id), (REAL_TOPIC, 3));
@@ -712,17 +727,9 @@ mod tests {
         let (_dir, group) = group_with_parked(&[10_000]);
         group.metadata_mut().delete_topic(REAL_TOPIC);
 
-        let Due::Batch {
-            next_offset,
-            records,
-            messages,
-            ..
-        } = collect_due(&group, ScheduleQueue::level(LEVEL), 10_000).expect("due")
-        else {
-            panic!("the progress must move past the dropped message");
-        };
-        assert_eq!((next_offset, messages), (1, 0));
-        assert!(records.is_empty());
+        let batch = due_batch(&group, ScheduleQueue::level(LEVEL), 10_000);
+        assert_eq!((batch.next_offset, batch.messages), (1, 0), "passed");
+        assert!(batch.records.is_empty());
     }
 
     /// A group holding one half message (producer group "pg") stored at `stored_ms`, with
@@ -755,17 +762,9 @@ mod tests {
             Due::NotBefore(due) => assert_eq!(due, 16_000),
             _ => panic!("checked 6 s after it was stored"),
         }
-        let Due::Batch {
-            next_offset,
-            records,
-            checks,
-            ..
-        } = collect_due(&group, queue, 16_000).expect("due")
-        else {
-            panic!("due at 16 000");
-        };
-        assert_eq!(next_offset, 1);
-        let copies = restored(&records);
+        let batch = due_batch(&group, queue, 16_000);
+        assert_eq!(batch.next_offset, 1);
+        let copies = restored(&batch.records);
         assert_eq!(copies.len(), 1);
         assert_eq!(
             (
@@ -775,8 +774,8 @@ mod tests {
             ),
             (TRANSACTION_HALF_TOPIC, HALF_QUEUE_CHECKED, 1)
         );
-        assert_eq!(checks.len(), 1);
-        let (producer_group, check) = &checks[0];
+        assert_eq!(batch.checks.len(), 1);
+        let (producer_group, check) = &batch.checks[0];
         assert_eq!(
             (producer_group.as_str(), check.msg_id.as_str()),
             ("pg", "TX1")
@@ -791,17 +790,9 @@ mod tests {
     fn an_ended_transaction_is_passed_over_and_the_last_check_discards() {
         let (_dir, group) = group_with_half(10_000, 3);
         let queue = ScheduleQueue::half(HALF_QUEUE_SENT, HALF_WAIT, 3);
-        let Due::Batch {
-            records,
-            checks,
-            ends,
-            ..
-        } = collect_due(&group, queue, 16_000).expect("due")
-        else {
-            panic!("due");
-        };
+        let batch = due_batch(&group, queue, 16_000);
         assert!(
-            checks.is_empty() && records.is_empty(),
+            batch.checks.is_empty() && batch.records.is_empty(),
             "no more check-backs after the last"
         );
         let [
@@ -810,9 +801,9 @@ mod tests {
                 half_offset,
                 records,
             },
-        ] = ends.as_slice()
+        ] = batch.ends.as_slice()
         else {
-            panic!("one discard: {ends:?}");
+            panic!("one discard: {:?}", batch.ends);
         };
         assert_eq!((msg_id.as_str(), *half_offset), ("TX1", 0));
         let discarded = restored(records);
@@ -826,18 +817,10 @@ mod tests {
             .store_mut()
             .append(&op.encode().expect("encode"))
             .expect("append");
-        let Due::Batch {
-            next_offset,
-            records,
-            checks,
-            ..
-        } = collect_due(&group, queue, 16_000).expect("due")
-        else {
-            panic!("due");
-        };
-        assert_eq!(next_offset, 1, "passed over");
+        let batch = due_batch(&group, queue, 16_000);
+        assert_eq!(batch.next_offset, 1, "passed over");
         assert!(
-            records.is_empty() && checks.is_empty(),
+            batch.records.is_empty() && batch.checks.is_empty(),
             "it ended: nothing to do"
         );
     }

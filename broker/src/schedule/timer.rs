@@ -25,14 +25,12 @@ use crate::store::properties::REAL_TOPIC;
 use crate::store::record::MessageRecord;
 use crate::topic::TIMER_TOPIC;
 
-/// The deliver time, in ms since the epoch (what the broker stores for every timer).
-pub const TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
-/// A delay from the send, in seconds (converted to `TIMER_DELIVER_MS` by the broker).
-pub const TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
-/// A delay from the send, in ms (converted to `TIMER_DELIVER_MS` by the broker).
-pub const TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
 /// The due time of a parked message's current hop (shared with delay levels).
 pub use crate::schedule::delayed::SCHEDULE_DELIVER_MS;
+pub use rocketraft_proto::property_keys::TIMER_DELAY_MS;
+pub use rocketraft_proto::property_keys::TIMER_DELAY_SEC;
+pub use rocketraft_proto::property_keys::TIMER_DELIVER_MS;
+pub use rocketraft_proto::property_keys::TIMER_KEYS;
 
 /// Queues of the timer topic: queue 0 for the last hop (< 1 s), queues 1..=18 for hops of
 /// 1 s to 2^17 s.
@@ -64,10 +62,6 @@ pub enum TimerError {
     )]
     TooFarAhead { ahead_ms: i64, max_ms: i64 },
 }
-
-/// The timer properties of a message as sent, in the order
-/// `[TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS]`.
-pub const TIMER_KEYS: [&str; 3] = [TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS];
 
 /// The deliver time (ms since the epoch) the timer properties `values` ask for, given the
 /// time of the send, or `None` for a message without a timer.
@@ -148,11 +142,6 @@ pub fn park_timer(
 /// A parked timer's deliver time, if it has a valid one.
 pub fn deliver_ms(record: &MessageRecord) -> Option<i64> {
     record.properties.get(TIMER_DELIVER_MS)?.parse().ok()
-}
-
-/// The replicated progress key of timer queue `queue_id`.
-pub fn progress_key(queue_id: i32) -> u32 {
-    TIMER_PROGRESS_KEY_BASE + queue_id as u32
 }
 
 #[cfg(test)]

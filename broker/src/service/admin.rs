@@ -29,12 +29,10 @@ use crate::topic::is_system_topic;
 use crate::topic::validate_group_name;
 use crate::topic::validate_topic_name;
 
-/// Retries of a group's messages before they go to its dead-letter topic (RocketMQ default).
-pub const RETRY_MAX_TIMES_DEFAULT: u32 = 16;
+pub use rocketraft_proto::limits::RETRY_MAX_TIMES_DEFAULT;
+pub use rocketraft_proto::limits::RETRY_MAX_TIMES_MAX;
 /// Retry queues of a group by default.
 pub const RETRY_QUEUE_COUNT_DEFAULT: u32 = 1;
-/// The most retries a group may configure.
-pub const RETRY_MAX_TIMES_MAX: u32 = 64;
 /// How long a leadership transfer may take before it is reported as failed.
 pub const TRANSFER_LEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 

@@ -10,7 +10,6 @@ use crate::queue_locks::LOCK_QUEUES_MAX;
 use crate::queue_locks::QueueId;
 use crate::raft::lease::Leadership;
 use crate::service::BrokerService;
-use crate::service::admin::RETRY_MAX_TIMES_DEFAULT;
 use crate::service::consumers::validate_client_id;
 use crate::topic::validate_group_name;
 use crate::topic::validate_topic_name;
@@ -40,12 +39,7 @@ impl BrokerService {
                 })
                 .collect(),
             valid_ms: self.queue_locks.grace().as_millis() as u64,
-            max_reconsume_times: self
-                .group
-                .metadata()
-                .groups
-                .get(&request.group)
-                .map_or(RETRY_MAX_TIMES_DEFAULT, |config| config.retry_max_times),
+            max_reconsume_times: self.group_config_or_default(&request.group).retry_max_times,
         })
     }
 

@@ -157,7 +157,8 @@ impl BrokerService {
         let mut placements = Vec::with_capacity(request.messages.len());
         for message in &request.messages {
             let number = |key: &str, default: i32| -> Result<i32, BrokerError> {
-                let value = properties::find(&message.properties, key).map_err(illegal)?;
+                let value =
+                    properties::find(&message.properties, key).map_err(BrokerError::illegal)?;
                 value.map_or(Ok(default), |value| {
                     value.parse().map_err(|_| {
                         BrokerError::MessageIllegal(format!("{key} {value:?} is not a number"))
@@ -246,7 +247,7 @@ impl BrokerService {
                 &message.properties,
                 [DELAY, TRAN_MSG, TIMER_KEYS[0], TIMER_KEYS[1], TIMER_KEYS[2]],
             )
-            .map_err(illegal)?;
+            .map_err(BrokerError::illegal)?;
             let half = tran.is_some_and(|value| value.eq_ignore_ascii_case("true"));
             let special = placement.dead_letter
                 || half
@@ -270,20 +271,24 @@ impl BrokerService {
             };
             if !special {
                 // The common case: the producer's encoded properties are stored as they are.
-                parts.encode_into(&mut records).map_err(illegal)?;
+                parts
+                    .encode_into(&mut records)
+                    .map_err(BrokerError::illegal)?;
                 continue;
             }
-            let mut record = MessageRecord::from_parts(&parts).map_err(illegal)?;
+            let mut record = MessageRecord::from_parts(&parts).map_err(BrokerError::illegal)?;
             if placement.dead_letter {
                 record.properties.remove(DELAY);
             } else if half {
                 self.validate_half(&record, store_timestamp_ms)?;
-                park_half(&mut record).map_err(illegal)?;
+                park_half(&mut record).map_err(BrokerError::illegal)?;
             } else {
                 let delayed = self.delayed_placement(&record, store_timestamp_ms)?;
                 park_delayed(&mut record, delayed, store_timestamp_ms, &self.delay_levels)?;
             }
-            record.encode_into(&mut records).map_err(illegal)?;
+            record
+                .encode_into(&mut records)
+                .map_err(BrokerError::illegal)?;
         }
         Ok((records, request.messages.len()))
     }
@@ -307,11 +312,11 @@ impl BrokerService {
         now_ms: i64,
     ) -> Result<Delayed, BrokerError> {
         let values = TIMER_KEYS.map(|key| record.properties.get(key));
-        let deliver_ms =
-            timer::requested_deliver_ms(values, now_ms, self.timer_max_delay).map_err(illegal)?;
-        let level = requested_level(record, &self.delay_levels).map_err(illegal)?;
+        let deliver_ms = timer::requested_deliver_ms(values, now_ms, self.timer_max_delay)
+            .map_err(BrokerError::illegal)?;
+        let level = requested_level(record, &self.delay_levels).map_err(BrokerError::illegal)?;
         if record.properties.get(DELAY).is_some() && deliver_ms.is_some() {
-            return Err(illegal(timer::TimerError::WithDelayLevel));
+            return Err(BrokerError::illegal(timer::TimerError::WithDelayLevel));
         }
         Ok(match (deliver_ms, level) {
             (Some(at), _) if at > now_ms => Delayed::At(at),
@@ -347,18 +352,14 @@ pub(super) fn park_delayed(
 ) -> Result<(), BrokerError> {
     match delayed {
         Delayed::Now => Ok(()),
-        Delayed::Level(level) => park(record, level, levels).map_err(illegal),
-        Delayed::At(at) => timer::park_timer(record, at, now_ms).map_err(illegal),
+        Delayed::Level(level) => park(record, level, levels).map_err(BrokerError::illegal),
+        Delayed::At(at) => timer::park_timer(record, at, now_ms).map_err(BrokerError::illegal),
     }
 }
 
 /// A message's encoded record beyond its body, for sizing a batch's buffer: header, topic
 /// and the usual properties.
 const RECORD_OVERHEAD_ESTIMATE: usize = 256;
-
-fn illegal(error: impl std::fmt::Display) -> BrokerError {
-    BrokerError::MessageIllegal(error.to_string())
-}
 
 fn validate_batch_size(messages: &[common_pb::Message]) -> Result<(), BrokerError> {
     if messages.is_empty() {

@@ -55,13 +55,11 @@ impl BrokerService {
         };
         let mut copy = original.clone();
         let properties = &mut copy.properties;
-        let illegal =
-            |error: crate::store::StoreError| BrokerError::MessageIllegal(error.to_string());
         if properties.get(RETRY_TOPIC).is_none() && !original.topic.starts_with(RETRY_TOPIC_PREFIX)
         {
             properties
                 .insert(RETRY_TOPIC, original.topic.clone())
-                .map_err(illegal)?;
+                .map_err(BrokerError::illegal)?;
         }
         if properties.get(ORIGIN_MESSAGE_ID).is_none() {
             let origin = properties.get(UNIQ_KEY).map_or_else(
@@ -70,11 +68,11 @@ impl BrokerService {
             );
             properties
                 .insert(ORIGIN_MESSAGE_ID, origin)
-                .map_err(illegal)?;
+                .map_err(BrokerError::illegal)?;
         }
         properties
             .insert(MAX_RECONSUME_TIMES, max.to_string())
-            .map_err(illegal)?;
+            .map_err(BrokerError::illegal)?;
         copy.reconsume_times = times + 1;
         copy.store_timestamp_ms = now_ms();
         copy.queue_offset = 0;
@@ -104,14 +102,14 @@ impl BrokerService {
                 level => level,
             };
             let level = self.delay_levels.clamp(level.max(1) as u32).unwrap_or(1);
-            park(&mut copy, level, &self.delay_levels).map_err(illegal)?;
+            park(&mut copy, level, &self.delay_levels).map_err(BrokerError::illegal)?;
         }
         let topic = if dead_lettered {
             copy.topic.clone()
         } else {
             retry_topic(&request.group)
         };
-        let encoded = copy.encode().map_err(illegal)?;
+        let encoded = copy.encode().map_err(BrokerError::illegal)?;
         // Each hand-back is a copy with a higher reconsume count; a repeated call for the same
         // one is deduplicated by the message's UNIQ_KEY and that count.
         let appended = self.commit_records(encoded, 1, request.deduplicate).await?;

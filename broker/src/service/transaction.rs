@@ -63,12 +63,14 @@ impl BrokerService {
         let mut records = Vec::new();
         if ending == Ending::Commit {
             let restored = self.committed_message(&half, now)?;
-            restored.encode_into(&mut records).map_err(illegal)?;
+            restored
+                .encode_into(&mut records)
+                .map_err(BrokerError::illegal)?;
         }
         op_record(&half, ending, now)
-            .map_err(illegal)?
+            .map_err(BrokerError::illegal)?
             .encode_into(&mut records)
-            .map_err(illegal)?;
+            .map_err(BrokerError::illegal)?;
         let command = Command::EndTransaction {
             msg_id: request.msg_id.clone(),
             half_offset: since,
@@ -172,8 +174,4 @@ fn response(ending: Ending, applied: bool) -> pb::EndTransactionResponse {
         outcome: outcome as i32,
         applied,
     }
-}
-
-fn illegal(error: impl std::fmt::Display) -> BrokerError {
-    BrokerError::MessageIllegal(error.to_string())
 }

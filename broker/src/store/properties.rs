@@ -17,26 +17,16 @@ pub use rocketraft_proto::properties::PROPERTY_SEPARATOR;
 /// Separates the message keys inside the `KEYS` property.
 pub const KEY_SEPARATOR: &str = " ";
 
-/// Message tag, used for consumer-side filtering (its hash is the ConsumeQueue tags code).
-pub const TAGS: &str = "TAGS";
-/// User message keys, separated by [`KEY_SEPARATOR`]; indexed for `query-msg`.
-pub const KEYS: &str = "KEYS";
-/// Client-generated unique message id; indexed for `query-msg`.
-pub const UNIQ_KEY: &str = "UNIQ_KEY";
-/// Delay level of a delayed message.
-pub const DELAY: &str = "DELAY";
-/// Original topic of a delayed or retried message.
-pub const REAL_TOPIC: &str = "REAL_TOPIC";
-/// Original queue id of a delayed message.
-pub const REAL_QID: &str = "REAL_QID";
-/// Retry topic of a message sent back by a consumer.
-pub const RETRY_TOPIC: &str = "RETRY_TOPIC";
-/// Id of the message a retry was created from.
-pub const ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
-/// Reconsume count of a retried message.
-pub const RECONSUME_TIME: &str = "RECONSUME_TIME";
-/// Maximum reconsume count before the message goes to the dead letter queue.
-pub const MAX_RECONSUME_TIMES: &str = "MAX_RECONSUME_TIMES";
+pub use rocketraft_proto::property_keys::DELAY;
+pub use rocketraft_proto::property_keys::KEYS;
+pub use rocketraft_proto::property_keys::MAX_RECONSUME_TIMES;
+pub use rocketraft_proto::property_keys::ORIGIN_MESSAGE_ID;
+pub use rocketraft_proto::property_keys::REAL_QID;
+pub use rocketraft_proto::property_keys::REAL_TOPIC;
+pub use rocketraft_proto::property_keys::RECONSUME_TIME;
+pub use rocketraft_proto::property_keys::RETRY_TOPIC;
+pub use rocketraft_proto::property_keys::TAGS;
+pub use rocketraft_proto::property_keys::UNIQ_KEY;
 
 /// Ordered message properties.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

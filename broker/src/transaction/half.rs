@@ -19,10 +19,8 @@ use crate::store::record::MessageRecord;
 use crate::topic::TRANSACTION_HALF_TOPIC;
 use crate::topic::TRANSACTION_OP_TOPIC;
 
-/// `"true"` on a half message as the producer sends it.
-pub const TRAN_MSG: &str = "TRAN_MSG";
-/// The producer group a half message's check-backs go to.
-pub const PGROUP: &str = "PGROUP";
+pub use rocketraft_proto::property_keys::PGROUP;
+pub use rocketraft_proto::property_keys::TRAN_MSG;
 /// How many check-backs a stored copy of a half message has had.
 pub const TRANSACTION_CHECK_TIMES: &str = "TRANSACTION_CHECK_TIMES";
 /// On a check-back copy: the CommitLog offset of the half message as sent. The

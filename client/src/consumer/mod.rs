@@ -103,7 +103,7 @@ pub const CONSUME_BATCH_MAX_SIZE_MAX: usize = 1024;
 /// A listener call that takes longer counts as failed (RocketMQ's default).
 pub const CONSUME_TIMEOUT_DEFAULT: Duration = Duration::from_secs(15 * 60);
 /// The most reconsumes a consumer may allow (the broker's limit).
-pub const MAX_RECONSUME_TIMES_MAX: u32 = 64;
+pub const MAX_RECONSUME_TIMES_MAX: u32 = rocketraft_proto::limits::RETRY_MAX_TIMES_MAX;
 /// Topics one consumer may subscribe at most (a heartbeat carries them all).
 pub const SUBSCRIPTIONS_MAX: usize = 1024;
 /// Orderly: how long a queue pauses after a suspended batch (RocketMQ's default).
@@ -112,7 +112,7 @@ pub const SUSPEND_CURRENT_QUEUE_TIME_DEFAULT: Duration = Duration::from_secs(1);
 /// than two thirds of how long the broker says a lock stays valid.
 pub const LOCK_RENEW_INTERVAL_DEFAULT: Duration = Duration::from_secs(20);
 /// Orderly: the maximum reconsume count until a broker says the group's.
-const GROUP_MAX_RECONSUME_TIMES_DEFAULT: u32 = 16;
+const GROUP_MAX_RECONSUME_TIMES_DEFAULT: u32 = rocketraft_proto::limits::RETRY_MAX_TIMES_DEFAULT;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumerError {
@@ -181,17 +181,22 @@ pub struct PushConsumerBuilder {
 impl PushConsumerBuilder {
     /// Subscribes `topic` with `"*"` or `"TagA || TagB"`.
     pub fn subscribe(self, topic: &str, expression: &str) -> PushConsumerBuilder {
-        self.subscribe_with(topic, Subscription::parse(expression))
+        self.subscribe_parsed(topic, Subscription::parse(expression))
     }
 
     /// Subscribes `topic` with a SQL92 filter on message properties (RocketMQ's
     /// `MessageSelector.bySql`), such as `"TAGS IN ('A', 'B') AND price > 10"`; the broker
     /// selects the messages, and the client checks them again.
     pub fn subscribe_sql(self, topic: &str, expression: &str) -> PushConsumerBuilder {
-        self.subscribe_with(topic, Subscription::sql(expression))
+        self.subscribe_parsed(topic, Subscription::sql(expression))
     }
 
-    fn subscribe_with(
+    /// Subscribes `topic` with a subscription parsed already.
+    pub fn subscribe_with(self, topic: &str, subscription: Subscription) -> PushConsumerBuilder {
+        self.subscribe_parsed(topic, Ok(subscription))
+    }
+
+    fn subscribe_parsed(
         mut self,
         topic: &str,
         subscription: Result<Subscription, String>,

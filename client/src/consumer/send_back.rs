@@ -107,7 +107,7 @@ fn retry_copy(shared: &Shared, message: &MessageExt, delay_level: i32) -> pb::Se
     };
     properties.insert(property::DELAY.to_owned(), level.to_string());
     // A retry waits its delay level, not the timer the message once had.
-    let timers = property::TIMER.into_iter();
+    let timers = property::TIMER_KEYS.into_iter();
     for internal in [property::REAL_TOPIC, property::REAL_QID]
         .into_iter()
         .chain(timers)

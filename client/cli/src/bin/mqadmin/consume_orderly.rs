@@ -12,7 +12,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use rocketraft_client::admin::ConsumeFrom;
+use rocketraft_client::admin::ConsumeRequest;
 use rocketraft_client::admin::ConsumedMessage;
 use rocketraft_client::admin::DeliveryResult;
 use rocketraft_client::consumer::ConsumeOrderlyContext;
@@ -26,32 +26,18 @@ use crate::Context;
 /// When `consume --orderly` says why it holds no queue yet.
 const NO_QUEUE_HINT_AFTER: Duration = Duration::from_secs(3);
 
-/// What to consume, as `consume --orderly` was asked.
-pub struct OrderlyConsume {
-    pub topic: String,
-    pub group: String,
-    pub expr: String,
-    pub sql: Option<String>,
-    pub from: ConsumeFrom,
-    pub count: usize,
-    pub timeout: Duration,
-    /// Suspend each message while its reconsume count is below this.
-    pub suspend_below: i32,
-}
-
-pub async fn run(request: OrderlyConsume, context: &Context) -> anyhow::Result<()> {
-    let mut builder =
-        PushConsumer::builder(context.namesrv.clone(), request.group).consume_from(request.from);
-    builder = match &request.sql {
-        Some(sql) => builder.subscribe_sql(&request.topic, sql),
-        None => builder.subscribe(&request.topic, &request.expr),
-    };
+/// Consumes as `request` asks; a message whose reconsume count is below
+/// `request.reconsume_later` suspends its queue instead.
+pub async fn run(request: ConsumeRequest, context: &Context) -> anyhow::Result<()> {
+    let mut builder = PushConsumer::builder(context.namesrv.clone(), request.consumer_group)
+        .consume_from(request.from)
+        .subscribe_with(&request.topic, request.subscription);
     if let Some(tls) = &context.tls {
         builder = builder.tls(tls.clone());
     }
     let remaining = Arc::new(AtomicUsize::new(request.count));
     let done = Arc::new(Notify::new());
-    let suspend_below = request.suspend_below;
+    let suspend_below = request.reconsume_later;
     let listener = {
         let (remaining, done) = (remaining.clone(), done.clone());
         move |messages: Vec<MessageExt>, context: ConsumeOrderlyContext| {

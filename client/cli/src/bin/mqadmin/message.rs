@@ -11,7 +11,6 @@ use serde_json::json;
 
 use crate::Context;
 use crate::consume_orderly;
-use crate::consume_orderly::OrderlyConsume;
 
 #[derive(Subcommand)]
 pub enum MessageCommand {
@@ -142,20 +141,6 @@ pub async fn run(command: MessageCommand, context: &Context) -> anyhow::Result<(
             reconsume_later,
             orderly,
         } => {
-            let timeout = std::time::Duration::from_millis(timeout_ms);
-            if orderly {
-                let request = OrderlyConsume {
-                    topic,
-                    group,
-                    expr,
-                    sql,
-                    from,
-                    count,
-                    timeout,
-                    suspend_below: reconsume_later,
-                };
-                return consume_orderly::run(request, context).await;
-            }
             let subscription = match sql {
                 Some(sql) => Subscription::sql(&sql),
                 None => Subscription::parse(&expr),
@@ -167,9 +152,12 @@ pub async fn run(command: MessageCommand, context: &Context) -> anyhow::Result<(
                 subscription,
                 from,
                 count,
-                timeout,
+                timeout: std::time::Duration::from_millis(timeout_ms),
                 reconsume_later,
             };
+            if orderly {
+                return consume_orderly::run(request, context).await;
+            }
             for message in context.admin.consume(&request).await? {
                 println!("{}", serde_json::to_string(&message)?);
             }
