@@ -8,7 +8,10 @@
 //! log from there; a follower given the snapshot receives the CommitLog from at least one
 //! segment before its end; and apply's retry dedup looks back one segment size
 //! (`MessageStore::find_unique`), so every replica keeps what dedup reads whatever else it
-//! deleted. Nothing is deleted before the first snapshot (`raft.log_compaction_interval_ms`).
+//! deleted. Nor at or past the oldest entry a schedule queue still owes
+//! (`schedule::pending`): a delayed message, timer or half message not yet in its topic is
+//! kept however old it is. Nothing is deleted before the first snapshot
+//! (`raft.log_compaction_interval_ms`).
 //! Replicas delete independently: the same offsets hold the same bytes everywhere, only the
 //! first offset differs.
 
@@ -25,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::RetentionSettings;
 use crate::group_state::GroupState;
 use crate::metrics::BrokerMetrics;
+use crate::schedule::pending::oldest_pending_offset;
 use crate::store::Deleted;
 use crate::store::StoreError;
 use crate::store::retention::RetentionInput;
@@ -43,6 +47,7 @@ pub async fn run_retention(
     shutdown: CancellationToken,
 ) {
     let interval = Duration::from_millis(settings.check_interval_ms);
+    let mut held_back = HeldBack::default();
     loop {
         let round = {
             let (group, data_dir, settings) = (group.clone(), data_dir.clone(), settings.clone());
@@ -51,7 +56,13 @@ pub async fn run_retention(
             })
         };
         match round.await {
-            Ok(Ok(deleted)) => metrics.retention_deleted(deleted.commit_log_bytes),
+            Ok(Ok(round)) => {
+                metrics.retention_deleted(round.deleted.commit_log_bytes);
+                if round.held_back != held_back {
+                    round.held_back.log();
+                    held_back = round.held_back;
+                }
+            }
             Ok(Err(error)) => tracing::error!(%error, "retention round failed"),
             Err(error) => tracing::error!(%error, "retention round panicked"),
         }
@@ -75,13 +86,43 @@ pub enum RetentionError {
     Store(#[from] StoreError),
 }
 
-/// One round at `now`; returns what it deleted.
+/// What a round did.
+#[derive(Debug, Default)]
+struct Round {
+    deleted: Deleted,
+    held_back: HeldBack,
+}
+
+/// Segments the policy would have deleted but a schedule queue still needs.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct HeldBack {
+    segments: usize,
+    /// The oldest entry a schedule queue still owes.
+    pending_from: u64,
+}
+
+impl HeldBack {
+    fn log(&self) {
+        if self.segments == 0 {
+            tracing::info!("retention no longer holds back segments for schedule queues");
+        } else {
+            tracing::warn!(
+                segments = self.segments,
+                pending_from = self.pending_from,
+                "retention keeps segments the policy would delete: a delayed, timer or half \
+                 message in them is not in its topic yet"
+            );
+        }
+    }
+}
+
+/// One round at `now`.
 fn retention_round(
     group: &GroupState,
     data_dir: &Path,
     settings: &RetentionSettings,
     now: SystemTime,
-) -> Result<Deleted, RetentionError> {
+) -> Result<Round, RetentionError> {
     let disk_used_ratio = disk_used_ratio(data_dir)?;
     let full = disk_used_ratio >= settings.disk_full_ratio;
     let was_full = group.disk_full();
@@ -101,7 +142,7 @@ fn retention_round(
         }
     }
     let Some(snapshot_end) = group.snapshot_end() else {
-        return Ok(Deleted::default());
+        return Ok(Round::default());
     };
     let (sealed, dedup_window) = {
         let store = group.store();
@@ -110,15 +151,32 @@ fn retention_round(
             store.dedup_window_bytes(),
         )
     };
-    let input = RetentionInput {
+    let recoverable_from = snapshot_end.saturating_sub(dedup_window);
+    let pending_from = oldest_pending_offset(group);
+    let mut input = RetentionInput {
         now,
         hour: local_hour(now),
         disk_used_ratio,
-        keep_from: snapshot_end.saturating_sub(dedup_window),
+        keep_from: recoverable_from.min(pending_from.unwrap_or(u64::MAX)),
     };
     let count = segments_to_delete(&sealed, &settings.policy(), &input);
+    let mut held_back = HeldBack::default();
+    if let Some(pending_from) = pending_from.filter(|from| *from < recoverable_from) {
+        input.keep_from = recoverable_from;
+        let segments = segments_to_delete(&sealed, &settings.policy(), &input);
+        held_back = HeldBack {
+            segments: segments.saturating_sub(count),
+            pending_from,
+        };
+        if held_back.segments == 0 {
+            held_back = HeldBack::default();
+        }
+    }
     if count == 0 {
-        return Ok(Deleted::default());
+        return Ok(Round {
+            deleted: Deleted::default(),
+            held_back,
+        });
     }
     // Only taking the files out of the store holds it; deleting them does not.
     let (deleted, detached) = group.store_mut().detach_oldest_segments(count)?;
@@ -132,7 +190,7 @@ fn retention_round(
         disk_used_ratio,
         "retention deleted the oldest CommitLog segments"
     );
-    Ok(deleted)
+    Ok(Round { deleted, held_back })
 }
 
 /// Fraction of the file system holding `path` in use, as `df` counts it (blocks reserved

@@ -1,16 +1,18 @@
 //! Retention on real nodes with tiny segments: old CommitLog segments go on every node while
 //! readers move to what is left, a follower that slept past the leader's retained range is
-//! rebuilt from a snapshot plus the retained CommitLog, and a full disk refuses sends but
-//! keeps serving pulls.
+//! rebuilt from a snapshot plus the retained CommitLog, a delayed message not yet delivered
+//! keeps its segment whatever its age, and a full disk refuses sends but keeps serving pulls.
 
 use std::time::Duration;
 
 use rocketraft_client::admin::Admin;
 use rocketraft_client::group::GroupError;
 use rocketraft_client::message::Message;
+use rocketraft_client::message::encode_properties;
 use rocketraft_client::producer::Producer;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::ResponseCode;
+use rocketraft_proto::names::SCHEDULE_TOPIC;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
@@ -178,6 +180,78 @@ async fn given_expired_segments_every_node_should_drop_them_and_a_sleeping_follo
             .enumerate()
             .all(|(i, b)| *b == body(first_kept + i))
     );
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_delayed_message_in_an_expired_segment_it_should_be_kept_until_delivered()
+-> anyhow::Result<()> {
+    // Long enough for the sends and retention rounds below to end well before it.
+    const DELAY: Duration = Duration::from_secs(15);
+    const DELAYED_QUEUE: i32 = 1;
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_DE1A, |config| {
+        config.retention.file_reserved_hours = 0;
+        config.retention.check_interval_ms = 100;
+        config.raft.log_compaction_interval_ms = 300;
+        config.delay_levels = format!("{}s", DELAY.as_secs());
+    })
+    .await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    send_range(&group, 0, 40).await?;
+    wait_for("retention at work", TIMEOUT, || async {
+        (1..=3).all(|id| offsets(&group, id).0.0 > 0).then_some(())
+    })
+    .await?;
+
+    info!("--- a delayed message, then enough messages for its segment to expire");
+    let mut delayed = send_request(TOPIC, DELAYED_QUEUE, [b"delayed".to_vec()]);
+    delayed.messages[0].properties = encode_properties([("DELAY", "1")]);
+    group.group_client().send(delayed, SEND_TIMEOUT).await?;
+    let parked_at = {
+        let store = group.node(leader).group().store();
+        store.read_consume_queue(SCHEDULE_TOPIC, 0, 0, 1)[0].commit_log_offset
+    };
+    send_range(&group, 40, 100).await?;
+    settled_queue_min(&group, leader).await?;
+    let mins: Vec<i64> = (1..=3).map(|id| offsets(&group, id).0.0).collect();
+    let (_, delivered) = group
+        .node(leader)
+        .group()
+        .store()
+        .consume_queue_offsets(TOPIC, DELAYED_QUEUE);
+    anyhow::ensure!(
+        delivered == 0,
+        "delivered before the check: make DELAY longer"
+    );
+    for (id, min) in (1..=3).zip(mins) {
+        assert!(
+            min <= parked_at,
+            "node {id} deleted from {min}, past the undelivered message at {parked_at}"
+        );
+    }
+
+    info!("--- delivered when due, after which its segment may go");
+    let delivered = wait_for("the delayed message delivered", TIMEOUT, || async {
+        let store = group.node(leader).group().store();
+        let unit = store.read_consume_queue(TOPIC, DELAYED_QUEUE, 0, 1).pop()?;
+        Some(
+            store
+                .read_message(unit.commit_log_offset)
+                .ok()?
+                .body
+                .to_vec(),
+        )
+    })
+    .await?;
+    assert_eq!(delivered, b"delayed");
+    wait_for("every node deleted past it", TIMEOUT, || async {
+        (1..=3)
+            .all(|id| offsets(&group, id).0.0 > parked_at)
+            .then_some(())
+    })
+    .await?;
     group.shutdown().await;
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! Delayed delivery: [`delayed`] parks and restores messages of a delay level; [`timer`]
 //! parks timer messages in the timer wheel; [`service`] is the leader-only
-//! ScheduleMessageService that delivers both when due.
+//! ScheduleMessageService that delivers both when due; [`pending`] finds the oldest entry it
+//! still owes, which retention keeps.
 
 pub mod delayed;
+pub mod pending;
 pub mod service;
 pub mod timer;

@@ -160,6 +160,14 @@ impl Dispatcher {
         Some(&self.queues[self.slot(topic, queue_id)?])
     }
 
+    /// The ids of `topic`'s queues, in no order.
+    pub fn queue_ids(&self, topic: &str) -> impl Iterator<Item = i32> + '_ {
+        self.slots
+            .get(topic)
+            .into_iter()
+            .flat_map(|ids| ids.keys().copied())
+    }
+
     pub fn index(&self) -> &Index {
         debug_assert!(
             self.pending_keys.is_empty(),

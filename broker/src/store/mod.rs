@@ -483,6 +483,11 @@ impl MessageStore {
             .flat_map(move |queue| queue.units(from.max(0) as u64))
     }
 
+    /// The ids of `topic`'s queues that this store holds, in no order.
+    pub fn queue_ids(&self, topic: &str) -> impl Iterator<Item = i32> + '_ {
+        self.dispatcher.queue_ids(topic)
+    }
+
     /// `(min, max)` queue offsets of a queue; `(0, 0)` if unknown.
     pub fn consume_queue_offsets(&self, topic: &str, queue_id: i32) -> (i64, i64) {
         self.dispatcher
