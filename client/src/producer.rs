@@ -23,6 +23,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use rocketraft_proto::broker as pb;
@@ -36,15 +37,16 @@ use crate::connector::ClientTls;
 use crate::connector::Connector;
 use crate::error::ProducerError;
 use crate::message::Message;
+use crate::message::property::PGROUP;
+use crate::message::property::TRAN_MSG;
 use crate::route::ROUTE_TTL_DEFAULT;
 use crate::route::RouteCache;
 use crate::route::TopicRoute;
 use crate::send_lanes::SendLanes;
 use crate::send_lanes::send_request;
+use crate::transaction::CHECKS_ANSWERING_MAX;
 use crate::transaction::CheckWatch;
 use crate::transaction::LocalTransactionState;
-use crate::transaction::PGROUP;
-use crate::transaction::TRAN_MSG;
 use crate::transaction::TransactionChecker;
 use crate::transaction::TransactionEnd;
 use crate::transaction::end_transaction;
@@ -154,6 +156,7 @@ impl ProducerBuilder {
                     checker,
                     topics: self.topics,
                     stop: stop.clone(),
+                    answering: Arc::new(Semaphore::new(CHECKS_ANSWERING_MAX)),
                 };
                 runtime.spawn(run_check_watch(Arc::new(watch)));
                 Some(stop)

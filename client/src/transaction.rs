@@ -17,15 +17,17 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use rocketraft_proto::broker as pb;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::brokers::Brokers;
 use crate::brokers::CallError;
 use crate::message::MessageExt;
 
-/// The half message property a producer sets, and the one naming its producer group.
-pub const TRAN_MSG: &str = "TRAN_MSG";
-pub const PGROUP: &str = "PGROUP";
+/// Check-backs a producer answers at once at most (RocketMQ runs them on a small pool too):
+/// while that many wait for the checker, the producer reads no more, and the broker drops
+/// what does not fit its queue until its next check round.
+pub const CHECKS_ANSWERING_MAX: usize = 64;
 /// How long one `EndTransaction` may take, retries included.
 const END_TIMEOUT: Duration = Duration::from_secs(3);
 /// How often the broker groups a checker watches are looked at again.
@@ -120,6 +122,8 @@ pub struct CheckWatch {
     /// producer learns routes).
     pub topics: Vec<String>,
     pub stop: CancellationToken,
+    /// Permits for check-backs being answered, [`CHECKS_ANSWERING_MAX`] in all.
+    pub answering: Arc<Semaphore>,
 }
 
 /// Watches every broker group the producer knows for check-backs until `stop`.
@@ -165,7 +169,16 @@ async fn watch_group(watch: Arc<CheckWatch>, group: String) {
                 };
                 match next {
                     Some(Ok(check)) => {
-                        tokio::spawn(answer(watch.clone(), group.clone(), check));
+                        let permit = tokio::select! {
+                            () = watch.stop.cancelled() => return,
+                            permit = watch.answering.clone().acquire_owned() => permit,
+                        };
+                        let Ok(permit) = permit else { return };
+                        let answering = answer(watch.clone(), group.clone(), check);
+                        tokio::spawn(async move {
+                            answering.await;
+                            drop(permit);
+                        });
                     }
                     Some(Err(status)) => {
                         watch.brokers.leader_failed(&group, &status);

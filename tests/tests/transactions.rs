@@ -2,15 +2,20 @@
 //! on loopback): commit, rollback, check-back to commit or rollback, a producer that crashes
 //! between the half message and the end, a transaction nobody resolves, and a delayed
 //! transactional message, all across the kill of a group's leader. Committed messages are
-//! stored once; rolled-back and discarded ones are never seen.
+//! stored once; rolled-back and discarded ones are never seen. A producer answers at most
+//! `CHECKS_ANSWERING_MAX` check-backs at once.
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
 use rocketraft_client::producer::Producer;
+use rocketraft_client::transaction::CHECKS_ANSWERING_MAX;
 use rocketraft_client::transaction::LocalTransactionState;
 use rocketraft_client::transaction::TransactionEnd;
 use rocketraft_proto::broker as pb;
@@ -191,6 +196,71 @@ async fn given_transactions_each_should_end_once_as_decided_across_a_leader_kill
 
     drop(restarted);
     consumer.shutdown().await;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_more_check_backs_than_a_producer_answers_at_once_it_should_hold_the_rest_back()
+-> anyhow::Result<()> {
+    const UNRESOLVED: usize = CHECKS_ANSWERING_MAX + 8;
+    init_tracing();
+    let cluster = TestCluster::start(0x7A_0002).await?;
+    cluster.create_topic(TOPIC, 1).await?;
+    cluster.wait_for_route(TOPIC).await?;
+    let sender = Producer::builder(cluster.nameservers(), PRODUCER_GROUP).build()?;
+    for i in 0..UNRESOLVED {
+        let body = format!("unresolved:{i}");
+        let sent = sender
+            .send_in_transaction(Message::new(TOPIC, body), |_sent| async {
+                LocalTransactionState::Unknown
+            })
+            .await?;
+        assert_eq!(sent.end, None);
+    }
+
+    info!("--- a checker that blocks until released");
+    let answering = Arc::new(AtomicUsize::new(0));
+    let most_at_once = Arc::new(AtomicUsize::new(0));
+    let (release, released) = tokio::sync::watch::channel(false);
+    let checker = {
+        let (answering, most_at_once) = (answering.clone(), most_at_once.clone());
+        move |_message: MessageExt| {
+            let (answering, most_at_once) = (answering.clone(), most_at_once.clone());
+            let mut released = released.clone();
+            async move {
+                let now = answering.fetch_add(1, Ordering::SeqCst) + 1;
+                most_at_once.fetch_max(now, Ordering::SeqCst);
+                let _ = released.wait_for(|released| *released).await;
+                answering.fetch_sub(1, Ordering::SeqCst);
+                LocalTransactionState::Commit
+            }
+        }
+    };
+    let checking = Producer::builder(cluster.nameservers(), PRODUCER_GROUP)
+        .topics([TOPIC])
+        .transaction_checker(checker)
+        .build()?;
+    wait_for("the checker saturated", TIMEOUT, || async {
+        (answering.load(Ordering::SeqCst) == CHECKS_ANSWERING_MAX).then_some(())
+    })
+    .await?;
+    // Another check round (1 s in tests) offers the held-back transactions again.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(most_at_once.load(Ordering::SeqCst), CHECKS_ANSWERING_MAX);
+
+    info!("--- released, every transaction commits, each once");
+    release.send_replace(true);
+    wait_for("every transaction committed", TIMEOUT, || async {
+        let mut stored = 0;
+        for group in ["broker-a", "broker-b"] {
+            stored += cluster.queue(group, TOPIC, 0).await.ok()?.len();
+        }
+        (stored == UNRESOLVED).then_some(())
+    })
+    .await?;
+    assert_eq!(most_at_once.load(Ordering::SeqCst), CHECKS_ANSWERING_MAX);
+    drop((sender, checking));
     cluster.shutdown().await;
     Ok(())
 }
