@@ -32,6 +32,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use rocketraft_client::admin::Admin;
 use rocketraft_client::consumer::ConsumeFrom;
+use rocketraft_client::consumer::ConsumeOrderlyResult;
 use rocketraft_client::consumer::ConsumeResult;
 use rocketraft_client::consumer::PushConsumer;
 use rocketraft_client::group::BrokerGroupClient;
@@ -41,6 +42,8 @@ use rocketraft_client::message::MessageExt;
 use rocketraft_client::message::encode_properties;
 use rocketraft_client::message::property;
 use rocketraft_client::producer::Producer;
+use rocketraft_client::transaction::LocalTransactionState;
+use rocketraft_client::transaction::TransactionEnd;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::common as common_pb;
@@ -92,6 +95,12 @@ struct Args {
     /// drain then reports how long after that time the last one arrived.
     #[arg(long)]
     timers_due_in_ms: Option<u64>,
+    /// Send every message as a transaction (half message, then commit through the SDK).
+    #[arg(long, requires = "namesrv")]
+    transactional: bool,
+    /// Drain with an orderly listener: each queue's messages in order, under its lock.
+    #[arg(long, requires = "consume")]
+    orderly: bool,
     /// Also print every figure as one JSON object (the last line).
     #[arg(long)]
     json: bool,
@@ -231,7 +240,11 @@ enum Sender {
         delay: Delay,
     },
     /// Through the SDK: route lookup, queue selection and retries included.
-    Sdk { producer: Producer, delay: Delay },
+    Sdk {
+        producer: Producer,
+        delay: Delay,
+        transactional: bool,
+    },
 }
 
 impl Sender {
@@ -242,12 +255,27 @@ impl Sender {
                 queues,
                 delay,
             } => Box::pin(send_direct(client, queues, delay, topic, body, sequence)).await,
-            Sender::Sdk { producer, delay } => {
+            Sender::Sdk {
+                producer,
+                delay,
+                transactional,
+            } => {
                 let mut message = Message::new(topic, body);
                 if let Some((key, value)) = delay.property() {
                     message = message.with_property(key, value);
                 }
-                producer.send(message).await?;
+                if !transactional {
+                    producer.send(message).await?;
+                    return Ok(());
+                }
+                let commit = |_| async { LocalTransactionState::Commit };
+                let sent = producer.send_in_transaction(message, commit).await?;
+                anyhow::ensure!(
+                    sent.end == Some(TransactionEnd::Committed),
+                    "transaction {} not committed: {:?}",
+                    sent.send.msg_id,
+                    sent.end
+                );
                 Ok(())
             }
         }
@@ -338,21 +366,34 @@ async fn drain(args: &Args, group: &str, started_ms: i64) -> anyhow::Result<serd
     let cpu = CpuMark::now(&args.namesrv).await;
     let progress = spawn_progress("consumed", consumed.clone(), args.messages);
     let started = Instant::now();
-    let consumer = PushConsumer::builder(args.namesrv.clone(), group)
+    let builder = PushConsumer::builder(args.namesrv.clone(), group)
         .subscribe(&args.topic, "*")
         .consume_from(ConsumeFrom::First)
-        .consume_batch_max_size(args.consume_batch)
-        .start(move |messages: Vec<MessageExt>, _context| {
-            counter.fetch_add(messages.len() as u64, Ordering::Relaxed);
-            if messages
-                .iter()
-                .any(|message| message.properties.contains_key(property::TIMER_DELIVER_MS))
-            {
-                let _ = first.compare_exchange(0, now_ms(), Ordering::Relaxed, Ordering::Relaxed);
-            }
-            async { ConsumeResult::Success }
-        })
-        .await?;
+        .consume_batch_max_size(args.consume_batch);
+    let count = move |messages: &[MessageExt]| {
+        counter.fetch_add(messages.len() as u64, Ordering::Relaxed);
+        if messages
+            .iter()
+            .any(|message| message.properties.contains_key(property::TIMER_DELIVER_MS))
+        {
+            let _ = first.compare_exchange(0, now_ms(), Ordering::Relaxed, Ordering::Relaxed);
+        }
+    };
+    let consumer = if args.orderly {
+        builder
+            .start_orderly(move |messages: Vec<MessageExt>, _context| {
+                count(&messages);
+                async { ConsumeOrderlyResult::Success }
+            })
+            .await?
+    } else {
+        builder
+            .start(move |messages: Vec<MessageExt>, _context| {
+                count(&messages);
+                async { ConsumeResult::Success }
+            })
+            .await?
+    };
     let deadline = started + DRAIN_TIMEOUT;
     while consumed.load(Ordering::Relaxed) < args.messages {
         if Instant::now() >= deadline {
@@ -373,8 +414,9 @@ async fn drain(args: &Args, group: &str, started_ms: i64) -> anyhow::Result<serd
     consumer.shutdown().await;
     let rate = count as f64 / elapsed.as_secs_f64();
     println!(
-        "consumed {count} in {:.2} s with one push consumer: {rate:.0} msg/s",
+        "consumed {count} in {:.2} s with one {}push consumer: {rate:.0} msg/s",
         elapsed.as_secs_f64(),
+        if args.orderly { "orderly " } else { "" },
     );
     cpu.print("consume");
     let mut json = cpu.json();
@@ -431,6 +473,7 @@ async fn produce_all(args: &Args, started_ms: i64) -> anyhow::Result<serde_json:
             senders.push(Sender::Sdk {
                 producer: Producer::builder(args.namesrv.clone(), "bench").build()?,
                 delay: Delay::of(args, started_ms),
+                transactional: args.transactional,
             });
         }
         // The nameserver learns the new topic from the leader's next registration.
