@@ -383,6 +383,7 @@ impl PushConsumerBuilder {
             consume_tasks: TaskTracker::new(),
             assigned: std::sync::Mutex::default(),
             releasing: std::sync::Mutex::default(),
+            lock_calls: tokio::sync::Mutex::default(),
             config,
         });
         tracing::info!(
@@ -495,6 +496,9 @@ struct Shared {
     assigned: std::sync::Mutex<Vec<(MessageQueue, Arc<ProcessQueue>)>>,
     /// Orderly: queues moved away whose last batch still runs (their locks are renewed).
     releasing: std::sync::Mutex<Vec<(MessageQueue, Arc<ProcessQueue>)>>,
+    /// Orderly: held by a lock renewal from its snapshot of the queues to its last grant,
+    /// and by every unlock, so a renewal in flight never locks again a queue just unlocked.
+    lock_calls: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -528,6 +532,7 @@ impl Shared {
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .iter()
+                .filter(|(_, process)| !process.is_unlocked())
                 .cloned(),
         );
         locked
@@ -619,8 +624,8 @@ impl PushConsumer {
         }
         // Unlocked only once committed: the next owner must not start from an older offset.
         if shared.holds_locks() && committed.is_ok() {
-            for queue in assignment.queues.keys().chain(assignment.releasing.keys()) {
-                if let Err(error) = queue_lock::unlock(&shared, queue).await {
+            for (queue, process) in assignment.queues.iter().chain(&assignment.releasing) {
+                if let Err(error) = queue_lock::unlock(&shared, queue, Some(process)).await {
                     tracing::warn!(%queue, %error, "queue lock not released at shutdown; it expires");
                 }
             }

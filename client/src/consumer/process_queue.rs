@@ -45,6 +45,8 @@ struct State {
     ready: VecDeque<MessageExt>,
     /// Orderly: until when this client may consume the queue; `None`: never locked.
     lock_valid_until: Option<Instant>,
+    /// Orderly: this client unlocked the queue; its lock is never renewed again.
+    unlocked: bool,
 }
 
 impl ProcessQueue {
@@ -58,6 +60,7 @@ impl ProcessQueue {
                 next_offset: start_offset,
                 ready: VecDeque::new(),
                 lock_valid_until: None,
+                unlocked: false,
             }),
             dropped: CancellationToken::new(),
             arrived: Notify::new(),
@@ -168,7 +171,21 @@ impl ProcessQueue {
     /// Orderly: the broker granted (or renewed) this client's lock, valid until `until`.
     pub fn lock_granted(&self, until: Instant) {
         let mut state = self.lock();
-        state.lock_valid_until = Some(state.lock_valid_until.map_or(until, |at| at.max(until)));
+        if !state.unlocked {
+            state.lock_valid_until = Some(state.lock_valid_until.map_or(until, |at| at.max(until)));
+        }
+    }
+
+    /// Orderly: this client is unlocking the queue; from now on it is neither consumed nor
+    /// renewed.
+    pub fn lock_released(&self) {
+        let mut state = self.lock();
+        state.unlocked = true;
+        state.lock_valid_until = None;
+    }
+
+    pub fn is_unlocked(&self) -> bool {
+        self.lock().unlocked
     }
 
     /// Orderly: whether this client may consume the queue at `now`.
@@ -312,5 +329,19 @@ mod tests {
         );
         assert!(queue.lock_lapsed(now + Duration::from_secs(2)));
         assert!(!queue.lock_valid(now + Duration::from_secs(2)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unlocked_queue_takes_no_later_grant() {
+        let queue = ProcessQueue::new(0, Arc::default());
+        let now = Instant::now();
+        queue.lock_granted(now + Duration::from_secs(2));
+        queue.lock_released();
+        assert!(queue.is_unlocked() && !queue.lock_valid(now));
+        queue.lock_granted(now + Duration::from_secs(5));
+        assert!(
+            !queue.lock_valid(now),
+            "a renewal answered after the unlock grants nothing"
+        );
     }
 }

@@ -12,6 +12,9 @@
 //!   meanwhile), is dropped and the rebalance starts it again from the group's committed
 //!   offset once it is locked again. A renewal that fails (no leader, no answer) changes
 //!   nothing: the queue pauses when its validity ends.
+//! - A renewal and an unlock never overlap (`Shared::lock_calls`): a renewal that read its
+//!   queues before an unlock would otherwise lock the unlocked queue again, and keep it from
+//!   its next owner until the lock expires.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -94,8 +97,17 @@ pub async fn lock(
     })
 }
 
-/// Releases this client's lock on `queue`.
-pub async fn unlock(shared: &Shared, queue: &MessageQueue) -> Result<(), ConsumerError> {
+/// Releases this client's lock on `queue`, whose buffer `process` (if it has one) then
+/// neither consumes nor renews it.
+pub async fn unlock(
+    shared: &Shared,
+    queue: &MessageQueue,
+    process: Option<&ProcessQueue>,
+) -> Result<(), ConsumerError> {
+    let _no_renewal_meanwhile = shared.lock_calls.lock().await;
+    if let Some(process) = process {
+        process.lock_released();
+    }
     let request = pb::UnlockQueuesRequest {
         group: shared.config.group.clone(),
         client_id: shared.client_id.clone(),
@@ -135,6 +147,7 @@ pub async fn run_lock_renewal(shared: Arc<Shared>) {
 /// Renews every broker group's locks, the groups concurrently: a group without a leader
 /// must not hold up the others' renewals. False if some group's renewal failed.
 async fn renew_all(shared: &Shared) -> bool {
+    let _no_unlock_meanwhile = shared.lock_calls.lock().await;
     let locked = shared.locked_processes();
     let mut by_group: BTreeMap<&str, Vec<(&MessageQueue, &Arc<ProcessQueue>)>> = BTreeMap::new();
     for (queue, process) in &locked {

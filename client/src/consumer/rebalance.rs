@@ -264,6 +264,10 @@ async fn update_topic(
             Ok(offset) => offset,
             Err(error) => {
                 tracing::warn!(%queue, %error, "cannot start the queue; trying next rebalance");
+                if lock_valid_until.is_some() {
+                    // Not consumed: free for whichever member the next rebalance gives it.
+                    unlock(shared, &queue, None).await;
+                }
                 complete = false;
                 continue;
             }
@@ -357,7 +361,7 @@ async fn release(shared: &Shared, queue: &MessageQueue, process: &ProcessQueue) 
         return false;
     };
     if commit_released(shared, queue, process).await {
-        unlock(shared, queue).await;
+        unlock(shared, queue, Some(process)).await;
     }
     true
 }
@@ -388,7 +392,7 @@ async fn finish_releases(
             continue;
         };
         if commit_released(shared, &queue, &process).await {
-            unlock(shared, &queue).await;
+            unlock(shared, &queue, Some(&process)).await;
         }
         assignment.releasing.remove(&queue);
     }
@@ -410,8 +414,8 @@ async fn commit_released(shared: &Shared, queue: &MessageQueue, process: &Proces
     }
 }
 
-async fn unlock(shared: &Shared, queue: &MessageQueue) {
-    if let Err(error) = queue_lock::unlock(shared, queue).await {
+async fn unlock(shared: &Shared, queue: &MessageQueue, process: Option<&ProcessQueue>) {
+    if let Err(error) = queue_lock::unlock(shared, queue, process).await {
         tracing::warn!(%queue, %error, "queue lock not released; it expires");
     }
 }
