@@ -2,12 +2,14 @@
 //! own terms: the rest of the broker never sees an openraft error type.
 
 use std::future::Future;
+use std::time::Duration;
 
 use openraft::errors::ClientWriteError;
 use openraft::errors::Fatal;
 use openraft::errors::LinearizableReadError;
 use openraft::impls::ProgressResponder;
 
+use crate::raft::role::leader_ready;
 use crate::raft::types::Command;
 use crate::raft::types::CommandResult;
 use crate::raft::types::Raft;
@@ -37,7 +39,7 @@ pub enum Undecided {
     #[error("leadership was lost before the command committed")]
     LeadershipLost,
     #[error("no answer within {0:?}")]
-    NoAnswer(std::time::Duration),
+    NoAnswer(Duration),
 }
 
 /// Submits `command` now, in submission order with other proposals, and returns a future
@@ -90,5 +92,20 @@ pub async fn linearizable_read(raft: &Raft) -> Result<(), ProposeError> {
         }
         Err(RaftError::APIError(error)) => Err(ProposeError::Unknown(Undecided::Read(error))),
         Err(RaftError::Fatal(fatal)) => Err(ProposeError::Stopped(fatal)),
+    }
+}
+
+/// Waits, at most `wait`, until this leader has applied an entry of its own term: it has then
+/// applied everything committed before it led, and every write it acknowledged since. Enough
+/// for a request that reads its group's state and then proposes a command whose apply checks
+/// that state again (a compare-and-set): unlike [`linearizable_read`] it costs no quorum
+/// round. A deposed leader that does not know it yet may read an older state, but its
+/// proposal cannot commit.
+pub async fn leader_caught_up(raft: &Raft, wait: Duration) -> Result<(), ProposeError> {
+    ensure_leader(raft)?;
+    match tokio::time::timeout(wait, leader_ready(raft)).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(ProposeError::NotLeader { leader_addr: None }),
+        Err(_) => Err(ProposeError::Unknown(Undecided::NoAnswer(wait))),
     }
 }

@@ -12,7 +12,7 @@ use rocketraft_proto::time::now_ms;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::BrokerError;
-use crate::raft::propose::linearizable_read;
+use crate::raft::propose::leader_caught_up;
 use crate::raft::propose::propose;
 use crate::raft::types::Command;
 use crate::raft::types::CommandResult;
@@ -31,6 +31,9 @@ use crate::transaction::half::half_offset;
 use crate::transaction::half::op_record;
 use crate::transaction::half::restore_half;
 
+/// How long an end waits for a new leader to apply an entry of its own term.
+const CAUGHT_UP_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub type CheckStream = std::pin::Pin<
     Box<dyn futures::Stream<Item = Result<pb::TransactionCheck, tonic::Status>> + Send>,
 >;
@@ -42,8 +45,10 @@ impl BrokerService {
     ) -> Result<pb::EndTransactionResponse, BrokerError> {
         validate_group_name(&request.producer_group).map_err(BrokerError::BadRequest)?;
         // A new leader answers only once it applied everything committed before it led: the
-        // half message, and any end of its transaction.
-        linearizable_read(&self.raft).await?;
+        // half message, and any end of its transaction. (A stale read on a deposed leader is
+        // harmless: the end applies only if the transaction has not ended, and commits only
+        // on the real leader.)
+        leader_caught_up(&self.raft, CAUGHT_UP_WAIT_MAX).await?;
         let ending = match pb::TransactionOutcome::try_from(request.outcome) {
             Ok(pb::TransactionOutcome::Commit) => Ending::Commit,
             Ok(pb::TransactionOutcome::Rollback) => Ending::Rollback,
