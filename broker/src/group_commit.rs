@@ -132,8 +132,8 @@ async fn run(raft: Raft, mut queue: mpsc::Receiver<PendingSend>) {
             drop(permit);
             match result {
                 Ok(CommandResult::Appended(appended)) => distribute(sends, appended),
-                Ok(CommandResult::Done) => reply_all(sends, || {
-                    BrokerError::Internal("an append applied without results".into())
+                Ok(other) => reply_all(sends, || {
+                    BrokerError::Internal(format!("an append applied as {other:?}"))
                 }),
                 Err(error) => reply_all(sends, || error.clone().into()),
             }

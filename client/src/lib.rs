@@ -3,7 +3,8 @@
 //! - [`producer`]: sending messages across broker groups by topic route;
 //! - [`consumer`]: the push consumer (rebalance, long-polling pull loops, offsets);
 //! - [`message`]: the message type and its core properties; [`unique_id`]: `UNIQ_KEY`s;
-//! - [`send_lanes`]: concurrent sends to one queue share a request;
+//! - [`send_lanes`]: concurrent sends to one queue share a request; [`end_lanes`]: so do
+//!   concurrent transaction ends to one broker group ([`transaction`]);
 //! - [`route`]: topic routes from the nameservers, cached; [`subscription`]: tag expressions;
 //! - [`group`]: a leader-following connection to one broker group (tools and tests);
 //! - [`brokers`]: leader-following calls to broker groups; [`clients`]: cached connections;
@@ -19,6 +20,7 @@ pub mod brokers;
 pub mod clients;
 pub mod connector;
 pub mod consumer;
+pub mod end_lanes;
 pub mod error;
 pub mod group;
 pub mod message;

@@ -35,6 +35,7 @@ use crate::brokers::Brokers;
 use crate::brokers::CallError;
 use crate::connector::ClientTls;
 use crate::connector::Connector;
+use crate::end_lanes::EndLanes;
 use crate::error::ProducerError;
 use crate::message::Message;
 use crate::message::property::PGROUP;
@@ -46,6 +47,7 @@ use crate::send_lanes::SendLanes;
 use crate::send_lanes::send_request;
 use crate::transaction::CHECKS_ANSWERING_MAX;
 use crate::transaction::CheckWatch;
+use crate::transaction::END_TIMEOUT;
 use crate::transaction::LocalTransactionState;
 use crate::transaction::TransactionChecker;
 use crate::transaction::TransactionEnd;
@@ -139,6 +141,7 @@ impl ProducerBuilder {
             self.connector,
         ));
         let ids = UniqueIdGenerator::new();
+        let ends = Arc::new(EndLanes::new(brokers.clone(), END_TIMEOUT));
         let check_stop = match self.checker {
             None => None,
             Some(checker) => {
@@ -151,6 +154,7 @@ impl ProducerBuilder {
                 let stop = CancellationToken::new();
                 let watch = CheckWatch {
                     brokers: brokers.clone(),
+                    ends: ends.clone(),
                     producer_group: self.group.clone(),
                     client_id: format!("{}@{}", self.group, ids.next_id()),
                     checker,
@@ -167,6 +171,7 @@ impl ProducerBuilder {
                 check_stop,
                 group: self.group,
                 lanes: SendLanes::new(brokers.clone()),
+                ends,
                 brokers,
                 ids,
                 next_queue: AtomicUsize::new(0),
@@ -187,6 +192,7 @@ struct Inner {
     group: String,
     brokers: Arc<Brokers>,
     lanes: SendLanes,
+    ends: Arc<EndLanes>,
     ids: UniqueIdGenerator,
     next_queue: AtomicUsize,
     send_timeout: Duration,
@@ -278,7 +284,7 @@ impl Producer {
         let send = self.send(half).await?;
         let local_state = execute(send.clone()).await;
         let ended = end_transaction(
-            &self.inner.brokers,
+            &self.inner.ends,
             &self.inner.group,
             &send.group,
             &send.msg_id,

@@ -22,14 +22,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::brokers::Brokers;
 use crate::brokers::CallError;
+use crate::end_lanes::EndLanes;
 use crate::message::MessageExt;
 
 /// Check-backs a producer answers at once at most (RocketMQ runs them on a small pool too):
 /// while that many wait for the checker, the producer reads no more, and the broker drops
 /// what does not fit its queue until its next check round.
 pub const CHECKS_ANSWERING_MAX: usize = 64;
-/// How long one `EndTransaction` may take, retries included.
-const END_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long one `EndTransactions` request may take, repeats included.
+pub const END_TIMEOUT: Duration = Duration::from_secs(3);
 /// How often the broker groups a checker watches are looked at again.
 const WATCH_REFRESH: Duration = Duration::from_secs(2);
 /// Pause before watching a group again after its stream ended or failed.
@@ -77,7 +78,7 @@ where
 /// group `group`) with `state`; `None` for [`LocalTransactionState::Unknown`] (nothing is
 /// sent), else how the transaction ended (this end's outcome, or an earlier one's).
 pub async fn end_transaction(
-    brokers: &Brokers,
+    ends: &EndLanes,
     producer_group: &str,
     group: &str,
     msg_id: &str,
@@ -97,12 +98,7 @@ pub async fn end_transaction(
         outcome: outcome as i32,
         from_check,
     };
-    let response = brokers
-        .on_leader(group, END_TIMEOUT, |mut client, _repeat| {
-            let request = request.clone();
-            async move { Ok(client.end_transaction(request).await?.into_inner()) }
-        })
-        .await?;
+    let response = ends.end(group, request).await?;
     Ok(Some(
         if response.outcome == pb::TransactionOutcome::Commit as i32 {
             TransactionEnd::Committed
@@ -115,6 +111,8 @@ pub async fn end_transaction(
 /// What a producer's check-back watchers share.
 pub struct CheckWatch {
     pub brokers: Arc<Brokers>,
+    /// Where the answers' ends go.
+    pub ends: Arc<EndLanes>,
     pub producer_group: String,
     pub client_id: String,
     pub checker: Arc<dyn TransactionChecker>,
@@ -211,7 +209,7 @@ async fn answer(watch: Arc<CheckWatch>, group: String, check: pb::TransactionChe
         "check-back answered"
     );
     let ended = end_transaction(
-        &watch.brokers,
+        &watch.ends,
         &watch.producer_group,
         &group,
         &check.msg_id,

@@ -28,6 +28,9 @@ pub const RETRY_MAX_TIMES_DEFAULT: u32 = 16;
 /// The most reconsumes a group or a consumer may configure.
 pub const RETRY_MAX_TIMES_MAX: u32 = 64;
 
+/// Ends one `EndTransactions` request carries at most.
+pub const END_TRANSACTIONS_MAX: usize = 1024;
+
 /// Queues one `LockQueues` or `UnlockQueues` request names at most; a client with more
 /// queues in one broker group splits its requests.
 pub const LOCK_QUEUES_MAX: usize = 1024;

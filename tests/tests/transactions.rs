@@ -19,6 +19,8 @@ use rocketraft_client::transaction::CHECKS_ANSWERING_MAX;
 use rocketraft_client::transaction::LocalTransactionState;
 use rocketraft_client::transaction::TransactionEnd;
 use rocketraft_proto::broker as pb;
+use rocketraft_proto::common::ResponseCode;
+use rocketraft_proto::limits::END_TRANSACTIONS_MAX;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::deliveries::Deliveries;
 use rocketraft_tests::init_tracing;
@@ -261,6 +263,96 @@ async fn given_more_check_backs_than_a_producer_answers_at_once_it_should_hold_t
     .await?;
     assert_eq!(most_at_once.load(Ordering::SeqCst), CHECKS_ANSWERING_MAX);
     drop((sender, checking));
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_ends_in_one_request_each_should_end_or_be_refused_on_its_own() -> anyhow::Result<()>
+{
+    init_tracing();
+    let cluster = TestCluster::start(0x7A_0003).await?;
+    cluster.create_topic(TOPIC, 1).await?;
+    cluster.wait_for_route(TOPIC).await?;
+    let producer = Producer::builder(cluster.nameservers(), PRODUCER_GROUP).build()?;
+    let half = producer
+        .send_in_transaction(Message::new(TOPIC, "batched"), |_| async {
+            LocalTransactionState::Unknown
+        })
+        .await?
+        .send;
+    let group_name = half.group.clone();
+    let group = cluster.group(&group_name);
+    let mut client = group.client(group.wait_for_leader(TIMEOUT).await?).await?;
+    let end = |half: &rocketraft_client::producer::SendResult, outcome: pb::TransactionOutcome| {
+        pb::EndTransactionRequest {
+            producer_group: PRODUCER_GROUP.into(),
+            msg_id: half.msg_id.clone(),
+            commit_log_offset: half.commit_log_offset,
+            outcome: outcome as i32,
+            from_check: false,
+        }
+    };
+    let commit = pb::TransactionOutcome::Commit;
+    let mut ends = vec![end(&half, commit)];
+    let mut bogus = end(&half, commit);
+    bogus.commit_log_offset += 1;
+    ends.push(bogus);
+    ends.push(end(&half, pb::TransactionOutcome::Rollback));
+    let results = client
+        .end_transactions(pb::EndTransactionsRequest { ends })
+        .await?
+        .into_inner()
+        .results;
+    let codes: Vec<i32> = results.iter().map(|result| result.code).collect();
+    assert_eq!(
+        codes,
+        [ResponseCode::Ok, ResponseCode::BadRequest, ResponseCode::Ok].map(|code| code as i32)
+    );
+    assert!(
+        results[1].error.contains("no half message"),
+        "{:?}",
+        results[1]
+    );
+    let ended: Vec<(i32, bool)> = results
+        .iter()
+        .filter_map(|result| result.ended.as_ref())
+        .map(|ended| (ended.outcome, ended.applied))
+        .collect();
+    assert_eq!(
+        ended,
+        [(commit as i32, true), (commit as i32, false)],
+        "the second end of one transaction in the same request finds it committed"
+    );
+    assert_eq!(cluster.queue(&group_name, TOPIC, 0).await?.len(), 1);
+
+    info!("--- END_TRANSACTIONS_MAX ends are taken, one more is refused");
+    let at_max = vec![end(&half, commit); END_TRANSACTIONS_MAX];
+    let taken = client
+        .end_transactions(pb::EndTransactionsRequest { ends: at_max })
+        .await?
+        .into_inner();
+    assert_eq!(taken.results.len(), END_TRANSACTIONS_MAX);
+    assert!(
+        taken
+            .results
+            .iter()
+            .all(|result| result.ended.as_ref().is_some_and(|ended| !ended.applied))
+    );
+    for count in [0, END_TRANSACTIONS_MAX + 1] {
+        let refused = client
+            .end_transactions(pb::EndTransactionsRequest {
+                ends: vec![end(&half, commit); count],
+            })
+            .await
+            .expect_err("a request outside the limits");
+        assert_eq!(
+            rocketraft_proto::response_code(&refused),
+            Some(ResponseCode::BadRequest),
+            "{count} ends: {refused}"
+        );
+        assert!(refused.message().contains("1 to 1024 ends"), "{refused}");
+    }
     cluster.shutdown().await;
     Ok(())
 }

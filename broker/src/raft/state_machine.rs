@@ -224,13 +224,7 @@ impl StateMachine {
                 half_offset,
                 records,
             } => {
-                if self
-                    .group
-                    .store()
-                    .find_unique_since(TRANSACTION_OP_TOPIC, &msg_id, 0, half_offset.max(0) as u64)?
-                    .is_some()
-                {
-                    tracing::info!(msg_id, "transaction ended already; this end is skipped");
+                if transaction_ended(&self.group.store(), &msg_id, half_offset)? {
                     return Ok(CommandResult::Appended(Vec::new()));
                 }
                 Ok(CommandResult::Appended(append_records(
@@ -238,6 +232,28 @@ impl StateMachine {
                     &records,
                     &[],
                 )?))
+            }
+            Command::EndTransactions { ends } => {
+                // The ends that apply, appended together; a transaction ended twice in this
+                // entry ends by its first end.
+                let mut ended = Vec::with_capacity(ends.len());
+                let mut ending = std::collections::HashSet::new();
+                let mut records = Vec::new();
+                {
+                    let store = self.group.store();
+                    for end in &ends {
+                        let applies = !transaction_ended(&store, &end.msg_id, end.half_offset)?
+                            && ending.insert(end.msg_id.as_str());
+                        if applies {
+                            records.extend_from_slice(&end.records);
+                        }
+                        ended.push(applies);
+                    }
+                }
+                if !records.is_empty() {
+                    append_records(&self.group, &records, &[])?;
+                }
+                Ok(CommandResult::Ended(ended))
             }
             Command::CommitOffsets { group, offsets } => {
                 self.group.metadata_mut().commit_offsets(&group, &offsets);
@@ -440,6 +456,19 @@ fn find_earlier_copies(group: &GroupState, records: &[u8]) -> io::Result<Vec<Opt
         position += size;
     }
     Ok(found)
+}
+
+/// Whether the transaction of half message `msg_id` (first stored at `half_offset`) has an
+/// op record: then it ended, and another end of it is skipped.
+fn transaction_ended(store: &MessageStore, msg_id: &str, half_offset: i64) -> io::Result<bool> {
+    let since = half_offset.max(0) as u64;
+    let ended = store
+        .find_unique_since(TRANSACTION_OP_TOPIC, msg_id, 0, since)?
+        .is_some();
+    if ended {
+        tracing::info!(msg_id, "transaction ended already; this end is skipped");
+    }
+    Ok(ended)
 }
 
 /// Appends the records of an encoded batch (offsets are assigned by the store), except the

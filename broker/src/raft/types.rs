@@ -89,6 +89,21 @@ pub enum Command {
         #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
         records: Bytes,
     },
+    /// Several transactions' ends, each applied in order as one `EndTransaction` would be
+    /// (an end of a transaction ended by an earlier one, in this entry or before, is
+    /// skipped).
+    EndTransactions {
+        ends: Vec<TransactionEnd>,
+    },
+}
+
+/// One end of [`Command::EndTransactions`], with [`Command::EndTransaction`]'s fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransactionEnd {
+    pub msg_id: String,
+    pub half_offset: i64,
+    #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
+    pub records: Bytes,
 }
 
 impl fmt::Display for Command {
@@ -117,6 +132,7 @@ impl fmt::Display for Command {
             } => {
                 write!(f, "EndTransaction({msg_id}, {} bytes)", records.len())
             }
+            Command::EndTransactions { ends } => write!(f, "EndTransactions({})", ends.len()),
         }
     }
 }
@@ -138,4 +154,7 @@ pub enum CommandResult {
     Done,
     /// One element per record of an `Append` or `DeliverDelayed`, in record order.
     Appended(Vec<AppendedMessage>),
+    /// Per end of an `EndTransactions`, in order: whether it ended its transaction (false:
+    /// an earlier end had).
+    Ended(Vec<bool>),
 }

@@ -302,6 +302,15 @@ impl pb::broker_server::Broker for BrokerService {
         ))
     }
 
+    async fn end_transactions(
+        &self,
+        request: Request<pb::EndTransactionsRequest>,
+    ) -> Result<Response<pb::EndTransactionsResponse>, Status> {
+        Ok(Response::new(
+            self.handle_end_transactions(request.into_inner()).await?,
+        ))
+    }
+
     async fn watch_transaction_checks(
         &self,
         request: Request<pb::WatchTransactionChecksRequest>,

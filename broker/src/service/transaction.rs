@@ -1,13 +1,16 @@
-//! `EndTransaction` and `WatchTransactionChecks` ([`crate::transaction`]).
+//! `EndTransaction(s)` and `WatchTransactionChecks` ([`crate::transaction`]).
 //!
 //! An end reads the half message it names, checks that it is one (its id and producer
-//! group match), and proposes the op record, with the restored message for a commit, as one
-//! `EndTransaction` entry; a committed message that asked for a delay or a timer is parked
-//! as of the commit, so it waits its delay after the commit. A transaction that ended
-//! already reports how it ended, and nothing changes.
+//! group match), and proposes the op record, with the restored message for a commit; the
+//! ends of one request go in one `EndTransactions` entry, each refused or ended on its own
+//! (`EndTransaction` is a request of one). A committed message that asked for a delay or a
+//! timer is parked as of the commit, so it waits its delay after the commit. A transaction
+//! that ended already reports how it ended, and nothing changes.
 
 use futures::StreamExt;
 use rocketraft_proto::broker as pb;
+use rocketraft_proto::common::ResponseCode;
+use rocketraft_proto::limits::END_TRANSACTIONS_MAX;
 use rocketraft_proto::time::now_ms;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -16,6 +19,7 @@ use crate::raft::propose::leader_caught_up;
 use crate::raft::propose::propose;
 use crate::raft::types::Command;
 use crate::raft::types::CommandResult;
+use crate::raft::types::TransactionEnd;
 use crate::schedule::service::writable_queue;
 use crate::service::BrokerService;
 use crate::service::consumers::validate_client_id;
@@ -43,12 +47,105 @@ impl BrokerService {
         &self,
         request: pb::EndTransactionRequest,
     ) -> Result<pb::EndTransactionResponse, BrokerError> {
-        validate_group_name(&request.producer_group).map_err(BrokerError::BadRequest)?;
+        let mut ended = self.end_transactions(vec![request]).await?;
+        ended.pop().expect("one result per end")
+    }
+
+    pub(super) async fn handle_end_transactions(
+        &self,
+        request: pb::EndTransactionsRequest,
+    ) -> Result<pb::EndTransactionsResponse, BrokerError> {
+        let count = request.ends.len();
+        if count == 0 || count > END_TRANSACTIONS_MAX {
+            return Err(BrokerError::BadRequest(format!(
+                "an EndTransactions request carries 1 to {END_TRANSACTIONS_MAX} ends, not {count}"
+            )));
+        }
+        let results = self
+            .end_transactions(request.ends)
+            .await?
+            .into_iter()
+            .map(|ended| match ended {
+                Ok(ended) => pb::EndTransactionResult {
+                    code: ResponseCode::Ok as i32,
+                    error: String::new(),
+                    ended: Some(ended),
+                },
+                Err(error) => pb::EndTransactionResult {
+                    code: error.code() as i32,
+                    error: rocketraft_proto::error_chain(&error),
+                    ended: None,
+                },
+            })
+            .collect();
+        Ok(pb::EndTransactionsResponse { results })
+    }
+
+    /// Ends the transactions `requests` name, those that may end in one `EndTransactions`
+    /// entry; one result per request, in order (an end refused alone fails alone). Fails as
+    /// a whole only if the entry's outcome is unknown, which a repeat of the same ends
+    /// settles: an end applies only to a transaction not ended yet.
+    async fn end_transactions(
+        &self,
+        requests: Vec<pb::EndTransactionRequest>,
+    ) -> Result<Vec<Result<pb::EndTransactionResponse, BrokerError>>, BrokerError> {
         // A new leader answers only once it applied everything committed before it led: the
-        // half message, and any end of its transaction. (A stale read on a deposed leader is
-        // harmless: the end applies only if the transaction has not ended, and commits only
-        // on the real leader.)
+        // half messages, and any end of their transactions. (A stale read on a deposed leader
+        // is harmless: an end applies only if its transaction has not ended, and commits
+        // only on the real leader.)
         leader_caught_up(&self.raft, CAUGHT_UP_WAIT_MAX).await?;
+        let now = now_ms();
+        let mut results = Vec::with_capacity(requests.len());
+        let mut proposed = Vec::new();
+        let mut ends = Vec::new();
+        for (index, request) in requests.iter().enumerate() {
+            match self.prepare_end(request, now) {
+                Ok(Prepared::Ended(ending)) => results.push(Ok(response(ending, false))),
+                Ok(Prepared::Ends(ending, end)) => {
+                    proposed.push((index, ending, end.half_offset));
+                    ends.push(end);
+                    results.push(Ok(response(ending, true)));
+                }
+                Err(error) => results.push(Err(error)),
+            }
+        }
+        if ends.is_empty() {
+            return Ok(results);
+        }
+        let applied = propose(&self.raft, Command::EndTransactions { ends })
+            .await?
+            .await?;
+        let CommandResult::Ended(applied) = applied else {
+            return Err(BrokerError::Internal(format!(
+                "EndTransactions applied as {applied:?}"
+            )));
+        };
+        for ((index, ending, since), applied) in proposed.into_iter().zip(applied) {
+            let request = &requests[index];
+            if applied {
+                tracing::info!(
+                    msg_id = request.msg_id,
+                    ending = ending.as_str(),
+                    from_check = request.from_check,
+                    "transaction ended"
+                );
+            } else {
+                // Another end was applied first.
+                let ended = self.ending_of(&request.msg_id, since)?.unwrap_or(ending);
+                results[index] = Ok(response(ended, false));
+            }
+        }
+        Ok(results)
+    }
+
+    /// What ending `request`'s transaction takes: nothing if it ended already, else the
+    /// entry's end (the op record, after the restored message for a commit).
+    fn prepare_end(
+        &self,
+        request: &pb::EndTransactionRequest,
+        now_ms: i64,
+    ) -> Result<Prepared, BrokerError> {
+        validate_group_name(&request.producer_group).map_err(BrokerError::BadRequest)?;
         let ending = match pb::TransactionOutcome::try_from(request.outcome) {
             Ok(pb::TransactionOutcome::Commit) => Ending::Commit,
             Ok(pb::TransactionOutcome::Rollback) => Ending::Rollback,
@@ -59,41 +156,28 @@ impl BrokerService {
                 )));
             }
         };
-        let half = self.half_message(&request)?;
+        let half = self.half_message(request)?;
         let since = half_offset(&half, request.commit_log_offset);
         if let Some(ended) = self.ending_of(&request.msg_id, since)? {
-            return Ok(response(ended, false));
+            return Ok(Prepared::Ended(ended));
         }
-        let now = now_ms();
         let mut records = Vec::new();
         if ending == Ending::Commit {
-            let restored = self.committed_message(&half, now)?;
+            let restored = self.committed_message(&half, now_ms)?;
             restored
                 .encode_into(&mut records)
                 .map_err(BrokerError::illegal)?;
         }
-        op_record(&half, ending, now)
+        op_record(&half, ending, now_ms)
             .map_err(BrokerError::illegal)?
             .encode_into(&mut records)
             .map_err(BrokerError::illegal)?;
-        let command = Command::EndTransaction {
+        let end = TransactionEnd {
             msg_id: request.msg_id.clone(),
             half_offset: since,
             records: records.into(),
         };
-        let applied = propose(&self.raft, command).await?.await?;
-        if matches!(&applied, CommandResult::Appended(appended) if appended.is_empty()) {
-            // Another end was applied first.
-            let ended = self.ending_of(&request.msg_id, since)?.unwrap_or(ending);
-            return Ok(response(ended, false));
-        }
-        tracing::info!(
-            msg_id = request.msg_id,
-            ending = ending.as_str(),
-            from_check = request.from_check,
-            "transaction ended"
-        );
-        Ok(response(ending, true))
+        Ok(Prepared::Ends(ending, end))
     }
 
     pub(super) fn handle_watch_transaction_checks(
@@ -168,6 +252,14 @@ impl BrokerService {
         park_delayed(&mut restored, delayed, now_ms, &self.delay_levels)?;
         Ok(restored)
     }
+}
+
+/// What ending one transaction takes.
+enum Prepared {
+    /// It ended already, so.
+    Ended(Ending),
+    /// It ends so by this end of an `EndTransactions` entry.
+    Ends(Ending, TransactionEnd),
 }
 
 fn response(ending: Ending, applied: bool) -> pb::EndTransactionResponse {
