@@ -15,6 +15,7 @@ use rocketraft_proto::time::now_ms;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::BrokerError;
+use crate::group_commit::GROUP_COMMIT_BYTES_MAX;
 use crate::raft::propose::leader_caught_up;
 use crate::raft::propose::propose;
 use crate::raft::types::Command;
@@ -35,6 +36,10 @@ use crate::transaction::half::half_offset;
 use crate::transaction::half::op_record;
 use crate::transaction::half::restore_half;
 
+/// Encoded bytes of the ends one `EndTransactions` entry carries at most (one larger end goes
+/// alone), as for a group-commit batch of sends: a request's commits may restore up to
+/// `END_TRANSACTIONS_MAX` large messages.
+const END_ENTRY_BYTES_MAX: usize = GROUP_COMMIT_BYTES_MAX;
 /// How long an end waits for a new leader to apply an entry of its own term.
 const CAUGHT_UP_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -112,14 +117,28 @@ impl BrokerService {
         if ends.is_empty() {
             return Ok(results);
         }
-        let applied = propose(&self.raft, Command::EndTransactions { ends })
-            .await?
-            .await?;
-        let CommandResult::Ended(applied) = applied else {
-            return Err(BrokerError::Internal(format!(
-                "EndTransactions applied as {applied:?}"
-            )));
-        };
+        // Proposed in entries of bounded size, all before awaiting any, in order.
+        let runs = entry_runs(
+            ends.iter().map(|end| end.records.len()),
+            END_ENTRY_BYTES_MAX,
+        );
+        let mut ends = ends.into_iter();
+        let mut entries = Vec::with_capacity(runs.len());
+        for count in runs {
+            let ends = ends.by_ref().take(count).collect();
+            entries.push(propose(&self.raft, Command::EndTransactions { ends }).await?);
+        }
+        let mut applied = Vec::with_capacity(proposed.len());
+        for entry in entries {
+            match entry.await? {
+                CommandResult::Ended(flags) => applied.extend(flags),
+                other => {
+                    return Err(BrokerError::Internal(format!(
+                        "EndTransactions applied as {other:?}"
+                    )));
+                }
+            }
+        }
         for ((index, ending, since), applied) in proposed.into_iter().zip(applied) {
             let request = &requests[index];
             if applied {
@@ -254,6 +273,25 @@ impl BrokerService {
     }
 }
 
+/// Splits ends of `sizes` encoded bytes, in order, into runs of at most `max` bytes (an end
+/// larger than `max` alone); returns how many ends each run takes.
+fn entry_runs(sizes: impl IntoIterator<Item = usize>, max: usize) -> Vec<usize> {
+    let mut runs = Vec::new();
+    let (mut count, mut bytes) = (0, 0);
+    for size in sizes {
+        if count > 0 && bytes + size > max {
+            runs.push(count);
+            (count, bytes) = (0, 0);
+        }
+        count += 1;
+        bytes += size;
+    }
+    if count > 0 {
+        runs.push(count);
+    }
+    runs
+}
+
 /// What ending one transaction takes.
 enum Prepared {
     /// It ended already, so.
@@ -270,5 +308,23 @@ fn response(ending: Ending, applied: bool) -> pb::EndTransactionResponse {
     pb::EndTransactionResponse {
         outcome: outcome as i32,
         applied,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ends_are_proposed_in_runs_of_at_most_the_entry_size() {
+        assert_eq!(entry_runs([], 10), Vec::<usize>::new());
+        assert_eq!(entry_runs([4, 6, 1], 10), [2, 1], "exactly at the limit");
+        assert_eq!(entry_runs([4, 7, 1], 10), [1, 2], "one byte past it");
+        assert_eq!(
+            entry_runs([11, 3, 12], 10),
+            [1, 1, 1],
+            "a larger end goes alone"
+        );
+        assert_eq!(entry_runs([1; 5], 10), [5]);
     }
 }
