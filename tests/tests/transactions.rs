@@ -12,6 +12,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use rocketraft_client::admin::Admin;
 use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
 use rocketraft_client::producer::Producer;
@@ -21,6 +22,7 @@ use rocketraft_client::transaction::TransactionEnd;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::limits::END_TRANSACTIONS_MAX;
+use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::deliveries::Deliveries;
 use rocketraft_tests::init_tracing;
@@ -353,6 +355,60 @@ async fn given_ends_in_one_request_each_should_end_or_be_refused_on_its_own() ->
         );
         assert!(refused.message().contains("1 to 1024 ends"), "{refused}");
     }
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_timer_accepted_by_one_leader_a_leader_with_a_lower_maximum_should_still_commit_it()
+-> anyhow::Result<()> {
+    const STRICT_NODE: u64 = 1;
+    const STRICT_MAX_MS: u64 = 3_600_000;
+    init_tracing();
+    let cluster = TestCluster::start_with(0x7A_0004, |config| {
+        if config.node_id == STRICT_NODE {
+            config.timer_max_delay_ms = STRICT_MAX_MS;
+        }
+    })
+    .await?;
+    cluster.create_topic(TOPIC, 1).await?;
+    cluster.wait_for_route(TOPIC).await?;
+    let admin = Admin::new(cluster.nameservers());
+    for name in GROUPS {
+        let group = cluster.group(name);
+        if group.wait_for_leader(TIMEOUT).await? == STRICT_NODE {
+            admin.transfer_leader(name, STRICT_NODE + 1).await?;
+        }
+    }
+    let producer = Producer::builder(cluster.nameservers(), PRODUCER_GROUP).build()?;
+    let two_hours = Duration::from_millis(2 * STRICT_MAX_MS);
+    let half = producer
+        .send_in_transaction(
+            Message::new(TOPIC, "later").with_delay(two_hours),
+            |_| async { LocalTransactionState::Unknown },
+        )
+        .await?
+        .send;
+
+    info!("--- the strict node leads when the transaction commits");
+    admin.transfer_leader(&half.group, STRICT_NODE).await?;
+    let group = cluster.group(&half.group);
+    let mut client = group.client(STRICT_NODE).await?;
+    let ended = client
+        .end_transaction(pb::EndTransactionRequest {
+            producer_group: PRODUCER_GROUP.into(),
+            msg_id: half.msg_id.clone(),
+            commit_log_offset: half.commit_log_offset,
+            outcome: pb::TransactionOutcome::Commit as i32,
+            from_check: false,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        (ended.outcome, ended.applied),
+        (pb::TransactionOutcome::Commit as i32, true),
+        "a commit is not refused for a timer its half message was accepted with"
+    );
     cluster.shutdown().await;
     Ok(())
 }

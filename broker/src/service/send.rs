@@ -311,8 +311,18 @@ impl BrokerService {
         record: &MessageRecord,
         now_ms: i64,
     ) -> Result<Delayed, BrokerError> {
+        self.delayed_placement_within(record, now_ms, self.timer_max_delay)
+    }
+
+    /// [`Self::delayed_placement`] with a timer allowed up to `timer_max_delay` ahead.
+    pub(super) fn delayed_placement_within(
+        &self,
+        record: &MessageRecord,
+        now_ms: i64,
+        timer_max_delay: Duration,
+    ) -> Result<Delayed, BrokerError> {
         let values = TIMER_KEYS.map(|key| record.properties.get(key));
-        let deliver_ms = timer::requested_deliver_ms(values, now_ms, self.timer_max_delay)
+        let deliver_ms = timer::requested_deliver_ms(values, now_ms, timer_max_delay)
             .map_err(BrokerError::illegal)?;
         let level = requested_level(record, &self.delay_levels).map_err(BrokerError::illegal)?;
         if record.properties.get(DELAY).is_some() && deliver_ms.is_some() {

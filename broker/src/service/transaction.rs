@@ -22,6 +22,7 @@ use crate::raft::types::Command;
 use crate::raft::types::CommandResult;
 use crate::raft::types::TransactionEnd;
 use crate::schedule::service::writable_queue;
+use crate::schedule::timer::TIMER_MAX_DELAY_MAX;
 use crate::service::BrokerService;
 use crate::service::consumers::validate_client_id;
 use crate::service::send::park_delayed;
@@ -267,7 +268,10 @@ impl BrokerService {
         })?;
         restored.queue_id = writable_queue(&self.group, &restored.topic, restored.queue_id)
             .ok_or_else(|| BrokerError::TopicNotExist(restored.topic.clone()))?;
-        let delayed = self.delayed_placement(&restored, now_ms)?;
+        // Its timer was checked against the maximum of the leader that took the half message;
+        // a leader with a lower maximum must not refuse the commit (refused, the transaction
+        // would be checked back and finally discarded although the producer committed it).
+        let delayed = self.delayed_placement_within(&restored, now_ms, TIMER_MAX_DELAY_MAX)?;
         park_delayed(&mut restored, delayed, now_ms, &self.delay_levels)?;
         Ok(restored)
     }
