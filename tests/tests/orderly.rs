@@ -459,3 +459,68 @@ async fn given_broadcasting_orderly_members_each_should_consume_every_key_in_ord
     cluster.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_broker_groups_with_different_retry_maximums_each_queue_should_use_its_own()
+-> anyhow::Result<()> {
+    init_tracing();
+    let (cluster, producer) = start_cluster(0x0DE1_0005).await?;
+    let maximums = BTreeMap::from([("broker-a".to_owned(), 1), ("broker-b".to_owned(), 3)]);
+    for (name, times) in &maximums {
+        let group = cluster.group(name);
+        let mut client = group.client(group.wait_for_leader(TIMEOUT).await?).await?;
+        let config = rocketraft_proto::broker::UpsertGroupRequest {
+            group: GROUP.into(),
+            retry_max_times: *times,
+            retry_queue_count: 0,
+        };
+        client.upsert_group(config).await?;
+    }
+    // Keys until each broker group holds one; every message fails.
+    let mut failing_in: BTreeMap<String, usize> = BTreeMap::new();
+    for key in (0..).map(|i| format!("failing-{i}")) {
+        let message = Message::new(TOPIC, format!("{key}:0")).with_keys([key.clone()]);
+        let sent = producer.send_ordered(message, &key).await?;
+        *failing_in.entry(sent.group).or_default() += 1;
+        if failing_in.len() == maximums.len() {
+            break;
+        }
+    }
+    let deliveries = Deliveries::default();
+    let listener = {
+        let deliveries = deliveries.clone();
+        move |messages: Vec<MessageExt>, _context: ConsumeOrderlyContext| {
+            deliveries.record("member", &messages);
+            async { ConsumeOrderlyResult::SuspendCurrentQueueAMoment }
+        }
+    };
+    let member = consumer(&cluster)
+        .consume_batch_max_size(1)
+        .start_orderly(listener)
+        .await?;
+    let admin = Admin::new(cluster.nameservers());
+    let sent: usize = failing_in.values().sum();
+    wait_for("every failing message in the DLQ", TIMEOUT, || async {
+        let dead = admin.dlq_list(GROUP, 100).await.ok()?;
+        (dead.len() == sent).then_some(())
+    })
+    .await?;
+    let mut most_tries: BTreeMap<String, i32> = BTreeMap::new();
+    for delivery in deliveries.all() {
+        let tries = most_tries
+            .entry(delivery.message.group.clone())
+            .or_default();
+        *tries = (*tries).max(delivery.message.reconsume_times);
+    }
+    let expected: BTreeMap<String, i32> = maximums
+        .iter()
+        .map(|(group, times)| (group.clone(), *times as i32))
+        .collect();
+    assert_eq!(
+        most_tries, expected,
+        "each broker group's queues dead-letter after that group's maximum"
+    );
+    member.shutdown().await;
+    cluster.shutdown().await;
+    Ok(())
+}

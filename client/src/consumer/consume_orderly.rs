@@ -15,7 +15,7 @@
 //! not if its lock was lost (its offset is no longer tracked).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -96,7 +96,7 @@ async fn consume_next_batch(
             None
         }
         ConsumeOrderlyResult::SuspendCurrentQueueAMoment => {
-            let dead = dead_letter(shared, process, &batch).await;
+            let dead = dead_letter(shared, queue, process, &batch).await;
             let offset = process.dead_letter_and_retry(&dead, batch.len() - dead.len());
             shared.offsets.update(queue, offset);
             (dead.len() < batch.len() && !process.is_dropped())
@@ -107,15 +107,19 @@ async fn consume_next_batch(
 
 /// Moves the messages of a suspended batch that reached the maximum reconsume count to the
 /// dead-letter topic; returns the queue offsets of those moved.
-async fn dead_letter(shared: &Shared, process: &ProcessQueue, batch: &[MessageExt]) -> Vec<i64> {
+async fn dead_letter(
+    shared: &Shared,
+    queue: &MessageQueue,
+    process: &ProcessQueue,
+    batch: &[MessageExt],
+) -> Vec<i64> {
     if shared.config.message_model == MessageModel::Broadcasting || process.is_dropped() {
         return Vec::new();
     }
     let max = shared
         .config
         .max_reconsume_times
-        .unwrap_or_else(|| shared.group_max_reconsume_times.load(Ordering::Relaxed))
-        as i32;
+        .unwrap_or_else(|| shared.group_max_reconsume_times(&queue.group)) as i32;
     let mut moved = Vec::new();
     for message in batch
         .iter()

@@ -34,9 +34,9 @@ mod rebalance;
 mod send_back;
 
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU32;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -375,7 +375,7 @@ impl PushConsumerBuilder {
             offsets: OffsetStore::open(backend)?,
             consume_permits: Arc::new(Semaphore::new(config.consume_concurrency)),
             listener,
-            group_max_reconsume_times: AtomicU32::new(GROUP_MAX_RECONSUME_TIMES_DEFAULT),
+            group_max_reconsume_times: std::sync::Mutex::default(),
             lock_valid_ms: AtomicU64::new(0),
             client_id,
             rebalance_now: Notify::new(),
@@ -481,8 +481,9 @@ struct Shared {
     brokers: Brokers,
     offsets: OffsetStore,
     listener: Listener,
-    /// Orderly: the group's maximum reconsume count, as its broker last said.
-    group_max_reconsume_times: AtomicU32,
+    /// Orderly: the consumer group's maximum reconsume count in each broker group, as that
+    /// group's leader last said (a group's config lives in each broker group).
+    group_max_reconsume_times: std::sync::Mutex<HashMap<String, u32>>,
     /// Orderly: how long a lock grant stays valid, as the broker last said (0: not yet).
     lock_valid_ms: AtomicU64,
     consume_permits: Arc<Semaphore>,
@@ -505,6 +506,26 @@ impl Shared {
     /// This group's retry topic.
     fn retry_topic(&self) -> String {
         retry_topic(&self.config.group)
+    }
+
+    /// Orderly: the consumer group's maximum reconsume count in broker group `group`.
+    fn group_max_reconsume_times(&self, group: &str) -> u32 {
+        self.group_max_reconsume_times
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(group)
+            .copied()
+            .unwrap_or(GROUP_MAX_RECONSUME_TIMES_DEFAULT)
+    }
+
+    fn set_group_max_reconsume_times(&self, group: &str, times: u32) {
+        let mut known = self
+            .group_max_reconsume_times
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if known.get(group) != Some(&times) {
+            known.insert(group.to_owned(), times);
+        }
     }
 
     /// Whether this consumer locks its queues: orderly clustering consumers do.

@@ -75,9 +75,7 @@ pub async fn lock(
             async move { Ok(client.lock_queues(request).await?.into_inner()) }
         })
         .await?;
-    shared
-        .group_max_reconsume_times
-        .store(response.max_reconsume_times, Ordering::Relaxed);
+    shared.set_group_max_reconsume_times(group, response.max_reconsume_times);
     shared
         .lock_valid_ms
         .store(response.valid_ms, Ordering::Relaxed);
