@@ -9,6 +9,7 @@ use rocketraft_client::admin::DeliveryResult;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::subscription::Subscription;
+use rocketraft_proto::limits::RETRY_MAX_TIMES_MAX;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::init_tracing;
@@ -241,14 +242,13 @@ async fn given_reconsume_later_consume_should_hand_back_and_dlq_list_should_show
     );
 
     tracing::info!("--- a group allowing one retry: the second refusal is a dead letter");
-    let group = cluster.group(&sent.group);
-    let leader = group.wait_for_leader(TIMEOUT).await?;
-    let upsert = rocketraft_proto::broker::UpsertGroupRequest {
-        group: "strict".into(),
-        retry_max_times: 1,
-        retry_queue_count: 1,
-    };
-    group.client(leader).await?.upsert_group(upsert).await?;
+    let updated = admin.update_group("strict", 1, 1, None).await?;
+    assert_eq!(updated.len(), 2, "set in every broker group: {updated:?}");
+    let too_many = admin
+        .update_group("strict", RETRY_MAX_TIMES_MAX + 1, 1, None)
+        .await
+        .expect_err("more retries than a group may have");
+    assert!(too_many.to_string().contains("at most 64"), "{too_many}");
     let deliveries = admin.consume(&request("strict", 9)).await?;
     assert_eq!(
         deliveries.len(),

@@ -466,15 +466,9 @@ async fn given_broker_groups_with_different_retry_maximums_each_queue_should_use
     init_tracing();
     let (cluster, producer) = start_cluster(0x0DE1_0005).await?;
     let maximums = BTreeMap::from([("broker-a".to_owned(), 1), ("broker-b".to_owned(), 3)]);
+    let admin = Admin::new(cluster.nameservers());
     for (name, times) in &maximums {
-        let group = cluster.group(name);
-        let mut client = group.client(group.wait_for_leader(TIMEOUT).await?).await?;
-        let config = rocketraft_proto::broker::UpsertGroupRequest {
-            group: GROUP.into(),
-            retry_max_times: *times,
-            retry_queue_count: 0,
-        };
-        client.upsert_group(config).await?;
+        admin.update_group(GROUP, *times, 0, Some(name)).await?;
     }
     // Keys until each broker group holds one; every message fails.
     let mut failing_in: BTreeMap<String, usize> = BTreeMap::new();
@@ -498,7 +492,6 @@ async fn given_broker_groups_with_different_retry_maximums_each_queue_should_use
         .consume_batch_max_size(1)
         .start_orderly(listener)
         .await?;
-    let admin = Admin::new(cluster.nameservers());
     let sent: usize = failing_in.values().sum();
     wait_for("every failing message in the DLQ", TIMEOUT, || async {
         let dead = admin.dlq_list(GROUP, 100).await.ok()?;

@@ -176,20 +176,9 @@ impl Admin {
         queues: u32,
         group: Option<&str>,
     ) -> Result<Vec<String>, AdminError> {
-        let info = self.cluster_info().await?;
-        let targets: Vec<&pb::GroupRoute> = info
-            .groups
-            .iter()
-            .filter(|route| group.is_none_or(|name| route.group == name))
-            .collect();
-        if targets.is_empty() {
-            return Err(AdminError::UnknownGroup(
-                group.unwrap_or("<any>").to_owned(),
-            ));
-        }
         let mut created = Vec::new();
-        for route in targets {
-            let mut leader = self.leader_of(route).await?;
+        for route in self.target_groups(group).await? {
+            let mut leader = self.leader_of(&route).await?;
             let request = broker_pb::CreateTopicRequest {
                 topic: topic.to_owned(),
                 read_queue_count: queues,
@@ -206,6 +195,52 @@ impl Admin {
             created.push(route.group.clone());
         }
         Ok(created)
+    }
+
+    /// Sets consumer group `consumer_group`'s retry config (0: the broker's default) in broker
+    /// group `group`, or in every registered group; returns the groups it was set in.
+    pub async fn update_group(
+        &self,
+        consumer_group: &str,
+        retry_max_times: u32,
+        retry_queue_count: u32,
+        group: Option<&str>,
+    ) -> Result<Vec<String>, AdminError> {
+        let mut updated = Vec::new();
+        for route in self.target_groups(group).await? {
+            let mut leader = self.leader_of(&route).await?;
+            let request = broker_pb::UpsertGroupRequest {
+                group: consumer_group.to_owned(),
+                retry_max_times,
+                retry_queue_count,
+            };
+            leader
+                .upsert_group(self.admin_call(request))
+                .await
+                .map_err(|status| AdminError::Refused {
+                    group: route.group.clone(),
+                    status,
+                })?;
+            updated.push(route.group.clone());
+        }
+        Ok(updated)
+    }
+
+    /// Broker group `group`'s route, or every registered group's.
+    async fn target_groups(&self, group: Option<&str>) -> Result<Vec<pb::GroupRoute>, AdminError> {
+        let targets: Vec<pb::GroupRoute> = self
+            .cluster_info()
+            .await?
+            .groups
+            .into_iter()
+            .filter(|route| group.is_none_or(|name| route.group == name))
+            .collect();
+        if targets.is_empty() {
+            return Err(AdminError::UnknownGroup(
+                group.unwrap_or("<any>").to_owned(),
+            ));
+        }
+        Ok(targets)
     }
 
     /// Moves the leadership of broker group `group` to node `to`; returns the new term.

@@ -1,4 +1,4 @@
-//! `mqadmin` commands about consumer groups: their live members and their progress.
+//! `mqadmin` commands about consumer groups: their retry config, live members and progress.
 
 use clap::Subcommand;
 use rocketraft_proto::sql_filter::EXPRESSION_TYPE_SQL92;
@@ -7,6 +7,22 @@ use crate::Context;
 
 #[derive(Subcommand)]
 pub enum ConsumerCommand {
+    /// Creates or updates a consumer group's retry config in every broker group (or one):
+    /// how many reconsumes before `%DLQ%<group>`, and its retry queues (RocketMQ's
+    /// `updateSubGroup`).
+    UpdateGroup {
+        #[arg(long)]
+        group: String,
+        /// Reconsumes before the dead-letter topic (0: the default, 16; at most 64).
+        #[arg(long, default_value_t = 0)]
+        retry_max_times: u32,
+        /// Queues of `%RETRY%<group>` (0: the default, 1).
+        #[arg(long, default_value_t = 0)]
+        retry_queues: u32,
+        /// Only this broker group.
+        #[arg(long)]
+        broker_group: Option<String>,
+    },
     /// The live members of a consumer group, per broker group, and whether their
     /// subscriptions agree.
     ConsumerList {
@@ -25,6 +41,24 @@ pub enum ConsumerCommand {
 
 pub async fn run(command: ConsumerCommand, context: &Context) -> anyhow::Result<()> {
     match command {
+        ConsumerCommand::UpdateGroup {
+            group,
+            retry_max_times,
+            retry_queues,
+            broker_group,
+        } => {
+            let updated = context
+                .admin
+                .update_group(
+                    &group,
+                    retry_max_times,
+                    retry_queues,
+                    broker_group.as_deref(),
+                )
+                .await?;
+            println!("updated {group} in {}", updated.join(", "));
+            Ok(())
+        }
         ConsumerCommand::ConsumerList { group } => consumer_list(&group, context).await,
         ConsumerCommand::ConsumerProgress { group, topic } => {
             consumer_progress(&group, topic.as_deref(), context).await
