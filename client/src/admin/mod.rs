@@ -176,25 +176,17 @@ impl Admin {
         queues: u32,
         group: Option<&str>,
     ) -> Result<Vec<String>, AdminError> {
-        let mut created = Vec::new();
-        for route in self.target_groups(group).await? {
-            let mut leader = self.leader_of(&route).await?;
-            let request = broker_pb::CreateTopicRequest {
-                topic: topic.to_owned(),
-                read_queue_count: queues,
-                write_queue_count: queues,
-                perm: 0,
-            };
-            leader
-                .create_topic(self.admin_call(request))
-                .await
-                .map_err(|status| AdminError::Refused {
-                    group: route.group.clone(),
-                    status,
-                })?;
-            created.push(route.group.clone());
-        }
-        Ok(created)
+        let request = broker_pb::CreateTopicRequest {
+            topic: topic.to_owned(),
+            read_queue_count: queues,
+            write_queue_count: queues,
+            perm: 0,
+        };
+        self.on_every_group(group, |mut leader| {
+            let request = self.admin_call(request.clone());
+            async move { leader.create_topic(request).await.map(|_| ()) }
+        })
+        .await
     }
 
     /// Sets consumer group `consumer_group`'s retry config (0: the broker's default) in broker
@@ -206,24 +198,39 @@ impl Admin {
         retry_queue_count: u32,
         group: Option<&str>,
     ) -> Result<Vec<String>, AdminError> {
-        let mut updated = Vec::new();
+        let request = broker_pb::UpsertGroupRequest {
+            group: consumer_group.to_owned(),
+            retry_max_times,
+            retry_queue_count,
+        };
+        self.on_every_group(group, |mut leader| {
+            let request = self.admin_call(request.clone());
+            async move { leader.upsert_group(request).await.map(|_| ()) }
+        })
+        .await
+    }
+
+    /// Makes `call` on the leader of broker group `group`, or of every registered group, in
+    /// turn; returns the groups it was made in, or the first refusal.
+    async fn on_every_group<F, Fut>(
+        &self,
+        group: Option<&str>,
+        call: F,
+    ) -> Result<Vec<String>, AdminError>
+    where
+        F: Fn(broker_pb::broker_client::BrokerClient<tonic::transport::Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<(), tonic::Status>>,
+    {
+        let mut done = Vec::new();
         for route in self.target_groups(group).await? {
-            let mut leader = self.leader_of(&route).await?;
-            let request = broker_pb::UpsertGroupRequest {
-                group: consumer_group.to_owned(),
-                retry_max_times,
-                retry_queue_count,
-            };
-            leader
-                .upsert_group(self.admin_call(request))
-                .await
-                .map_err(|status| AdminError::Refused {
-                    group: route.group.clone(),
-                    status,
-                })?;
-            updated.push(route.group.clone());
+            let leader = self.leader_of(&route).await?;
+            call(leader).await.map_err(|status| AdminError::Refused {
+                group: route.group.clone(),
+                status,
+            })?;
+            done.push(route.group);
         }
-        Ok(updated)
+        Ok(done)
     }
 
     /// Broker group `group`'s route, or every registered group's.
