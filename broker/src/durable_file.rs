@@ -6,12 +6,12 @@
 //! is framed as `[crc32 u32 LE][len u32 LE][bytes]`; a frame that does not check out is
 //! reported as [`DurableFileError::Corrupt`], never returned as data.
 
-use std::fs;
-use std::fs::File;
 use std::io;
-use std::io::Write;
 use std::path::Path;
 use std::path::PathBuf;
+
+use crate::disk::Disk;
+use crate::disk::OsDisk;
 
 const FRAME_HEADER_SIZE: usize = 8;
 
@@ -47,6 +47,15 @@ impl From<DurableFileError> for io::Error {
 
 /// Replaces the content of `path` atomically and durably.
 pub fn write_atomic(path: &Path, content: &[u8]) -> Result<(), DurableFileError> {
+    write_atomic_on(&OsDisk, path, content)
+}
+
+/// [`write_atomic`] on `disk`.
+pub fn write_atomic_on(
+    disk: &dyn Disk,
+    path: &Path,
+    content: &[u8],
+) -> Result<(), DurableFileError> {
     let write_error = |source| DurableFileError::Write {
         path: path.to_path_buf(),
         source,
@@ -62,16 +71,21 @@ pub fn write_atomic(path: &Path, content: &[u8]) -> Result<(), DurableFileError>
     frame.extend_from_slice(&crc32fast::hash(content).to_le_bytes());
     frame.extend_from_slice(&len.to_le_bytes());
     frame.extend_from_slice(content);
-    let mut file = File::create(&tmp).map_err(write_error)?;
-    file.write_all(&frame).map_err(write_error)?;
-    file.sync_all().map_err(write_error)?;
-    fs::rename(&tmp, path).map_err(write_error)?;
-    sync_parent_dir(path).map_err(write_error)
+    let file = disk.create(&tmp).map_err(write_error)?;
+    file.write_all_at(&frame, 0).map_err(write_error)?;
+    file.sync_data().map_err(write_error)?;
+    disk.rename(&tmp, path).map_err(write_error)?;
+    disk.sync_parent_dir(path).map_err(write_error)
 }
 
 /// Reads a file written by [`write_atomic`]; `Ok(None)` if it does not exist.
 pub fn read(path: &Path) -> Result<Option<Vec<u8>>, DurableFileError> {
-    let frame = match fs::read(path) {
+    read_on(&OsDisk, path)
+}
+
+/// [`read`] on `disk`.
+pub fn read_on(disk: &dyn Disk, path: &Path) -> Result<Option<Vec<u8>>, DurableFileError> {
+    let frame = match disk.read(path) {
         Ok(frame) => frame,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(source) => {
@@ -101,14 +115,13 @@ pub fn read(path: &Path) -> Result<Option<Vec<u8>>, DurableFileError> {
 
 /// Makes a create, rename or delete in the directory of `path` durable.
 pub fn sync_parent_dir(path: &Path) -> io::Result<()> {
-    match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => File::open(dir)?.sync_all(),
-        _ => Ok(()),
-    }
+    OsDisk.sync_parent_dir(path)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     #[test]

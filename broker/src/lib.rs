@@ -19,6 +19,7 @@ pub mod config;
 pub mod consumer_registry;
 pub mod data_dir_lock;
 pub mod delay_levels;
+pub mod disk;
 pub mod durable_file;
 pub mod error;
 pub mod group_commit;
@@ -32,7 +33,10 @@ pub mod registration;
 pub mod retention;
 pub mod schedule;
 pub mod scrub;
+pub mod seeded_rng;
 pub mod service;
+#[cfg(test)]
+mod sim_disk;
 pub mod store;
 #[cfg(test)]
 mod test_node;

@@ -27,6 +27,7 @@ use crate::config::BrokerConfig;
 use crate::consumer_registry::ConsumerRegistry;
 use crate::consumer_registry::run_consumer_registry;
 use crate::data_dir_lock::DataDirLock;
+use crate::disk::OsDisk;
 use crate::group_state::GroupState;
 use crate::metrics::BrokerMetrics;
 use crate::queue_locks::QueueLocks;
@@ -541,7 +542,7 @@ async fn open_raft(
     };
     let log_dir = raft_dir.join("log");
     let log_store = open_log_store(config, &log_dir).map_err(raft_error)?;
-    let pending_repair = repair::load(&log_dir).map_err(raft_error)?;
+    let pending_repair = repair::load(&OsDisk, &log_dir).map_err(raft_error)?;
     if let Some(mark) = &pending_repair
         && !has_other_nodes(config)?
     {
@@ -599,6 +600,7 @@ fn open_state(
 
 fn open_log_store(config: &BrokerConfig, log_dir: &std::path::Path) -> std::io::Result<LogStore> {
     LogStore::open(LogStoreConfig {
+        disk: OsDisk::shared(),
         dir: log_dir.to_path_buf(),
         segment_size_bytes: config.store.raft_log_segment_bytes,
         flush: config.flush_mode(),

@@ -175,6 +175,7 @@ fn raft_log_and_commit_log_recovery_never_panic_on_damaged_files() {
     let log_segment = {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut store = LogStore::open(LogStoreConfig {
+            disk: rocketraft_broker::disk::OsDisk::shared(),
             dir: dir.path().to_path_buf(),
             segment_size_bytes: 1 << 20,
             flush: FlushMode::Sync,
@@ -199,6 +200,7 @@ fn raft_log_and_commit_log_recovery_never_panic_on_damaged_files() {
         with_file(dir.path(), &format!("segments/{:020}.log", 1), &damaged);
         check(case, "raft log recovery", &damaged, |_| {
             LogStore::open(LogStoreConfig {
+                disk: rocketraft_broker::disk::OsDisk::shared(),
                 dir: dir.path().to_path_buf(),
                 segment_size_bytes: 1 << 20,
                 flush: FlushMode::Sync,

@@ -32,6 +32,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for DiskStoreBuil
             StateMachine::open(&dir.path().join("state"), store, Duration::from_millis(10))
                 .map_err(io_error)?;
         let log_store = LogStore::open(LogStoreConfig {
+            disk: rocketraft_broker::disk::OsDisk::shared(),
             dir: dir.path().join("log"),
             segment_size_bytes: 4096,
             flush: FlushMode::Sync,

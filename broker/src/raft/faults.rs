@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::raft::types::NodeId;
+use crate::seeded_rng::SeededRng;
 
 /// What happens to one Raft RPC on the link `from -> to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +32,7 @@ struct Faults {
     delay_max: Duration,
     /// Every delivered RPC waits at least this long (a slow network or a slow peer).
     delay_min: Duration,
-    rng_state: u64,
+    rng: SeededRng,
 }
 
 /// The faults currently injected into a group's Raft traffic.
@@ -45,7 +46,7 @@ impl FaultPlan {
         tracing::info!(seed, "raft fault plan (replay with this seed)");
         FaultPlan {
             faults: Mutex::new(Faults {
-                rng_state: seed,
+                rng: SeededRng::new(seed),
                 ..Faults::default()
             }),
         }
@@ -91,16 +92,11 @@ impl FaultPlan {
             if faults.isolated.contains(&from) != faults.isolated.contains(&to) {
                 return Verdict::Drop;
             }
-            if faults.drop_ppm > 0
-                && next_random(&mut faults.rng_state) % 1_000_000 < u64::from(faults.drop_ppm)
-            {
+            if faults.drop_ppm > 0 && faults.rng.chance_ppm(faults.drop_ppm) {
                 return Verdict::Drop;
             }
             let delay_max_us = faults.delay_max.as_micros() as u64;
-            let random = match delay_max_us {
-                0 => Duration::ZERO,
-                max => Duration::from_micros(next_random(&mut faults.rng_state) % max),
-            };
+            let random = Duration::from_micros(faults.rng.below(delay_max_us));
             match faults.delay_min + random {
                 Duration::ZERO => Verdict::Deliver,
                 delay => Verdict::Delay(delay),
@@ -115,15 +111,6 @@ impl FaultPlan {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         f(&mut faults)
     }
-}
-
-/// splitmix64: small, fast and fully determined by its state.
-fn next_random(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

@@ -10,17 +10,15 @@
 //! where it had been written before: recovery reports the highest index found beyond the cut,
 //! so the node can treat those entries as acknowledged and lost (see `raft::repair`).
 
-use std::fs;
-use std::fs::File;
-use std::fs::OpenOptions;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use openraft::entry::RaftEntry;
 
+use crate::disk::Disk;
+use crate::disk::DiskFile;
 use crate::raft::codec;
 use crate::raft::types::Entry;
 
@@ -128,7 +126,8 @@ impl RecordBatch {
 pub struct LogSegment {
     first_index: u64,
     path: PathBuf,
-    file: Arc<File>,
+    disk: Arc<dyn Disk>,
+    file: Arc<dyn DiskFile>,
     records: Vec<RecordLocation>,
     size_bytes: u64,
 }
@@ -136,27 +135,23 @@ pub struct LogSegment {
 impl LogSegment {
     /// Creates an empty segment file. Its directory entry is durable only once the caller
     /// syncs `dir` (the log store's flusher does, before an entry in it is acknowledged).
-    pub fn create(dir: &Path, first_index: u64) -> io::Result<LogSegment> {
+    pub fn create(disk: &Arc<dyn Disk>, dir: &Path, first_index: u64) -> io::Result<LogSegment> {
         let path = dir.join(format!("{first_index:020}.{SEGMENT_SUFFIX}"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
+        let file = disk.create_new(&path)?;
         Ok(LogSegment {
             first_index,
             path,
-            file: Arc::new(file),
+            disk: disk.clone(),
+            file,
             records: Vec::new(),
             size_bytes: 0,
         })
     }
 
     /// The segment files of `dir`, ordered by first index.
-    pub fn list(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
+    pub fn list(disk: &dyn Disk, dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
         let mut found = Vec::new();
-        for dir_entry in fs::read_dir(dir)? {
-            let path = dir_entry?.path();
+        for path in disk.list(dir)? {
             if path.extension().and_then(|e| e.to_str()) != Some(SEGMENT_SUFFIX) {
                 continue;
             }
@@ -175,9 +170,13 @@ impl LogSegment {
     }
 
     /// Opens a segment and keeps its longest valid prefix, cutting the rest.
-    pub fn recover(first_index: u64, path: PathBuf) -> io::Result<SegmentRecovery> {
-        let file = OpenOptions::new().read(true).write(true).open(&path)?;
-        let bytes = fs::read(&path)?;
+    pub fn recover(
+        disk: &Arc<dyn Disk>,
+        first_index: u64,
+        path: PathBuf,
+    ) -> io::Result<SegmentRecovery> {
+        let file = disk.open(&path)?;
+        let bytes = disk.read(&path)?;
         let mut records = Vec::new();
         let mut position = 0u64;
         while let Some((len, _)) =
@@ -191,7 +190,7 @@ impl LogSegment {
         let damaged_up_to = if bytes_truncated > 0 {
             let found = last_index_after(&bytes, position + 1, cut_index);
             file.set_len(position)?;
-            file.sync_all()?;
+            file.sync_data()?;
             found
         } else {
             None
@@ -199,7 +198,8 @@ impl LogSegment {
         let segment = LogSegment {
             first_index,
             path,
-            file: Arc::new(file),
+            disk: disk.clone(),
+            file,
             records,
             size_bytes: position,
         };
@@ -227,7 +227,7 @@ impl LogSegment {
         self.size_bytes
     }
 
-    pub fn file(&self) -> &Arc<File> {
+    pub fn file(&self) -> &Arc<dyn DiskFile> {
         &self.file
     }
 
@@ -284,14 +284,14 @@ impl LogSegment {
         let cut_at = self.records[keep].position;
         self.records.truncate(keep);
         self.file.set_len(cut_at)?;
-        self.file.sync_all()?;
+        self.file.sync_data()?;
         self.size_bytes = cut_at;
         Ok(())
     }
 
     pub fn delete(self) -> io::Result<()> {
-        fs::remove_file(&self.path)?;
-        crate::durable_file::sync_parent_dir(&self.path)
+        self.disk.remove_file(&self.path)?;
+        self.disk.sync_parent_dir(&self.path)
     }
 }
 

@@ -9,8 +9,6 @@
 //! - the vote is fsynced before `save_vote` returns; writes are issued in call order.
 
 use std::fmt::Debug;
-use std::fs;
-use std::fs::File;
 use std::io;
 use std::ops::Bound;
 use std::ops::RangeBounds;
@@ -32,6 +30,8 @@ use serde::Deserialize;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::disk::Disk;
+use crate::disk::DiskFile;
 use crate::durable_file;
 use crate::raft::codec;
 use crate::raft::entry_cache::EntryCache;
@@ -61,6 +61,7 @@ pub enum FlushMode {
 
 #[derive(Debug, Clone)]
 pub struct LogStoreConfig {
+    pub disk: Arc<dyn Disk>,
     pub dir: PathBuf,
     pub segment_size_bytes: u64,
     pub flush: FlushMode,
@@ -69,6 +70,7 @@ pub struct LogStoreConfig {
 /// What the log looks like on disk; shared by the writer and the readers.
 #[derive(Debug)]
 struct LogFiles {
+    disk: Arc<dyn Disk>,
     /// Holds the `vote` and `purged` files.
     root: PathBuf,
     /// Holds the segment files.
@@ -103,20 +105,22 @@ pub struct LogReader {
 impl LogStore {
     /// Opens or creates the log under `config.dir`, cutting a torn tail if the last run crashed.
     pub fn open(config: LogStoreConfig) -> io::Result<LogStore> {
+        let disk = config.disk.clone();
         let segments_dir = config.dir.join("segments");
-        fs::create_dir_all(&segments_dir)?;
-        let vote: Option<Vote> = durable_file::read(&config.dir.join("vote"))?
+        disk.create_dir_all(&segments_dir)?;
+        let vote: Option<Vote> = durable_file::read_on(&*disk, &config.dir.join("vote"))?
             .map(|bytes| codec::decode("raft vote", &bytes))
             .transpose()?;
-        let last_purged = durable_file::read(&config.dir.join("purged"))?
+        let last_purged = durable_file::read_on(&*disk, &config.dir.join("purged"))?
             .map(|bytes| codec::decode::<PurgeMark>("raft purge mark", &bytes))
             .transpose()?
             .and_then(|mark| mark.last_purged);
-        let (segments, damage) = recover_segments(&segments_dir)?;
+        let (segments, damage) = recover_segments(&disk, &segments_dir)?;
         if let Some(found) = damage {
-            repair::record_damage(&config.dir, found)?;
+            repair::record_damage(&*disk, &config.dir, found)?;
         }
         let mut files = LogFiles {
+            disk: disk.clone(),
             root: config.dir.clone(),
             dir: segments_dir.clone(),
             segments,
@@ -131,7 +135,7 @@ impl LogStore {
             last_log_id = ?files.last_log_id, last_purged = ?files.last_purged, "raft log opened"
         );
         let files = Arc::new(RwLock::new(files));
-        let flusher = Flusher::start(config.flush, files.clone(), &segments_dir)?;
+        let flusher = Flusher::start(config.flush, files.clone(), disk, segments_dir)?;
         Ok(LogStore {
             files,
             segment_size_bytes: config.segment_size_bytes,
@@ -208,13 +212,18 @@ fn lock_for_write(files: &RwLock<LogFiles>) -> io::Result<RwLockWriteGuard<'_, L
 
 impl LogFiles {
     /// The index the next appended entry must have; `None` while the log has never held an
-    /// entry, when any index may start it.
+    /// entry, when any index may start it. Segments can end at or below the purge point
+    /// when recovery cut damaged entries there: the log then goes on after the purge point.
     fn next_index(&self) -> Option<u64> {
-        match (&self.last_log_id, self.segments.last()) {
-            (_, Some(last)) if !last.is_empty() => Some(last.end_index()),
-            (Some(log_id), _) => Some(log_id.index + 1),
-            (None, _) => self.last_purged.as_ref().map(|p| p.index + 1),
-        }
+        let after_segments = self
+            .segments
+            .last()
+            .filter(|last| !last.is_empty())
+            .map(LogSegment::end_index);
+        let after_purge = self.last_purged.as_ref().map(|p| p.index + 1);
+        after_segments
+            .max(after_purge)
+            .or_else(|| self.last_log_id.as_ref().map(|log_id| log_id.index + 1))
     }
 
     fn write_batch(&mut self, batch: &mut RecordBatch) -> io::Result<()> {
@@ -232,7 +241,7 @@ impl LogFiles {
 
     /// Seals the current segment and starts one whose first entry is `first_index`. Returns
     /// the sealed segment's file, for the caller to have synced (an empty one is deleted).
-    fn start_segment(&mut self, first_index: u64) -> io::Result<Option<Arc<File>>> {
+    fn start_segment(&mut self, first_index: u64) -> io::Result<Option<Arc<dyn DiskFile>>> {
         let mut sealed = None;
         if self.segments.last().is_some_and(LogSegment::is_empty) {
             if let Some(empty) = self.segments.pop() {
@@ -242,7 +251,7 @@ impl LogFiles {
             sealed = Some(last.file().clone());
         }
         self.segments
-            .push(LogSegment::create(&self.dir, first_index)?);
+            .push(LogSegment::create(&self.disk, &self.dir, first_index)?);
         Ok(sealed)
     }
 
@@ -346,7 +355,10 @@ impl LogFiles {
 
 /// The segments of `dir` with their valid prefixes, contiguous from the first; and the
 /// damage found, if valid entries were cut (see `raft::repair`).
-fn recover_segments(dir: &std::path::Path) -> io::Result<(Vec<LogSegment>, Option<RepairMark>)> {
+fn recover_segments(
+    disk: &Arc<dyn Disk>,
+    dir: &Path,
+) -> io::Result<(Vec<LogSegment>, Option<RepairMark>)> {
     let mut segments: Vec<LogSegment> = Vec::new();
     let mut damage: Option<RepairMark> = None;
     let mut note_damage = |cut_at_index: u64, up_to_index: u64| {
@@ -359,8 +371,8 @@ fn recover_segments(dir: &std::path::Path) -> io::Result<(Vec<LogSegment>, Optio
             None => found,
         });
     };
-    for (first_index, path) in LogSegment::list(dir)? {
-        let recovered = LogSegment::recover(first_index, path.clone())?;
+    for (first_index, path) in LogSegment::list(&**disk, dir)? {
+        let recovered = LogSegment::recover(disk, first_index, path.clone())?;
         let segment = recovered.segment;
         let expected_first = segments.last().map(LogSegment::end_index);
         if expected_first.is_some_and(|expected| expected != first_index) {
@@ -536,7 +548,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
         let mut files = self.write_files()?;
         let encoded = codec::encode("raft vote", vote)?;
-        durable_file::write_atomic(&files.root.join("vote"), &encoded)?;
+        durable_file::write_atomic_on(&*files.disk, &files.root.join("vote"), &encoded)?;
         files.vote = Some(*vote);
         Ok(())
     }
@@ -570,7 +582,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 last_purged: Some(log_id),
             },
         )?;
-        durable_file::write_atomic(&files.root.join("purged"), &mark)?;
+        durable_file::write_atomic_on(&*files.disk, &files.root.join("purged"), &mark)?;
         files.delete_purged_segments(log_id.index)?;
         if files
             .last_log_id
@@ -595,16 +607,16 @@ struct Flusher {
 #[derive(Default)]
 struct Written {
     /// Segments sealed by a roll during the append.
-    sealed: Vec<Arc<File>>,
+    sealed: Vec<Arc<dyn DiskFile>>,
     /// A new segment file was created: the directory must be synced.
     created_segment: bool,
     /// The segment the append ended in.
-    current: Option<Arc<File>>,
+    current: Option<Arc<dyn DiskFile>>,
 }
 
 struct FlushJob {
     /// Files to sync.
-    files: Vec<Arc<File>>,
+    files: Vec<Arc<dyn DiskFile>>,
     /// The segment directory must be synced too (a segment was created).
     sync_dir: bool,
     /// Completed after the sync; `None` for work done in the background.
@@ -612,12 +624,16 @@ struct FlushJob {
 }
 
 impl Flusher {
-    fn start(mode: FlushMode, files: Arc<RwLock<LogFiles>>, dir: &Path) -> io::Result<Flusher> {
+    fn start(
+        mode: FlushMode,
+        files: Arc<RwLock<LogFiles>>,
+        disk: Arc<dyn Disk>,
+        dir: PathBuf,
+    ) -> io::Result<Flusher> {
         let (jobs, receiver) = mpsc::channel();
-        let dir = File::open(dir)?;
         thread::Builder::new()
             .name("raft-log-flush".into())
-            .spawn(move || run_flusher(mode, receiver, files, dir))?;
+            .spawn(move || run_flusher(mode, receiver, files, (disk, dir)))?;
         Ok(Flusher { mode, jobs })
     }
 
@@ -660,7 +676,7 @@ fn run_flusher(
     mode: FlushMode,
     receiver: mpsc::Receiver<FlushJob>,
     files: Arc<RwLock<LogFiles>>,
-    dir: File,
+    (disk, dir): (Arc<dyn Disk>, PathBuf),
 ) {
     loop {
         let first = match mode {
@@ -676,7 +692,7 @@ fn run_flusher(
         };
         let mut jobs: Vec<FlushJob> = first.into_iter().collect();
         jobs.extend(receiver.try_iter());
-        let mut to_sync: Vec<Arc<File>> = Vec::new();
+        let mut to_sync: Vec<Arc<dyn DiskFile>> = Vec::new();
         for file in jobs.iter().flat_map(|job| &job.files) {
             if !to_sync.iter().any(|known| Arc::ptr_eq(known, file)) {
                 to_sync.push(file.clone());
@@ -691,7 +707,13 @@ fn run_flusher(
         let result = to_sync
             .iter()
             .try_for_each(|file| file.sync_data())
-            .and_then(|()| if sync_dir { dir.sync_all() } else { Ok(()) });
+            .and_then(|()| {
+                if sync_dir {
+                    disk.sync_dir(&dir)
+                } else {
+                    Ok(())
+                }
+            });
         if let Err(error) = &result {
             tracing::error!(%error, "raft log fsync failed");
         }
@@ -711,6 +733,7 @@ mod tests {
     use openraft::type_config::TypeConfigExt;
 
     use super::*;
+    use crate::disk::OsDisk;
     use crate::raft::log_segment::RECORD_HEADER_SIZE;
     use crate::raft::types::Command;
 
@@ -724,6 +747,7 @@ mod tests {
 
     fn open(dir: &std::path::Path) -> LogStore {
         LogStore::open(LogStoreConfig {
+            disk: OsDisk::shared(),
             dir: dir.to_path_buf(),
             segment_size_bytes: 4096,
             flush: FlushMode::Sync,
@@ -776,7 +800,7 @@ mod tests {
         let mut store = open(dir.path());
         append(&mut store, (0..40).map(|i| entry(1, i))).await;
         store.save_vote(&Vote::new(3, 2)).await.expect("vote");
-        let segments = LogSegment::list(&dir.path().join("segments"))
+        let segments = LogSegment::list(&OsDisk, &dir.path().join("segments"))
             .expect("list")
             .len();
         assert!(segments > 1, "4 KiB segments must roll, got {segments}");
@@ -798,7 +822,7 @@ mod tests {
         let mut store = open(dir.path());
         append(&mut store, (0..5).map(|i| entry(1, i))).await;
         drop(store);
-        let (_, last_path) = LogSegment::list(&dir.path().join("segments"))
+        let (_, last_path) = LogSegment::list(&OsDisk, &dir.path().join("segments"))
             .expect("list")
             .pop()
             .expect("a segment");
@@ -809,7 +833,7 @@ mod tests {
         let mut store = open(dir.path());
         assert_eq!(indexes(&mut store).await, vec![0, 1, 2, 3, 4]);
         assert_eq!(
-            repair::load(dir.path()).expect("mark"),
+            repair::load(&OsDisk, dir.path()).expect("mark"),
             None,
             "a torn tail needs no repair"
         );
@@ -823,7 +847,7 @@ mod tests {
         let mut store = open(dir.path());
         append(&mut store, (0..40).map(|i| entry(1, i))).await;
         drop(store);
-        let segments = LogSegment::list(&dir.path().join("segments")).expect("list");
+        let segments = LogSegment::list(&OsDisk, &dir.path().join("segments")).expect("list");
         assert!(segments.len() > 2);
         // A flipped byte in entry 1 of the first segment: its later entries and the later
         // segments all hold entries the node may have acknowledged.
@@ -836,14 +860,14 @@ mod tests {
 
         let mut store = open(dir.path());
         assert_eq!(indexes(&mut store).await, vec![0]);
-        let mark = repair::load(dir.path())
+        let mark = repair::load(&OsDisk, dir.path())
             .expect("mark")
             .expect("a repair is due");
         assert_eq!((mark.cut_at_index, mark.up_to_index), (1, 39));
         drop(store);
         let _ = open(dir.path());
         assert_eq!(
-            repair::load(dir.path()).expect("mark"),
+            repair::load(&OsDisk, dir.path()).expect("mark"),
             Some(mark),
             "a restart keeps the mark though the damage is gone from disk"
         );
@@ -854,7 +878,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut store = open(dir.path());
         append(&mut store, (0..30).map(|i| entry(1, i))).await;
-        let boundaries: Vec<u64> = LogSegment::list(&dir.path().join("segments"))
+        let boundaries: Vec<u64> = LogSegment::list(&OsDisk, &dir.path().join("segments"))
             .expect("list")
             .iter()
             .map(|(first, _)| *first)

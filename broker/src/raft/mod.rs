@@ -20,6 +20,8 @@ pub mod compaction;
 pub mod entry_cache;
 pub mod faults;
 pub mod lease;
+#[cfg(test)]
+mod log_crash_sim;
 pub mod log_segment;
 pub mod log_store;
 pub mod membership;

@@ -28,6 +28,8 @@ use serde::Deserialize;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::disk::Disk;
+use crate::disk::OsDisk;
 use crate::durable_file;
 use crate::raft::codec;
 use crate::raft::membership::PeerAddrs;
@@ -68,20 +70,24 @@ impl RepairMark {
 }
 
 /// The mark in `log_dir`, if any.
-pub fn load(log_dir: &Path) -> std::io::Result<Option<RepairMark>> {
-    durable_file::read(&log_dir.join(MARK_FILE))?
+pub fn load(disk: &dyn Disk, log_dir: &Path) -> std::io::Result<Option<RepairMark>> {
+    durable_file::read_on(disk, &log_dir.join(MARK_FILE))?
         .map(|bytes| Ok(codec::decode("raft repair mark", &bytes)?))
         .transpose()
 }
 
 /// Records damage found by recovery, merged with a mark left by an unfinished repair.
-pub fn record_damage(log_dir: &Path, found: RepairMark) -> std::io::Result<RepairMark> {
-    let mark = match load(log_dir)? {
+pub fn record_damage(
+    disk: &dyn Disk,
+    log_dir: &Path,
+    found: RepairMark,
+) -> std::io::Result<RepairMark> {
+    let mark = match load(disk, log_dir)? {
         Some(pending) => pending.merge(found),
         None => found,
     };
     let encoded = codec::encode("raft repair mark", &mark)?;
-    durable_file::write_atomic(&log_dir.join(MARK_FILE), &encoded)?;
+    durable_file::write_atomic_on(disk, &log_dir.join(MARK_FILE), &encoded)?;
     Ok(mark)
 }
 
@@ -112,6 +118,7 @@ pub fn set_aside_for_rebuild(
     }
     durable_file::sync_parent_dir(&aside.join("store"))?;
     record_damage(
+        &OsDisk,
         &log_dir,
         RepairMark {
             cut_at_index: 0,
@@ -309,14 +316,14 @@ mod tests {
     #[test]
     fn damage_found_twice_widens_the_mark_and_clearing_removes_it() {
         let dir = tempfile::tempdir().expect("tempdir");
-        assert_eq!(load(dir.path()).expect("load"), None);
-        record_damage(dir.path(), mark(10, 20)).expect("record");
-        let merged = record_damage(dir.path(), mark(15, 30)).expect("record");
+        assert_eq!(load(&OsDisk, dir.path()).expect("load"), None);
+        record_damage(&OsDisk, dir.path(), mark(10, 20)).expect("record");
+        let merged = record_damage(&OsDisk, dir.path(), mark(15, 30)).expect("record");
         assert_eq!(merged, mark(10, 30));
-        assert_eq!(load(dir.path()).expect("load"), Some(mark(10, 30)));
+        assert_eq!(load(&OsDisk, dir.path()).expect("load"), Some(mark(10, 30)));
         clear(dir.path()).expect("clear");
         clear(dir.path()).expect("clearing twice is fine");
-        assert_eq!(load(dir.path()).expect("load"), None);
+        assert_eq!(load(&OsDisk, dir.path()).expect("load"), None);
     }
 
     #[test]

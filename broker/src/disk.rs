@@ -1,0 +1,134 @@
+//! The disk seam of the Raft log: every file operation of its segments and durable files
+//! (vote, purge mark, repair mark) goes through a [`Disk`], so a simulation can stand in for
+//! the operating system and decide what a crash keeps (see `sim_disk`, tests only).
+//!
+//! [`OsDisk`] is the real one: each call is the matching `std::fs` call. Durability follows
+//! POSIX: a file's data (and length) is durable after [`DiskFile::sync_data`], a create,
+//! rename or remove in a directory after [`Disk::sync_dir`] of that directory.
+
+use std::fmt::Debug;
+use std::fs;
+use std::fs::File;
+use std::fs::OpenOptions;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// An open file.
+pub trait DiskFile: Send + Sync + Debug {
+    fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()>;
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Makes the file's data and length durable.
+    fn sync_data(&self) -> io::Result<()>;
+}
+
+/// Files and directories.
+pub trait Disk: Send + Sync + Debug {
+    /// Creates `path`, which must not exist, for reading and writing.
+    fn create_new(&self, path: &Path) -> io::Result<Arc<dyn DiskFile>>;
+    /// Creates `path` or empties it, for reading and writing.
+    fn create(&self, path: &Path) -> io::Result<Arc<dyn DiskFile>>;
+    /// Opens an existing file for reading and writing.
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn DiskFile>>;
+    /// The whole content of `path`.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// The paths of the entries of `dir`.
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Makes the creates, renames and removes in `dir` durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+
+    /// Syncs the directory holding `path`.
+    fn sync_parent_dir(&self, path: &Path) -> io::Result<()> {
+        match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => self.sync_dir(dir),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The operating system's disk.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OsDisk;
+
+impl OsDisk {
+    /// A shared handle, for the places that take any [`Disk`].
+    pub fn shared() -> Arc<dyn Disk> {
+        Arc::new(OsDisk)
+    }
+}
+
+impl DiskFile for File {
+    fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
+        FileExt::write_all_at(self, bytes, offset)
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        FileExt::read_exact_at(self, buf, offset)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        File::set_len(self, len)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        File::sync_data(self)
+    }
+}
+
+impl Disk for OsDisk {
+    fn create_new(&self, path: &Path) -> io::Result<Arc<dyn DiskFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        Ok(Arc::new(file))
+    }
+
+    fn create(&self, path: &Path) -> io::Result<Arc<dyn DiskFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        Ok(Arc::new(file))
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn DiskFile>> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        Ok(Arc::new(file))
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        fs::read(path)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        fs::read_dir(dir)?
+            .map(|entry| entry.map(|entry| entry.path()))
+            .collect()
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::create_dir_all(dir)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}
