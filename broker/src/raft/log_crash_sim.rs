@@ -13,12 +13,6 @@
 //! flusher thread runs only while the simulation waits for it); `SIM_SEEDS=N` runs seeds
 //! `0..N` (200 by default), a longer soak.
 //!
-//! Open findings (why the test is ignored in CI until they are fixed): after a flip cuts
-//! entries at or below the purge point, the next recovery takes the segment that follows for
-//! one after a gap and marks it for repair (seed 1), and deleting wholly purged segments at
-//! recovery must keep the gap check across them or a lost acknowledged entry goes unmarked
-//! (found while trying that fix, seed 17).
-//!
 //! Not covered here: a bit flipped in the last record of the newest segment reads as a torn
 //! tail and is cut without a repair mark (the record format cannot tell the two apart), so
 //! flips go only to older segments; and `flush = async`, whose flusher syncs on a timer.
@@ -425,8 +419,6 @@ fn seeds() -> std::ops::Range<u64> {
 }
 
 #[test]
-#[ignore = "finds open recovery faults near the purge point (seed 1: a segment after purged \
-            entries is taken for a gap and marked for repair); run with --ignored"]
 fn seeded_power_losses_lose_no_acknowledged_entry() {
     let mut total = Stats::default();
     for seed in seeds() {

@@ -115,7 +115,7 @@ impl LogStore {
             .map(|bytes| codec::decode::<PurgeMark>("raft purge mark", &bytes))
             .transpose()?
             .and_then(|mark| mark.last_purged);
-        let (segments, damage) = recover_segments(&disk, &segments_dir)?;
+        let (segments, damage) = recover_segments(&disk, &segments_dir, last_purged.as_ref())?;
         if let Some(found) = damage {
             repair::record_damage(&*disk, &config.dir, found)?;
         }
@@ -354,16 +354,25 @@ impl LogFiles {
 }
 
 /// The segments of `dir` with their valid prefixes, contiguous from the first; and the
-/// damage found, if valid entries were cut (see `raft::repair`).
+/// damage found, if valid entries were cut (see `raft::repair`). Entries at or below the
+/// purge point are covered by the snapshot: a segment holding only such entries (left by a
+/// purge a crash interrupted, or by a cut) is deleted, and losing them is no damage.
 fn recover_segments(
     disk: &Arc<dyn Disk>,
     dir: &Path,
+    last_purged: Option<&LogId>,
 ) -> io::Result<(Vec<LogSegment>, Option<RepairMark>)> {
+    let after_purge = last_purged.map_or(0, |log_id| log_id.index + 1);
     let mut segments: Vec<LogSegment> = Vec::new();
+    // One past the last entry of the segments seen so far (kept, or deleted as purged).
+    let mut previous_end: Option<u64> = None;
     let mut damage: Option<RepairMark> = None;
     let mut note_damage = |cut_at_index: u64, up_to_index: u64| {
+        if up_to_index < after_purge {
+            return;
+        }
         let found = RepairMark {
-            cut_at_index,
+            cut_at_index: cut_at_index.max(after_purge),
             up_to_index,
         };
         damage = Some(match damage.take() {
@@ -374,10 +383,13 @@ fn recover_segments(
     for (first_index, path) in LogSegment::list(&**disk, dir)? {
         let recovered = LogSegment::recover(disk, first_index, path.clone())?;
         let segment = recovered.segment;
-        let expected_first = segments.last().map(LogSegment::end_index);
-        if expected_first.is_some_and(|expected| expected != first_index) {
+        // The next segment starts where the previous one ended, or, when that one ended at
+        // or below the purge point, anywhere up to just past the purge point.
+        let gap_from =
+            previous_end.filter(|&end| first_index < end || first_index > end.max(after_purge));
+        if let Some(end) = gap_from {
             // Written after entries that are now gone: its entries were held too.
-            let cut_at_index = expected_first.unwrap_or(first_index);
+            let cut_at_index = end;
             let held_up_to = recovered
                 .damaged_up_to
                 .unwrap_or(0)
@@ -404,7 +416,10 @@ fn recover_segments(
                 }
             }
         }
-        if segment.is_empty() {
+        if !segment.is_empty() {
+            previous_end = Some(segment.end_index());
+        }
+        if segment.is_empty() || segment.end_index() <= after_purge {
             segment.delete()?;
         } else {
             segments.push(segment);
@@ -871,6 +886,45 @@ mod tests {
             Some(mark),
             "a restart keeps the mark though the damage is gone from disk"
         );
+    }
+
+    #[tokio::test]
+    async fn damage_at_the_purge_point_leaves_a_log_that_goes_on_after_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        append(&mut store, (0..40).map(|i| entry(1, i))).await;
+        let segments = LogSegment::list(&OsDisk, &dir.path().join("segments")).expect("list");
+        assert!(segments.len() > 2);
+        let (first, path) = segments[segments.len() - 2].clone();
+        // Purge up to a few entries into the last full segment, then flip a byte in its
+        // second entry: recovery cuts that segment down to purged entries only.
+        let purged = first + 3;
+        store
+            .purge(LogId::new_term_index(1, purged))
+            .await
+            .expect("purge");
+        drop(store);
+        let mut bytes = std::fs::read(&path).expect("read");
+        bytes[(RECORD_HEADER_SIZE as usize + 300) * 3 / 2] ^= 1;
+        std::fs::write(&path, &bytes).expect("write");
+
+        let mut store = open(dir.path());
+        assert_eq!(indexes(&mut store).await, Vec::<u64>::new());
+        let mark = repair::load(&OsDisk, dir.path())
+            .expect("mark")
+            .expect("acknowledged entries past the purge point were cut");
+        assert_eq!((mark.cut_at_index, mark.up_to_index), (purged + 1, 39));
+        // The log goes on after the purge point, not after the cut below it.
+        append(&mut store, [entry(2, purged + 1)]).await;
+        drop(store);
+
+        let mut store = open(dir.path());
+        assert_eq!(
+            indexes(&mut store).await,
+            vec![purged + 1],
+            "the new segment is no gap: everything before it is purged"
+        );
+        assert_eq!(repair::load(&OsDisk, dir.path()).expect("mark"), Some(mark));
     }
 
     #[tokio::test]
