@@ -1,14 +1,20 @@
 //! One file of the Raft log: consecutive entries starting at the index in its name.
 //!
-//! A record is `[len u32 LE][crc32 u32 LE][entry bytes]`. The file only grows, except when a
-//! conflicting tail is truncated. Recovery keeps the longest prefix of records whose length,
-//! checksum and index check out and cuts the rest. A torn write at a crash leaves nothing valid
-//! after the cut. With `flush = sync` it loses only entries whose append was never
-//! acknowledged, since acknowledgement waits for fsync; with `flush = async` a power loss can
-//! also cut acknowledged entries the OS had not written back (a killed process loses nothing:
-//! its writes are in the page cache). A valid record after the cut means the file was damaged
-//! where it had been written before: recovery reports the highest index found beyond the cut,
-//! so the node can treat those entries as acknowledged and lost (see `raft::repair`).
+//! A record is `[len u32 LE][entry crc32 u32 LE][header crc32 u32 LE][entry bytes]`, the
+//! header checksum covering the first eight bytes. The file only grows, except when a
+//! conflicting tail is truncated. Recovery keeps the longest prefix of records whose header,
+//! checksum and index check out and cuts the rest.
+//!
+//! Torn or damaged: a crash can leave only an incomplete last record (a header or entry that
+//! runs past the end of the file, or zeros where nothing was written), since the filesystem
+//! (ext4, XFS) exposes appended bytes only once they are written. With `flush = sync` such a
+//! cut loses only entries whose append was never acknowledged, as acknowledgement waits for
+//! fsync; with `flush = async` a power loss can also cut acknowledged entries the OS had not
+//! written back (a killed process loses nothing: its writes are in the page cache). Anything
+//! else that fails a check (a whole header or a whole entry with a bad checksum, an index out
+//! of sequence) is damage to bytes written before, and so is a valid record after the cut:
+//! recovery reports the highest index the damaged range held, so the node treats those entries
+//! as acknowledged and lost (see `raft::repair`).
 
 use std::io;
 use std::path::Path;
@@ -22,8 +28,9 @@ use crate::disk::DiskFile;
 use crate::raft::codec;
 use crate::raft::types::Entry;
 
-/// Header of every record: length and checksum of the encoded entry.
-pub const RECORD_HEADER_SIZE: u64 = 8;
+/// Header of every record: length and checksum of the encoded entry, and the header's own
+/// checksum.
+pub const RECORD_HEADER_SIZE: u64 = 12;
 /// The largest encoded entry accepted. A group-commit batch is bounded well below it; a larger
 /// length while scanning is a corrupt header, not a reason to allocate gigabytes.
 pub const ENTRY_SIZE_MAX: u32 = 256 * 1024 * 1024;
@@ -93,7 +100,9 @@ impl RecordBatch {
         };
         let crc = crc32fast::hash(&self.bytes[body..]);
         self.bytes[start..start + 4].copy_from_slice(&len.to_le_bytes());
-        self.bytes[start + 4..body].copy_from_slice(&crc.to_le_bytes());
+        self.bytes[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+        let header_crc = crc32fast::hash(&self.bytes[start..start + 8]);
+        self.bytes[start + 8..body].copy_from_slice(&header_crc.to_le_bytes());
         self.lens.push(len);
         Ok(len)
     }
@@ -179,19 +188,24 @@ impl LogSegment {
         let bytes = disk.read(&path)?;
         let mut records = Vec::new();
         let mut position = 0u64;
-        while let Some((len, _)) =
-            valid_record_at(&bytes, position, Some(first_index + records.len() as u64))
-        {
-            records.push(RecordLocation { position, len });
-            position += RECORD_HEADER_SIZE + u64::from(len);
-        }
+        let damaged_at_cut = loop {
+            match record_at(&bytes, position, Some(first_index + records.len() as u64)) {
+                RecordAt::Valid { len, .. } => {
+                    records.push(RecordLocation { position, len });
+                    position += RECORD_HEADER_SIZE + u64::from(len);
+                }
+                RecordAt::Incomplete => break false,
+                RecordAt::Damaged => break true,
+            }
+        };
         let bytes_truncated = bytes.len() as u64 - position;
         let cut_index = first_index + records.len() as u64;
         let damaged_up_to = if bytes_truncated > 0 {
             let found = last_index_after(&bytes, position + 1, cut_index);
             file.set_len(position)?;
             file.sync_data()?;
-            found
+            // The record at the cut was written whole: it held the entry at `cut_index`.
+            found.or(damaged_at_cut.then_some(cut_index))
         } else {
             None
         };
@@ -259,9 +273,7 @@ impl LogSegment {
             &record[..RECORD_HEADER_SIZE as usize],
             record.slice(RECORD_HEADER_SIZE as usize..),
         );
-        if crc32fast::hash(&body)
-            != u32::from_le_bytes([header[4], header[5], header[6], header[7]])
-        {
+        if !header_checks_out(header) || crc32fast::hash(&body) != entry_crc(header) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
@@ -301,35 +313,69 @@ fn last_index_after(bytes: &[u8], from: u64, min_index: u64) -> Option<u64> {
     let mut highest = None;
     let mut position = from;
     while position + RECORD_HEADER_SIZE <= bytes.len() as u64 {
-        match valid_record_at(bytes, position, None) {
-            Some((len, index)) if index >= min_index => {
-                highest = highest.max(Some(index));
+        match record_at(bytes, position, None) {
+            RecordAt::Valid { len, index } => {
+                if index >= min_index {
+                    highest = highest.max(Some(index));
+                }
                 position += RECORD_HEADER_SIZE + u64::from(len);
             }
-            _ => position += 1,
+            RecordAt::Incomplete | RecordAt::Damaged => position += 1,
         }
     }
     highest
 }
 
-/// The entry length and index of a valid record at `position`, whose index must be
-/// `expected_index` if one is given.
-fn valid_record_at(bytes: &[u8], position: u64, expected_index: Option<u64>) -> Option<(u32, u64)> {
-    let start = usize::try_from(position).ok()?;
-    let header = bytes.get(start..start + RECORD_HEADER_SIZE as usize)?;
+/// What [`record_at`] found.
+enum RecordAt {
+    Valid {
+        len: u32,
+        index: u64,
+    },
+    /// The end of what was written: a header or entry running past the end of the file, or
+    /// an all-zero header.
+    Incomplete,
+    /// A whole record that fails a check: damage, not a torn write.
+    Damaged,
+}
+
+fn header_checks_out(header: &[u8]) -> bool {
+    crc32fast::hash(&header[..8])
+        == u32::from_le_bytes([header[8], header[9], header[10], header[11]])
+}
+
+fn entry_crc(header: &[u8]) -> u32 {
+    u32::from_le_bytes([header[4], header[5], header[6], header[7]])
+}
+
+/// The record at `position`, whose index must be `expected_index` if one is given.
+fn record_at(bytes: &[u8], position: u64, expected_index: Option<u64>) -> RecordAt {
+    let Some(start) = usize::try_from(position).ok() else {
+        return RecordAt::Incomplete;
+    };
+    let Some(header) = bytes.get(start..start.saturating_add(RECORD_HEADER_SIZE as usize)) else {
+        return RecordAt::Incomplete;
+    };
+    if header.iter().all(|byte| *byte == 0) {
+        return RecordAt::Incomplete;
+    }
     let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
-    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-    if len == 0 || len > ENTRY_SIZE_MAX {
-        return None;
+    if !header_checks_out(header) || len == 0 || len > ENTRY_SIZE_MAX {
+        return RecordAt::Damaged;
     }
     let body_start = start + RECORD_HEADER_SIZE as usize;
-    let body = bytes.get(body_start..body_start + len as usize)?;
-    if crc32fast::hash(body) != crc {
-        return None;
+    let Some(body) = bytes.get(body_start..body_start + len as usize) else {
+        return RecordAt::Incomplete;
+    };
+    if crc32fast::hash(body) != entry_crc(header) {
+        return RecordAt::Damaged;
     }
-    let entry: Entry = codec::decode("raft log entry", body).ok()?;
+    let Ok(entry) = codec::decode::<Entry>("raft log entry", body) else {
+        return RecordAt::Damaged;
+    };
     let index = entry.index();
-    expected_index
-        .is_none_or(|expected| index == expected)
-        .then_some((len, index))
+    if expected_index.is_some_and(|expected| index != expected) {
+        return RecordAt::Damaged;
+    }
+    RecordAt::Valid { len, index }
 }

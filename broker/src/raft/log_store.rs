@@ -44,6 +44,10 @@ use crate::raft::types::LogId;
 use crate::raft::types::TypeConfig;
 use crate::raft::types::Vote;
 
+/// The record format of the segments (see `log_segment`); kept in the log's `format` file.
+/// Format 1 had no header checksum.
+const RECORD_FORMAT: u32 = 2;
+
 /// A segment is sealed and a new one started once it reaches this size.
 pub const LOG_SEGMENT_SIZE_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
 /// Entries read for one replication request stop after this many bytes (at least one entry
@@ -108,6 +112,7 @@ impl LogStore {
         let disk = config.disk.clone();
         let segments_dir = config.dir.join("segments");
         disk.create_dir_all(&segments_dir)?;
+        check_record_format(&*disk, &config.dir, &segments_dir)?;
         let vote: Option<Vote> = durable_file::read_on(&*disk, &config.dir.join("vote"))?
             .map(|bytes| codec::decode("raft vote", &bytes))
             .transpose()?;
@@ -350,6 +355,33 @@ impl LogFiles {
             segment.delete()?;
         }
         Ok(())
+    }
+}
+
+/// Refuses a log written in another record format; records the format of a new log.
+fn check_record_format(disk: &dyn Disk, root: &Path, segments_dir: &Path) -> io::Result<()> {
+    let path = root.join("format");
+    match durable_file::read_on(disk, &path)? {
+        Some(bytes) if bytes == RECORD_FORMAT.to_le_bytes() => Ok(()),
+        found => {
+            let in_use = found.is_some()
+                || !disk.list(segments_dir)?.is_empty()
+                || durable_file::read_on(disk, &root.join("vote"))?.is_some();
+            if in_use {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "the raft log in {} was written by another rocketraft version (record \
+                         format {}); this one reads format {RECORD_FORMAT}: wipe this node's data \
+                         dir and let it rejoin its group",
+                        root.display(),
+                        found.map_or("1".to_string(), |bytes| format!("{bytes:?}")),
+                    ),
+                ));
+            }
+            durable_file::write_atomic_on(disk, &path, &RECORD_FORMAT.to_le_bytes())
+                .map_err(io::Error::from)
+        }
     }
 }
 
@@ -885,6 +917,82 @@ mod tests {
             repair::load(&OsDisk, dir.path()).expect("mark"),
             Some(mark),
             "a restart keeps the mark though the damage is gone from disk"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_damaged_last_record_is_marked_for_repair_not_cut_as_a_torn_tail() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        append(&mut store, (0..5).map(|i| entry(1, i))).await;
+        drop(store);
+        let (_, last_path) = LogSegment::list(&OsDisk, &dir.path().join("segments"))
+            .expect("list")
+            .pop()
+            .expect("a segment");
+        let mut bytes = std::fs::read(&last_path).expect("read");
+        let end = bytes.len();
+        // The last entry's last byte.
+        bytes[end - 1] ^= 0x10;
+        std::fs::write(&last_path, &bytes).expect("write");
+        let mut store = open(dir.path());
+        assert_eq!(indexes(&mut store).await, vec![0, 1, 2, 3]);
+        let mark = repair::load(&OsDisk, dir.path()).expect("mark");
+        assert_eq!(
+            mark.map(|m| (m.cut_at_index, m.up_to_index)),
+            Some((4, 4)),
+            "entry 4 was written whole and may have been acknowledged"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_flipped_length_is_damage_even_when_it_points_past_the_end() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        append(&mut store, (0..3).map(|i| entry(1, i))).await;
+        drop(store);
+        let (_, path) = LogSegment::list(&OsDisk, &dir.path().join("segments"))
+            .expect("list")
+            .pop()
+            .expect("a segment");
+        let mut bytes = std::fs::read(&path).expect("read");
+        // Make the last record claim more bytes than the file holds, as a torn one would.
+        let start = {
+            let mut position = 0usize;
+            for _ in 0..2 {
+                let len =
+                    u32::from_le_bytes(bytes[position..position + 4].try_into().expect("len"));
+                position += RECORD_HEADER_SIZE as usize + len as usize;
+            }
+            position
+        };
+        bytes[start + 3] ^= 0x01;
+        std::fs::write(&path, &bytes).expect("write");
+        let mut store = open(dir.path());
+        assert_eq!(indexes(&mut store).await, vec![0, 1]);
+        let mark = repair::load(&OsDisk, dir.path()).expect("mark");
+        assert_eq!(mark.map(|m| (m.cut_at_index, m.up_to_index)), Some((2, 2)));
+    }
+
+    #[tokio::test]
+    async fn a_log_in_another_record_format_is_refused_with_what_to_do() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        append(&mut store, (0..3).map(|i| entry(1, i))).await;
+        drop(store);
+        std::fs::remove_file(dir.path().join("format")).expect("remove the format file");
+        let error = LogStore::open(LogStoreConfig {
+            disk: OsDisk::shared(),
+            dir: dir.path().to_path_buf(),
+            segment_size_bytes: 4096,
+            flush: FlushMode::Sync,
+        })
+        .err()
+        .expect("refused");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        assert!(
+            error.to_string().contains("wipe this node's data dir"),
+            "{error}"
         );
     }
 
