@@ -17,8 +17,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::RwLock;
 use std::sync::RwLockWriteGuard;
-use std::sync::mpsc;
-use std::thread;
 use std::time::Duration;
 
 use openraft::entry::RaftEntry;
@@ -35,6 +33,9 @@ use crate::disk::DiskFile;
 use crate::durable_file;
 use crate::raft::codec;
 use crate::raft::entry_cache::EntryCache;
+use crate::raft::log_flusher::CurrentSegment;
+use crate::raft::log_flusher::Flusher;
+use crate::raft::log_flusher::Written;
 use crate::raft::log_segment::LogSegment;
 use crate::raft::log_segment::RecordBatch;
 use crate::raft::repair;
@@ -106,9 +107,43 @@ pub struct LogReader {
     files: Arc<RwLock<LogFiles>>,
 }
 
+/// Who runs the flusher's rounds.
+enum FlusherDriver {
+    Thread,
+    /// The caller, through [`LogStore::run_flush_round`] (the crash simulation).
+    #[cfg(test)]
+    Manual,
+}
+
+/// The current segment's file, for the flusher's periodic rounds.
+fn current_segment_of(files: Arc<RwLock<LogFiles>>) -> CurrentSegment {
+    Box::new(move || {
+        files
+            .read()
+            .ok()
+            .and_then(|files| files.segments.last().map(|s| s.file().clone()))
+    })
+}
+
 impl LogStore {
     /// Opens or creates the log under `config.dir`, cutting a torn tail if the last run crashed.
     pub fn open(config: LogStoreConfig) -> io::Result<LogStore> {
+        LogStore::open_with(config, FlusherDriver::Thread)
+    }
+
+    /// [`LogStore::open`] with a flusher that syncs only in [`LogStore::run_flush_round`].
+    #[cfg(test)]
+    pub fn open_flushed_by_caller(config: LogStoreConfig) -> io::Result<LogStore> {
+        LogStore::open_with(config, FlusherDriver::Manual)
+    }
+
+    /// Runs one flusher round now (a store opened by [`LogStore::open_flushed_by_caller`]).
+    #[cfg(test)]
+    pub fn run_flush_round(&self) {
+        self.flusher.run_round();
+    }
+
+    fn open_with(config: LogStoreConfig, flusher_driver: FlusherDriver) -> io::Result<LogStore> {
         let disk = config.disk.clone();
         let segments_dir = config.dir.join("segments");
         disk.create_dir_all(&segments_dir)?;
@@ -140,7 +175,21 @@ impl LogStore {
             last_log_id = ?files.last_log_id, last_purged = ?files.last_purged, "raft log opened"
         );
         let files = Arc::new(RwLock::new(files));
-        let flusher = Flusher::start(config.flush, files.clone(), disk, segments_dir)?;
+        let flusher = match flusher_driver {
+            FlusherDriver::Thread => Flusher::start(
+                config.flush,
+                disk,
+                segments_dir,
+                current_segment_of(files.clone()),
+            )?,
+            #[cfg(test)]
+            FlusherDriver::Manual => Flusher::manual(
+                config.flush,
+                disk,
+                segments_dir,
+                current_segment_of(files.clone()),
+            ),
+        };
         Ok(LogStore {
             files,
             segment_size_bytes: config.segment_size_bytes,
@@ -398,6 +447,8 @@ fn recover_segments(
     let mut segments: Vec<LogSegment> = Vec::new();
     // One past the last entry of the segments seen so far (kept, or deleted as purged).
     let mut previous_end: Option<u64> = None;
+    // The last segment seen was cut for damage (not for an unsynced tail).
+    let mut previous_cut_damaged = false;
     let mut damage: Option<RepairMark> = None;
     let mut note_damage = |cut_at_index: u64, up_to_index: u64| {
         if up_to_index < after_purge {
@@ -419,6 +470,17 @@ fn recover_segments(
         // or below the purge point, anywhere up to just past the purge point.
         let gap_from =
             previous_end.filter(|&end| first_index < end || first_index > end.max(after_purge));
+        if gap_from.is_some_and(|end| first_index > end) && !previous_cut_damaged {
+            // The previous segment lost an unsynced tail (cleanly or torn), so nothing after
+            // it was ever promised: the flusher syncs a sealed segment before any later entry
+            // counts as durable. Only damage to the previous segment makes this a loss.
+            tracing::warn!(
+                path = %path.display(),
+                "raft log segment after a lost unsynced tail: deleted, never durable"
+            );
+            segment.delete()?;
+            continue;
+        }
         if let Some(end) = gap_from {
             // Written after entries that are now gone: its entries were held too.
             let cut_at_index = end;
@@ -451,6 +513,7 @@ fn recover_segments(
         if !segment.is_empty() {
             previous_end = Some(segment.end_index());
         }
+        previous_cut_damaged = recovered.damaged_up_to.is_some();
         if segment.is_empty() || segment.end_index() <= after_purge {
             segment.delete()?;
         } else {
@@ -640,137 +703,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         files.last_purged = Some(log_id);
         Ok(())
-    }
-}
-
-/// Fires append callbacks once their data is durable, coalescing the fsyncs of concurrent
-/// appends into one (group commit at the disk).
-struct Flusher {
-    mode: FlushMode,
-    jobs: mpsc::Sender<FlushJob>,
-}
-
-/// What one append wrote.
-#[derive(Default)]
-struct Written {
-    /// Segments sealed by a roll during the append.
-    sealed: Vec<Arc<dyn DiskFile>>,
-    /// A new segment file was created: the directory must be synced.
-    created_segment: bool,
-    /// The segment the append ended in.
-    current: Option<Arc<dyn DiskFile>>,
-}
-
-struct FlushJob {
-    /// Files to sync.
-    files: Vec<Arc<dyn DiskFile>>,
-    /// The segment directory must be synced too (a segment was created).
-    sync_dir: bool,
-    /// Completed after the sync; `None` for work done in the background.
-    callback: Option<IOFlushed<TypeConfig>>,
-}
-
-impl Flusher {
-    fn start(
-        mode: FlushMode,
-        files: Arc<RwLock<LogFiles>>,
-        disk: Arc<dyn Disk>,
-        dir: PathBuf,
-    ) -> io::Result<Flusher> {
-        let (jobs, receiver) = mpsc::channel();
-        thread::Builder::new()
-            .name("raft-log-flush".into())
-            .spawn(move || run_flusher(mode, receiver, files, (disk, dir)))?;
-        Ok(Flusher { mode, jobs })
-    }
-
-    /// Completes `callback` once what an append wrote is durable as the mode promises:
-    /// synced first with `Sync`; at once with `Async`, where only a roll's sealed segment and
-    /// directory are queued for a sync (the current segment is synced every interval).
-    fn after_write(&self, written: Written, callback: IOFlushed<TypeConfig>) {
-        let mut files = written.sealed;
-        let job = match self.mode {
-            FlushMode::Async { .. } => {
-                callback.io_completed(Ok(()));
-                if files.is_empty() && !written.created_segment {
-                    return;
-                }
-                FlushJob {
-                    files,
-                    sync_dir: written.created_segment,
-                    callback: None,
-                }
-            }
-            FlushMode::Sync => {
-                files.extend(written.current);
-                FlushJob {
-                    files,
-                    sync_dir: written.created_segment,
-                    callback: Some(callback),
-                }
-            }
-        };
-        if let Err(mpsc::SendError(job)) = self.jobs.send(job) {
-            tracing::error!("raft log flusher stopped");
-            if let Some(callback) = job.callback {
-                callback.io_completed(Err(io::Error::other("raft log flusher stopped")));
-            }
-        }
-    }
-}
-
-fn run_flusher(
-    mode: FlushMode,
-    receiver: mpsc::Receiver<FlushJob>,
-    files: Arc<RwLock<LogFiles>>,
-    (disk, dir): (Arc<dyn Disk>, PathBuf),
-) {
-    loop {
-        let first = match mode {
-            FlushMode::Sync => match receiver.recv() {
-                Ok(job) => Some(job),
-                Err(mpsc::RecvError) => return,
-            },
-            FlushMode::Async { interval } => match receiver.recv_timeout(interval) {
-                Ok(job) => Some(job),
-                Err(mpsc::RecvTimeoutError::Timeout) => None,
-                Err(mpsc::RecvTimeoutError::Disconnected) => return,
-            },
-        };
-        let mut jobs: Vec<FlushJob> = first.into_iter().collect();
-        jobs.extend(receiver.try_iter());
-        let mut to_sync: Vec<Arc<dyn DiskFile>> = Vec::new();
-        for file in jobs.iter().flat_map(|job| &job.files) {
-            if !to_sync.iter().any(|known| Arc::ptr_eq(known, file)) {
-                to_sync.push(file.clone());
-            }
-        }
-        if let FlushMode::Async { .. } = mode
-            && let Ok(files) = files.read()
-        {
-            to_sync.extend(files.segments.last().map(|s| s.file().clone()));
-        }
-        let sync_dir = jobs.iter().any(|job| job.sync_dir);
-        let result = to_sync
-            .iter()
-            .try_for_each(|file| file.sync_data())
-            .and_then(|()| {
-                if sync_dir {
-                    disk.sync_dir(&dir)
-                } else {
-                    Ok(())
-                }
-            });
-        if let Err(error) = &result {
-            tracing::error!(%error, "raft log fsync failed");
-        }
-        for callback in jobs.into_iter().filter_map(|job| job.callback) {
-            let outcome = match &result {
-                Ok(()) => Ok(()),
-                Err(error) => Err(io::Error::new(error.kind(), error.to_string())),
-            };
-            callback.io_completed(outcome);
-        }
     }
 }
 
@@ -994,6 +926,37 @@ mod tests {
             error.to_string().contains("wipe this node's data dir"),
             "{error}"
         );
+    }
+
+    #[tokio::test]
+    async fn segments_after_a_lost_unsynced_tail_are_dropped_without_a_repair() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        append(&mut store, (0..40).map(|i| entry(1, i))).await;
+        drop(store);
+        let segments = LogSegment::list(&OsDisk, &dir.path().join("segments")).expect("list");
+        assert!(segments.len() > 2);
+        // A power loss kept the second segment's file name and some of its data but not the
+        // first segment's last record (the kernel wrote them back out of order).
+        let (_, first_path) = &segments[0];
+        let (second_first, _) = segments[1];
+        let bytes = std::fs::read(first_path).expect("read");
+        let record = RECORD_HEADER_SIZE as usize
+            + u32::from_le_bytes(bytes[..4].try_into().expect("len")) as usize;
+        let kept = bytes.len() - record;
+        std::fs::write(first_path, &bytes[..kept]).expect("write");
+
+        let mut store = open(dir.path());
+        assert_eq!(
+            indexes(&mut store).await,
+            (0..second_first - 1).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            repair::load(&OsDisk, dir.path()).expect("mark"),
+            None,
+            "nothing after an unsynced tail was ever durable"
+        );
+        append(&mut store, [entry(2, second_first - 1)]).await;
     }
 
     #[tokio::test]

@@ -22,6 +22,7 @@ pub mod faults;
 pub mod lease;
 #[cfg(test)]
 mod log_crash_sim;
+pub mod log_flusher;
 pub mod log_segment;
 pub mod log_store;
 pub mod membership;
