@@ -69,22 +69,12 @@ impl Flusher {
         segments_dir: PathBuf,
         current_segment: CurrentSegment,
     ) -> io::Result<Flusher> {
-        let (jobs, receiver) = mpsc::channel();
-        let rounds = Rounds {
-            mode,
-            disk,
-            segments_dir,
-            current_segment,
-        };
+        let (flusher, receiver, rounds) =
+            Flusher::unstarted(mode, disk, segments_dir, current_segment);
         thread::Builder::new()
             .name("raft-log-flush".into())
             .spawn(move || run_rounds(&receiver, &rounds))?;
-        Ok(Flusher {
-            mode,
-            jobs,
-            #[cfg(test)]
-            manual: None,
-        })
+        Ok(flusher)
     }
 
     /// A flusher whose rounds run only when [`Flusher::run_round`] is called.
@@ -95,6 +85,19 @@ impl Flusher {
         segments_dir: PathBuf,
         current_segment: CurrentSegment,
     ) -> Flusher {
+        let (mut flusher, receiver, rounds) =
+            Flusher::unstarted(mode, disk, segments_dir, current_segment);
+        flusher.manual = Some(std::sync::Mutex::new((receiver, rounds)));
+        flusher
+    }
+
+    /// The flusher, the receiving end of its jobs and what its rounds need.
+    fn unstarted(
+        mode: FlushMode,
+        disk: Arc<dyn Disk>,
+        segments_dir: PathBuf,
+        current_segment: CurrentSegment,
+    ) -> (Flusher, mpsc::Receiver<FlushJob>, Rounds) {
         let (jobs, receiver) = mpsc::channel();
         let rounds = Rounds {
             mode,
@@ -102,11 +105,13 @@ impl Flusher {
             segments_dir,
             current_segment,
         };
-        Flusher {
+        let flusher = Flusher {
             mode,
             jobs,
-            manual: Some(std::sync::Mutex::new((receiver, rounds))),
-        }
+            #[cfg(test)]
+            manual: None,
+        };
+        (flusher, receiver, rounds)
     }
 
     /// Runs one round over the jobs queued so far (and, with `Async`, the current segment).

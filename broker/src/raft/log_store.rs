@@ -746,6 +746,24 @@ mod tests {
         rx.await.expect("callback fired").expect("flushed");
     }
 
+    /// Writes entries `0..count` to a new log in `dir` and closes it; returns its segments.
+    async fn written_segments(dir: &Path, count: u64) -> Vec<(u64, PathBuf)> {
+        let mut store = open(dir);
+        append(&mut store, (0..count).map(|i| entry(1, i))).await;
+        drop(store);
+        LogSegment::list(&OsDisk, &dir.join("segments")).expect("list")
+    }
+
+    /// Writes entries `0..count` to a new log in `dir`, lets `alter` change the bytes of its
+    /// last segment file (as a crash or bit rot would), and reopens it.
+    async fn reopened_after(dir: &Path, count: u64, alter: impl FnOnce(&mut Vec<u8>)) -> LogStore {
+        let (_, last_path) = written_segments(dir, count).await.pop().expect("a segment");
+        let mut bytes = std::fs::read(&last_path).expect("read");
+        alter(&mut bytes);
+        std::fs::write(&last_path, &bytes).expect("write");
+        open(dir)
+    }
+
     async fn indexes(store: &mut LogStore) -> Vec<u64> {
         let entries = store.try_get_log_entries(..).await.expect("read");
         entries.iter().map(|e| e.log_id.index).collect()
@@ -798,18 +816,10 @@ mod tests {
     #[tokio::test]
     async fn torn_tail_is_cut_on_restart() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut store = open(dir.path());
-        append(&mut store, (0..5).map(|i| entry(1, i))).await;
-        drop(store);
-        let (_, last_path) = LogSegment::list(&OsDisk, &dir.path().join("segments"))
-            .expect("list")
-            .pop()
-            .expect("a segment");
-        let mut bytes = std::fs::read(&last_path).expect("read");
-        bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3, 4, 5, 6]); // half a record
-        std::fs::write(&last_path, &bytes).expect("write");
-
-        let mut store = open(dir.path());
+        let mut store = reopened_after(dir.path(), 5, |bytes| {
+            bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3, 4, 5, 6]); // half a header
+        })
+        .await;
         assert_eq!(indexes(&mut store).await, vec![0, 1, 2, 3, 4]);
         assert_eq!(
             repair::load(&OsDisk, dir.path()).expect("mark"),
@@ -823,10 +833,7 @@ mod tests {
     #[tokio::test]
     async fn damage_before_valid_entries_is_cut_and_marked_for_repair() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut store = open(dir.path());
-        append(&mut store, (0..40).map(|i| entry(1, i))).await;
-        drop(store);
-        let segments = LogSegment::list(&OsDisk, &dir.path().join("segments")).expect("list");
+        let segments = written_segments(dir.path(), 40).await;
         assert!(segments.len() > 2);
         // A flipped byte in entry 1 of the first segment: its later entries and the later
         // segments all hold entries the node may have acknowledged.
@@ -855,19 +862,11 @@ mod tests {
     #[tokio::test]
     async fn a_damaged_last_record_is_marked_for_repair_not_cut_as_a_torn_tail() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut store = open(dir.path());
-        append(&mut store, (0..5).map(|i| entry(1, i))).await;
-        drop(store);
-        let (_, last_path) = LogSegment::list(&OsDisk, &dir.path().join("segments"))
-            .expect("list")
-            .pop()
-            .expect("a segment");
-        let mut bytes = std::fs::read(&last_path).expect("read");
-        let end = bytes.len();
-        // The last entry's last byte.
-        bytes[end - 1] ^= 0x10;
-        std::fs::write(&last_path, &bytes).expect("write");
-        let mut store = open(dir.path());
+        let mut store = reopened_after(dir.path(), 5, |bytes| {
+            let end = bytes.len();
+            bytes[end - 1] ^= 0x10; // the last entry's last byte
+        })
+        .await;
         assert_eq!(indexes(&mut store).await, vec![0, 1, 2, 3]);
         let mark = repair::load(&OsDisk, dir.path()).expect("mark");
         assert_eq!(
@@ -880,27 +879,16 @@ mod tests {
     #[tokio::test]
     async fn a_flipped_length_is_damage_even_when_it_points_past_the_end() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut store = open(dir.path());
-        append(&mut store, (0..3).map(|i| entry(1, i))).await;
-        drop(store);
-        let (_, path) = LogSegment::list(&OsDisk, &dir.path().join("segments"))
-            .expect("list")
-            .pop()
-            .expect("a segment");
-        let mut bytes = std::fs::read(&path).expect("read");
-        // Make the last record claim more bytes than the file holds, as a torn one would.
-        let start = {
-            let mut position = 0usize;
+        let mut store = reopened_after(dir.path(), 3, |bytes| {
+            // Make the last record claim more bytes than the file holds, as a torn one would.
+            let mut start = 0usize;
             for _ in 0..2 {
-                let len =
-                    u32::from_le_bytes(bytes[position..position + 4].try_into().expect("len"));
-                position += RECORD_HEADER_SIZE as usize + len as usize;
+                let len = u32::from_le_bytes(bytes[start..start + 4].try_into().expect("len"));
+                start += RECORD_HEADER_SIZE as usize + len as usize;
             }
-            position
-        };
-        bytes[start + 3] ^= 0x01;
-        std::fs::write(&path, &bytes).expect("write");
-        let mut store = open(dir.path());
+            bytes[start + 3] ^= 0x01;
+        })
+        .await;
         assert_eq!(indexes(&mut store).await, vec![0, 1]);
         let mark = repair::load(&OsDisk, dir.path()).expect("mark");
         assert_eq!(mark.map(|m| (m.cut_at_index, m.up_to_index)), Some((2, 2)));
@@ -931,10 +919,7 @@ mod tests {
     #[tokio::test]
     async fn segments_after_a_lost_unsynced_tail_are_dropped_without_a_repair() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut store = open(dir.path());
-        append(&mut store, (0..40).map(|i| entry(1, i))).await;
-        drop(store);
-        let segments = LogSegment::list(&OsDisk, &dir.path().join("segments")).expect("list");
+        let segments = written_segments(dir.path(), 40).await;
         assert!(segments.len() > 2);
         // A power loss kept the second segment's file name and some of its data but not the
         // first segment's last record (the kernel wrote them back out of order).
