@@ -20,6 +20,7 @@ use openraft::storage::IOFlushed;
 use crate::disk::Disk;
 use crate::disk::DiskFile;
 use crate::raft::log_store::FlushMode;
+use crate::raft::types::LogTypes;
 use crate::raft::types::TypeConfig;
 
 /// The segment appends currently go to, read by each `Async` round.
@@ -36,13 +37,13 @@ pub struct Written {
     pub current: Option<Arc<dyn DiskFile>>,
 }
 
-struct FlushJob {
+struct FlushJob<C: LogTypes> {
     /// Files to sync.
     files: Vec<Arc<dyn DiskFile>>,
     /// The segment directory must be synced too (a segment was created).
     sync_dir: bool,
     /// Completed after the sync; `None` for work done in the background.
-    callback: Option<IOFlushed<TypeConfig>>,
+    callback: Option<IOFlushed<C>>,
 }
 
 /// What a round needs besides its jobs.
@@ -53,22 +54,46 @@ struct Rounds {
     current_segment: CurrentSegment,
 }
 
-pub struct Flusher {
+pub struct Flusher<C: LogTypes = TypeConfig> {
     mode: FlushMode,
-    jobs: mpsc::Sender<FlushJob>,
+    jobs: mpsc::Sender<FlushJob<C>>,
     /// Rounds run by the owner ([`Flusher::manual`]).
     #[cfg(test)]
-    manual: Option<std::sync::Mutex<(mpsc::Receiver<FlushJob>, Rounds)>>,
+    manual: Option<ManualRounds<C>>,
 }
 
-impl Flusher {
+/// The rounds of a [`Flusher::manual`], run by whoever holds this handle.
+#[cfg(test)]
+pub struct ManualRounds<C: LogTypes>(Arc<std::sync::Mutex<(mpsc::Receiver<FlushJob<C>>, Rounds)>>);
+
+#[cfg(test)]
+impl<C: LogTypes> Clone for ManualRounds<C> {
+    fn clone(&self) -> Self {
+        ManualRounds(self.0.clone())
+    }
+}
+
+#[cfg(test)]
+impl<C: LogTypes> ManualRounds<C> {
+    /// Runs one round over the jobs queued so far (and, with `Async`, the current segment).
+    pub fn run(&self) {
+        let manual = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (receiver, rounds) = &*manual;
+        rounds.run(receiver.try_iter().collect());
+    }
+}
+
+impl<C: LogTypes> Flusher<C> {
     /// A flusher with a thread of its own.
     pub fn start(
         mode: FlushMode,
         disk: Arc<dyn Disk>,
         segments_dir: PathBuf,
         current_segment: CurrentSegment,
-    ) -> io::Result<Flusher> {
+    ) -> io::Result<Flusher<C>> {
         let (flusher, receiver, rounds) =
             Flusher::unstarted(mode, disk, segments_dir, current_segment);
         thread::Builder::new()
@@ -84,10 +109,12 @@ impl Flusher {
         disk: Arc<dyn Disk>,
         segments_dir: PathBuf,
         current_segment: CurrentSegment,
-    ) -> Flusher {
+    ) -> Flusher<C> {
         let (mut flusher, receiver, rounds) =
             Flusher::unstarted(mode, disk, segments_dir, current_segment);
-        flusher.manual = Some(std::sync::Mutex::new((receiver, rounds)));
+        flusher.manual = Some(ManualRounds(Arc::new(std::sync::Mutex::new((
+            receiver, rounds,
+        )))));
         flusher
     }
 
@@ -97,7 +124,7 @@ impl Flusher {
         disk: Arc<dyn Disk>,
         segments_dir: PathBuf,
         current_segment: CurrentSegment,
-    ) -> (Flusher, mpsc::Receiver<FlushJob>, Rounds) {
+    ) -> (Flusher<C>, mpsc::Receiver<FlushJob<C>>, Rounds) {
         let (jobs, receiver) = mpsc::channel();
         let rounds = Rounds {
             mode,
@@ -114,22 +141,16 @@ impl Flusher {
         (flusher, receiver, rounds)
     }
 
-    /// Runs one round over the jobs queued so far (and, with `Async`, the current segment).
+    /// The handle that runs the rounds of a [`Flusher::manual`].
     #[cfg(test)]
-    pub fn run_round(&self) {
-        if let Some(manual) = &self.manual {
-            let manual = manual
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            let (receiver, rounds) = &*manual;
-            rounds.run(receiver.try_iter().collect());
-        }
+    pub fn manual_rounds(&self) -> Option<ManualRounds<C>> {
+        self.manual.clone()
     }
 
     /// Completes `callback` once what an append wrote is durable as the mode promises:
     /// synced first with `Sync`; at once with `Async`, where only a roll's sealed segment and
     /// directory are queued for a sync (the current segment is synced every round).
-    pub fn after_write(&self, written: Written, callback: IOFlushed<TypeConfig>) {
+    pub fn after_write(&self, written: Written, callback: IOFlushed<C>) {
         let mut files = written.sealed;
         let job = match self.mode {
             FlushMode::Async { .. } => {
@@ -162,7 +183,7 @@ impl Flusher {
 }
 
 /// The flusher thread: a round whenever jobs arrive, and with `Async` at least every interval.
-fn run_rounds(receiver: &mpsc::Receiver<FlushJob>, rounds: &Rounds) {
+fn run_rounds<C: LogTypes>(receiver: &mpsc::Receiver<FlushJob<C>>, rounds: &Rounds) {
     loop {
         let first = match rounds.mode {
             FlushMode::Sync => match receiver.recv() {
@@ -175,7 +196,7 @@ fn run_rounds(receiver: &mpsc::Receiver<FlushJob>, rounds: &Rounds) {
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             },
         };
-        let mut jobs: Vec<FlushJob> = first.into_iter().collect();
+        let mut jobs: Vec<FlushJob<C>> = first.into_iter().collect();
         jobs.extend(receiver.try_iter());
         rounds.run(jobs);
     }
@@ -183,7 +204,7 @@ fn run_rounds(receiver: &mpsc::Receiver<FlushJob>, rounds: &Rounds) {
 
 impl Rounds {
     /// Syncs what `jobs` wrote (each file once) and completes their callbacks.
-    fn run(&self, jobs: Vec<FlushJob>) {
+    fn run<C: LogTypes>(&self, jobs: Vec<FlushJob<C>>) {
         let mut to_sync: Vec<Arc<dyn DiskFile>> = Vec::new();
         for file in jobs.iter().flat_map(|job| &job.files) {
             if !to_sync.iter().any(|known| Arc::ptr_eq(known, file)) {

@@ -10,6 +10,7 @@
 
 use std::fmt::Debug;
 use std::io;
+use std::marker::PhantomData;
 use std::ops::Bound;
 use std::ops::RangeBounds;
 use std::path::Path;
@@ -42,6 +43,7 @@ use crate::raft::repair;
 use crate::raft::repair::RepairMark;
 use crate::raft::types::Entry;
 use crate::raft::types::LogId;
+use crate::raft::types::LogTypes;
 use crate::raft::types::TypeConfig;
 use crate::raft::types::Vote;
 
@@ -94,17 +96,26 @@ struct PurgeMark {
     last_purged: Option<LogId>,
 }
 
-pub struct LogStore {
+pub struct LogStore<C: LogTypes = TypeConfig> {
     files: Arc<RwLock<LogFiles>>,
     segment_size_bytes: u64,
-    flusher: Flusher,
+    flusher: Flusher<C>,
     /// Encoding buffer of appends, reused so a busy log allocates no per-append buffers.
     batch: RecordBatch,
 }
 
-#[derive(Clone)]
-pub struct LogReader {
+pub struct LogReader<C: LogTypes = TypeConfig> {
     files: Arc<RwLock<LogFiles>>,
+    types: PhantomData<fn() -> C>,
+}
+
+impl<C: LogTypes> Clone for LogReader<C> {
+    fn clone(&self) -> Self {
+        LogReader {
+            files: self.files.clone(),
+            types: PhantomData,
+        }
+    }
 }
 
 /// Who runs the flusher's rounds.
@@ -130,20 +141,31 @@ impl LogStore {
     pub fn open(config: LogStoreConfig) -> io::Result<LogStore> {
         LogStore::open_with(config, FlusherDriver::Thread)
     }
+}
 
+impl<C: LogTypes> LogStore<C> {
     /// [`LogStore::open`] with a flusher that syncs only in [`LogStore::run_flush_round`].
     #[cfg(test)]
-    pub fn open_flushed_by_caller(config: LogStoreConfig) -> io::Result<LogStore> {
+    pub fn open_flushed_by_caller(config: LogStoreConfig) -> io::Result<LogStore<C>> {
         LogStore::open_with(config, FlusherDriver::Manual)
     }
 
     /// Runs one flusher round now (a store opened by [`LogStore::open_flushed_by_caller`]).
     #[cfg(test)]
     pub fn run_flush_round(&self) {
-        self.flusher.run_round();
+        if let Some(rounds) = self.flusher.manual_rounds() {
+            rounds.run();
+        }
     }
 
-    fn open_with(config: LogStoreConfig, flusher_driver: FlusherDriver) -> io::Result<LogStore> {
+    /// The handle that runs this store's flusher rounds, which stays valid after the store
+    /// moved into openraft (a store opened by [`LogStore::open_flushed_by_caller`]).
+    #[cfg(test)]
+    pub fn flush_rounds(&self) -> Option<crate::raft::log_flusher::ManualRounds<C>> {
+        self.flusher.manual_rounds()
+    }
+
+    fn open_with(config: LogStoreConfig, flusher_driver: FlusherDriver) -> io::Result<LogStore<C>> {
         let disk = config.disk.clone();
         let segments_dir = config.dir.join("segments");
         disk.create_dir_all(&segments_dir)?;
@@ -527,7 +549,7 @@ fn bounds_debug<RB: RangeBounds<u64>>(range: &RB) -> String {
     format!("{:?}..{:?}", range.start_bound(), range.end_bound())
 }
 
-impl RaftLogReader<TypeConfig> for LogReader {
+impl<C: LogTypes> RaftLogReader<C> for LogReader<C> {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
         &mut self,
         range: RB,
@@ -580,16 +602,17 @@ impl RaftLogReader<TypeConfig> for LogReader {
 /// How long a log must see no append before its entry cache is released.
 pub const ENTRY_CACHE_IDLE_RELEASE: Duration = Duration::from_secs(5);
 
-impl LogStore {
+impl<C: LogTypes> LogStore<C> {
     /// A reader of this log, for tasks that run beside Raft.
-    pub fn reader(&self) -> LogReader {
+    pub fn reader(&self) -> LogReader<C> {
         LogReader {
             files: self.files.clone(),
+            types: PhantomData,
         }
     }
 }
 
-impl LogReader {
+impl<C: LogTypes> LogReader<C> {
     /// Releases the entry cache if nothing was appended for `idle`; returns the bytes freed.
     pub fn release_idle_cache(&self, idle: Duration) -> u64 {
         match self.files.write() {
@@ -614,31 +637,23 @@ pub async fn release_idle_entry_cache(log: LogReader, shutdown: CancellationToke
     }
 }
 
-impl RaftLogReader<TypeConfig> for LogStore {
+impl<C: LogTypes> RaftLogReader<C> for LogStore<C> {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, io::Error> {
-        LogReader {
-            files: self.files.clone(),
-        }
-        .try_get_log_entries(range)
-        .await
+        self.reader().try_get_log_entries(range).await
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
-        LogReader {
-            files: self.files.clone(),
-        }
-        .read_vote()
-        .await
+        self.reader().read_vote().await
     }
 }
 
-impl RaftLogStorage<TypeConfig> for LogStore {
-    type LogReader = LogReader;
+impl<C: LogTypes> RaftLogStorage<C> for LogStore<C> {
+    type LogReader = LogReader<C>;
 
-    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+    async fn get_log_state(&mut self) -> Result<LogState<C>, io::Error> {
         let files = self
             .files
             .read()
@@ -650,9 +665,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
-        LogReader {
-            files: self.files.clone(),
-        }
+        self.reader()
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
@@ -663,11 +676,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(())
     }
 
-    async fn append<I>(
-        &mut self,
-        entries: I,
-        callback: IOFlushed<TypeConfig>,
-    ) -> Result<(), io::Error>
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<C>) -> Result<(), io::Error>
     where
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,

@@ -19,6 +19,8 @@ pub mod codec;
 pub mod compaction;
 pub mod entry_cache;
 pub mod faults;
+#[cfg(test)]
+mod group_sim;
 pub mod lease;
 #[cfg(test)]
 mod log_crash_sim;

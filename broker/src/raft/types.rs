@@ -27,6 +27,35 @@ openraft::declare_raft_types!(
         LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
 );
 
+/// Type configurations whose entries, votes and log ids are the broker's: the Raft log store
+/// serves any of them (the broker's own, and the crash simulation's, which differs only in
+/// its async runtime).
+pub trait LogTypes:
+    openraft::RaftTypeConfig<
+        D = Command,
+        NodeId = u64,
+        Node = crate::raft::node_addr::NodeAddr,
+        Term = u64,
+        LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
+        Entry = Entry,
+        Vote = Vote,
+    >
+{
+}
+
+impl<C> LogTypes for C where
+    C: openraft::RaftTypeConfig<
+            D = Command,
+            NodeId = u64,
+            Node = crate::raft::node_addr::NodeAddr,
+            Term = u64,
+            LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
+            Entry = Entry,
+            Vote = Vote,
+        >
+{
+}
+
 /// The node id of a broker node within its group.
 pub type NodeId = u64;
 pub type Raft = openraft::Raft<TypeConfig, crate::raft::state_machine::StateMachine>;

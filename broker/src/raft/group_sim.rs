@@ -1,0 +1,736 @@
+//! A seeded, deterministic simulation of one Raft group in one process: three nodes of real
+//! openraft over the real Raft log store (`flush = sync`), each on its own [`SimDisk`], joined
+//! by an in-process network that drops, delays and partitions as the seed says, with tokio's
+//! time paused and advanced only when every task waits. openraft draws its random numbers
+//! (election timeouts, tick phases) from its runtime, here `DeterministicRng`, so a seed
+//! replays exactly: the test runs a seed twice and compares the traces.
+//!
+//! Faults: a power loss of one node, or rarely of all three, at a disk operation the seed
+//! picks (a node loses what it had not fsynced and keeps a torn prefix of the rest), their
+//! restart, a partition of one node, lossy links. The checker asserts:
+//! - one leader per term;
+//! - every acknowledged write is applied by every node once the group heals, at the index it
+//!   was acknowledged with and with its bytes, and no two nodes apply different entries at
+//!   one index;
+//! - a node's applied index never goes back while it runs.
+//!
+//! The state machine is a small in-memory one that re-applies the log after a restart, not the
+//! broker's: the broker's store is read through mmap, which a simulated disk cannot serve.
+//! `SIM_SEED=N` replays one seed (`SIM_TRACE=1` prints its events as they happen);
+//! `GROUP_SIM_SEEDS=N` runs seeds `0..N`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io;
+use std::io::Cursor;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::Stream;
+use futures::TryStreamExt;
+use openraft::EntryPayload;
+use openraft::RaftNetworkFactory;
+use openraft::RaftSnapshotBuilder;
+use openraft::ServerState;
+use openraft::async_runtime::watch::WatchReceiver;
+use openraft::entry::RaftEntry;
+use openraft::errors::NetworkError;
+use openraft::errors::RPCError;
+use openraft::errors::ReplicationClosed;
+use openraft::errors::StreamingError;
+use openraft::errors::Unreachable;
+use openraft::network::RPCOption;
+use openraft::network::v2::RaftNetworkV2;
+use openraft::raft::AppendEntriesRequest;
+use openraft::raft::AppendEntriesResponse;
+use openraft::raft::SnapshotResponse;
+use openraft::raft::VoteRequest;
+use openraft::raft::VoteResponse;
+use openraft::rt::deterministic_rng::DeterministicRng;
+use openraft::storage::EntryResponder;
+use openraft::storage::RaftStateMachine;
+use openraft::type_config::TypeConfigExt;
+use openraft::type_config::alias::SnapshotMetaOf;
+use openraft::type_config::alias::SnapshotOf;
+use openraft::type_config::alias::StoredMembershipOf;
+use openraft_rt_tokio::TokioRuntime;
+use tokio_util::sync::CancellationToken;
+
+use crate::raft::codec;
+use crate::raft::faults::FaultPlan;
+use crate::raft::faults::Verdict;
+use crate::raft::log_flusher::ManualRounds;
+use crate::raft::log_store::FlushMode;
+use crate::raft::log_store::LogStore;
+use crate::raft::log_store::LogStoreConfig;
+use crate::raft::node_addr::NodeAddr;
+use crate::raft::types::Command;
+use crate::raft::types::CommandResult;
+use crate::raft::types::LogId;
+use crate::raft::types::NodeId;
+use crate::raft::types::Vote;
+use crate::seeded_rng::SeededRng;
+use crate::sim_disk::SimDisk;
+
+openraft::declare_raft_types!(
+    /// The broker's Raft types on a runtime whose random numbers follow the seed.
+    SimTypeConfig:
+        D = Command,
+        R = CommandResult,
+        NodeId = u64,
+        Node = NodeAddr,
+        Term = u64,
+        LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
+        AsyncRuntime = DeterministicRng<TokioRuntime>,
+);
+
+type SimRaft = openraft::Raft<SimTypeConfig, SimStateMachine>;
+type StoredMembership = StoredMembershipOf<SimTypeConfig>;
+type Snapshot = SnapshotOf<SimTypeConfig, Cursor<Vec<u8>>>;
+
+/// Seeds run by default.
+const SEEDS_DEFAULT: u64 = 200;
+/// Seeds the test runs twice, to show they replay exactly.
+const REPLAYED_SEEDS: u64 = 3;
+const NODES: [NodeId; 3] = [1, 2, 3];
+/// Simulated time the workload and the faults run for; then the group heals.
+const RUN_FOR: Duration = Duration::from_secs(6);
+/// How long a healed group has to converge.
+const CONVERGE_WITHIN: Duration = Duration::from_secs(20);
+/// Time one fsync round takes.
+const FSYNC_TIME: Duration = Duration::from_millis(1);
+/// A write not acknowledged within this is given up (it may still commit).
+const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// What a node's state machine applied.
+#[derive(Debug, Default)]
+struct Applied {
+    last: Option<LogId>,
+    membership: StoredMembership,
+    /// Index → the entry's log id and the bytes of its `Append`.
+    entries: BTreeMap<u64, (LogId, Bytes)>,
+}
+
+/// An in-memory state machine; its `Applied` is shared with the checker.
+struct SimStateMachine {
+    applied: Arc<Mutex<Applied>>,
+    snapshot: Option<(SnapshotMetaOf<SimTypeConfig>, Vec<u8>)>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl RaftStateMachine<SimTypeConfig> for SimStateMachine {
+    type SnapshotData = Cursor<Vec<u8>>;
+    type SnapshotBuilder = SimSnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        let applied = lock(&self.applied);
+        Ok((applied.last, applied.membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<SimTypeConfig>, io::Error>> + Unpin + Send,
+    {
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let log_id = entry.log_id();
+            {
+                let mut applied = lock(&self.applied);
+                match entry.payload {
+                    EntryPayload::Normal(Command::Append { records }) => {
+                        applied.entries.insert(log_id.index, (log_id, records));
+                    }
+                    EntryPayload::Membership(membership) => {
+                        applied.membership = StoredMembership::new(Some(log_id), membership);
+                    }
+                    _ => {}
+                }
+                applied.last = Some(log_id);
+            }
+            if let Some(responder) = responder {
+                responder.send(CommandResult::Done);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SimSnapshotBuilder {
+            applied: self.applied.clone(),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMetaOf<SimTypeConfig>,
+        snapshot: Self::SnapshotData,
+    ) -> Result<(), io::Error> {
+        let bytes = snapshot.into_inner();
+        let entries: Vec<(u64, LogId, Vec<u8>)> = codec::decode("sim snapshot", &bytes)?;
+        let mut applied = lock(&self.applied);
+        applied.entries = entries
+            .into_iter()
+            .map(|(index, log_id, records)| (index, (log_id, Bytes::from(records))))
+            .collect();
+        applied.last = meta.last_log_id;
+        applied.membership = meta.last_membership.clone();
+        drop(applied);
+        self.snapshot = Some((meta.clone(), bytes));
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        Ok(self.snapshot.clone().map(|(meta, bytes)| Snapshot {
+            meta,
+            snapshot: Cursor::new(bytes),
+        }))
+    }
+}
+
+struct SimSnapshotBuilder {
+    applied: Arc<Mutex<Applied>>,
+}
+
+impl RaftSnapshotBuilder<SimTypeConfig> for SimSnapshotBuilder {
+    type SnapshotData = Cursor<Vec<u8>>;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let applied = lock(&self.applied);
+        let entries: Vec<(u64, LogId, Vec<u8>)> = applied
+            .entries
+            .iter()
+            .map(|(index, (log_id, records))| (*index, *log_id, records.to_vec()))
+            .collect();
+        let meta = SnapshotMetaOf::<SimTypeConfig> {
+            last_log_id: applied.last,
+            last_membership: applied.membership.clone(),
+        };
+        Ok(Snapshot {
+            meta,
+            snapshot: Cursor::new(codec::encode("sim snapshot", &entries)?),
+        })
+    }
+}
+
+/// The nodes that run, and the network's faults.
+struct Cluster {
+    rafts: Mutex<BTreeMap<NodeId, SimRaft>>,
+    faults: FaultPlan,
+}
+
+impl Cluster {
+    /// The running node `target`, if the link to it delivers now.
+    async fn reach(
+        &self,
+        from: NodeId,
+        target: NodeId,
+    ) -> Result<SimRaft, Unreachable<SimTypeConfig>> {
+        match self.faults.verdict(from, target) {
+            Verdict::Drop => {
+                return Err(Unreachable::from_string(format!(
+                    "{from} -> {target} dropped"
+                )));
+            }
+            Verdict::Delay(delay) => tokio::time::sleep(delay).await,
+            Verdict::Deliver => {}
+        }
+        lock(&self.rafts)
+            .get(&target)
+            .cloned()
+            .ok_or_else(|| Unreachable::from_string(format!("node {target} is down")))
+    }
+}
+
+struct SimNetworkFactory {
+    from: NodeId,
+    cluster: Arc<Cluster>,
+}
+
+impl RaftNetworkFactory<SimTypeConfig> for SimNetworkFactory {
+    type Network = SimLink;
+
+    async fn new_client(&mut self, target: NodeId, _node: &NodeAddr) -> SimLink {
+        SimLink {
+            from: self.from,
+            target,
+            cluster: self.cluster.clone(),
+        }
+    }
+}
+
+struct SimLink {
+    from: NodeId,
+    target: NodeId,
+    cluster: Arc<Cluster>,
+}
+
+fn network_error(error: &(impl std::error::Error + 'static)) -> RPCError<SimTypeConfig> {
+    RPCError::Network(NetworkError::new(error))
+}
+
+impl RaftNetworkV2<SimTypeConfig> for SimLink {
+    type SnapshotData = Cursor<Vec<u8>>;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<SimTypeConfig>,
+        _option: RPCOption,
+    ) -> Result<AppendEntriesResponse<SimTypeConfig>, RPCError<SimTypeConfig>> {
+        let raft = self.cluster.reach(self.from, self.target).await?;
+        raft.append_entries(rpc)
+            .await
+            .map_err(|e| network_error(&e))
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<SimTypeConfig>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<SimTypeConfig>, RPCError<SimTypeConfig>> {
+        let raft = self.cluster.reach(self.from, self.target).await?;
+        raft.vote(rpc).await.map_err(|e| network_error(&e))
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<SimTypeConfig>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<SimTypeConfig>, RPCError<SimTypeConfig>> {
+        let raft = self.cluster.reach(self.from, self.target).await?;
+        raft.pre_vote(rpc).await.map_err(|e| network_error(&e))
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        _cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse<SimTypeConfig>, StreamingError<SimTypeConfig>> {
+        let raft = self.cluster.reach(self.from, self.target).await?;
+        raft.install_full_snapshot(vote, snapshot)
+            .await
+            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))
+    }
+}
+
+/// One node as the simulation sees it.
+struct SimNode {
+    disk: SimDisk,
+    applied: Arc<Mutex<Applied>>,
+    /// Its Raft while it runs.
+    raft: Option<SimRaft>,
+    /// Cancelled when this life ends: its flusher and watcher stop with it.
+    life: CancellationToken,
+}
+
+struct Sim {
+    seed: u64,
+    rng: SeededRng,
+    cluster: Arc<Cluster>,
+    nodes: BTreeMap<NodeId, SimNode>,
+    /// Acknowledged writes: index → the log id and bytes acknowledged.
+    acked: BTreeMap<u64, (LogId, Bytes)>,
+    /// Leader seen per term.
+    leaders: Arc<Mutex<BTreeMap<u64, NodeId>>>,
+    /// Violations seen by the watchers while the simulation ran.
+    violations: Arc<Mutex<Vec<String>>>,
+    trace: String,
+    writes: u64,
+    /// When the simulation began, in its own time.
+    began: tokio::time::Instant,
+}
+
+fn raft_config(node: NodeId) -> openraft::Config {
+    openraft::Config {
+        cluster_name: "sim".into(),
+        heartbeat_interval: 50,
+        election_timeout_min: 150 + node * 10,
+        election_timeout_max: 300 + node * 10,
+        enable_elect: true,
+        snapshot_policy: openraft::SnapshotPolicy::Never,
+        ..Default::default()
+    }
+}
+
+impl Sim {
+    fn new(seed: u64) -> Sim {
+        let faults = FaultPlan::new(seed ^ 0x5eed);
+        Sim {
+            seed,
+            rng: SeededRng::new(seed),
+            cluster: Arc::new(Cluster {
+                rafts: Mutex::new(BTreeMap::new()),
+                faults,
+            }),
+            nodes: NODES
+                .iter()
+                .map(|id| {
+                    let node = SimNode {
+                        disk: SimDisk::default(),
+                        applied: Arc::default(),
+                        raft: None,
+                        life: CancellationToken::new(),
+                    };
+                    (*id, node)
+                })
+                .collect(),
+            acked: BTreeMap::new(),
+            leaders: Arc::default(),
+            violations: Arc::default(),
+            trace: String::new(),
+            writes: 0,
+            began: tokio::time::Instant::now(),
+        }
+    }
+
+    fn fail(&self, reason: String) -> String {
+        format!(
+            "seed {}: {reason} (replay: SIM_SEED={} cargo test -p rocketraft-broker group_sim)",
+            self.seed, self.seed
+        )
+    }
+
+    fn note(&mut self, event: impl std::fmt::Display) {
+        let at = self.began.elapsed().as_micros();
+        if std::env::var_os("SIM_TRACE").is_some() {
+            eprintln!("{at} us {event}");
+        }
+        let _ = writeln!(self.trace, "{at} us {event}");
+    }
+
+    /// Starts (or restarts) `id` over its disk; its state machine starts empty.
+    async fn start(&mut self, id: NodeId) -> Result<(), String> {
+        let node = self.nodes.get_mut(&id).ok_or("no such node")?;
+        let store: LogStore<SimTypeConfig> = LogStore::open_flushed_by_caller(LogStoreConfig {
+            disk: Arc::new(node.disk.clone()),
+            dir: PathBuf::from("/sim/raft/log"),
+            segment_size_bytes: 16 * 1024,
+            flush: FlushMode::Sync,
+        })
+        .map_err(|e| format!("node {id}: open log: {e}"))?;
+        let rounds = store.flush_rounds().ok_or("no manual flusher")?;
+        node.applied = Arc::default();
+        let state_machine = SimStateMachine {
+            applied: node.applied.clone(),
+            snapshot: None,
+        };
+        let network = SimNetworkFactory {
+            from: id,
+            cluster: self.cluster.clone(),
+        };
+        let raft = SimRaft::new(
+            id,
+            Arc::new(raft_config(id).validate().map_err(|e| e.to_string())?),
+            network,
+            store,
+            state_machine,
+        )
+        .await
+        .map_err(|e| format!("node {id}: start raft: {e}"))?;
+        node.life = CancellationToken::new();
+        spawn_flusher(rounds, node.life.clone());
+        spawn_watcher(
+            id,
+            raft.clone(),
+            node.life.clone(),
+            self.leaders.clone(),
+            self.violations.clone(),
+        );
+        lock(&self.cluster.rafts).insert(id, raft.clone());
+        node.raft = Some(raft);
+        self.note(format_args!("start {id}"));
+        Ok(())
+    }
+
+    /// A power loss: the node stops where it is and its disk keeps only what a crash keeps.
+    async fn power_loss(&mut self, id: NodeId) {
+        lock(&self.cluster.rafts).remove(&id);
+        let Some(node) = self.nodes.get_mut(&id) else {
+            return;
+        };
+        node.life.cancel();
+        if let Some(raft) = node.raft.take() {
+            // Nothing the node does from here reaches its disk.
+            node.disk.fail_from_op(node.disk.ops() + 1);
+            let _ = raft.shutdown().await;
+        }
+        let report = node.disk.crash(&mut self.rng);
+        self.note(format_args!("power loss {id}: {report:?}"));
+    }
+
+    /// Cuts the power of `ids` a few disk operations from now each (mid-append or mid-fsync),
+    /// then stops them; returns when.
+    async fn power_loss_of(&mut self, ids: &[NodeId]) -> tokio::time::Instant {
+        for id in ids {
+            let disk = &self.nodes[id].disk;
+            disk.fail_from_op(disk.ops() + 1 + self.rng.below(12));
+        }
+        tokio::time::sleep(Duration::from_millis(self.rng.below(20))).await;
+        for id in ids {
+            self.power_loss(*id).await;
+        }
+        tokio::time::Instant::now()
+    }
+
+    /// Writes one message through whichever node believes it leads.
+    async fn write(&mut self) {
+        let leader = lock(&self.cluster.rafts)
+            .values()
+            .find(|raft| raft.metrics().borrow_watched().state == ServerState::Leader)
+            .cloned();
+        let Some(leader) = leader else {
+            return;
+        };
+        self.writes += 1;
+        let records = Bytes::from(format!("seed {} write {}", self.seed, self.writes));
+        let command = Command::Append {
+            records: records.clone(),
+        };
+        let write = self.writes;
+        match tokio::time::timeout(WRITE_TIMEOUT, leader.client_write(command)).await {
+            Ok(Ok(response)) => {
+                self.note(format_args!("acked {write} at {}", response.log_id));
+                self.acked
+                    .insert(response.log_id.index, (response.log_id, records));
+            }
+            Ok(Err(error)) => self.note(format_args!("write {write} failed: {error}")),
+            Err(_) => self.note(format_args!("write {write} timed out")),
+        }
+    }
+
+    async fn run(mut self) -> Result<String, String> {
+        self.began = tokio::time::Instant::now();
+        for id in NODES {
+            self.start(id).await?;
+        }
+        let members: BTreeMap<NodeId, NodeAddr> = NODES
+            .iter()
+            .map(|id| (*id, NodeAddr::shared(format!("sim-{id}"))))
+            .collect();
+        let first = lock(&self.cluster.rafts).get(&1).cloned().ok_or("node 1")?;
+        first
+            .initialize(members)
+            .await
+            .map_err(|e| self.fail(format!("initialize: {e}")))?;
+
+        // Faults begin once the group formed: a first write is acknowledged (a power loss of
+        // all nodes before their first fsync would only undo the initialization).
+        let formed_by = tokio::time::Instant::now() + CONVERGE_WITHIN;
+        while self.acked.is_empty() {
+            if tokio::time::Instant::now() >= formed_by {
+                return Err(self.fail("the group did not form".into()));
+            }
+            self.write().await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let started = tokio::time::Instant::now();
+        // The nodes without power, and since when.
+        let mut down: Vec<NodeId> = Vec::new();
+        let mut down_since = started;
+        while started.elapsed() < RUN_FOR {
+            match self.rng.below(100) {
+                0..80 => self.write().await,
+                80..84 if down.is_empty() => {
+                    down = vec![NODES[self.rng.below(3) as usize]];
+                    down_since = self.power_loss_of(&down).await;
+                }
+                // Rarely, the whole group: `flush = sync` must keep every acknowledged write.
+                94 if down.is_empty() => {
+                    down = NODES.to_vec();
+                    down_since = self.power_loss_of(&down).await;
+                }
+                84..88 => {
+                    let id = NODES[self.rng.below(3) as usize];
+                    self.cluster.faults.isolate(id);
+                    self.note(format_args!("isolate {id}"));
+                }
+                88..92 => {
+                    self.cluster.faults.heal();
+                    self.note("heal");
+                }
+                92..94 => {
+                    self.cluster
+                        .faults
+                        .set_lossy(100_000, Duration::from_millis(5));
+                    self.note("lossy");
+                }
+                _ => tokio::time::sleep(Duration::from_millis(self.rng.below(50))).await,
+            }
+            if !down.is_empty() && down_since.elapsed() >= Duration::from_millis(300) {
+                for id in std::mem::take(&mut down) {
+                    self.start(id).await?;
+                }
+            }
+        }
+        self.cluster.faults.heal();
+        for id in down {
+            self.start(id).await?;
+        }
+        self.note("healed");
+        self.converge_and_check().await?;
+        let running: Vec<SimRaft> = lock(&self.cluster.rafts).values().cloned().collect();
+        for raft in running {
+            let _ = raft.shutdown().await;
+        }
+        Ok(self.trace)
+    }
+
+    /// Waits for every node to apply every acknowledged write, then checks.
+    async fn converge_and_check(&mut self) -> Result<(), String> {
+        // One more write through a leader commits everything of its term and before.
+        let deadline = tokio::time::Instant::now() + CONVERGE_WITHIN;
+        let needed = loop {
+            self.write().await;
+            let last_acked = self.acked.keys().next_back().copied();
+            let everywhere = self
+                .nodes
+                .values()
+                .all(|node| lock(&node.applied).last.map(|l| l.index) >= last_acked);
+            if everywhere && last_acked.is_some() {
+                break last_acked;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(self.fail(format!(
+                    "the healed group did not apply up to {last_acked:?} within {CONVERGE_WITHIN:?}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        if let Some(violation) = lock(&self.violations).first() {
+            return Err(self.fail(violation.clone()));
+        }
+        for (id, node) in &self.nodes {
+            let applied = lock(&node.applied);
+            for (index, (log_id, records)) in &self.acked {
+                match applied.entries.get(index) {
+                    Some((found, bytes)) if found == log_id && bytes == records => {}
+                    found => {
+                        return Err(self.fail(format!(
+                            "node {id} applied {found:?} at {index}, acknowledged {log_id} \
+                             (applied up to {needed:?})"
+                        )));
+                    }
+                }
+            }
+        }
+        let first = &self.nodes[&NODES[0]];
+        let reference = lock(&first.applied);
+        for (id, node) in self.nodes.iter().skip(1) {
+            let applied = lock(&node.applied);
+            for (index, entry) in &applied.entries {
+                if let Some(other) = reference.entries.get(index)
+                    && other != entry
+                {
+                    return Err(self.fail(format!(
+                        "nodes {} and {id} applied different entries at {index}",
+                        NODES[0]
+                    )));
+                }
+            }
+        }
+        let _ = writeln!(self.trace, "leaders {:?}", lock(&self.leaders));
+        Ok(())
+    }
+}
+
+/// Runs the node's fsync rounds while it runs.
+fn spawn_flusher(rounds: ManualRounds<SimTypeConfig>, life: CancellationToken) {
+    SimTypeConfig::spawn(async move {
+        loop {
+            tokio::select! {
+                biased;
+                () = life.cancelled() => return,
+                () = tokio::time::sleep(FSYNC_TIME) => rounds.run(),
+            }
+        }
+    });
+}
+
+/// Records the leader of each term, and checks that the node's applied index never goes back.
+fn spawn_watcher(
+    id: NodeId,
+    raft: SimRaft,
+    life: CancellationToken,
+    leaders: Arc<Mutex<BTreeMap<u64, NodeId>>>,
+    violations: Arc<Mutex<Vec<String>>>,
+) {
+    SimTypeConfig::spawn(async move {
+        let mut metrics = raft.metrics();
+        let mut applied_before: Option<u64> = None;
+        loop {
+            {
+                let now = metrics.borrow_watched();
+                if now.state == ServerState::Leader {
+                    let term = now.vote.leader_id().term;
+                    let leader = *lock(&leaders).entry(term).or_insert(id);
+                    if leader != id {
+                        lock(&violations)
+                            .push(format!("nodes {leader} and {id} both led term {term}"));
+                    }
+                }
+                let applied = now.last_applied.map(|log_id| log_id.index);
+                if applied < applied_before {
+                    lock(&violations).push(format!(
+                        "node {id}'s applied index went back from {applied_before:?} to {applied:?}"
+                    ));
+                }
+                applied_before = applied;
+            }
+            tokio::select! {
+                biased;
+                () = life.cancelled() => return,
+                changed = metrics.changed() => if changed.is_err() { return },
+            }
+        }
+    });
+}
+
+fn seeds() -> std::ops::Range<u64> {
+    let env = |name| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    match (env("SIM_SEED"), env("GROUP_SIM_SEEDS")) {
+        (Some(seed), _) => seed..seed + 1,
+        (None, count) => 0..count.unwrap_or(SEEDS_DEFAULT),
+    }
+}
+
+/// Runs one seed on a fresh single-threaded runtime with paused time. tokio's own random
+/// choices (which of a watch channel's notifiers a waiter joins, so the order tasks wake in)
+/// follow the seed too; tokio offers that only under `--cfg tokio_unstable`, which
+/// `.cargo/config.toml` sets for the workspace.
+fn run_seed(seed: u64) -> Result<String, String> {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_time().start_paused(true);
+    #[cfg(tokio_unstable)]
+    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
+    let runtime = builder.build().map_err(|e| e.to_string())?;
+    runtime.block_on(DeterministicRng::<TokioRuntime>::scope(
+        seed,
+        Sim::new(seed).run(),
+    ))
+}
+
+#[test]
+fn seeded_group_runs_lose_no_acknowledged_write_and_replay_exactly() {
+    let mut acked = 0usize;
+    for seed in seeds() {
+        let trace = run_seed(seed).unwrap_or_else(|failure| panic!("{failure}"));
+        acked += trace.matches("acked ").count();
+        if cfg!(tokio_unstable) && seed < REPLAYED_SEEDS {
+            let again = run_seed(seed).unwrap_or_else(|failure| panic!("{failure}"));
+            assert_eq!(trace, again, "seed {seed} did not replay exactly");
+        }
+    }
+    eprintln!(
+        "raft group simulation, seeds {:?}: {acked} acknowledged writes checked",
+        seeds()
+    );
+    assert!(acked > 0);
+}
