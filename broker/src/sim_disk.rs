@@ -170,6 +170,17 @@ impl SimDisk {
         report
     }
 
+    /// A killed process (SIGKILL): the page cache survives, so everything written and every
+    /// name stays, as if synced; operations work again.
+    pub fn process_killed(&self) {
+        let mut state = self.lock();
+        state.durable_names = state.names.clone();
+        for inode in &mut state.inodes {
+            inode.durable = inode.data.clone();
+        }
+        state.fail_from_op = None;
+    }
+
     /// Flips bit `bit` of byte `offset` of `path` on the disk (as bit rot would).
     pub fn flip_bit(&self, path: &Path, offset: u64, bit: u8) -> io::Result<()> {
         let mut state = self.lock();

@@ -1,5 +1,5 @@
 //! A seeded, deterministic simulation of one Raft group in one process: three nodes of real
-//! openraft over the real Raft log store (`flush = sync`), each on its own [`SimDisk`], joined
+//! openraft over the real Raft log store, each on its own [`SimDisk`], joined
 //! by an in-process network that drops, delays and partitions as the seed says, with tokio's
 //! time paused and advanced only when every task waits. openraft draws its random numbers
 //! (election timeouts, tick phases) from its runtime, here `DeterministicRng`, so a seed
@@ -7,7 +7,9 @@
 //!
 //! Faults: a power loss of one node, or rarely of all three, at a disk operation the seed
 //! picks (a node loses what it had not fsynced and keeps a torn prefix of the rest), their
-//! restart, a partition of one node, lossy links. The checker asserts:
+//! restart, a partition of one node, lossy links. Even seeds run `flush = sync`; odd ones
+//! `flush = async`, whose promise covers killed processes (the page cache survives), not
+//! power losses, so there a node's stop is a kill. The checker asserts:
 //! - one leader per term;
 //! - every acknowledged write is applied by every node once the group heals, at the index it
 //!   was acknowledged with and with its bytes, and no two nodes apply different entries at
@@ -67,6 +69,7 @@ use crate::raft::log_store::FlushMode;
 use crate::raft::log_store::LogStore;
 use crate::raft::log_store::LogStoreConfig;
 use crate::raft::node_addr::NodeAddr;
+use crate::raft::setup::openraft_config;
 use crate::raft::types::Command;
 use crate::raft::types::CommandResult;
 use crate::raft::types::LogId;
@@ -100,8 +103,10 @@ const NODES: [NodeId; 3] = [1, 2, 3];
 const RUN_FOR: Duration = Duration::from_secs(6);
 /// How long a healed group has to converge.
 const CONVERGE_WITHIN: Duration = Duration::from_secs(20);
-/// Time one fsync round takes.
+/// Time one fsync round takes (`flush = sync`).
 const FSYNC_TIME: Duration = Duration::from_millis(1);
+/// The flusher's interval with `flush = async`.
+const ASYNC_FLUSH_INTERVAL: Duration = Duration::from_millis(20);
 /// A write not acknowledged within this is given up (it may still commit).
 const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -333,6 +338,7 @@ struct SimNode {
 
 struct Sim {
     seed: u64,
+    flush: FlushMode,
     rng: SeededRng,
     cluster: Arc<Cluster>,
     nodes: BTreeMap<NodeId, SimNode>,
@@ -348,23 +354,17 @@ struct Sim {
     began: tokio::time::Instant,
 }
 
-fn raft_config(node: NodeId) -> openraft::Config {
-    openraft::Config {
-        cluster_name: "sim".into(),
-        heartbeat_interval: 50,
-        election_timeout_min: 150 + node * 10,
-        election_timeout_max: 300 + node * 10,
-        enable_elect: true,
-        snapshot_policy: openraft::SnapshotPolicy::Never,
-        ..Default::default()
-    }
-}
-
 impl Sim {
     fn new(seed: u64) -> Sim {
         let faults = FaultPlan::new(seed ^ 0x5eed);
         Sim {
             seed,
+            flush: match seed % 2 {
+                0 => FlushMode::Sync,
+                _ => FlushMode::Async {
+                    interval: ASYNC_FLUSH_INTERVAL,
+                },
+            },
             rng: SeededRng::new(seed),
             cluster: Arc::new(Cluster {
                 rafts: Mutex::new(BTreeMap::new()),
@@ -413,7 +413,7 @@ impl Sim {
             disk: Arc::new(node.disk.clone()),
             dir: PathBuf::from("/sim/raft/log"),
             segment_size_bytes: 16 * 1024,
-            flush: FlushMode::Sync,
+            flush: self.flush,
         })
         .map_err(|e| format!("node {id}: open log: {e}"))?;
         let rounds = store.flush_rounds().ok_or("no manual flusher")?;
@@ -426,17 +426,18 @@ impl Sim {
             from: id,
             cluster: self.cluster.clone(),
         };
-        let raft = SimRaft::new(
-            id,
-            Arc::new(raft_config(id).validate().map_err(|e| e.to_string())?),
-            network,
-            store,
-            state_machine,
-        )
-        .await
-        .map_err(|e| format!("node {id}: start raft: {e}"))?;
+        // The broker's own openraft settings, with short test timings.
+        let config = openraft_config("sim".into(), (50, 150, 300), true)
+            .map_err(|e| format!("raft config: {e}"))?;
+        let raft = SimRaft::new(id, Arc::new(config), network, store, state_machine)
+            .await
+            .map_err(|e| format!("node {id}: start raft: {e}"))?;
         node.life = CancellationToken::new();
-        spawn_flusher(rounds, node.life.clone());
+        let round_every = match self.flush {
+            FlushMode::Sync => FSYNC_TIME,
+            FlushMode::Async { interval } => interval,
+        };
+        spawn_flusher(rounds, round_every, node.life.clone());
         spawn_watcher(
             id,
             raft.clone(),
@@ -450,7 +451,10 @@ impl Sim {
         Ok(())
     }
 
-    /// A power loss: the node stops where it is and its disk keeps only what a crash keeps.
+    /// The node stops where it is. With `flush = sync` this is a power loss: its disk keeps
+    /// only what a crash keeps. With `async` it is a killed process: the page cache survives
+    /// (a power loss there can lose what the node acknowledged in the last interval, which the
+    /// README says).
     async fn power_loss(&mut self, id: NodeId) {
         lock(&self.cluster.rafts).remove(&id);
         let Some(node) = self.nodes.get_mut(&id) else {
@@ -462,8 +466,13 @@ impl Sim {
             node.disk.fail_from_op(node.disk.ops() + 1);
             let _ = raft.shutdown().await;
         }
-        let report = node.disk.crash(&mut self.rng);
-        self.note(format_args!("power loss {id}: {report:?}"));
+        if self.flush == FlushMode::Sync {
+            let report = node.disk.crash(&mut self.rng);
+            self.note(format_args!("power loss {id}: {report:?}"));
+        } else {
+            node.disk.process_killed();
+            self.note(format_args!("killed {id}"));
+        }
     }
 
     /// Cuts the power of `ids` a few disk operations from now each (mid-append or mid-fsync),
@@ -542,7 +551,7 @@ impl Sim {
                     down = vec![NODES[self.rng.below(3) as usize]];
                     down_since = self.power_loss_of(&down).await;
                 }
-                // Rarely, the whole group: `flush = sync` must keep every acknowledged write.
+                // Rarely, the whole group: it must keep every acknowledged write.
                 94 if down.is_empty() => {
                     down = NODES.to_vec();
                     down_since = self.power_loss_of(&down).await;
@@ -642,13 +651,13 @@ impl Sim {
 }
 
 /// Runs the node's fsync rounds while it runs.
-fn spawn_flusher(rounds: ManualRounds<SimTypeConfig>, life: CancellationToken) {
+fn spawn_flusher(rounds: ManualRounds<SimTypeConfig>, every: Duration, life: CancellationToken) {
     SimTypeConfig::spawn(async move {
         loop {
             tokio::select! {
                 biased;
                 () = life.cancelled() => return,
-                () = tokio::time::sleep(FSYNC_TIME) => rounds.run(),
+                () = tokio::time::sleep(every) => rounds.run(),
             }
         }
     });

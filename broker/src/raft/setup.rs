@@ -67,11 +67,29 @@ fn raft_config(
     may_elect: bool,
 ) -> Result<openraft::Config, openraft::ConfigError> {
     let timings = &config.raft;
+    openraft_config(
+        format!("{}/{}", config.cluster, config.group),
+        (
+            timings.heartbeat_interval_ms,
+            timings.election_timeout_min_ms,
+            timings.election_timeout_max_ms,
+        ),
+        may_elect,
+    )
+}
+
+/// The openraft settings of a broker (and of the group simulation) with the given heartbeat
+/// interval and election timeout bounds, in milliseconds.
+pub fn openraft_config(
+    cluster_name: String,
+    (heartbeat_ms, election_min_ms, election_max_ms): (u64, u64, u64),
+    may_elect: bool,
+) -> Result<openraft::Config, openraft::ConfigError> {
     openraft::Config {
-        cluster_name: format!("{}/{}", config.cluster, config.group),
-        heartbeat_interval: timings.heartbeat_interval_ms,
-        election_timeout_min: timings.election_timeout_min_ms,
-        election_timeout_max: timings.election_timeout_max_ms,
+        cluster_name,
+        heartbeat_interval: heartbeat_ms,
+        election_timeout_min: election_min_ms,
+        election_timeout_max: election_max_ms,
         enable_pre_vote: Some(true),
         enable_elect: may_elect,
         // A restarted node must win an election before it leads again.
