@@ -90,6 +90,8 @@ openraft::declare_raft_types!(
         AsyncRuntime = DeterministicRng<TokioRuntime>,
 );
 
+impl crate::raft::types::LogTypes for SimTypeConfig {}
+
 type SimRaft = openraft::Raft<SimTypeConfig, SimStateMachine>;
 type StoredMembership = StoredMembershipOf<SimTypeConfig>;
 type Snapshot = SnapshotOf<SimTypeConfig, Cursor<Vec<u8>>>;

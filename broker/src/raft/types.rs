@@ -43,18 +43,7 @@ pub trait LogTypes:
 {
 }
 
-impl<C> LogTypes for C where
-    C: openraft::RaftTypeConfig<
-            D = Command,
-            NodeId = u64,
-            Node = crate::raft::node_addr::NodeAddr,
-            Term = u64,
-            LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
-            Entry = Entry,
-            Vote = Vote,
-        >
-{
-}
+impl LogTypes for TypeConfig {}
 
 /// The node id of a broker node within its group.
 pub type NodeId = u64;
