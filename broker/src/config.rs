@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::raft::compaction::COMPACTION_GROWTH_BYTES_DEFAULT;
 use crate::raft::compaction::COMPACTION_INTERVAL_DEFAULT;
 use crate::raft::compaction::RETAINED_ENTRIES_DEFAULT;
 use crate::raft::log_store::FlushMode;
@@ -282,6 +283,8 @@ pub struct RaftTimings {
     pub election_timeout_max_ms: u64,
     /// Period of Raft log compaction (snapshot, then purge behind it).
     pub log_compaction_interval_ms: u64,
+    /// Growth of the Raft log, in bytes, that starts a compaction before the period ends.
+    pub log_compaction_growth_bytes: u64,
     /// Entries kept behind the snapshot when the log is purged.
     pub log_retained_entries: u64,
 }
@@ -293,6 +296,7 @@ impl Default for RaftTimings {
             election_timeout_min_ms: ELECTION_TIMEOUT_MIN_MS_DEFAULT,
             election_timeout_max_ms: ELECTION_TIMEOUT_MAX_MS_DEFAULT,
             log_compaction_interval_ms: COMPACTION_INTERVAL_DEFAULT.as_millis() as u64,
+            log_compaction_growth_bytes: COMPACTION_GROWTH_BYTES_DEFAULT,
             log_retained_entries: RETAINED_ENTRIES_DEFAULT,
         }
     }
@@ -610,6 +614,12 @@ impl BrokerConfig {
                 "must be positive",
             ));
         }
+        if timings.log_compaction_growth_bytes == 0 {
+            return Err(ConfigError::new(
+                "raft.log_compaction_growth_bytes",
+                "must be positive",
+            ));
+        }
         if timings.election_timeout_max_ms <= timings.election_timeout_min_ms {
             return Err(ConfigError::new(
                 "raft.election_timeout_max_ms",
@@ -745,6 +755,15 @@ mod tests {
         config.validate().expect("the most nodes");
         config.peers.insert("99".into(), "127.0.0.1:10999".into());
         assert_eq!(config.validate().expect_err("too many").key, "peers");
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.raft.log_compaction_growth_bytes = 1;
+        config.validate().expect("any growth");
+        config.raft.log_compaction_growth_bytes = 0;
+        assert_eq!(
+            config.validate().expect_err("no growth").key,
+            "raft.log_compaction_growth_bytes"
+        );
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");
         config.store.commit_log_segment_bytes = COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;

@@ -33,12 +33,14 @@ use crate::metrics::BrokerMetrics;
 use crate::queue_locks::QueueLocks;
 use crate::queue_locks::run_queue_locks;
 use crate::raft::compaction::CompactionError;
+use crate::raft::compaction::CompactionPolicy;
 use crate::raft::compaction::compact_log;
 use crate::raft::compaction::run_compaction;
 use crate::raft::faults::FaultPlan;
 use crate::raft::lease::Leadership;
 use crate::raft::lease::run_leadership_watch;
 use crate::raft::log_store::LogReader;
+use crate::raft::log_store::LogSize;
 use crate::raft::log_store::LogStore;
 use crate::raft::log_store::LogStoreConfig;
 use crate::raft::log_store::release_idle_entry_cache;
@@ -211,6 +213,7 @@ impl BrokerNode {
             group,
             pending_repair,
             log,
+            log_size,
         } = open_raft(&config, faults.clone(), peer_connector.clone()).await?;
         let repair = RepairState::new(pending_repair);
         let shutdown = CancellationToken::new();
@@ -354,8 +357,12 @@ impl BrokerNode {
         };
         tokio::spawn(run_compaction(
             raft.clone(),
-            Duration::from_millis(config.raft.log_compaction_interval_ms),
-            config.raft.log_retained_entries,
+            CompactionPolicy {
+                interval: Duration::from_millis(config.raft.log_compaction_interval_ms),
+                growth_bytes: config.raft.log_compaction_growth_bytes,
+                retained: config.raft.log_retained_entries,
+            },
+            log_size,
             shutdown.clone(),
         ));
         if config.bootstrap {
@@ -497,6 +504,7 @@ struct OpenedRaft {
     pending_repair: Option<RepairMark>,
     /// A reader of the Raft log, for tasks beside Raft.
     log: LogReader,
+    log_size: LogSize,
 }
 
 /// Opens the store and the Raft log and starts Raft.
@@ -556,6 +564,7 @@ async fn open_raft(
     // task starts.
     let may_elect = pending_repair.is_none();
     let log = log_store.reader();
+    let log_size = log.size().map_err(raft_error)?;
     let raft = start_raft(
         config,
         log_store,
@@ -571,6 +580,7 @@ async fn open_raft(
         group,
         pending_repair,
         log,
+        log_size,
     })
 }
 

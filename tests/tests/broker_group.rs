@@ -347,12 +347,31 @@ async fn given_largest_message_when_sent_should_replicate_and_one_byte_more_shou
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_short_compaction_interval_should_purge_every_log_and_keep_serving()
 -> anyhow::Result<()> {
-    init_tracing();
-    let group = TestGroup::start(3, 0x5EED_0007, |config| {
+    purges_every_log_and_keeps_serving(0x5EED_0007, |config| {
         config.raft.log_compaction_interval_ms = 200;
         config.raft.log_retained_entries = 8;
     })
-    .await?;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_log_growth_past_the_compaction_bytes_should_purge_before_the_interval()
+-> anyhow::Result<()> {
+    // An hour-long interval: only the log's growth can start these compactions.
+    purges_every_log_and_keeps_serving(0x5EED_0017, |config| {
+        config.raft.log_compaction_interval_ms = 3_600_000;
+        config.raft.log_compaction_growth_bytes = 64 * 1024;
+        config.raft.log_retained_entries = 8;
+    })
+    .await
+}
+
+async fn purges_every_log_and_keeps_serving(
+    seed: u64,
+    configure: impl Fn(&mut rocketraft_broker::config::BrokerConfig),
+) -> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, seed, configure).await?;
     let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
     send_many(&group, 600, 8).await?;
     info!("--- every node compacts its own log behind its snapshot");

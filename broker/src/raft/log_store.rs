@@ -6,7 +6,9 @@
 //! - an append is readable when `append` returns, and its `IOFlushed` callback fires only
 //!   after the data is fsynced ([`FlushMode::Sync`]), so a leader never counts an entry
 //!   toward commit before it would survive a crash;
-//! - the vote is fsynced before `save_vote` returns; writes are issued in call order.
+//! - the vote is fsynced before `save_vote` returns; writes are issued in call order;
+//! - a purge takes effect at once and reaches the disk in the background ([`Purger`]): until
+//!   it does, a restart finds the older purge point with the entries behind it still there.
 
 use std::fmt::Debug;
 use std::io;
@@ -18,6 +20,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::RwLock;
 use std::sync::RwLockWriteGuard;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use openraft::entry::RaftEntry;
@@ -37,6 +41,8 @@ use crate::raft::entry_cache::EntryCache;
 use crate::raft::log_flusher::CurrentSegment;
 use crate::raft::log_flusher::Flusher;
 use crate::raft::log_flusher::Written;
+use crate::raft::log_purger::PurgeJob;
+use crate::raft::log_purger::Purger;
 use crate::raft::log_segment::LogSegment;
 use crate::raft::log_segment::RecordBatch;
 use crate::raft::repair;
@@ -52,7 +58,9 @@ use crate::raft::types::Vote;
 const RECORD_FORMAT: u32 = 2;
 
 /// A segment is sealed and a new one started once it reaches this size.
-pub const LOG_SEGMENT_SIZE_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
+/// Purges delete whole segments, so smaller ones bound the log (and the page cache it holds)
+/// more tightly behind the snapshot.
+pub const LOG_SEGMENT_SIZE_BYTES_DEFAULT: u64 = 16 * 1024 * 1024;
 /// Entries read for one replication request stop after this many bytes (at least one entry
 /// is always returned), so a message near the 4 MiB maximum never makes one RPC huge.
 pub const REPLICATION_READ_BYTES_MAX: u64 = 8 * 1024 * 1024;
@@ -89,6 +97,19 @@ struct LogFiles {
     last_log_id: Option<LogId>,
     /// The newest entries, so replication reads skip the disk.
     cache: EntryCache,
+    /// Bytes of the segments held, published for compaction.
+    size: LogSize,
+}
+
+/// The bytes a log's segments hold, readable while openraft owns the log: compaction runs
+/// when the log has grown by a set amount.
+#[derive(Debug, Clone, Default)]
+pub struct LogSize(Arc<AtomicU64>);
+
+impl LogSize {
+    pub fn bytes(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -100,6 +121,7 @@ pub struct LogStore<C: LogTypes = TypeConfig> {
     files: Arc<RwLock<LogFiles>>,
     segment_size_bytes: u64,
     flusher: Flusher<C>,
+    purger: Purger,
     /// Encoding buffer of appends, reused so a busy log allocates no per-append buffers.
     batch: RecordBatch,
 }
@@ -190,32 +212,41 @@ impl<C: LogTypes> LogStore<C> {
             last_purged,
             last_log_id: None,
             cache: EntryCache::default(),
+            size: LogSize::default(),
         };
         files.last_log_id = files.read_last_log_id()?;
+        files.publish_size();
         tracing::info!(
             dir = %config.dir.display(), segments = files.segments.len(),
             last_log_id = ?files.last_log_id, last_purged = ?files.last_purged, "raft log opened"
         );
         let files = Arc::new(RwLock::new(files));
-        let flusher = match flusher_driver {
-            FlusherDriver::Thread => Flusher::start(
-                config.flush,
-                disk,
-                segments_dir,
-                current_segment_of(files.clone()),
-            )?,
+        let (flusher, purger) = match flusher_driver {
+            FlusherDriver::Thread => (
+                Flusher::start(
+                    config.flush,
+                    disk.clone(),
+                    segments_dir,
+                    current_segment_of(files.clone()),
+                )?,
+                Purger::start(disk)?,
+            ),
             #[cfg(test)]
-            FlusherDriver::Manual => Flusher::manual(
-                config.flush,
-                disk,
-                segments_dir,
-                current_segment_of(files.clone()),
+            FlusherDriver::Manual => (
+                Flusher::manual(
+                    config.flush,
+                    disk.clone(),
+                    segments_dir,
+                    current_segment_of(files.clone()),
+                ),
+                Purger::inline(disk),
             ),
         };
         Ok(LogStore {
             files,
             segment_size_bytes: config.segment_size_bytes,
             flusher,
+            purger,
             batch: RecordBatch::default(),
         })
     }
@@ -275,6 +306,7 @@ impl<C: LogTypes> LogStore<C> {
         for (entry, encoded_bytes) in entries.iter().zip(encoded_sizes) {
             files.cache.push(entry.clone(), encoded_bytes);
         }
+        files.publish_size();
         written.current = files.segments.last().map(|s| s.file().clone());
         Ok(written)
     }
@@ -411,21 +443,24 @@ impl LogFiles {
         if self.last_log_id.as_ref().map(|last| last.index) >= Some(first_dropped) {
             self.last_log_id = last_kept.cloned().or(self.last_purged);
         }
+        self.publish_size();
         Ok(())
     }
 
-    /// Deletes the segments whose entries are all at or below `upto`.
-    fn delete_purged_segments(&mut self, upto: u64) -> io::Result<()> {
+    /// Takes out the segments whose entries are all at or below `upto`, for deletion.
+    fn take_purged_segments(&mut self, upto: u64) -> Vec<LogSegment> {
         self.cache.purge_upto(upto);
-        while self
+        let purged = self
             .segments
-            .first()
-            .is_some_and(|s| s.end_index() <= upto + 1)
-        {
-            let segment = self.segments.remove(0);
-            segment.delete()?;
-        }
-        Ok(())
+            .iter()
+            .take_while(|s| s.end_index() <= upto + 1)
+            .count();
+        self.segments.drain(..purged).collect()
+    }
+
+    fn publish_size(&self) {
+        let bytes = self.segments.iter().map(LogSegment::size_bytes).sum();
+        self.size.0.store(bytes, Ordering::Relaxed);
     }
 }
 
@@ -613,6 +648,15 @@ impl<C: LogTypes> LogStore<C> {
 }
 
 impl<C: LogTypes> LogReader<C> {
+    /// The bytes this log's segments hold, kept current as it changes.
+    pub fn size(&self) -> io::Result<LogSize> {
+        let files = self
+            .files
+            .read()
+            .map_err(|_| io::Error::other("raft log lock poisoned"))?;
+        Ok(files.size.clone())
+    }
+
     /// Releases the entry cache if nothing was appended for `idle`; returns the bytes freed.
     pub fn release_idle_cache(&self, idle: Duration) -> u64 {
         match self.files.write() {
@@ -694,24 +738,31 @@ impl<C: LogTypes> RaftLogStorage<C> for LogStore<C> {
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
         tracing::debug!(?log_id, "raft log purge");
-        let mut files = self.write_files()?;
         let mark = codec::encode(
             "raft purge mark",
             &PurgeMark {
                 last_purged: Some(log_id),
             },
         )?;
-        durable_file::write_atomic_on(&*files.disk, &files.root.join("purged"), &mark)?;
-        files.delete_purged_segments(log_id.index)?;
-        if files
-            .last_log_id
-            .as_ref()
-            .is_none_or(|last| last.index < log_id.index)
-        {
-            files.last_log_id = Some(log_id);
-        }
-        files.last_purged = Some(log_id);
-        Ok(())
+        let job = {
+            let mut files = self.write_files()?;
+            let segments = files.take_purged_segments(log_id.index);
+            if files
+                .last_log_id
+                .as_ref()
+                .is_none_or(|last| last.index < log_id.index)
+            {
+                files.last_log_id = Some(log_id);
+            }
+            files.last_purged = Some(log_id);
+            files.publish_size();
+            PurgeJob {
+                mark_path: files.root.join("purged"),
+                mark,
+                segments,
+            }
+        };
+        self.purger.purge(job)
     }
 }
 
@@ -1013,6 +1064,10 @@ mod tests {
             .await
             .expect("purge");
         drop(store);
+        // The purger deleted the purged segment before the store was dropped.
+        let first_left =
+            LogSegment::list(&OsDisk, &dir.path().join("segments")).expect("list")[0].0;
+        assert_eq!(first_left, boundaries[1]);
 
         let mut store = open(dir.path());
         let expected: Vec<u64> = (boundaries[1] + 1..boundary + 3).collect();

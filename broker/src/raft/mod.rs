@@ -2,8 +2,9 @@
 //! module, so an openraft upgrade touches nothing else.
 //!
 //! - `types`: the type config and the replicated [`types::Command`]s;
-//! - `log_store` + `log_segment` + `entry_cache`: the durable Raft log; `repair`: a node whose
-//!   log was found damaged re-fetches it before it votes again;
+//! - `log_store` + `log_segment` + `entry_cache` + `log_flusher` + `log_purger`: the durable
+//!   Raft log; `repair`: a node whose log was found damaged re-fetches it before it votes
+//!   again;
 //! - `state_machine` + `snapshot`: applying commands to the store, snapshots;
 //! - `network` (client) and `service` (server): the gRPC transport; `faults`: test faults;
 //! - `propose`: submitting commands and mapping their outcome; `role`: this node's role;
@@ -25,6 +26,7 @@ pub mod lease;
 #[cfg(test)]
 mod log_crash_sim;
 pub mod log_flusher;
+pub mod log_purger;
 pub mod log_segment;
 pub mod log_store;
 pub mod membership;

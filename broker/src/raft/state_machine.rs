@@ -669,7 +669,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         .map_err(io::Error::other)??;
         self.group.note_durable_snapshot(self.state.commit_log_end);
         *lock_snapshot(&self.current_snapshot)? = Some(self.state.clone());
-        tracing::info!(last_log_id = ?self.state.meta.last_log_id, commit_log_end = self.state.commit_log_end, "snapshot built");
+        tracing::debug!(last_log_id = ?self.state.meta.last_log_id, commit_log_end = self.state.commit_log_end, "snapshot built");
         Ok(Snapshot {
             meta: self.state.meta.clone(),
             snapshot: SnapshotData {
