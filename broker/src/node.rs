@@ -32,6 +32,7 @@ use crate::group_state::GroupState;
 use crate::metrics::BrokerMetrics;
 use crate::queue_locks::QueueLocks;
 use crate::queue_locks::run_queue_locks;
+use crate::raft::boot_check;
 use crate::raft::compaction::CompactionError;
 use crate::raft::compaction::CompactionPolicy;
 use crate::raft::compaction::compact_log;
@@ -212,10 +213,11 @@ impl BrokerNode {
             raft,
             group,
             pending_repair,
+            after_reboot,
             log,
             log_size,
         } = open_raft(&config, faults.clone(), peer_connector.clone()).await?;
-        let repair = RepairState::new(pending_repair);
+        let repair = RepairState::new(pending_repair, after_reboot.then(|| config.flush_mode()));
         let shutdown = CancellationToken::new();
         tokio::spawn(release_idle_entry_cache(log, shutdown.clone()));
         let consumers = Arc::new(ConsumerRegistry::default());
@@ -502,6 +504,8 @@ struct OpenedRaft {
     group: Arc<GroupState>,
     /// The repair the Raft log needs, if it was found damaged (now or at an earlier start).
     pending_repair: Option<RepairMark>,
+    /// The machine restarted since the log was written with `flush = async`.
+    after_reboot: bool,
     /// A reader of the Raft log, for tasks beside Raft.
     log: LogReader,
     log_size: LogSize,
@@ -551,6 +555,14 @@ async fn open_raft(
     let log_dir = raft_dir.join("log");
     let log_store = open_log_store(config, &log_dir).map_err(raft_error)?;
     let pending_repair = repair::load(&OsDisk, &log_dir).map_err(raft_error)?;
+    let boot_id = boot_check::current_boot_id();
+    let after_reboot =
+        boot_check::rebooted_since_async_write(&OsDisk, &log_dir, boot_id.as_deref())
+            .map_err(raft_error)?;
+    if !after_reboot {
+        boot_check::settle(&OsDisk, &log_dir, config.flush_mode(), boot_id.as_deref())
+            .map_err(raft_error)?;
+    }
     if let Some(mark) = &pending_repair
         && !has_other_nodes(config)?
     {
@@ -579,6 +591,7 @@ async fn open_raft(
         raft,
         group,
         pending_repair,
+        after_reboot,
         log,
         log_size,
     })

@@ -568,6 +568,72 @@ async fn given_a_follower_raft_log_damaged_should_repair_it_before_it_votes_and_
     Ok(())
 }
 
+/// Copies the directory tree `from` to `to`.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_an_async_follower_that_forgot_acked_entries_in_a_reboot_should_rejoin_and_lose_nothing()
+-> anyhow::Result<()> {
+    init_tracing();
+    let mut group = TestGroup::start(3, 0x5EED_001A, |config| {
+        config.flush = rocketraft_broker::config::FlushKind::Async;
+    })
+    .await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let follower = group.a_follower(leader);
+    send_many(&group, 200, 8).await?;
+    assert_converged(&group, leader).await?;
+
+    info!(follower, "--- keep the follower's files as they are now");
+    let data_dir = group.data_dir(follower);
+    let earlier = tempfile::tempdir()?;
+    group.stop(follower).await;
+    copy_tree(&data_dir, earlier.path())?;
+    group.restart(follower).await?;
+
+    info!("--- it acknowledges more entries, then loses them as a power loss would");
+    send_many(&group, 400, 8).await?;
+    assert_converged(&group, leader).await?;
+    group.stop(follower).await;
+    std::fs::remove_dir_all(&data_dir)?;
+    copy_tree(earlier.path(), &data_dir)?;
+    // Written under the kernel that ran the node before the "power loss".
+    rocketraft_broker::durable_file::write_atomic(
+        &data_dir.join("raft").join("log").join("boot"),
+        b"00000000-0000-0000-0000-000000000000",
+    )?;
+    group.restart(follower).await?;
+
+    info!("--- the leader accepts the shorter log instead of stopping, and nothing is lost");
+    let settled = wait_for("the follower's rejoin", CONVERGE_TIMEOUT, || async {
+        let status = group.status(follower).await.ok()?;
+        status.raft_log_repair.ends_with("(done)").then_some(status)
+    })
+    .await?;
+    assert!(
+        settled.raft_log_repair.contains("flush = async"),
+        "the status says why: {:?}",
+        settled.raft_log_repair
+    );
+    send_many(&group, 100, 4).await?;
+    assert_eq!(group.wait_for_leader(LEADER_TIMEOUT).await?, leader);
+    assert_converged(&group, leader).await?;
+    group.shutdown().await;
+    Ok(())
+}
+
 /// Flips one byte in the body of the first record of `node`'s CommitLog.
 fn damage_commit_log(group: &TestGroup, node: u64) -> anyhow::Result<()> {
     let path = group

@@ -4,7 +4,7 @@
 //! - `types`: the type config and the replicated [`types::Command`]s;
 //! - `log_store` + `log_segment` + `entry_cache` + `log_flusher` + `log_purger`: the durable
 //!   Raft log; `repair`: a node whose log was found damaged re-fetches it before it votes
-//!   again;
+//!   again; `boot_check`: whether an `async` log may have lost its unsynced tail to a reboot;
 //! - `state_machine` + `snapshot`: applying commands to the store, snapshots;
 //! - `network` (client) and `service` (server): the gRPC transport; `faults`: test faults;
 //! - `propose`: submitting commands and mapping their outcome; `role`: this node's role;
@@ -16,6 +16,7 @@
 //! - `codec`: the binary encoding of openraft values.
 
 mod append_codec;
+pub mod boot_check;
 pub mod codec;
 pub mod compaction;
 pub mod entry_cache;

@@ -11,6 +11,11 @@
 //! A node whose store lost flushed data (a damaged CommitLog) is repaired the same way, from
 //! nothing: its damaged state is set aside and it is rebuilt from the group's log or snapshot.
 //!
+//! A node that restarts after its machine did, with a log written under `flush = "async"`
+//! (`raft::boot_check`), may have lost the last flush interval: it only asks for the leader's
+//! consent before it takes replication again, and votes throughout, as `async` promises
+//! nothing more across a power loss.
+//!
 //! Invariant: the mark is removed only after the node applied an index at or past it, and a
 //! restart in between finds the mark again (the cut entries are gone from disk by then).
 
@@ -31,7 +36,9 @@ use tokio_util::sync::CancellationToken;
 use crate::disk::Disk;
 use crate::disk::OsDisk;
 use crate::durable_file;
+use crate::raft::boot_check;
 use crate::raft::codec;
+use crate::raft::log_store::FlushMode;
 use crate::raft::membership::PeerAddrs;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
@@ -146,21 +153,32 @@ pub struct RepairState {
 #[derive(Debug, Default)]
 struct Progress {
     pending: Option<RepairMark>,
+    /// The machine restarted since the log was written with `async`, so its unsynced tail may
+    /// be gone; with the mode the log is written with now.
+    after_reboot: Option<FlushMode>,
     /// The leader accepted that this node's log went back.
     consented: bool,
     /// What the last repair found and did, for the node status.
     note: String,
 }
 
+/// What the status says of a log that may have lost its unsynced tail.
+const AFTER_REBOOT: &str = "restarted after the machine did, with flush = async: the entries of \
+                            the last flush interval may be lost; the leader accepts the shorter log";
+
 impl RepairState {
-    pub fn new(pending: Option<RepairMark>) -> Arc<RepairState> {
-        let note = pending
-            .as_ref()
-            .map(|mark| format!("{} (in progress)", mark.describe()))
-            .unwrap_or_default();
+    /// The repair a node starts with: a mark left by damage, and, if the machine restarted
+    /// since the log was written with `async`, the flush mode it is written with now.
+    pub fn new(pending: Option<RepairMark>, after_reboot: Option<FlushMode>) -> Arc<RepairState> {
+        let note = match (&pending, after_reboot) {
+            (Some(mark), _) => format!("{} (in progress)", mark.describe()),
+            (None, Some(_)) => format!("{AFTER_REBOOT} (in progress)"),
+            (None, None) => String::new(),
+        };
         Arc::new(RepairState {
             inner: Mutex::new(Progress {
                 pending,
+                after_reboot,
                 consented: false,
                 note,
             }),
@@ -182,12 +200,18 @@ impl RepairState {
     /// log went back (openraft treats an unannounced reversion as a bug).
     pub fn refuses_replication(&self) -> Option<String> {
         let progress = self.lock();
+        if progress.consented {
+            return None;
+        }
         match &progress.pending {
-            Some(mark) if !progress.consented => Some(format!(
+            Some(mark) => Some(format!(
                 "{}; waiting for the leader to accept the shorter log",
                 mark.describe()
             )),
-            _ => None,
+            None if progress.after_reboot.is_some() => {
+                Some(format!("{AFTER_REBOOT}; waiting for the leader's consent"))
+            }
+            None => None,
         }
     }
 
@@ -209,20 +233,42 @@ pub async fn run_repair(
     admin_token: Option<String>,
     shutdown: CancellationToken,
 ) {
-    let Some(mark) = state.lock().pending.clone() else {
-        return;
+    let (mark, after_reboot) = {
+        let progress = state.lock();
+        (progress.pending.clone(), progress.after_reboot)
     };
-    tracing::error!(
-        cut_at_index = mark.cut_at_index,
-        up_to_index = mark.up_to_index,
-        "raft log damaged: this node neither votes nor stands for election until it has \
-         re-fetched the lost entries from the leader"
-    );
+    if mark.is_none() && after_reboot.is_none() {
+        return;
+    }
+    match &mark {
+        Some(mark) => tracing::error!(
+            cut_at_index = mark.cut_at_index,
+            up_to_index = mark.up_to_index,
+            "raft log damaged: this node neither votes nor stands for election until it has \
+             re-fetched the lost entries from the leader"
+        ),
+        None => tracing::warn!("{AFTER_REBOOT}"),
+    }
     tokio::select! {
-        () = obtain_consent(node_id, &peers, admin_token.as_deref()) => {}
+        () = obtain_consent(&raft, node_id, &peers, admin_token.as_deref()) => {}
         () = shutdown.cancelled() => return,
     }
     state.lock().consented = true;
+    if let Some(flush) = after_reboot {
+        let boot_id = boot_check::current_boot_id();
+        if let Err(error) = boot_check::settle(&OsDisk, &log_dir, flush, boot_id.as_deref()) {
+            tracing::error!(%error, "could not record the accepted raft log; a restart asks again");
+        }
+        let mut progress = state.lock();
+        progress.after_reboot = None;
+        if mark.is_none() {
+            progress.note = format!("{AFTER_REBOOT} (done)");
+        }
+    }
+    let Some(mark) = mark else {
+        tracing::warn!("the group accepted this node's raft log as it is after the restart");
+        return;
+    };
     tracing::warn!(
         "the leader accepted this node's shorter raft log; catching up to entry {}",
         mark.up_to_index
@@ -260,9 +306,19 @@ pub async fn run_repair(
 }
 
 /// Asks the group's other nodes until the leader among them lets `node_id` rejoin with a
-/// shorter log (an admin call: it carries the group's admin token, if one is set).
-async fn obtain_consent(node_id: NodeId, peers: &PeerAddrs, admin_token: Option<&str>) {
+/// shorter log (an admin call: it carries the group's admin token, if one is set). A node
+/// elected leader meanwhile needs nobody's consent: no one replicates to it, and a later
+/// leader starts from what this node holds then.
+async fn obtain_consent(
+    raft: &Raft,
+    node_id: NodeId,
+    peers: &PeerAddrs,
+    admin_token: Option<&str>,
+) {
     loop {
+        if raft.metrics().borrow_watched().current_leader == Some(node_id) {
+            return;
+        }
         // An admin call: to the broker API, not to Raft.
         for addr in peers.current().iter().map(|peer| &peer.api) {
             match ask_consent(peers.connector(), addr, node_id, admin_token).await {
@@ -328,12 +384,12 @@ mod tests {
 
     #[test]
     fn a_repairing_node_refuses_votes_throughout_and_replication_until_consent() {
-        let healthy = RepairState::new(None);
+        let healthy = RepairState::new(None, None);
         assert_eq!(healthy.refuses_votes(), None);
         assert_eq!(healthy.refuses_replication(), None);
         assert_eq!(healthy.status(), (0, String::new()));
 
-        let repairing = RepairState::new(Some(mark(7, 42)));
+        let repairing = RepairState::new(Some(mark(7, 42)), None);
         assert!(repairing.refuses_votes().is_some());
         assert!(repairing.refuses_replication().is_some());
         let (up_to, note) = repairing.status();
@@ -342,5 +398,17 @@ mod tests {
         repairing.lock().consented = true;
         assert!(repairing.refuses_votes().is_some());
         assert_eq!(repairing.refuses_replication(), None);
+    }
+
+    #[test]
+    fn a_node_restarted_after_a_reboot_votes_but_takes_replication_only_after_consent() {
+        let rebooted = RepairState::new(None, Some(FlushMode::Sync));
+        assert_eq!(rebooted.refuses_votes(), None);
+        assert!(rebooted.refuses_replication().is_some());
+        let (up_to, note) = rebooted.status();
+        assert_eq!(up_to, 0);
+        assert!(note.contains("flush = async"), "{note}");
+        rebooted.lock().consented = true;
+        assert_eq!(rebooted.refuses_replication(), None);
     }
 }
