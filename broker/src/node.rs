@@ -574,7 +574,7 @@ async fn open_raft(
     }
     // A node repairing its log must not stand for election, not even before the repair
     // task starts.
-    let may_elect = pending_repair.is_none();
+    let may_elect = pending_repair.is_none() && !after_reboot;
     let log = log_store.reader();
     let log_size = log.size().map_err(raft_error)?;
     let raft = start_raft(

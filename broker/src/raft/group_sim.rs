@@ -8,8 +8,14 @@
 //! Faults: a power loss of one node, or rarely of all three, at a disk operation the seed
 //! picks (a node loses what it had not fsynced and keeps a torn prefix of the rest), their
 //! restart, a partition of one node, lossy links. Even seeds run `flush = sync`; odd ones
-//! `flush = async`, whose promise covers killed processes (the page cache survives), not
-//! power losses, so there a node's stop is a kill. The checker asserts:
+//! `flush = async`, which promises to survive killed processes (the page cache survives)
+//! and one power loss at a time: there the whole group's stop is a kill, and a node that lost
+//! power forgets what it acknowledged in the last interval. Such a node does what a broker
+//! node does after a reboot (`raft::boot_check`, `raft::repair`): it takes replication only
+//! once a leader accepted its shorter log, and neither votes nor stands for election until it
+//! applied the leader's last index at that moment. No other node loses power meanwhile (a
+//! second power loss in that window can lose writes, as the README says); partitions and
+//! lossy links go on. The checker asserts:
 //! - one leader per term;
 //! - every acknowledged write is applied by every node once the group heals, at the index it
 //!   was acknowledged with and with its bytes, and no two nodes apply different entries at
@@ -22,6 +28,7 @@
 //! `GROUP_SIM_SEEDS=N` runs seeds `0..N`.
 
 use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io;
 use std::io::Cursor;
@@ -230,6 +237,11 @@ impl RaftSnapshotBuilder<SimTypeConfig> for SimSnapshotBuilder {
 struct Cluster {
     rafts: Mutex<BTreeMap<NodeId, SimRaft>>,
     faults: FaultPlan,
+    /// Nodes that lost power under `async` and refuse replication until a leader accepted
+    /// their shorter log.
+    awaiting_consent: Mutex<BTreeSet<NodeId>>,
+    /// Nodes that lost power under `async` and refuse votes until they caught up.
+    refusing_votes: Mutex<BTreeSet<NodeId>>,
 }
 
 impl Cluster {
@@ -252,6 +264,36 @@ impl Cluster {
             .get(&target)
             .cloned()
             .ok_or_else(|| Unreachable::from_string(format!("node {target} is down")))
+    }
+
+    /// The running node `target`, for replication: refused while it awaits consent.
+    async fn reach_for_replication(
+        &self,
+        from: NodeId,
+        target: NodeId,
+    ) -> Result<SimRaft, Unreachable<SimTypeConfig>> {
+        let raft = self.reach(from, target).await?;
+        if lock(&self.awaiting_consent).contains(&target) {
+            return Err(Unreachable::from_string(format!(
+                "node {target} waits for a leader to accept its shorter log"
+            )));
+        }
+        Ok(raft)
+    }
+
+    /// The running node `target`, for a vote: refused while it catches up after a power loss.
+    async fn reach_for_vote(
+        &self,
+        from: NodeId,
+        target: NodeId,
+    ) -> Result<SimRaft, Unreachable<SimTypeConfig>> {
+        let raft = self.reach(from, target).await?;
+        if lock(&self.refusing_votes).contains(&target) {
+            return Err(Unreachable::from_string(format!(
+                "node {target} catches up before it votes"
+            )));
+        }
+        Ok(raft)
     }
 }
 
@@ -290,7 +332,10 @@ impl RaftNetworkV2<SimTypeConfig> for SimLink {
         rpc: AppendEntriesRequest<SimTypeConfig>,
         _option: RPCOption,
     ) -> Result<AppendEntriesResponse<SimTypeConfig>, RPCError<SimTypeConfig>> {
-        let raft = self.cluster.reach(self.from, self.target).await?;
+        let raft = self
+            .cluster
+            .reach_for_replication(self.from, self.target)
+            .await?;
         raft.append_entries(rpc)
             .await
             .map_err(|e| network_error(&e))
@@ -301,7 +346,7 @@ impl RaftNetworkV2<SimTypeConfig> for SimLink {
         rpc: VoteRequest<SimTypeConfig>,
         _option: RPCOption,
     ) -> Result<VoteResponse<SimTypeConfig>, RPCError<SimTypeConfig>> {
-        let raft = self.cluster.reach(self.from, self.target).await?;
+        let raft = self.cluster.reach_for_vote(self.from, self.target).await?;
         raft.vote(rpc).await.map_err(|e| network_error(&e))
     }
 
@@ -310,7 +355,7 @@ impl RaftNetworkV2<SimTypeConfig> for SimLink {
         rpc: VoteRequest<SimTypeConfig>,
         _option: RPCOption,
     ) -> Result<VoteResponse<SimTypeConfig>, RPCError<SimTypeConfig>> {
-        let raft = self.cluster.reach(self.from, self.target).await?;
+        let raft = self.cluster.reach_for_vote(self.from, self.target).await?;
         raft.pre_vote(rpc).await.map_err(|e| network_error(&e))
     }
 
@@ -321,11 +366,22 @@ impl RaftNetworkV2<SimTypeConfig> for SimLink {
         _cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
         _option: RPCOption,
     ) -> Result<SnapshotResponse<SimTypeConfig>, StreamingError<SimTypeConfig>> {
-        let raft = self.cluster.reach(self.from, self.target).await?;
+        let raft = self
+            .cluster
+            .reach_for_replication(self.from, self.target)
+            .await?;
         raft.install_full_snapshot(vote, snapshot)
             .await
             .map_err(|e| StreamingError::Network(NetworkError::new(&e)))
     }
+}
+
+/// A node that lost power under `async`, until it caught up.
+#[derive(Debug, Clone, Copy)]
+struct Forgetful {
+    id: NodeId,
+    /// The leader's last index when it accepted the node's shorter log.
+    catch_up_to: Option<u64>,
 }
 
 /// One node as the simulation sees it.
@@ -350,6 +406,9 @@ struct Sim {
     leaders: Arc<Mutex<BTreeMap<u64, NodeId>>>,
     /// Violations seen by the watchers while the simulation ran.
     violations: Arc<Mutex<Vec<String>>>,
+    /// A node that lost power under `async` and catches up: no other node loses power
+    /// meanwhile.
+    forgetful: Option<Forgetful>,
     trace: String,
     writes: u64,
     /// When the simulation began, in its own time.
@@ -371,6 +430,8 @@ impl Sim {
             cluster: Arc::new(Cluster {
                 rafts: Mutex::new(BTreeMap::new()),
                 faults,
+                awaiting_consent: Mutex::default(),
+                refusing_votes: Mutex::default(),
             }),
             nodes: NODES
                 .iter()
@@ -387,6 +448,7 @@ impl Sim {
             acked: BTreeMap::new(),
             leaders: Arc::default(),
             violations: Arc::default(),
+            forgetful: None,
             trace: String::new(),
             writes: 0,
             began: tokio::time::Instant::now(),
@@ -428,8 +490,10 @@ impl Sim {
             from: id,
             cluster: self.cluster.clone(),
         };
-        // The broker's own openraft settings, with short test timings.
-        let config = openraft_config("sim".into(), (50, 150, 300), true)
+        // The broker's own openraft settings, with short test timings. A node that forgot
+        // entries does not stand for election until it caught up.
+        let may_elect = !lock(&self.cluster.refusing_votes).contains(&id);
+        let config = openraft_config("sim".into(), (50, 150, 300), may_elect)
             .map_err(|e| format!("raft config: {e}"))?;
         let raft = SimRaft::new(id, Arc::new(config), network, store, state_machine)
             .await
@@ -453,11 +517,10 @@ impl Sim {
         Ok(())
     }
 
-    /// The node stops where it is. With `flush = sync` this is a power loss: its disk keeps
-    /// only what a crash keeps. With `async` it is a killed process: the page cache survives
-    /// (a power loss there can lose what the node acknowledged in the last interval, which the
-    /// README says).
-    async fn power_loss(&mut self, id: NodeId) {
+    /// The node stops where it is: a power loss (its disk keeps only what a crash keeps) or,
+    /// with `flush = async` when the whole group stops, a killed process (the page cache
+    /// survives). A node that lost power under `async` waits for consent after its restart.
+    async fn power_loss(&mut self, id: NodeId, kill: bool) {
         lock(&self.cluster.rafts).remove(&id);
         let Some(node) = self.nodes.get_mut(&id) else {
             return;
@@ -468,27 +531,94 @@ impl Sim {
             node.disk.fail_from_op(node.disk.ops() + 1);
             let _ = raft.shutdown().await;
         }
-        if self.flush == FlushMode::Sync {
-            let report = node.disk.crash(&mut self.rng);
-            self.note(format_args!("power loss {id}: {report:?}"));
-        } else {
+        if kill {
             node.disk.process_killed();
             self.note(format_args!("killed {id}"));
+            return;
+        }
+        let report = node.disk.crash(&mut self.rng);
+        self.note(format_args!("power loss {id}: {report:?}"));
+        if self.flush != FlushMode::Sync {
+            lock(&self.cluster.awaiting_consent).insert(id);
+            lock(&self.cluster.refusing_votes).insert(id);
+            self.forgetful = Some(Forgetful {
+                id,
+                catch_up_to: None,
+            });
         }
     }
 
     /// Cuts the power of `ids` a few disk operations from now each (mid-append or mid-fsync),
-    /// then stops them; returns when.
+    /// then stops them; returns when. Under `async` the whole group is killed instead.
     async fn power_loss_of(&mut self, ids: &[NodeId]) -> tokio::time::Instant {
+        let kill = self.flush != FlushMode::Sync && ids.len() > 1;
         for id in ids {
             let disk = &self.nodes[id].disk;
             disk.fail_from_op(disk.ops() + 1 + self.rng.below(12));
         }
         tokio::time::sleep(Duration::from_millis(self.rng.below(20))).await;
         for id in ids {
-            self.power_loss(*id).await;
+            self.power_loss(*id, kill).await;
         }
         tokio::time::Instant::now()
+    }
+
+    /// Asks the leader to accept the shorter logs of the nodes waiting for it (the broker's
+    /// `PrepareNodeReplacement`), and lets a node vote again once it applied the leader's last
+    /// index at that moment.
+    async fn grant_consents(&mut self) {
+        let waiting: Vec<NodeId> = lock(&self.cluster.awaiting_consent)
+            .iter()
+            .copied()
+            .collect();
+        for id in waiting {
+            // A node asks once it runs again.
+            if self.nodes[&id].raft.is_none() {
+                continue;
+            }
+            let rafts = lock(&self.cluster.rafts).clone();
+            let Some((leader, raft)) = rafts
+                .into_iter()
+                .find(|(_, raft)| raft.metrics().borrow_watched().state == ServerState::Leader)
+            else {
+                continue;
+            };
+            if leader == id {
+                continue;
+            }
+            if matches!(
+                raft.trigger().allow_next_revert(&id, true).await,
+                Ok(Ok(()))
+            ) {
+                let last = raft.metrics().borrow_watched().last_log_index;
+                lock(&self.cluster.awaiting_consent).remove(&id);
+                if let Some(forgetful) = self.forgetful.as_mut().filter(|f| f.id == id) {
+                    forgetful.catch_up_to = Some(last.unwrap_or(0));
+                }
+                self.note(format_args!(
+                    "{leader} accepted the log of {id} at {last:?}"
+                ));
+            }
+        }
+    }
+
+    /// Whether a node that lost power under `async` still catches up (and so no other node
+    /// may lose power); lets it vote again once it caught up.
+    fn forgetful_catching_up(&mut self) -> bool {
+        let Some(Forgetful { id, catch_up_to }) = self.forgetful else {
+            return false;
+        };
+        let node = &self.nodes[&id];
+        let applied = lock(&node.applied).last.map(|log_id| log_id.index);
+        let caught_up = catch_up_to.is_some_and(|to| applied >= Some(to));
+        let Some(raft) = node.raft.clone().filter(|_| caught_up) else {
+            return true;
+        };
+        lock(&self.cluster.refusing_votes).remove(&id);
+        raft.runtime_config().elect(true);
+        self.forgetful = None;
+        self.note(format_args!("{id} caught up"));
+        false
     }
 
     /// Writes one message through whichever node believes it leads.
@@ -547,14 +677,16 @@ impl Sim {
         let mut down: Vec<NodeId> = Vec::new();
         let mut down_since = started;
         while started.elapsed() < RUN_FOR {
+            self.grant_consents().await;
+            let catching_up = self.forgetful_catching_up();
             match self.rng.below(100) {
                 0..80 => self.write().await,
-                80..84 if down.is_empty() => {
+                80..84 if down.is_empty() && !catching_up => {
                     down = vec![NODES[self.rng.below(3) as usize]];
                     down_since = self.power_loss_of(&down).await;
                 }
                 // Rarely, the whole group: it must keep every acknowledged write.
-                94 if down.is_empty() => {
+                94 if down.is_empty() && !catching_up => {
                     down = NODES.to_vec();
                     down_since = self.power_loss_of(&down).await;
                 }
@@ -599,6 +731,8 @@ impl Sim {
         // One more write through a leader commits everything of its term and before.
         let deadline = tokio::time::Instant::now() + CONVERGE_WITHIN;
         let needed = loop {
+            self.grant_consents().await;
+            self.forgetful_catching_up();
             self.write().await;
             let last_acked = self.acked.keys().next_back().copied();
             let everywhere = self

@@ -12,9 +12,13 @@
 //! nothing: its damaged state is set aside and it is rebuilt from the group's log or snapshot.
 //!
 //! A node that restarts after its machine did, with a log written under `flush = "async"`
-//! (`raft::boot_check`), may have lost the last flush interval: it only asks for the leader's
-//! consent before it takes replication again, and votes throughout, as `async` promises
-//! nothing more across a power loss.
+//! (`raft::boot_check`), may have forgotten entries it acknowledged in the last flush
+//! interval, and so must not help elect a leader that lacks them either. It asks for the
+//! leader's consent before it takes replication, catches up to the leader's last index at
+//! consent, and votes and stands for election only then, or while most of its group's voters
+//! are in the same state (their `NodeStatus` says so): after a power loss of the whole group
+//! nobody holds more, and a group that waited for a node that cannot come back would never
+//! elect again.
 //!
 //! Invariant: the mark is removed only after the node applied an index at or past it, and a
 //! restart in between finds the mark again (the cut entries are gone from disk by then).
@@ -40,6 +44,7 @@ use crate::raft::boot_check;
 use crate::raft::codec;
 use crate::raft::log_store::FlushMode;
 use crate::raft::membership::PeerAddrs;
+use crate::raft::membership::members;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 use crate::tls::PeerConnector;
@@ -154,17 +159,27 @@ pub struct RepairState {
 struct Progress {
     pending: Option<RepairMark>,
     /// The machine restarted since the log was written with `async`, so its unsynced tail may
-    /// be gone; with the mode the log is written with now.
-    after_reboot: Option<FlushMode>,
+    /// be gone; until the node caught up with the group.
+    after_reboot: Option<AfterReboot>,
     /// The leader accepted that this node's log went back.
     consented: bool,
     /// What the last repair found and did, for the node status.
     note: String,
 }
 
+/// A node whose log may have lost its unsynced tail to a reboot.
+#[derive(Debug, Clone, Copy)]
+struct AfterReboot {
+    /// The mode the log is written with now.
+    flush: FlushMode,
+    /// Most of the group's voters are in the same state: this node votes.
+    votes_allowed: bool,
+}
+
 /// What the status says of a log that may have lost its unsynced tail.
-const AFTER_REBOOT: &str = "restarted after the machine did, with flush = async: the entries of \
-                            the last flush interval may be lost; the leader accepts the shorter log";
+const AFTER_REBOOT: &str = "restarted after the machine did, with flush = async: entries of the \
+                            last flush interval may be forgotten; catching up with the group \
+                            before voting";
 
 impl RepairState {
     /// The repair a node starts with: a mark left by damage, and, if the machine restarted
@@ -178,7 +193,10 @@ impl RepairState {
         Arc::new(RepairState {
             inner: Mutex::new(Progress {
                 pending,
-                after_reboot,
+                after_reboot: after_reboot.map(|flush| AfterReboot {
+                    flush,
+                    votes_allowed: false,
+                }),
                 consented: false,
                 note,
             }),
@@ -193,7 +211,20 @@ impl RepairState {
 
     /// Why this node must not vote now, if it must not.
     pub fn refuses_votes(&self) -> Option<String> {
-        self.lock().pending.as_ref().map(RepairMark::describe)
+        let progress = self.lock();
+        match (&progress.pending, progress.after_reboot) {
+            (Some(mark), _) => Some(mark.describe()),
+            (None, Some(after_reboot)) if !after_reboot.votes_allowed => {
+                Some(AFTER_REBOOT.to_owned())
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether this node may have forgotten entries it acknowledged before a reboot and has
+    /// not caught up with the group since.
+    pub fn after_power_loss(&self) -> bool {
+        self.lock().after_reboot.is_some()
     }
 
     /// Why this node must not take replication now: the leader has not yet accepted that its
@@ -223,7 +254,8 @@ impl RepairState {
     }
 }
 
-/// Drives a pending repair to its end: the leader's consent, then catching up to the mark.
+/// Drives a pending repair to its end: the leader's consent, then catching up to the mark
+/// (or, after a reboot, to the leader's last index at consent).
 pub async fn run_repair(
     raft: Raft,
     state: Arc<RepairState>,
@@ -249,29 +281,25 @@ pub async fn run_repair(
         ),
         None => tracing::warn!("{AFTER_REBOOT}"),
     }
-    tokio::select! {
-        () = obtain_consent(&raft, node_id, &peers, admin_token.as_deref()) => {}
+    let asking = Consent {
+        raft: &raft,
+        state: &state,
+        node_id,
+        peers: &peers,
+        admin_token: admin_token.as_deref(),
+    };
+    let leader_last_index = tokio::select! {
+        index = asking.obtain() => index,
         () = shutdown.cancelled() => return,
-    }
+    };
     state.lock().consented = true;
-    if let Some(flush) = after_reboot {
-        let boot_id = boot_check::current_boot_id();
-        if let Err(error) = boot_check::settle(&OsDisk, &log_dir, flush, boot_id.as_deref()) {
-            tracing::error!(%error, "could not record the accepted raft log; a restart asks again");
-        }
-        let mut progress = state.lock();
-        progress.after_reboot = None;
-        if mark.is_none() {
-            progress.note = format!("{AFTER_REBOOT} (done)");
-        }
-    }
-    let Some(mark) = mark else {
-        tracing::warn!("the group accepted this node's raft log as it is after the restart");
-        return;
+    let up_to_index = match (&mark, after_reboot) {
+        (Some(mark), None) => mark.up_to_index,
+        (mark, _) => leader_last_index.max(mark.as_ref().map_or(0, |mark| mark.up_to_index)),
     };
     tracing::warn!(
-        "the leader accepted this node's shorter raft log; catching up to entry {}",
-        mark.up_to_index
+        up_to_index,
+        "the group accepted this node's raft log as it is; catching up"
     );
     let mut metrics = raft.metrics();
     loop {
@@ -280,7 +308,7 @@ pub async fn run_repair(
             .last_applied
             .as_ref()
             .map_or(0, |log_id| log_id.index);
-        if applied >= mark.up_to_index {
+        if applied >= up_to_index {
             break;
         }
         tokio::select! {
@@ -288,46 +316,121 @@ pub async fn run_repair(
             () = shutdown.cancelled() => return,
         }
     }
-    if let Err(error) = clear(&log_dir) {
-        tracing::error!(%error, "could not remove the raft repair mark; still not voting");
-        return;
+    if let Some(after_reboot) = after_reboot {
+        let boot_id = boot_check::current_boot_id();
+        let settled = boot_check::settle(&OsDisk, &log_dir, after_reboot.flush, boot_id.as_deref());
+        if let Err(error) = settled {
+            tracing::error!(%error, "could not record that the raft log caught up; not voting");
+            return;
+        }
+        let mut progress = state.lock();
+        progress.after_reboot = None;
+        progress.note = format!("{AFTER_REBOOT} (done)");
     }
-    {
+    if let Some(mark) = &mark {
+        if let Err(error) = clear(&log_dir) {
+            tracing::error!(%error, "could not remove the raft repair mark; still not voting");
+            return;
+        }
         let mut progress = state.lock();
         progress.pending = None;
         progress.note = format!("{} (done)", mark.describe());
     }
     // Raft was started with elections off (`setup::start_raft`).
     raft.runtime_config().elect(true);
-    tracing::warn!(
-        up_to_index = mark.up_to_index,
-        "raft log repaired: this node votes again"
-    );
+    tracing::warn!(up_to_index, "raft log caught up: this node votes again");
 }
 
-/// Asks the group's other nodes until the leader among them lets `node_id` rejoin with a
-/// shorter log (an admin call: it carries the group's admin token, if one is set). A node
-/// elected leader meanwhile needs nobody's consent: no one replicates to it, and a later
-/// leader starts from what this node holds then.
-async fn obtain_consent(
-    raft: &Raft,
+/// A repairing node asking its group for the leader's consent.
+struct Consent<'a> {
+    raft: &'a Raft,
+    state: &'a RepairState,
     node_id: NodeId,
-    peers: &PeerAddrs,
-    admin_token: Option<&str>,
-) {
-    loop {
-        if raft.metrics().borrow_watched().current_leader == Some(node_id) {
+    peers: &'a PeerAddrs,
+    admin_token: Option<&'a str>,
+}
+
+impl Consent<'_> {
+    /// Asks the group's other nodes until the leader among them lets this node rejoin with a
+    /// shorter log (an admin call: it carries the group's admin token, if one is set); returns
+    /// the leader's last log index. A node elected leader meanwhile needs nobody's consent:
+    /// no one replicates to it. While it asks, a node restarted after a reboot learns whether
+    /// most voters are in its state, and then votes.
+    async fn obtain(&self) -> u64 {
+        loop {
+            let metrics = self.raft.metrics().borrow_watched().clone();
+            if metrics.current_leader == Some(self.node_id) {
+                return metrics.last_log_index.unwrap_or(0);
+            }
+            // An admin call: to the broker API, not to Raft.
+            for addr in self.peers.current().iter().map(|peer| &peer.api) {
+                match ask_consent(self.peers.connector(), addr, self.node_id, self.admin_token)
+                    .await
+                {
+                    Ok(leader_last_index) => return leader_last_index,
+                    Err(error) => {
+                        tracing::debug!(%addr, %error, "no consent to a shorter raft log")
+                    }
+                }
+            }
+            self.allow_votes_if_most_rebooted().await;
+            tokio::time::sleep(CONSENT_RETRY_PAUSE).await;
+        }
+    }
+
+    /// Lets this node vote once most of the group's voters (itself included) say they
+    /// restarted after a reboot and have not caught up: none of them holds more than it.
+    async fn allow_votes_if_most_rebooted(&self) {
+        let waiting = matches!(
+            self.state.lock().after_reboot,
+            Some(AfterReboot {
+                votes_allowed: false,
+                ..
+            })
+        );
+        if !waiting || self.state.lock().pending.is_some() {
             return;
         }
-        // An admin call: to the broker API, not to Raft.
-        for addr in peers.current().iter().map(|peer| &peer.api) {
-            match ask_consent(peers.connector(), addr, node_id, admin_token).await {
-                Ok(()) => return,
-                Err(error) => tracing::debug!(%addr, %error, "no consent to a shorter raft log"),
+        let (voters, _) = members(self.raft);
+        let mut rebooted = usize::from(voters.contains_key(&self.node_id));
+        for (id, addr) in voters.iter().filter(|(id, _)| **id != self.node_id) {
+            match peer_after_power_loss(self.peers.connector(), &addr.api).await {
+                Ok(true) => rebooted += 1,
+                Ok(false) => {}
+                Err(error) => tracing::debug!(node = id, %error, "no status from a voter"),
             }
         }
-        tokio::time::sleep(CONSENT_RETRY_PAUSE).await;
+        if rebooted * 2 > voters.len() {
+            if let Some(after_reboot) = &mut self.state.lock().after_reboot {
+                after_reboot.votes_allowed = true;
+            }
+            self.raft.runtime_config().elect(true);
+            tracing::warn!(
+                rebooted,
+                voters = voters.len(),
+                "most voters restarted after a reboot under flush = async: voting again"
+            );
+        }
     }
+}
+
+/// Whether the node at `addr` says it restarted after a reboot and has not caught up.
+async fn peer_after_power_loss(connector: &PeerConnector, addr: &str) -> Result<bool, String> {
+    let call = async {
+        let channel = connector
+            .endpoint(addr)?
+            .connect()
+            .await
+            .map_err(|error| error.to_string())?;
+        let status = BrokerClient::new(channel)
+            .node_status(pb::NodeStatusRequest {})
+            .await
+            .map_err(|status| status.to_string())?;
+        Ok(status.into_inner().raft_log_after_power_loss)
+    };
+    tokio::time::timeout(CONSENT_CALL_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| Err("timed out".into()))
 }
 
 async fn ask_consent(
@@ -335,7 +438,7 @@ async fn ask_consent(
     addr: &str,
     node_id: NodeId,
     admin_token: Option<&str>,
-) -> Result<(), String> {
+) -> Result<u64, String> {
     let call = async {
         let channel = connector
             .endpoint(addr)?
@@ -347,11 +450,11 @@ async fn ask_consent(
         if let Some(token) = admin_token {
             rocketraft_proto::secrets::attach(&mut request, ADMIN_TOKEN_HEADER, token);
         }
-        client
+        let response = client
             .prepare_node_replacement(request)
             .await
             .map_err(|status| status.to_string())?;
-        Ok(())
+        Ok(response.into_inner().leader_last_log_index)
     };
     tokio::time::timeout(CONSENT_CALL_TIMEOUT, call)
         .await
@@ -401,14 +504,21 @@ mod tests {
     }
 
     #[test]
-    fn a_node_restarted_after_a_reboot_votes_but_takes_replication_only_after_consent() {
+    fn a_node_restarted_after_a_reboot_votes_only_when_most_did_and_takes_replication_after_consent()
+     {
         let rebooted = RepairState::new(None, Some(FlushMode::Sync));
-        assert_eq!(rebooted.refuses_votes(), None);
+        assert!(rebooted.after_power_loss());
+        assert!(rebooted.refuses_votes().is_some());
         assert!(rebooted.refuses_replication().is_some());
         let (up_to, note) = rebooted.status();
         assert_eq!(up_to, 0);
         assert!(note.contains("flush = async"), "{note}");
+        if let Some(after_reboot) = &mut rebooted.lock().after_reboot {
+            after_reboot.votes_allowed = true;
+        }
+        assert_eq!(rebooted.refuses_votes(), None);
         rebooted.lock().consented = true;
         assert_eq!(rebooted.refuses_replication(), None);
+        assert!(rebooted.after_power_loss(), "until it caught up");
     }
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use openraft::SnapshotPolicy;
+use openraft::async_runtime::watch::WatchReceiver;
 use openraft::errors::AllowNextRevertError;
 use openraft::errors::Fatal;
 use openraft::errors::InitializeError;
@@ -119,9 +120,11 @@ pub async fn bootstrap(raft: &Raft, peers: &BTreeMap<NodeId, NodeAddr>) -> Resul
 /// On the leader: lets the follower `node` come back with an empty log (its disk replaced),
 /// to be rebuilt from the leader's log or snapshot. Without this, a follower whose log went
 /// backwards is treated as a bug. Call it after stopping the node and before restarting it.
-pub async fn allow_empty_rejoin(raft: &Raft, node: NodeId) -> Result<(), SetupError> {
+/// Returns this leader's last log index once it allowed it.
+pub async fn allow_empty_rejoin(raft: &Raft, node: NodeId) -> Result<u64, SetupError> {
     raft.trigger()
         .allow_next_revert(&node, true)
         .await?
-        .map_err(|source| SetupError::Rejoin { node, source })
+        .map_err(|source| SetupError::Rejoin { node, source })?;
+    Ok(raft.metrics().borrow_watched().last_log_index.unwrap_or(0))
 }

@@ -85,22 +85,24 @@ impl BrokerService {
         self.replicate(Command::UpsertGroup(group)).await
     }
 
+    /// Returns the leader's last log index.
     pub(super) async fn handle_prepare_node_replacement(
         &self,
         node_id: u64,
-    ) -> Result<(), BrokerError> {
+    ) -> Result<u64, BrokerError> {
         self.ensure_leader()?;
-        allow_empty_rejoin(&self.raft, node_id)
-            .await
-            .map_err(|error| match error {
-                SetupError::Stopped(fatal) => BrokerError::RaftStopped(fatal),
-                error => BrokerError::NodeReplacement(error),
-            })?;
+        let leader_last_log_index =
+            allow_empty_rejoin(&self.raft, node_id)
+                .await
+                .map_err(|error| match error {
+                    SetupError::Stopped(fatal) => BrokerError::RaftStopped(fatal),
+                    error => BrokerError::NodeReplacement(error),
+                })?;
         tracing::warn!(
             node_id,
             "node may rejoin with a shorter log (a replaced disk or a repaired log)"
         );
-        Ok(())
+        Ok(leader_last_log_index)
     }
 
     pub(super) async fn handle_transfer_leader(

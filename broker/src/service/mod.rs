@@ -220,9 +220,12 @@ impl pb::broker_server::Broker for BrokerService {
         request: Request<pb::PrepareNodeReplacementRequest>,
     ) -> Result<Response<pb::PrepareNodeReplacementResponse>, Status> {
         self.require_admin(&request, "PrepareNodeReplacement")?;
-        self.handle_prepare_node_replacement(request.into_inner().node_id)
+        let leader_last_log_index = self
+            .handle_prepare_node_replacement(request.into_inner().node_id)
             .await?;
-        Ok(Response::new(pb::PrepareNodeReplacementResponse {}))
+        Ok(Response::new(pb::PrepareNodeReplacementResponse {
+            leader_last_log_index,
+        }))
     }
 
     async fn pull(

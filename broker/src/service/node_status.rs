@@ -64,6 +64,7 @@ impl BrokerService {
             process_id: std::process::id(),
             raft_log_repair_up_to,
             raft_log_repair,
+            raft_log_after_power_loss: self.repair.after_power_loss(),
             pull_requests: self.pull_requests.load(Ordering::Relaxed),
             pulls_held: (self.pull_holds_max - self.pull_holds.available_permits()) as u64,
             scrub_passes: self.scrub.passes.load(Ordering::Relaxed),

@@ -176,6 +176,7 @@ async fn broker_status(context: &Context, group: &str) -> anyhow::Result<()> {
                     "disk_full": status.disk_full,
                     "raft_log_repair_up_to": status.raft_log_repair_up_to,
                     "raft_log_repair": status.raft_log_repair,
+                    "raft_log_after_power_loss": status.raft_log_after_power_loss,
                     "scrub_passes": status.scrub_passes,
                     "scrub_unrepaired": status.scrub_unrepaired,
                     "scrub_last_finding": status.scrub_last_finding,
