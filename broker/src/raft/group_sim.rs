@@ -15,7 +15,9 @@
 //! once a leader accepted its shorter log, and neither votes nor stands for election until it
 //! applied the leader's last index at that moment. No other node loses power meanwhile (a
 //! second power loss in that window can lose writes, as the README says); partitions and
-//! lossy links go on. The checker asserts:
+//! lossy links go on. Bits also rot in the Raft log of a node while it is down (one node at a
+//! time): its recovery marks the range for repair, and it repairs as a broker node does
+//! (`raft::repair`): consent, no votes until it applied up to the mark. The checker asserts:
 //! - one leader per term;
 //! - every acknowledged write is applied by every node once the group heals, at the index it
 //!   was acknowledged with and with its bytes, and no two nodes apply different entries at
@@ -32,6 +34,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io;
 use std::io::Cursor;
+use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -68,14 +71,17 @@ use openraft::type_config::alias::StoredMembershipOf;
 use openraft_rt_tokio::TokioRuntime;
 use tokio_util::sync::CancellationToken;
 
+use crate::disk::Disk;
 use crate::raft::codec;
 use crate::raft::faults::FaultPlan;
 use crate::raft::faults::Verdict;
 use crate::raft::log_flusher::ManualRounds;
+use crate::raft::log_segment::LogSegment;
 use crate::raft::log_store::FlushMode;
 use crate::raft::log_store::LogStore;
 use crate::raft::log_store::LogStoreConfig;
 use crate::raft::node_addr::NodeAddr;
+use crate::raft::repair;
 use crate::raft::setup::openraft_config;
 use crate::raft::types::Command;
 use crate::raft::types::CommandResult;
@@ -116,6 +122,8 @@ const CONVERGE_WITHIN: Duration = Duration::from_secs(20);
 const FSYNC_TIME: Duration = Duration::from_millis(1);
 /// The flusher's interval with `flush = async`.
 const ASYNC_FLUSH_INTERVAL: Duration = Duration::from_millis(20);
+/// Where each node keeps its Raft log on its disk.
+const LOG_DIR: &str = "/sim/raft/log";
 /// A write not acknowledged within this is given up (it may still commit).
 const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -376,11 +384,16 @@ impl RaftNetworkV2<SimTypeConfig> for SimLink {
     }
 }
 
-/// A node that lost power under `async`, until it caught up.
+/// A node that may lack entries it acknowledged (it lost power under `async`, or its log was
+/// damaged), until it caught up.
 #[derive(Debug, Clone, Copy)]
 struct Forgetful {
     id: NodeId,
-    /// The leader's last index when it accepted the node's shorter log.
+    /// The highest index its damaged log held (its repair mark), if it was damaged.
+    mark_up_to: Option<u64>,
+    /// It lost power under `async`: it must also hold the leader's last index at consent.
+    after_power_loss: bool,
+    /// The index it must apply before it votes again, once a leader accepted its log.
     catch_up_to: Option<u64>,
 }
 
@@ -406,8 +419,8 @@ struct Sim {
     leaders: Arc<Mutex<BTreeMap<u64, NodeId>>>,
     /// Violations seen by the watchers while the simulation ran.
     violations: Arc<Mutex<Vec<String>>>,
-    /// A node that lost power under `async` and catches up: no other node loses power
-    /// meanwhile.
+    /// A node that may lack entries it acknowledged and catches up: no other node loses
+    /// power, and no bit rots, meanwhile.
     forgetful: Option<Forgetful>,
     trace: String,
     writes: u64,
@@ -475,12 +488,26 @@ impl Sim {
         let node = self.nodes.get_mut(&id).ok_or("no such node")?;
         let store: LogStore<SimTypeConfig> = LogStore::open_flushed_by_caller(LogStoreConfig {
             disk: Arc::new(node.disk.clone()),
-            dir: PathBuf::from("/sim/raft/log"),
+            dir: PathBuf::from(LOG_DIR),
             segment_size_bytes: 16 * 1024,
             flush: self.flush,
         })
         .map_err(|e| format!("node {id}: open log: {e}"))?;
         let rounds = store.flush_rounds().ok_or("no manual flusher")?;
+        let mark = repair::load(&node.disk, Path::new(LOG_DIR))
+            .map_err(|e| format!("node {id}: repair mark: {e}"))?;
+        if let Some(mark) = &mark {
+            lock(&self.cluster.awaiting_consent).insert(id);
+            lock(&self.cluster.refusing_votes).insert(id);
+            let forgetful = self.forgetful.get_or_insert(Forgetful {
+                id,
+                mark_up_to: None,
+                after_power_loss: false,
+                catch_up_to: None,
+            });
+            forgetful.mark_up_to = Some(mark.up_to_index);
+            forgetful.catch_up_to = None;
+        }
         node.applied = Arc::default();
         let state_machine = SimStateMachine {
             applied: node.applied.clone(),
@@ -514,6 +541,9 @@ impl Sim {
         lock(&self.cluster.rafts).insert(id, raft.clone());
         node.raft = Some(raft);
         self.note(format_args!("start {id}"));
+        if let Some(mark) = mark {
+            self.note(format_args!("{id} marked for repair: {mark:?}"));
+        }
         Ok(())
     }
 
@@ -543,6 +573,8 @@ impl Sim {
             lock(&self.cluster.refusing_votes).insert(id);
             self.forgetful = Some(Forgetful {
                 id,
+                mark_up_to: None,
+                after_power_loss: true,
                 catch_up_to: None,
             });
         }
@@ -593,7 +625,12 @@ impl Sim {
                 let last = raft.metrics().borrow_watched().last_log_index;
                 lock(&self.cluster.awaiting_consent).remove(&id);
                 if let Some(forgetful) = self.forgetful.as_mut().filter(|f| f.id == id) {
-                    forgetful.catch_up_to = Some(last.unwrap_or(0));
+                    // As `raft::repair::run_repair` computes it.
+                    let leader_last = last.unwrap_or(0).max(forgetful.mark_up_to.unwrap_or(0));
+                    forgetful.catch_up_to = Some(match forgetful.mark_up_to {
+                        Some(mark_up_to) if !forgetful.after_power_loss => mark_up_to,
+                        _ => leader_last,
+                    });
                 }
                 self.note(format_args!(
                     "{leader} accepted the log of {id} at {last:?}"
@@ -602,23 +639,59 @@ impl Sim {
         }
     }
 
-    /// Whether a node that lost power under `async` still catches up (and so no other node
-    /// may lose power); lets it vote again once it caught up.
-    fn forgetful_catching_up(&mut self) -> bool {
-        let Some(Forgetful { id, catch_up_to }) = self.forgetful else {
-            return false;
+    /// Whether a node that may lack entries it acknowledged still catches up (and so no other
+    /// node may lose power); lets it vote again once it caught up, and removes its repair
+    /// mark as `raft::repair` does.
+    fn forgetful_catching_up(&mut self) -> Result<bool, String> {
+        let Some(Forgetful {
+            id,
+            mark_up_to,
+            catch_up_to,
+            ..
+        }) = self.forgetful
+        else {
+            return Ok(false);
         };
         let node = &self.nodes[&id];
         let applied = lock(&node.applied).last.map(|log_id| log_id.index);
         let caught_up = catch_up_to.is_some_and(|to| applied >= Some(to));
         let Some(raft) = node.raft.clone().filter(|_| caught_up) else {
-            return true;
+            return Ok(true);
         };
+        if mark_up_to.is_some() {
+            repair::clear(&node.disk, Path::new(LOG_DIR))
+                .map_err(|e| self.fail(format!("node {id}: clear repair mark: {e}")))?;
+        }
         lock(&self.cluster.refusing_votes).remove(&id);
         raft.runtime_config().elect(true);
         self.forgetful = None;
         self.note(format_args!("{id} caught up"));
-        false
+        Ok(false)
+    }
+
+    /// Flips a bit in one of the Raft log segments of `id`, which is down.
+    fn rot_a_bit(&mut self, id: NodeId) -> Result<(), String> {
+        let disk = self.nodes[&id].disk.clone();
+        let segments = LogSegment::list(&disk, &Path::new(LOG_DIR).join("segments"))
+            .map_err(|e| self.fail(format!("node {id}: list segments: {e}")))?;
+        if segments.is_empty() {
+            return Ok(());
+        }
+        let (_, path) = &segments[self.rng.below(segments.len() as u64) as usize];
+        let len = disk
+            .read(path)
+            .map_err(|e| self.fail(format!("node {id}: read {path:?}: {e}")))?
+            .len() as u64;
+        if len == 0 {
+            return Ok(());
+        }
+        let (offset, bit) = (self.rng.below(len), self.rng.below(8) as u8);
+        disk.flip_bit(path, offset, bit)
+            .map_err(|e| self.fail(format!("node {id}: flip: {e}")))?;
+        self.note(format_args!(
+            "bit {bit} of byte {offset} of {path:?} of {id} flipped"
+        ));
+        Ok(())
     }
 
     /// Writes one message through whichever node believes it leads.
@@ -678,7 +751,7 @@ impl Sim {
         let mut down_since = started;
         while started.elapsed() < RUN_FOR {
             self.grant_consents().await;
-            let catching_up = self.forgetful_catching_up();
+            let catching_up = self.forgetful_catching_up()?;
             match self.rng.below(100) {
                 0..80 => self.write().await,
                 80..84 if down.is_empty() && !catching_up => {
@@ -708,6 +781,13 @@ impl Sim {
                 _ => tokio::time::sleep(Duration::from_millis(self.rng.below(50))).await,
             }
             if !down.is_empty() && down_since.elapsed() >= Duration::from_millis(300) {
+                // Sometimes a bit rots in the log of a node that was down alone.
+                if let [id] = down[..]
+                    && self.forgetful.is_none_or(|forgetful| forgetful.id == id)
+                    && self.rng.below(3) == 0
+                {
+                    self.rot_a_bit(id)?;
+                }
                 for id in std::mem::take(&mut down) {
                     self.start(id).await?;
                 }
@@ -732,7 +812,7 @@ impl Sim {
         let deadline = tokio::time::Instant::now() + CONVERGE_WITHIN;
         let needed = loop {
             self.grant_consents().await;
-            self.forgetful_catching_up();
+            self.forgetful_catching_up()?;
             self.write().await;
             let last_acked = self.acked.keys().next_back().copied();
             let everywhere = self
@@ -864,17 +944,20 @@ fn run_seed(seed: u64) -> Result<String, String> {
 
 #[test]
 fn seeded_group_runs_lose_no_acknowledged_write_and_replay_exactly() {
-    let mut acked = 0usize;
+    let (mut acked, mut flips, mut repairs) = (0usize, 0usize, 0usize);
     for seed in seeds() {
         let trace = run_seed(seed).unwrap_or_else(|failure| panic!("{failure}"));
         acked += trace.matches("acked ").count();
+        flips += trace.matches(" flipped").count();
+        repairs += trace.matches(" marked for repair").count();
         if cfg!(tokio_unstable) && seed < REPLAYED_SEEDS {
             let again = run_seed(seed).unwrap_or_else(|failure| panic!("{failure}"));
             assert_eq!(trace, again, "seed {seed} did not replay exactly");
         }
     }
     eprintln!(
-        "raft group simulation, seeds {:?}: {acked} acknowledged writes checked",
+        "raft group simulation, seeds {:?}: {acked} acknowledged writes checked; {flips} bits \
+         flipped, {repairs} repairs",
         seeds()
     );
     assert!(acked > 0);

@@ -140,9 +140,11 @@ pub fn set_aside_for_rebuild(
     Ok(aside)
 }
 
-fn clear(log_dir: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(log_dir.join(MARK_FILE)) {
-        Ok(()) => durable_file::sync_parent_dir(&log_dir.join(MARK_FILE)),
+/// Removes the mark in `log_dir` (the repair is done), durably.
+pub fn clear(disk: &dyn Disk, log_dir: &Path) -> std::io::Result<()> {
+    let path = log_dir.join(MARK_FILE);
+    match disk.remove_file(&path) {
+        Ok(()) => disk.sync_parent_dir(&path),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(error) => Err(error),
     }
@@ -328,7 +330,7 @@ pub async fn run_repair(
         progress.note = format!("{AFTER_REBOOT} (done)");
     }
     if let Some(mark) = &mark {
-        if let Err(error) = clear(&log_dir) {
+        if let Err(error) = clear(&OsDisk, &log_dir) {
             tracing::error!(%error, "could not remove the raft repair mark; still not voting");
             return;
         }
@@ -480,8 +482,8 @@ mod tests {
         let merged = record_damage(&OsDisk, dir.path(), mark(15, 30)).expect("record");
         assert_eq!(merged, mark(10, 30));
         assert_eq!(load(&OsDisk, dir.path()).expect("load"), Some(mark(10, 30)));
-        clear(dir.path()).expect("clear");
-        clear(dir.path()).expect("clearing twice is fine");
+        clear(&OsDisk, dir.path()).expect("clear");
+        clear(&OsDisk, dir.path()).expect("clearing twice is fine");
         assert_eq!(load(&OsDisk, dir.path()).expect("load"), None);
     }
 
