@@ -280,26 +280,36 @@ impl Cluster {
         from: NodeId,
         target: NodeId,
     ) -> Result<SimRaft, Unreachable<SimTypeConfig>> {
-        let raft = self.reach(from, target).await?;
-        if lock(&self.awaiting_consent).contains(&target) {
-            return Err(Unreachable::from_string(format!(
-                "node {target} waits for a leader to accept its shorter log"
-            )));
-        }
-        Ok(raft)
+        self.reach_unless(from, target, &self.awaiting_consent, "waits for consent")
+            .await
     }
 
-    /// The running node `target`, for a vote: refused while it catches up after a power loss.
+    /// The running node `target`, for a vote: refused while it catches up.
     async fn reach_for_vote(
         &self,
         from: NodeId,
         target: NodeId,
     ) -> Result<SimRaft, Unreachable<SimTypeConfig>> {
+        self.reach_unless(
+            from,
+            target,
+            &self.refusing_votes,
+            "catches up before it votes",
+        )
+        .await
+    }
+
+    /// The running node `target`, unless it is in `refusing` (then it answers `why`).
+    async fn reach_unless(
+        &self,
+        from: NodeId,
+        target: NodeId,
+        refusing: &Mutex<BTreeSet<NodeId>>,
+        why: &str,
+    ) -> Result<SimRaft, Unreachable<SimTypeConfig>> {
         let raft = self.reach(from, target).await?;
-        if lock(&self.refusing_votes).contains(&target) {
-            return Err(Unreachable::from_string(format!(
-                "node {target} catches up before it votes"
-            )));
+        if lock(refusing).contains(&target) {
+            return Err(Unreachable::from_string(format!("node {target} {why}")));
         }
         Ok(raft)
     }

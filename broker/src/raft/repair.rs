@@ -418,21 +418,11 @@ impl Consent<'_> {
 
 /// Whether the node at `addr` says it restarted after a reboot and has not caught up.
 async fn peer_after_power_loss(connector: &PeerConnector, addr: &str) -> Result<bool, String> {
-    let call = async {
-        let channel = connector
-            .endpoint(addr)?
-            .connect()
-            .await
-            .map_err(|error| error.to_string())?;
-        let status = BrokerClient::new(channel)
-            .node_status(pb::NodeStatusRequest {})
-            .await
-            .map_err(|status| status.to_string())?;
+    call_peer(connector, addr, |mut client| async move {
+        let status = client.node_status(pb::NodeStatusRequest {}).await?;
         Ok(status.into_inner().raft_log_after_power_loss)
-    };
-    tokio::time::timeout(CONSENT_CALL_TIMEOUT, call)
-        .await
-        .unwrap_or_else(|_| Err("timed out".into()))
+    })
+    .await
 }
 
 async fn ask_consent(
@@ -441,24 +431,38 @@ async fn ask_consent(
     node_id: NodeId,
     admin_token: Option<&str>,
 ) -> Result<u64, String> {
-    let call = async {
+    let mut request = tonic::Request::new(pb::PrepareNodeReplacementRequest { node_id });
+    if let Some(token) = admin_token {
+        rocketraft_proto::secrets::attach(&mut request, ADMIN_TOKEN_HEADER, token);
+    }
+    call_peer(connector, addr, |mut client| async move {
+        let response = client.prepare_node_replacement(request).await?;
+        Ok(response.into_inner().leader_last_log_index)
+    })
+    .await
+}
+
+/// Makes `call` on the broker API of the node at `addr`, within [`CONSENT_CALL_TIMEOUT`].
+async fn call_peer<T, Call, Fut>(
+    connector: &PeerConnector,
+    addr: &str,
+    call: Call,
+) -> Result<T, String>
+where
+    Call: FnOnce(BrokerClient<tonic::transport::Channel>) -> Fut,
+    Fut: Future<Output = Result<T, tonic::Status>>,
+{
+    let attempt = async {
         let channel = connector
             .endpoint(addr)?
             .connect()
             .await
             .map_err(|error| error.to_string())?;
-        let mut client = BrokerClient::new(channel);
-        let mut request = tonic::Request::new(pb::PrepareNodeReplacementRequest { node_id });
-        if let Some(token) = admin_token {
-            rocketraft_proto::secrets::attach(&mut request, ADMIN_TOKEN_HEADER, token);
-        }
-        let response = client
-            .prepare_node_replacement(request)
+        call(BrokerClient::new(channel))
             .await
-            .map_err(|status| status.to_string())?;
-        Ok(response.into_inner().leader_last_log_index)
+            .map_err(|status| status.to_string())
     };
-    tokio::time::timeout(CONSENT_CALL_TIMEOUT, call)
+    tokio::time::timeout(CONSENT_CALL_TIMEOUT, attempt)
         .await
         .unwrap_or_else(|_| Err("timed out".into()))
 }
