@@ -58,6 +58,7 @@ use crate::raft::setup::start_raft;
 use crate::raft::state_machine::CHECKPOINT_INTERVAL_DEFAULT;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::state_machine::StoreLostFlushedData;
+use crate::raft::types::LogId;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 use crate::registration::Identity;
@@ -536,7 +537,7 @@ async fn open_raft(
                 error = %lost,
                 "the store is damaged: setting it aside and rebuilding this node from its group"
             );
-            let last_log_index = open_log_store(config, &raft_dir.join("log"))
+            let last_log_index = open_log_store(config, &raft_dir.join("log"), None)
                 .and_then(|log| log.last_index())
                 .map_err(raft_error)?;
             let up_to_index = last_log_index.max(lost.applied_index).unwrap_or(0);
@@ -553,7 +554,8 @@ async fn open_raft(
         opened => opened?,
     };
     let log_dir = raft_dir.join("log");
-    let log_store = open_log_store(config, &log_dir).map_err(raft_error)?;
+    let log_store =
+        open_log_store(config, &log_dir, state_machine.last_applied()).map_err(raft_error)?;
     let pending_repair = repair::load(&OsDisk, &log_dir).map_err(raft_error)?;
     let boot_id = boot_check::current_boot_id();
     let after_reboot =
@@ -621,11 +623,18 @@ fn open_state(
     )
 }
 
-fn open_log_store(config: &BrokerConfig, log_dir: &std::path::Path) -> std::io::Result<LogStore> {
+/// Opens the node's Raft log; `applied` is the state machine's last applied entry, where the
+/// log counts as purged if its purge mark is found damaged.
+fn open_log_store(
+    config: &BrokerConfig,
+    log_dir: &std::path::Path,
+    applied: Option<LogId>,
+) -> std::io::Result<LogStore> {
     LogStore::open(LogStoreConfig {
         disk: OsDisk::shared(),
         dir: log_dir.to_path_buf(),
         segment_size_bytes: config.store.raft_log_segment_bytes,
         flush: config.flush_mode(),
+        purged_if_mark_damaged: applied,
     })
 }

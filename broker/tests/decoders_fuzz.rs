@@ -179,6 +179,7 @@ fn raft_log_and_commit_log_recovery_never_panic_on_damaged_files() {
             dir: dir.path().to_path_buf(),
             segment_size_bytes: 1 << 20,
             flush: FlushMode::Sync,
+            purged_if_mark_damaged: None,
         })
         .expect("open");
         futures::executor::block_on(append_entries(&mut store, (1..=6).map(sample_entry)));
@@ -204,6 +205,7 @@ fn raft_log_and_commit_log_recovery_never_panic_on_damaged_files() {
                 dir: dir.path().to_path_buf(),
                 segment_size_bytes: 1 << 20,
                 flush: FlushMode::Sync,
+                purged_if_mark_damaged: None,
             })
             .is_ok()
         });

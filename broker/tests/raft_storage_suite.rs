@@ -36,6 +36,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for DiskStoreBuil
             dir: dir.path().join("log"),
             segment_size_bytes: 4096,
             flush: FlushMode::Sync,
+            purged_if_mark_damaged: None,
         })
         .map_err(io_error)?;
         Ok((dir, log_store, state_machine))

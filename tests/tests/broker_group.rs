@@ -371,7 +371,7 @@ async fn purges_every_log_and_keeps_serving(
     configure: impl Fn(&mut rocketraft_broker::config::BrokerConfig),
 ) -> anyhow::Result<()> {
     init_tracing();
-    let group = TestGroup::start(3, seed, configure).await?;
+    let mut group = TestGroup::start(3, seed, configure).await?;
     let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
     send_many(&group, 600, 8).await?;
     info!("--- every node compacts its own log behind its snapshot");
@@ -382,6 +382,16 @@ async fn purges_every_log_and_keeps_serving(
         })
         .await?;
     }
+    info!("--- a follower whose purge mark rotted counts its log purged up to what it applied");
+    let follower = group.a_follower(leader);
+    group.stop(follower).await;
+    let mark = group
+        .data_dir(follower)
+        .join("raft")
+        .join("log")
+        .join("purged");
+    flip_byte(&mark, std::fs::metadata(&mark)?.len() - 1, 0x01)?;
+    group.restart(follower).await?;
     send_many(&group, 100, 4).await?;
     assert_converged(&group, leader).await?;
     group.shutdown().await;

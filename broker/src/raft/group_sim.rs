@@ -501,6 +501,7 @@ impl Sim {
             dir: PathBuf::from(LOG_DIR),
             segment_size_bytes: 16 * 1024,
             flush: self.flush,
+            purged_if_mark_damaged: None,
         })
         .map_err(|e| format!("node {id}: open log: {e}"))?;
         let rounds = store.flush_rounds().ok_or("no manual flusher")?;

@@ -107,6 +107,7 @@ fn open(disk: &SimDisk, dir: &Path, flush: FlushMode) -> std::io::Result<LogStor
         dir: dir.to_path_buf(),
         segment_size_bytes: SEGMENT_BYTES,
         flush,
+        purged_if_mark_damaged: None,
     })
 }
 

@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use crate::disk::Disk;
 use crate::disk::DiskFile;
 use crate::durable_file;
+use crate::durable_file::DurableFileError;
 use crate::raft::codec;
 use crate::raft::entry_cache::EntryCache;
 use crate::raft::log_flusher::CurrentSegment;
@@ -80,6 +81,9 @@ pub struct LogStoreConfig {
     pub dir: PathBuf,
     pub segment_size_bytes: u64,
     pub flush: FlushMode,
+    /// Where the log counts as purged if its purge mark is found damaged: the state
+    /// machine's last applied entry, which no purge passes (it is rewritten as the mark).
+    pub purged_if_mark_damaged: Option<LogId>,
 }
 
 /// What the log looks like on disk; shared by the writer and the readers.
@@ -195,10 +199,7 @@ impl<C: LogTypes> LogStore<C> {
         let vote: Option<Vote> = durable_file::read_on(&*disk, &config.dir.join("vote"))?
             .map(|bytes| codec::decode("raft vote", &bytes))
             .transpose()?;
-        let last_purged = durable_file::read_on(&*disk, &config.dir.join("purged"))?
-            .map(|bytes| codec::decode::<PurgeMark>("raft purge mark", &bytes))
-            .transpose()?
-            .and_then(|mark| mark.last_purged);
+        let last_purged = read_purge_mark(&*disk, &config.dir, config.purged_if_mark_damaged)?;
         let (segments, damage) = recover_segments(&disk, &segments_dir, last_purged.as_ref())?;
         if let Some(found) = damage {
             repair::record_damage(&*disk, &config.dir, found)?;
@@ -461,6 +462,36 @@ impl LogFiles {
     fn publish_size(&self) {
         let bytes = self.segments.iter().map(LogSegment::size_bytes).sum();
         self.size.0.store(bytes, Ordering::Relaxed);
+    }
+}
+
+/// The purge point recorded in `root`. A mark that fails its checksum is replaced by
+/// `if_damaged` (the state machine's last applied entry): every purge point it could have
+/// held is at or below that, so the log loses only entries already applied.
+fn read_purge_mark(
+    disk: &dyn Disk,
+    root: &Path,
+    if_damaged: Option<LogId>,
+) -> io::Result<Option<LogId>> {
+    let path = root.join("purged");
+    match durable_file::read_on(disk, &path) {
+        Ok(bytes) => Ok(bytes
+            .map(|bytes| codec::decode::<PurgeMark>("raft purge mark", &bytes))
+            .transpose()?
+            .and_then(|mark| mark.last_purged)),
+        Err(DurableFileError::Corrupt { reason, .. }) => {
+            tracing::error!(
+                path = %path.display(), reason, purged_up_to = ?if_damaged,
+                "raft purge mark damaged: the log is purged up to the last applied entry"
+            );
+            let mark = PurgeMark {
+                last_purged: if_damaged,
+            };
+            let encoded = codec::encode("raft purge mark", &mark)?;
+            durable_file::write_atomic_on(disk, &path, &encoded)?;
+            Ok(if_damaged)
+        }
+        Err(error) => Err(error.into()),
     }
 }
 
@@ -784,14 +815,18 @@ mod tests {
         }
     }
 
-    fn open(dir: &std::path::Path) -> LogStore {
-        LogStore::open(LogStoreConfig {
+    fn config(dir: &std::path::Path) -> LogStoreConfig {
+        LogStoreConfig {
             disk: OsDisk::shared(),
             dir: dir.to_path_buf(),
             segment_size_bytes: 4096,
             flush: FlushMode::Sync,
-        })
-        .expect("open log")
+            purged_if_mark_damaged: None,
+        }
+    }
+
+    fn open(dir: &std::path::Path) -> LogStore {
+        LogStore::open(config(dir)).expect("open log")
     }
 
     async fn append(store: &mut LogStore, entries: impl IntoIterator<Item = Entry>) {
@@ -961,14 +996,7 @@ mod tests {
         append(&mut store, (0..3).map(|i| entry(1, i))).await;
         drop(store);
         std::fs::remove_file(dir.path().join("format")).expect("remove the format file");
-        let error = LogStore::open(LogStoreConfig {
-            disk: OsDisk::shared(),
-            dir: dir.path().to_path_buf(),
-            segment_size_bytes: 4096,
-            flush: FlushMode::Sync,
-        })
-        .err()
-        .expect("refused");
+        let error = LogStore::open(config(dir.path())).err().expect("refused");
         assert_eq!(error.kind(), io::ErrorKind::InvalidData);
         assert!(
             error.to_string().contains("wipe this node's data dir"),
@@ -1081,6 +1109,39 @@ mod tests {
             state.last_log_id,
             Some(LogId::new_term_index(2, boundary + 2))
         );
+    }
+
+    #[tokio::test]
+    async fn a_damaged_purge_mark_is_replaced_by_the_last_applied_entry() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        append(&mut store, (0..30).map(|i| entry(1, i))).await;
+        store
+            .purge(LogId::new_term_index(1, 5))
+            .await
+            .expect("purge");
+        drop(store);
+        let mark = dir.path().join("purged");
+        let mut bytes = std::fs::read(&mark).expect("read the mark");
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x01;
+        std::fs::write(&mark, bytes).expect("damage the mark");
+
+        let applied = LogId::new_term_index(1, 20);
+        let mut store = LogStore::open(LogStoreConfig {
+            purged_if_mark_damaged: Some(applied),
+            ..config(dir.path())
+        })
+        .expect("open with a damaged purge mark");
+        let state = store.get_log_state().await.expect("state");
+        assert_eq!(state.last_purged_log_id, Some(applied));
+        assert_eq!(indexes(&mut store).await, (21..30).collect::<Vec<u64>>());
+        drop(store);
+
+        // The mark was rewritten: it opens without the fallback too.
+        let mut store = open(dir.path());
+        let state = store.get_log_state().await.expect("state");
+        assert_eq!(state.last_purged_log_id, Some(applied));
     }
 
     #[tokio::test]

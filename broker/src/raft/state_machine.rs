@@ -121,6 +121,12 @@ fn join_checkpoint(task: std::thread::JoinHandle<io::Result<()>>) -> io::Result<
 }
 
 impl StateMachine {
+    /// The last entry applied; right after [`StateMachine::open`], the durable point it
+    /// opened at.
+    pub fn last_applied(&self) -> Option<LogId> {
+        self.last_applied
+    }
+
     /// Opens the state machine over an opened store: reads the checkpoint (or the snapshot if
     /// it is newer) and cuts the store back to it.
     pub fn open(
