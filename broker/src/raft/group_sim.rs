@@ -124,9 +124,9 @@ const FSYNC_TIME: Duration = Duration::from_millis(1);
 /// The flusher's interval with `flush = async`.
 const ASYNC_FLUSH_INTERVAL: Duration = Duration::from_millis(20);
 /// Under `async`, a write acknowledged this shortly before the whole group lost power may be
-/// lost: a majority held it, but not yet synced (the next flusher round comes within an
-/// interval; the power fails a few disk operations after the simulation decides it does).
-const ASYNC_LOSS_WINDOW: Duration = Duration::from_millis(2 * 20);
+/// lost: a majority held it, but not yet synced. Every node's next flusher round comes within
+/// an interval, and the power fails no earlier than the simulation decides it does.
+const ASYNC_LOSS_WINDOW: Duration = ASYNC_FLUSH_INTERVAL;
 /// Where each node keeps its Raft log on its disk.
 const LOG_DIR: &str = "/sim/raft/log";
 /// A write not acknowledged within this is given up (it may still commit).
