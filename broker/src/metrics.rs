@@ -23,6 +23,7 @@ use prometheus_client::registry::Registry;
 use rocketraft_nameserver::process_metrics::ProcessMetrics;
 
 use crate::group_state::GroupState;
+use crate::raft::log_store::LogSize;
 use crate::raft::types::Raft;
 use crate::topic::SCHEDULE_TOPIC;
 
@@ -89,6 +90,7 @@ pub struct BrokerMetrics {
     last_log_index: Gauge,
     applied_index: Gauge,
     committed_index: Gauge,
+    raft_log_bytes: Gauge,
     replication_lag: Family<FollowerLabels, Gauge>,
     consumer_lag: Family<QueueLabels, Gauge>,
     schedule_backlog: Family<LevelLabels, Gauge>,
@@ -119,6 +121,7 @@ impl Default for BrokerMetrics {
             last_log_index: Gauge::default(),
             applied_index: Gauge::default(),
             committed_index: Gauge::default(),
+            raft_log_bytes: Gauge::default(),
             replication_lag: Family::default(),
             consumer_lag: Family::default(),
             schedule_backlog: Family::default(),
@@ -204,6 +207,11 @@ impl Default for BrokerMetrics {
             metrics.committed_index.clone(),
         );
         r.register(
+            "raft_log_bytes",
+            "Bytes of the Raft log's segments (compaction keeps it small)",
+            metrics.raft_log_bytes.clone(),
+        );
+        r.register(
             "raft_replication_lag",
             "Entries a follower lacks of the leader's log (on the leader)",
             metrics.replication_lag.clone(),
@@ -283,8 +291,10 @@ impl BrokerMetrics {
     }
 
     /// The text of one scrape, with the node's state read now.
-    pub fn render(&self, raft: &Raft, group: &GroupState) -> String {
+    pub fn render(&self, raft: &Raft, log_size: &LogSize, group: &GroupState) -> String {
         self.read_raft(raft);
+        self.raft_log_bytes
+            .set(i64::try_from(log_size.bytes()).unwrap_or(i64::MAX));
         self.read_store(group);
         self.process.refresh();
         let mut text = String::new();

@@ -253,9 +253,10 @@ impl BrokerNode {
                     source,
                 })?;
                 let (metrics, raft, group) = (metrics.clone(), raft.clone(), group.clone());
+                let log_size = log_size.clone();
                 tokio::spawn(serve_metrics(
                     listener,
-                    Arc::new(move || metrics.render(&raft, &group)),
+                    Arc::new(move || metrics.render(&raft, &log_size, &group)),
                     shutdown.clone(),
                 ));
                 tracing::info!(%metrics_addr, "metrics endpoint serving /metrics");

@@ -111,6 +111,10 @@ async fn given_traffic_metrics_should_show_it_over_http() -> anyhow::Result<()> 
     assert!(sample(&text, "rocketraft_broker_commit_seconds_count") >= Some(SENT as f64));
     assert_eq!(sample(&text, "rocketraft_broker_raft_is_leader"), Some(1.0));
     assert!(sample(&text, "rocketraft_broker_raft_applied_index") >= Some(SENT as f64));
+    assert!(
+        sample(&text, "rocketraft_broker_raft_log_bytes") > Some(0.0),
+        "the log holds the sends"
+    );
     assert_eq!(
         sample(
             &text,
