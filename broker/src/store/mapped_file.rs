@@ -126,6 +126,30 @@ impl FlushTarget {
     }
 }
 
+/// Appends hand each chunk of this many bytes to the kernel's writeback as soon as it is
+/// complete, instead of leaving it dirty until the next checkpoint's fsync: the disk then
+/// writes the CommitLog steadily, not in a burst each second that Raft log fsyncs queue
+/// behind (W1 with `flush = sync`: ack p99 70-83 ms against 101-114 ms, one window).
+const WRITEBACK_CHUNK_BYTES: usize = 1 << 20;
+
+/// Starts writing `[from, to)` of `file` back to disk without waiting for it. Only a hint:
+/// durability still comes from the flushes, and a failure here is logged and changes nothing.
+fn start_writeback(file: &File, path: &Path, from: usize, to: usize) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (i64::try_from(from), i64::try_from(to - from)) else {
+        return;
+    };
+    // SAFETY: `sync_file_range` reads no memory of ours; the descriptor is open for as long
+    // as `file` is borrowed.
+    let result = unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
+    };
+    if result != 0 {
+        let error = std::io::Error::last_os_error();
+        tracing::debug!(path = %path.display(), %error, "could not start the writeback");
+    }
+}
+
 /// One memory-mapped segment file.
 #[derive(Debug)]
 pub struct MappedFile {
@@ -254,6 +278,13 @@ impl MappedFile {
         self.mmap[pos..pos + data.len()].copy_from_slice(data);
         self.write_pos += data.len();
         self.mark_dirty(pos, self.write_pos);
+        let (done_from, done_to) = (
+            pos / WRITEBACK_CHUNK_BYTES * WRITEBACK_CHUNK_BYTES,
+            self.write_pos / WRITEBACK_CHUNK_BYTES * WRITEBACK_CHUNK_BYTES,
+        );
+        if done_to > done_from {
+            start_writeback(&self.file, &self.path, done_from, done_to);
+        }
         Ok(pos)
     }
 
@@ -272,6 +303,13 @@ impl MappedFile {
             .map_err(|e| StoreError::io("write segment", &self.path, e))?;
         self.write_pos += data.len();
         self.mark_dirty(pos, self.write_pos);
+        let (done_from, done_to) = (
+            pos / WRITEBACK_CHUNK_BYTES * WRITEBACK_CHUNK_BYTES,
+            self.write_pos / WRITEBACK_CHUNK_BYTES * WRITEBACK_CHUNK_BYTES,
+        );
+        if done_to > done_from {
+            start_writeback(&self.file, &self.path, done_from, done_to);
+        }
         Ok(pos)
     }
 
