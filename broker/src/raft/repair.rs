@@ -383,14 +383,14 @@ impl Consent<'_> {
     /// Lets this node vote once most of the group's voters (itself included) say they
     /// restarted after a reboot and have not caught up: none of them holds more than it.
     async fn allow_votes_if_most_rebooted(&self) {
-        let waiting = matches!(
-            self.state.lock().after_reboot,
-            Some(AfterReboot {
-                votes_allowed: false,
-                ..
-            })
-        );
-        if !waiting || self.state.lock().pending.is_some() {
+        let waiting = {
+            let progress = self.state.lock();
+            progress.pending.is_none()
+                && progress
+                    .after_reboot
+                    .is_some_and(|after_reboot| !after_reboot.votes_allowed)
+        };
+        if !waiting {
             return;
         }
         let (voters, _) = members(self.raft);
