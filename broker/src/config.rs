@@ -104,6 +104,11 @@ pub struct BrokerConfig {
     /// absent: no endpoint.
     #[serde(default)]
     pub metrics_listen: Option<SocketAddr>,
+    /// Where RocketMQ 5.x's gRPC API (`apache.rocketmq.v2.MessagingService`) is served for the
+    /// official 5.x clients (its own port); it reaches every topic of the cluster through the
+    /// nameservers. Absent: not served.
+    #[serde(default)]
+    pub grpc_v5_listen: Option<SocketAddr>,
     /// Pulls this node holds open at once (long polling) at most; a pull that would wait
     /// beyond them is refused with `LIMIT_EXCEEDED`, and the consumer retries after a pause.
     #[serde(default = "default_pull_holds_max")]
@@ -536,6 +541,12 @@ impl BrokerConfig {
                 "must be 1 to 1000",
             ));
         }
+        if self.grpc_v5_listen.is_some() && self.namesrv.is_empty() {
+            return Err(ConfigError::new(
+                "grpc_v5_listen",
+                "needs namesrv: the 5.x endpoint finds every topic's broker groups there",
+            ));
+        }
         if self.pull_holds_max == 0 {
             return Err(ConfigError::new("pull_holds_max", "must be positive"));
         }
@@ -833,6 +844,16 @@ mod tests {
         assert_eq!(
             config.validate().expect_err("none").key,
             "streams_per_connection_max"
+        );
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        config.grpc_v5_listen = Some("127.0.0.1:8081".parse().expect("an address"));
+        config.namesrv = vec!["127.0.0.1:9876".into()];
+        config.validate().expect("a 5.x endpoint with a nameserver");
+        config.namesrv.clear();
+        assert_eq!(
+            config.validate().expect_err("no route source").key,
+            "grpc_v5_listen"
         );
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");

@@ -10,12 +10,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rocketraft_client::connector::ClientTls;
 use rocketraft_nameserver::connection_limit::limit_connections;
 use rocketraft_nameserver::server::stop_serving;
 use rocketraft_proto::broker::broker_server::BrokerServer;
 use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
 use rocketraft_proto::limits::SEND_REQUEST_BYTES_MAX;
 use rocketraft_proto::raft::raft_server::RaftServer;
+use rocketraft_proxy::Proxy;
+use rocketraft_proxy::ProxyConfig;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -110,6 +113,8 @@ pub enum StartError {
     TlsFile(#[from] TlsFileError),
     #[error("configure TLS")]
     Tls(#[source] tonic::transport::Error),
+    #[error("start the RocketMQ 5.x gRPC endpoint")]
+    GrpcV5(#[source] rocketraft_proxy::ProxyError),
     /// Local state is damaged and no other node of the group holds it.
     #[error("cannot repair this node: {0}")]
     Unrepairable(String),
@@ -120,6 +125,8 @@ pub struct BrokerNode {
     addr: SocketAddr,
     raft_addr: SocketAddr,
     metrics_addr: Option<SocketAddr>,
+    /// RocketMQ 5.x's gRPC API, if `grpc_v5_listen` was set.
+    grpc_v5: Option<Proxy>,
     raft: Raft,
     group: Arc<GroupState>,
     shutdown: CancellationToken,
@@ -436,12 +443,17 @@ impl BrokerNode {
                 shutdown.clone(),
             ));
         }
+        let grpc_v5 = match config.grpc_v5_listen {
+            Some(grpc_v5_listen) => Some(start_grpc_v5(&config, grpc_v5_listen).await?),
+            None => None,
+        };
         tracing::info!(node_id = config.node_id, group = %config.group, %addr, %raft_addr, "broker node started");
         Ok(BrokerNode {
             node_id: config.node_id,
             addr,
             raft_addr,
             metrics_addr,
+            grpc_v5,
             raft,
             group,
             shutdown,
@@ -469,6 +481,11 @@ impl BrokerNode {
         self.metrics_addr
     }
 
+    /// Where RocketMQ 5.x's gRPC API is served, if `grpc_v5_listen` was set.
+    pub fn grpc_v5_addr(&self) -> Option<SocketAddr> {
+        self.grpc_v5.as_ref().map(Proxy::addr)
+    }
+
     pub fn group(&self) -> &Arc<GroupState> {
         &self.group
     }
@@ -491,6 +508,9 @@ impl BrokerNode {
     /// Stops serving, stops Raft and flushes nothing more: what was acknowledged is already
     /// durable, the rest is replayed from the Raft log at the next start.
     pub async fn shutdown(self) {
+        if let Some(grpc_v5) = self.grpc_v5 {
+            grpc_v5.shutdown().await;
+        }
         self.shutdown.cancel();
         if let Err(error) = self.raft.shutdown().await {
             tracing::warn!(%error, "raft shutdown");
@@ -498,6 +518,35 @@ impl BrokerNode {
         futures::future::join_all(self.servers.into_iter().map(stop_serving)).await;
         tracing::info!(node_id = self.node_id, "broker node stopped");
     }
+}
+
+/// Serves RocketMQ 5.x's gRPC API on `listen`, with the broker API's TLS and caps.
+async fn start_grpc_v5(config: &BrokerConfig, listen: SocketAddr) -> Result<Proxy, StartError> {
+    let listener = bind(listen).await?;
+    let (client_tls, server_tls) = match &config.tls {
+        Some(settings) => (
+            Some(
+                ClientTls::from_ca_file(&settings.ca).map_err(|source| StartError::Bind {
+                    addr: listen,
+                    source,
+                })?,
+            ),
+            Some(NodeTls::load(settings)?.api_server()),
+        ),
+        None => (None, None),
+    };
+    Proxy::start_on(
+        listener,
+        ProxyConfig {
+            nameservers: config.namesrv.clone(),
+            client_tls,
+            server_tls,
+            connections_max: config.connections_max,
+            streams_per_connection_max: config.streams_per_connection_max,
+            timer_max_delay_ms: config.timer_max_delay_ms,
+        },
+    )
+    .map_err(StartError::GrpcV5)
 }
 
 /// Raft started over the node's store and log.

@@ -18,6 +18,7 @@
 //!   (because the first failed) can still store a second copy there: at least once.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
@@ -40,6 +41,7 @@ use crate::error::ProducerError;
 use crate::message::Message;
 use crate::message::property::PGROUP;
 use crate::message::property::TRAN_MSG;
+use crate::message::property::UNIQ_KEY;
 use crate::route::ROUTE_TTL_DEFAULT;
 use crate::route::RouteCache;
 use crate::route::TopicRoute;
@@ -244,8 +246,14 @@ impl Producer {
         &self.inner.group
     }
 
+    /// `topic`'s route as this producer sends by it (cached, refreshed after failures).
+    pub async fn route(&self, topic: &str) -> Result<Arc<TopicRoute>, ProducerError> {
+        Ok(self.inner.brokers.route(topic).await?)
+    }
+
     /// Sends one message and waits until a majority of its group has it. Concurrent sends to
-    /// one queue share a request ([`SendLanes`]).
+    /// one queue share a request ([`SendLanes`]). The message's id (`UNIQ_KEY`) is made here
+    /// unless it carries one as a property already.
     pub async fn send(&self, message: Message) -> Result<SendResult, ProducerError> {
         self.send_one(message, Choice::RoundRobin).await
     }
@@ -312,6 +320,17 @@ impl Producer {
         &self,
         messages: Vec<Message>,
     ) -> Result<Vec<SendResult>, ProducerError> {
+        self.send_batch_with(messages, BatchOptions::default())
+            .await
+    }
+
+    /// [`Producer::send_batch`] with `options`: the queue an order key hashes to, and the
+    /// born time and host of messages this producer forwards for another client.
+    pub async fn send_batch_with(
+        &self,
+        messages: Vec<Message>,
+        options: BatchOptions,
+    ) -> Result<Vec<SendResult>, ProducerError> {
         let Some(first) = messages.first() else {
             return Err(ProducerError::InvalidRequest(
                 "a batch holds at least one message".into(),
@@ -324,20 +343,30 @@ impl Producer {
         }
         let topic = first.topic.clone();
         let inner = &self.inner;
-        let ids: Vec<String> = messages.iter().map(|_| inner.ids.next_id()).collect();
+        let ids: Vec<String> = messages
+            .iter()
+            .map(|message| unique_id(message, &inner.ids))
+            .collect();
+        let choice = match &options.order_key {
+            Some(key) => Choice::Keyed(rocketraft_proto::stable_hash::fnv1a_64(key.as_bytes())),
+            None => Choice::RoundRobin,
+        };
+        let born_host = options
+            .born_host
+            .map_or_else(String::new, |host| host.to_string());
         let wire: Vec<_> = messages
             .iter()
             .zip(&ids)
             .map(|(message, id)| message.to_wire(id))
             .collect();
         let (group, results) = self
-            .deliver(&topic, Choice::RoundRobin, |group, queue_id, attempt| {
+            .deliver(&topic, choice, |group, queue_id, attempt| {
                 let request = pb::SendRequest {
                     topic: topic.clone(),
                     queue_id,
                     messages: wire.clone(),
-                    born_timestamp_ms: now_ms(),
-                    born_host: String::new(),
+                    born_timestamp_ms: options.born_timestamp_ms.unwrap_or_else(now_ms),
+                    born_host: born_host.clone(),
                     deduplicate: attempt.retry,
                 };
                 let deadline = attempt.deadline;
@@ -377,7 +406,7 @@ impl Producer {
         choice: Choice,
     ) -> Result<SendResult, ProducerError> {
         let inner = &self.inner;
-        let id = inner.ids.next_id();
+        let id = unique_id(&message, &inner.ids);
         let wire = message.to_wire(&id);
         let topic = message.topic;
         let (group, result) = self
@@ -461,6 +490,26 @@ impl Producer {
     }
 }
 
+/// How [`Producer::send_batch_with`] sends a batch; the default is what `send_batch` does.
+#[derive(Debug, Clone, Default)]
+pub struct BatchOptions {
+    /// Send to the queue this key hashes to (as [`Producer::send_ordered`]), not round-robin.
+    pub order_key: Option<String>,
+    /// When the messages were born; default: now.
+    pub born_timestamp_ms: Option<i64>,
+    /// Where they were born; default: this producer's address as the broker sees it.
+    pub born_host: Option<SocketAddr>,
+}
+
+/// A message's `UNIQ_KEY`: the one it carries as a property (a producer that made its own
+/// id, as RocketMQ's clients keep one already set), else a new one.
+fn unique_id(message: &Message, ids: &UniqueIdGenerator) -> String {
+    match message.properties.get(UNIQ_KEY) {
+        Some(id) => id.clone(),
+        None => ids.next_id(),
+    }
+}
+
 /// One attempt of a send.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Attempt {
@@ -519,6 +568,15 @@ mod tests {
             .map(|(name, queues)| test_group(name, *queues, PERM_READ_WRITE))
             .collect();
         TopicRoute::new("T".into(), groups)
+    }
+
+    #[test]
+    fn a_message_keeps_the_unique_id_it_carries() {
+        let ids = UniqueIdGenerator::new();
+        let own = Message::new("T", "b").with_property(UNIQ_KEY, "made-by-the-app");
+        assert_eq!(unique_id(&own, &ids), "made-by-the-app");
+        let plain = Message::new("T", "b");
+        assert_ne!(unique_id(&plain, &ids), unique_id(&plain, &ids), "new ids");
     }
 
     #[test]

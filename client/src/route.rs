@@ -81,7 +81,7 @@ pub struct TopicRoute {
 
 impl TopicRoute {
     /// A route fetched now; its groups are kept ordered by name.
-    pub(crate) fn new(topic: String, mut groups: Vec<GroupQueues>) -> TopicRoute {
+    pub fn new(topic: String, mut groups: Vec<GroupQueues>) -> TopicRoute {
         groups.sort_by(|a, b| a.group.cmp(&b.group));
         TopicRoute {
             topic,

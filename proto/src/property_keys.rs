@@ -37,3 +37,31 @@ pub const TIMER_KEYS: [&str; 3] = [TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELA
 pub const TRAN_MSG: &str = "TRAN_MSG";
 /// The producer group a half message's check-backs go to.
 pub const PGROUP: &str = "PGROUP";
+/// The message group of a 5.x FIFO message (RocketMQ's sharding key): messages of one group
+/// go to one queue, in order.
+pub const SHARDING_KEY: &str = "__SHARDINGKEY";
+/// Where a 5.x client says it sent the message from (its host name); the record's born host
+/// is the address its connection came from.
+pub const BORN_HOST: &str = "__BORNHOST";
+
+/// Every property name above: set by producers, the SDK or the broker for what they mean, so
+/// an application property may not take one of these names.
+pub const SYSTEM_KEYS: [&str; 17] = [
+    TAGS,
+    KEYS,
+    UNIQ_KEY,
+    DELAY,
+    REAL_TOPIC,
+    REAL_QID,
+    RETRY_TOPIC,
+    ORIGIN_MESSAGE_ID,
+    RECONSUME_TIME,
+    MAX_RECONSUME_TIMES,
+    TIMER_DELIVER_MS,
+    TIMER_DELAY_SEC,
+    TIMER_DELAY_MS,
+    TRAN_MSG,
+    PGROUP,
+    SHARDING_KEY,
+    BORN_HOST,
+];

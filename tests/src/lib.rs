@@ -161,6 +161,7 @@ impl TestGroup {
                     .as_millis() as u64,
                 log_format: Default::default(),
                 metrics_listen: None,
+                grpc_v5_listen: None,
                 data_dir: group.dir.path().join(format!("node-{id}")),
                 flush: FlushKind::Sync,
                 async_flush_interval_ms: 100,

@@ -73,6 +73,9 @@ struct Cli {
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long)]
     metrics_listen: Option<String>,
+    /// Serve RocketMQ 5.x's gRPC API (for the official 5.x clients) on this address.
+    #[arg(long)]
+    grpc_v5_listen: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -102,6 +105,10 @@ enum Command {
         /// Delay levels, e.g. "1s 5s 10s" (units s, m, h, d); RocketMQ's 18 by default.
         #[arg(long)]
         delay_levels: Option<String>,
+        /// Node n serves RocketMQ 5.x's gRPC API on grpc-v5-base-port + n - 1 (8081: the
+        /// port of a RocketMQ 5.x proxy).
+        #[arg(long, default_value_t = 8081)]
+        grpc_v5_base_port: u16,
     },
 }
 
@@ -153,6 +160,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ref flush,
             namesrv_listen,
             ref delay_levels,
+            grpc_v5_base_port,
         }) => {
             let dev = DevCluster {
                 data_dir: data_dir.clone(),
@@ -161,6 +169,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 flush: flush.clone(),
                 namesrv_listen,
                 delay_levels: delay_levels.clone(),
+                grpc_v5_base_port,
             };
             init_logging(LogFormat::Text, LOG_FILTER_DEFAULT);
             run_dev(dev).await
@@ -186,6 +195,9 @@ async fn run_node(cli: Cli) -> anyhow::Result<()> {
     init_logging(config.log_format, LOG_FILTER_DEFAULT);
     let node = BrokerNode::start(config, NodeOptions::default()).await?;
     println!("broker node {} serving on {}", node.node_id(), node.addr());
+    if let Some(endpoint) = node.grpc_v5_addr() {
+        println!("RocketMQ 5.x gRPC endpoint on {endpoint}");
+    }
     tokio::signal::ctrl_c().await.context("wait for ctrl-c")?;
     node.shutdown().await;
     Ok(())
@@ -225,6 +237,7 @@ fn node_config(cli: &Cli) -> anyhow::Result<BrokerConfig> {
     set("flush", cli.flush.clone().map(Into::into));
     set("delay_levels", cli.delay_levels.clone().map(Into::into));
     set("metrics_listen", cli.metrics_listen.clone().map(Into::into));
+    set("grpc_v5_listen", cli.grpc_v5_listen.clone().map(Into::into));
     set("bootstrap", cli.bootstrap.then_some(true.into()));
     set(
         "auto_create_topic",
@@ -262,6 +275,7 @@ struct DevCluster {
     flush: String,
     namesrv_listen: SocketAddr,
     delay_levels: Option<String>,
+    grpc_v5_base_port: u16,
 }
 
 async fn run_dev(dev: DevCluster) -> anyhow::Result<()> {
@@ -272,6 +286,7 @@ async fn run_dev(dev: DevCluster) -> anyhow::Result<()> {
         flush,
         namesrv_listen,
         delay_levels,
+        grpc_v5_base_port,
     } = dev;
     let listener = tokio::net::TcpListener::bind(namesrv_listen)
         .await
@@ -286,6 +301,7 @@ async fn run_dev(dev: DevCluster) -> anyhow::Result<()> {
         },
     )?;
     let addr = |id: u64| format!("127.0.0.1:{}", u64::from(base_port) + id - 1);
+    let grpc_v5_addr = |id: u64| format!("127.0.0.1:{}", u64::from(grpc_v5_base_port) + id - 1);
     let peers: Vec<String> = (1..=nodes).map(|id| format!("{id}={}", addr(id))).collect();
     let mut started = Vec::new();
     for id in 1..=nodes {
@@ -306,6 +322,7 @@ async fn run_dev(dev: DevCluster) -> anyhow::Result<()> {
             auto_create_topic: true,
             delay_levels: delay_levels.clone(),
             metrics_listen: Some(metrics_listen.to_owned()),
+            grpc_v5_listen: Some(grpc_v5_addr(id)),
         };
         let node = BrokerNode::start(node_config(&cli)?, NodeOptions::default()).await?;
         started.push(node);
@@ -330,6 +347,12 @@ async fn run_dev(dev: DevCluster) -> anyhow::Result<()> {
             node.node_id(),
             node.addr(),
             metrics(node.metrics_addr())
+        );
+    }
+    if let Some(endpoint) = started.first().and_then(BrokerNode::grpc_v5_addr) {
+        println!(
+            "  RocketMQ 5.x clients -> {endpoint} (gRPC endpoint; every node serves one, on \
+             {grpc_v5_base_port}..)"
         );
     }
     println!("press Ctrl-C to stop");

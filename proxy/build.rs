@@ -1,0 +1,19 @@
+//! Generates the RocketMQ 5.x protocol's code (package `apache.rocketmq.v2`) with `protox`, a
+//! pure-Rust protobuf compiler, so a fresh machine needs no system `protoc`. Only the server
+//! side: rocketraft serves the protocol, the official clients call it.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = [
+        "proto/apache/rocketmq/v2/definition.proto",
+        "proto/apache/rocketmq/v2/service.proto",
+    ];
+    for file in files {
+        println!("cargo:rerun-if-changed={file}");
+    }
+    let descriptors = protox::compile(files, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(false)
+        .bytes(".")
+        .compile_fds(descriptors)?;
+    Ok(())
+}

@@ -1,0 +1,125 @@
+//! `Telemetry`: the stream each 5.x client keeps open. The client sends its settings; the
+//! server answers with status OK and the settings it must use: the retry backoff, the
+//! request timeout, and for a producer the largest body it may send (the Node.js client
+//! throws without a backoff policy and a non-zero body limit).
+
+use std::time::Duration;
+
+use crate::pb;
+use crate::pb::telemetry_command::Command;
+use crate::send::MESSAGE_BODY_BYTES_MAX;
+use crate::status;
+
+/// Attempts of a client's call, the first included, before it gives up.
+pub const CLIENT_ATTEMPTS_MAX: i32 = 3;
+/// A client's first backoff between attempts; each next one is `BACKOFF_MULTIPLIER` times
+/// longer, up to `BACKOFF_MAX`.
+pub const BACKOFF_INITIAL: Duration = Duration::from_millis(10);
+pub const BACKOFF_MAX: Duration = Duration::from_secs(1);
+pub const BACKOFF_MULTIPLIER: f32 = 2.0;
+/// How long a client waits for the answer to one call (the SDK's send deadline).
+pub const REQUEST_TIMEOUT: Duration = rocketraft_client::producer::SEND_TIMEOUT_DEFAULT;
+/// How long a consumer's receive may wait for messages, if it does not say.
+pub const LONG_POLLING_TIMEOUT: Duration = Duration::from_secs(20);
+/// Messages one receive returns at most, if the consumer does not say.
+pub const RECEIVE_BATCH_SIZE: i32 = 32;
+
+/// The answer to a client's command, if it needs one.
+pub fn answer(command: pb::TelemetryCommand) -> Option<pb::TelemetryCommand> {
+    match command.command {
+        Some(Command::Settings(settings)) => Some(pb::TelemetryCommand {
+            status: status::ok(),
+            command: Some(Command::Settings(server_settings(settings))),
+        }),
+        // A result the client reports, or nothing: no answer.
+        _ => None,
+    }
+}
+
+/// The settings a client must use, given what it sent.
+fn server_settings(client: pb::Settings) -> pb::Settings {
+    let pub_sub = match client.pub_sub {
+        Some(pb::settings::PubSub::Publishing(publishing)) => {
+            Some(pb::settings::PubSub::Publishing(pb::Publishing {
+                topics: publishing.topics,
+                max_body_size: MESSAGE_BODY_BYTES_MAX as i32,
+                validate_message_type: true,
+            }))
+        }
+        Some(pb::settings::PubSub::Subscription(subscription)) => {
+            Some(pb::settings::PubSub::Subscription(pb::Subscription {
+                group: subscription.group,
+                subscriptions: subscription.subscriptions,
+                fifo: Some(subscription.fifo.unwrap_or(false)),
+                receive_batch_size: Some(RECEIVE_BATCH_SIZE),
+                long_polling_timeout: Some(duration(LONG_POLLING_TIMEOUT)),
+            }))
+        }
+        None => None,
+    };
+    pb::Settings {
+        client_type: client.client_type,
+        access_point: client.access_point,
+        backoff_policy: Some(pb::RetryPolicy {
+            max_attempts: CLIENT_ATTEMPTS_MAX,
+            strategy: Some(pb::retry_policy::Strategy::ExponentialBackoff(
+                pb::ExponentialBackoff {
+                    initial: Some(duration(BACKOFF_INITIAL)),
+                    max: Some(duration(BACKOFF_MAX)),
+                    multiplier: BACKOFF_MULTIPLIER,
+                },
+            )),
+        }),
+        request_timeout: Some(duration(REQUEST_TIMEOUT)),
+        pub_sub,
+        user_agent: client.user_agent,
+        metric: Some(pb::Metric {
+            on: false,
+            endpoints: None,
+        }),
+    }
+}
+
+fn duration(duration: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: duration.as_secs() as i64,
+        nanos: duration.subsec_nanos() as i32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_producer_gets_a_backoff_policy_and_a_body_limit() {
+        let command = pb::TelemetryCommand {
+            status: None,
+            command: Some(Command::Settings(pb::Settings {
+                client_type: Some(pb::ClientType::Producer as i32),
+                pub_sub: Some(pb::settings::PubSub::Publishing(pb::Publishing::default())),
+                ..pb::Settings::default()
+            })),
+        };
+        let answer = answer(command).expect("settings are answered");
+        assert_eq!(answer.status.expect("a status").code(), pb::Code::Ok);
+        let Some(Command::Settings(settings)) = answer.command else {
+            panic!("the answer holds settings");
+        };
+        let policy = settings.backoff_policy.expect("a backoff policy");
+        assert_eq!(policy.max_attempts, CLIENT_ATTEMPTS_MAX);
+        assert!(matches!(
+            policy.strategy,
+            Some(pb::retry_policy::Strategy::ExponentialBackoff(_))
+        ));
+        let Some(pb::settings::PubSub::Publishing(publishing)) = settings.pub_sub else {
+            panic!("a producer's settings hold publishing");
+        };
+        assert_eq!(publishing.max_body_size as usize, MESSAGE_BODY_BYTES_MAX);
+    }
+
+    #[test]
+    fn a_command_that_is_no_settings_gets_no_answer() {
+        assert!(answer(pb::TelemetryCommand::default()).is_none());
+    }
+}

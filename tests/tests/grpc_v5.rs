@@ -1,0 +1,229 @@
+//! RocketMQ 5.x's official Rust client (`rocketmq` 5.0.0, unmodified) against the 5.x gRPC
+//! endpoint of real broker nodes (a nameserver and two 3-node groups on loopback): what it
+//! sends is stored with its system properties, whichever node it was given.
+
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rocketmq::Producer as V5Producer;
+use rocketmq::conf::ClientOption;
+use rocketmq::conf::ProducerOption;
+use rocketmq::model::message::MessageBuilder;
+use rocketraft_client::message::MessageExt;
+use rocketraft_client::message::property;
+use rocketraft_proto::time::now_ms;
+use rocketraft_tests::cluster::TestCluster;
+use rocketraft_tests::deliveries::Deliveries;
+use rocketraft_tests::init_tracing;
+use tracing::info;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+const TOPIC: &str = "V5Orders";
+
+async fn start_cluster(seed: u64) -> anyhow::Result<TestCluster> {
+    let cluster = TestCluster::start_with(seed, |config| {
+        config.grpc_v5_listen = Some("127.0.0.1:0".parse().expect("an address"));
+    })
+    .await?;
+    cluster.create_topic(TOPIC, 2).await?;
+    cluster.wait_for_route(TOPIC).await?;
+    Ok(cluster)
+}
+
+/// The 5.x endpoint of a follower of `group`: any node serves every topic.
+async fn follower_endpoint(cluster: &TestCluster, group: &str) -> anyhow::Result<SocketAddr> {
+    let group = cluster.group(group);
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let follower = group.a_follower(leader);
+    group
+        .node(follower)
+        .grpc_v5_addr()
+        .ok_or_else(|| anyhow::anyhow!("node {follower} serves no 5.x endpoint"))
+}
+
+async fn start_v5_producer(endpoint: SocketAddr) -> anyhow::Result<V5Producer> {
+    let mut producer_option = ProducerOption::default();
+    producer_option.set_topics(vec![TOPIC]);
+    let mut client_option = ClientOption::default();
+    client_option.set_access_url(endpoint.to_string());
+    let mut producer = V5Producer::new(producer_option, client_option)
+        .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+    producer
+        .start()
+        .await
+        .map_err(|error| anyhow::anyhow!("start the 5.x producer: {error:?}"))?;
+    Ok(producer)
+}
+
+fn delivered(deliveries: &Deliveries, id: &str) -> anyhow::Result<MessageExt> {
+    deliveries
+        .of(id)
+        .into_iter()
+        .next()
+        .map(|delivery| delivery.message)
+        .ok_or_else(|| anyhow::anyhow!("{id} was not delivered"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_the_official_5x_producer_its_messages_should_be_stored_with_their_system_properties()
+-> anyhow::Result<()> {
+    init_tracing();
+    let cluster = start_cluster(0x5005_0001).await?;
+    let endpoint = follower_endpoint(&cluster, "broker-b").await?;
+    info!(%endpoint, "--- the official 5.x producer, given a follower's endpoint");
+    let producer = start_v5_producer(endpoint).await?;
+    let deliveries = Deliveries::default();
+    let reader = deliveries
+        .start_reader(cluster.nameservers(), "v5-reader", TOPIC)
+        .await?;
+    let send = |message| async {
+        producer
+            .send(message)
+            .await
+            .map(|receipt| receipt.message_id().to_owned())
+            .map_err(|error| anyhow::anyhow!("5.x send: {error:?}"))
+    };
+
+    let mut normal = Vec::new();
+    for i in 0..10 {
+        let message = MessageBuilder::builder()
+            .set_topic(TOPIC)
+            .set_tag("TagA")
+            .set_keys(vec![format!("key-{i}")])
+            .set_properties(
+                BTreeMap::from([("shop", "north")])
+                    .into_iter()
+                    .collect::<std::collections::HashMap<_, _>>(),
+            )
+            .set_body(format!("normal {i}").into_bytes())
+            .build()
+            .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+        normal.push(send(message).await?);
+    }
+    let mut fifo = Vec::new();
+    for i in 0..10 {
+        let message = MessageBuilder::fifo_message_builder(
+            TOPIC,
+            format!("fifo {i}").into_bytes(),
+            "order-42",
+        )
+        .build()
+        .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+        fifo.push(send(message).await?);
+    }
+    let deliver_at_s = now_ms() / 1000 + 3;
+    let mut delayed = Vec::new();
+    for i in 0..3 {
+        let message = MessageBuilder::delay_message_builder(
+            TOPIC,
+            format!("delayed {i}").into_bytes(),
+            deliver_at_s,
+        )
+        .build()
+        .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+        delayed.push(send(message).await?);
+    }
+    let all: BTreeSet<String> = normal
+        .iter()
+        .chain(&fifo)
+        .chain(&delayed)
+        .cloned()
+        .collect();
+    assert_eq!(all.len(), 23, "every send got an id of its own");
+    deliveries.wait_for_all(&all, TIMEOUT).await?;
+
+    info!("--- what was stored");
+    for (i, id) in normal.iter().enumerate() {
+        let message = delivered(&deliveries, id)?;
+        assert_eq!(&message.msg_id, id, "the client's message id is kept");
+        assert_eq!(message.tags.as_deref(), Some("TagA"));
+        assert_eq!(message.keys, [format!("key-{i}")]);
+        assert_eq!(
+            message.properties.get("shop").map(String::as_str),
+            Some("north")
+        );
+        assert!(
+            message
+                .properties
+                .get(property::BORN_HOST)
+                .is_some_and(|host| !host.is_empty()),
+            "the born host name is kept: {:?}",
+            message.properties
+        );
+        assert!(
+            (now_ms() - message.born_timestamp_ms).abs() < 60_000,
+            "born now: {}",
+            message.born_timestamp_ms
+        );
+        assert_eq!(message.body, format!("normal {i}").into_bytes());
+    }
+    let fifo_stored: Vec<MessageExt> = fifo
+        .iter()
+        .map(|id| delivered(&deliveries, id))
+        .collect::<anyhow::Result<_>>()?;
+    let queue = (&fifo_stored[0].group, fifo_stored[0].queue_id);
+    assert!(
+        fifo_stored
+            .iter()
+            .all(|message| (&message.group, message.queue_id) == queue),
+        "one message group, one queue"
+    );
+    assert!(
+        fifo_stored
+            .windows(2)
+            .all(|pair| pair[0].queue_offset < pair[1].queue_offset),
+        "in send order"
+    );
+    assert!(fifo_stored.iter().all(|message| {
+        message
+            .properties
+            .get(property::SHARDING_KEY)
+            .map(String::as_str)
+            == Some("order-42")
+    }));
+    for id in &delayed {
+        let message = delivered(&deliveries, id)?;
+        let deliver_at_ms = deliver_at_s * 1000;
+        assert_eq!(
+            message.properties.get(property::TIMER_DELIVER_MS),
+            Some(&deliver_at_ms.to_string())
+        );
+        assert!(
+            message.store_timestamp_ms >= deliver_at_ms,
+            "delivered at {} ms, not before {deliver_at_ms} ms",
+            message.store_timestamp_ms
+        );
+    }
+    let duplicates: Vec<_> = deliveries
+        .by_message()
+        .into_iter()
+        .filter(|(_, consumers)| consumers.len() > 1)
+        .collect();
+    assert!(duplicates.is_empty(), "stored once each: {duplicates:?}");
+
+    info!("--- an unknown topic is TOPIC_NOT_FOUND");
+    let unknown = MessageBuilder::builder()
+        .set_topic("NoSuchTopic")
+        .set_body(b"lost?".to_vec())
+        .build()
+        .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+    let error = producer
+        .send(unknown)
+        .await
+        .err()
+        .ok_or_else(|| anyhow::anyhow!("a send to an unknown topic succeeded"))?;
+    assert!(
+        format!("{error:?}").contains("TOPIC_NOT_FOUND"),
+        "{error:?}"
+    );
+
+    producer
+        .shutdown()
+        .await
+        .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+    reader.shutdown().await;
+    cluster.shutdown().await;
+    Ok(())
+}
