@@ -291,16 +291,15 @@ impl Producer {
             .with_property(PGROUP, self.inner.group.clone());
         let send = self.send(half).await?;
         let local_state = execute(send.clone()).await;
-        let ended = end_transaction(
-            &self.inner.ends,
-            &self.inner.group,
-            &send.group,
-            &send.msg_id,
-            send.commit_log_offset,
-            local_state,
-            false,
-        )
-        .await;
+        let ended = self
+            .end_transaction(
+                &send.group,
+                &send.msg_id,
+                send.commit_log_offset,
+                local_state,
+                false,
+            )
+            .await;
         let end = match ended {
             Ok(end) => end,
             Err(error) => {
@@ -313,6 +312,32 @@ impl Producer {
             local_state,
             end,
         })
+    }
+
+    /// Ends the transaction of half message `msg_id`, sent by this producer group and stored
+    /// at `commit_log_offset` in broker group `group`, with `state` (an answer to a check-back
+    /// if `from_check`): `None` for [`LocalTransactionState::Unknown`] (nothing is sent, the
+    /// broker checks back later), else how the transaction ended (by this end or an earlier
+    /// one). For a half message sent outside [`Producer::send_in_transaction`]: with
+    /// `TRAN_MSG=true` and this producer's group as `PGROUP`.
+    pub async fn end_transaction(
+        &self,
+        group: &str,
+        msg_id: &str,
+        commit_log_offset: i64,
+        state: LocalTransactionState,
+        from_check: bool,
+    ) -> Result<Option<TransactionEnd>, CallError> {
+        end_transaction(
+            &self.inner.ends,
+            &self.inner.group,
+            group,
+            msg_id,
+            commit_log_offset,
+            state,
+            from_check,
+        )
+        .await
     }
 
     /// Sends messages of one topic together, to one queue, in one Raft entry.

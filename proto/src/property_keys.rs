@@ -1,6 +1,6 @@
-//! The message property keys brokers and clients both read or write, in RocketMQ's spellings:
-//! one definition, so a producer and the broker never disagree on a name. Keys only the
-//! broker uses (hop due times, check counts) live with the broker code that owns them.
+//! The message property keys brokers and clients read or write, in RocketMQ's spellings: one
+//! definition, so a producer and the broker never disagree on a name, and so every system
+//! key, the broker's own included, is known where application properties are checked.
 
 /// Message tag, used for filtering (its hash is the ConsumeQueue tags code).
 pub const TAGS: &str = "TAGS";
@@ -37,6 +37,13 @@ pub const TIMER_KEYS: [&str; 3] = [TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELA
 pub const TRAN_MSG: &str = "TRAN_MSG";
 /// The producer group a half message's check-backs go to.
 pub const PGROUP: &str = "PGROUP";
+/// Set by the broker: how many check-backs a stored copy of a half message has had.
+pub const TRANSACTION_CHECK_TIMES: &str = "TRANSACTION_CHECK_TIMES";
+/// Set by the broker on a check-back copy: the CommitLog offset of the half message as sent.
+/// The transaction's op record can only come after it, so that is where lookups start.
+pub const TRAN_HALF_OFFSET: &str = "TRAN_HALF_OFFSET";
+/// Set by the broker: when a parked (delayed or timer) message is due, in ms since the epoch.
+pub const SCHEDULE_DELIVER_MS: &str = "SCHEDULE_DELIVER_MS";
 /// The message group of a 5.x FIFO message (RocketMQ's sharding key): messages of one group
 /// go to one queue, in order.
 pub const SHARDING_KEY: &str = "__SHARDINGKEY";
@@ -46,7 +53,7 @@ pub const BORN_HOST: &str = "__BORNHOST";
 
 /// Every property name above: set by producers, the SDK or the broker for what they mean, so
 /// an application property may not take one of these names.
-pub const SYSTEM_KEYS: [&str; 17] = [
+pub const SYSTEM_KEYS: [&str; 20] = [
     TAGS,
     KEYS,
     UNIQ_KEY,
@@ -62,6 +69,9 @@ pub const SYSTEM_KEYS: [&str; 17] = [
     TIMER_DELAY_MS,
     TRAN_MSG,
     PGROUP,
+    TRANSACTION_CHECK_TIMES,
+    TRAN_HALF_OFFSET,
+    SCHEDULE_DELIVER_MS,
     SHARDING_KEY,
     BORN_HOST,
 ];

@@ -15,12 +15,15 @@ pub mod pb {
     tonic::include_proto!("apache.rocketmq.v2");
 }
 
+mod clients;
+mod message;
 mod route;
 mod send;
 mod server;
 mod service;
 mod status;
 mod telemetry;
+mod transaction;
 
 pub use server::Proxy;
 pub use server::ProxyConfig;

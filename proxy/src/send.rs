@@ -6,7 +6,7 @@
 //! message's group as `__SHARDINGKEY` (and the queue its hash picks), a DELAY message's
 //! delivery timestamp as a timer (`TIMER_DELIVER_MS`), the born time as the record's born
 //! timestamp, the born host name as `__BORNHOST` and the client's address as the record's
-//! born host.
+//! born host. A TRANSACTION message becomes a half message (`crate::transaction`).
 //!
 //! Invariant: a request either fails whole, storing nothing, or every message of it is
 //! stored (one Raft entry).
@@ -20,14 +20,18 @@ use rocketraft_proto::limits::SEND_BATCH_BODY_BYTES_MAX;
 use rocketraft_proto::limits::SEND_BATCH_COUNT_MAX;
 use rocketraft_proto::names::validate_topic_name;
 use rocketraft_proto::property_keys::BORN_HOST;
+use rocketraft_proto::property_keys::PGROUP;
 use rocketraft_proto::property_keys::SHARDING_KEY;
 use rocketraft_proto::property_keys::SYSTEM_KEYS;
+use rocketraft_proto::property_keys::TRAN_MSG;
 use rocketraft_proto::property_keys::UNIQ_KEY;
 use rocketraft_proto::time::now_ms;
 
+use crate::message::to_ms;
 use crate::pb;
 use crate::pb::Code;
 use crate::status;
+use crate::transaction::transaction_id;
 
 /// One message's body at most (RocketMQ's default `maxMessageSize`); clients learn it from
 /// their settings.
@@ -39,6 +43,8 @@ pub struct Batch {
     messages: Vec<Message>,
     ids: Vec<String>,
     options: BatchOptions,
+    /// Half messages of transactions, all of them.
+    transactional: bool,
 }
 
 /// Why a request was refused before anything was sent.
@@ -83,15 +89,23 @@ pub fn to_batch(
         messages: Vec::with_capacity(count),
         ids: Vec::with_capacity(count),
         options: BatchOptions::default(),
+        transactional: false,
     };
     let mut body_bytes = 0;
     for (index, message) in request.messages.into_iter().enumerate() {
         let system = message.system_properties.clone().unwrap_or_default();
         let converted = to_message(message, timer_max_delay_ms)?;
         body_bytes += converted.body.len();
+        let transactional = system.message_type() == pb::MessageType::Transaction;
         if index == 0 {
             options.order_key = system.message_group.clone();
             options.born_timestamp_ms = system.born_timestamp.as_ref().map(to_ms);
+            batch.transactional = transactional;
+        } else if batch.transactional != transactional {
+            return Err(refuse(
+                Code::BadRequest,
+                "a send holds transactional messages only, or none",
+            ));
         } else if batch.messages[0].topic != converted.topic {
             return Err(refuse(Code::BadRequest, "a send goes to one topic"));
         } else if options.order_key != system.message_group {
@@ -217,12 +231,7 @@ fn to_message(message: pb::Message, timer_max_delay_ms: u64) -> Result<Message, 
             }
             converted = converted.with_deliver_time_ms(at_ms);
         }
-        (pb::MessageType::Transaction, None, None) => {
-            return Err(refuse(
-                Code::Unsupported,
-                "transactional messages are not served by this rocketraft endpoint yet",
-            ));
-        }
+        (pb::MessageType::Transaction, None, None) => {}
         (kind, group, delivery) => {
             return Err(refuse(
                 Code::MessagePropertyConflictWithType,
@@ -238,12 +247,24 @@ fn to_message(message: pb::Message, timer_max_delay_ms: u64) -> Result<Message, 
     Ok(converted)
 }
 
-/// Sends a checked batch; the response has one entry per message, in order.
+/// Sends a checked batch; the response has one entry per message, in order. Transactional
+/// messages go as half messages of `producer`'s group, which its check-backs then reach.
 pub async fn send(producer: &Producer, batch: Batch) -> pb::SendMessageResponse {
-    match producer
-        .send_batch_with(batch.messages, batch.options)
-        .await
-    {
+    let transactional = batch.transactional;
+    let messages = if transactional {
+        batch
+            .messages
+            .into_iter()
+            .map(|message| {
+                message
+                    .with_property(TRAN_MSG, "true")
+                    .with_property(PGROUP, producer.group())
+            })
+            .collect()
+    } else {
+        batch.messages
+    };
+    match producer.send_batch_with(messages, batch.options).await {
         Ok(results) => pb::SendMessageResponse {
             status: status::ok(),
             entries: results
@@ -252,7 +273,11 @@ pub async fn send(producer: &Producer, batch: Batch) -> pb::SendMessageResponse 
                 .map(|(result, message_id)| pb::SendResultEntry {
                     status: status::ok(),
                     message_id,
-                    transaction_id: String::new(),
+                    transaction_id: if transactional {
+                        transaction_id(&result.group, result.commit_log_offset)
+                    } else {
+                        String::new()
+                    },
                     offset: result.queue_offset,
                 })
                 .collect(),
@@ -268,13 +293,6 @@ pub async fn send(producer: &Producer, batch: Batch) -> pb::SendMessageResponse 
 /// among them).
 fn is_property_text(text: &str) -> bool {
     !text.chars().any(char::is_control)
-}
-
-fn to_ms(timestamp: &prost_types::Timestamp) -> i64 {
-    timestamp
-        .seconds
-        .saturating_mul(1000)
-        .saturating_add(i64::from(timestamp.nanos / 1_000_000))
 }
 
 #[cfg(test)]
@@ -432,6 +450,21 @@ mod tests {
         assert_eq!(
             refused_with(vec![delay(now_ms() + MAX_DELAY_MS as i64 + 5_000)]),
             Code::IllegalDeliveryTime
+        );
+        let transactional = || {
+            with(message(1), |system| {
+                system.message_type = pb::MessageType::Transaction as i32;
+            })
+        };
+        assert!(
+            check(vec![transactional(), transactional()])
+                .expect("halves")
+                .transactional
+        );
+        assert_eq!(
+            refused_with(vec![transactional(), message(1)]),
+            Code::BadRequest,
+            "halves travel alone"
         );
         let delay_without_time = with(message(1), |system| {
             system.message_type = pb::MessageType::Delay as i32;

@@ -18,8 +18,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::ServerTlsConfig;
 use tonic::transport::server::TcpIncoming;
 
+use crate::clients::Clients;
 use crate::pb::messaging_service_server::MessagingServiceServer;
 use crate::service::Service;
+use crate::transaction::ForwardChecks;
 
 /// Bytes a 5.x message may carry besides its body and properties, at most: its topic, id,
 /// born host, message group and timestamps, and their framing.
@@ -29,7 +31,8 @@ const V5_MESSAGE_OVERHEAD_BYTES_MAX: usize = 1024;
 pub const V5_REQUEST_BYTES_MAX: usize =
     SEND_REQUEST_BYTES_MAX + SEND_BATCH_COUNT_MAX * V5_MESSAGE_OVERHEAD_BYTES_MAX;
 
-/// The SDK producer group the endpoint sends with.
+/// The SDK producer group the endpoints send with: every endpoint of the cluster shares it,
+/// so a transaction's check-backs go to each in turn.
 const PRODUCER_GROUP: &str = "rocketraft_grpc_v5";
 
 pub struct ProxyConfig {
@@ -66,13 +69,18 @@ impl Proxy {
     /// Serves on an already bound listener until [`Proxy::shutdown`].
     pub fn start_on(listener: TcpListener, config: ProxyConfig) -> Result<Proxy, ProxyError> {
         let addr = listener.local_addr()?;
-        let mut producer = Producer::builder(config.nameservers, PRODUCER_GROUP);
+        let clients = Arc::new(Clients::default());
+        let mut producer = Producer::builder(config.nameservers, PRODUCER_GROUP)
+            .transaction_checker(ForwardChecks {
+                clients: clients.clone(),
+            });
         if let Some(tls) = config.client_tls {
             producer = producer.tls(tls);
         }
         let shutdown = CancellationToken::new();
         let service = Arc::new(Service {
             producer: producer.build()?,
+            clients,
             timer_max_delay_ms: config.timer_max_delay_ms,
             shutdown: shutdown.clone(),
         });

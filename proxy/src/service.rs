@@ -14,18 +14,23 @@ use tonic::Request;
 use tonic::Response;
 use tonic::Streaming;
 
+use crate::clients::Clients;
 use crate::pb;
 use crate::pb::messaging_service_server::MessagingService;
 use crate::route;
 use crate::send;
 use crate::status;
 use crate::telemetry;
+use crate::transaction;
 
-/// Answers a Telemetry stream holds before the client must read some.
-const TELEMETRY_ANSWERS_QUEUED_MAX: usize = 16;
+/// Answers and commands a Telemetry stream holds before the client must read some; a
+/// command finding it full goes to another client, or waits for its next round.
+const TELEMETRY_COMMANDS_QUEUED_MAX: usize = 16;
 
 pub struct Service {
     pub producer: Producer,
+    /// The clients with a Telemetry stream open here.
+    pub clients: Arc<Clients>,
     pub timer_max_delay_ms: u64,
     /// Ends the streams this service holds open when the endpoint stops.
     pub shutdown: CancellationToken,
@@ -138,10 +143,10 @@ impl MessagingService for Arc<Service> {
 
     async fn end_transaction(
         &self,
-        _request: Request<pb::EndTransactionRequest>,
+        request: Request<pb::EndTransactionRequest>,
     ) -> Result<Response<pb::EndTransactionResponse>, tonic::Status> {
         Ok(Response::new(pb::EndTransactionResponse {
-            status: status::not_served("EndTransaction"),
+            status: transaction::end(&self.producer, request.into_inner()).await,
         }))
     }
 
@@ -151,31 +156,13 @@ impl MessagingService for Arc<Service> {
         &self,
         request: Request<Streaming<pb::TelemetryCommand>>,
     ) -> Result<Response<Self::TelemetryStream>, tonic::Status> {
-        let mut commands = request.into_inner();
-        let (answers, stream) = mpsc::channel(TELEMETRY_ANSWERS_QUEUED_MAX);
-        let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
-            loop {
-                let command = tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    command = commands.message() => command,
-                };
-                match command {
-                    Ok(Some(command)) => {
-                        if let Some(answer) = telemetry::answer(command)
-                            && answers.send(Ok(answer)).await.is_err()
-                        {
-                            return;
-                        }
-                    }
-                    Ok(None) => return,
-                    Err(error) => {
-                        tracing::debug!(%error, "telemetry stream ended");
-                        return;
-                    }
-                }
-            }
-        });
+        let (answers, stream) = mpsc::channel(TELEMETRY_COMMANDS_QUEUED_MAX);
+        tokio::spawn(telemetry::serve_stream(
+            request.into_inner(),
+            answers,
+            self.clients.clone(),
+            self.shutdown.clone(),
+        ));
         Ok(Response::new(ReceiverStream::new(stream)))
     }
 

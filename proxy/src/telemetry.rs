@@ -1,10 +1,17 @@
 //! `Telemetry`: the stream each 5.x client keeps open. The client sends its settings; the
 //! server answers with status OK and the settings it must use: the retry backoff, the
 //! request timeout, and for a producer the largest body it may send (the Node.js client
-//! throws without a backoff policy and a non-zero body limit).
+//! throws without a backoff policy and a non-zero body limit). While the stream is open, the
+//! server's commands to the client (transaction check-backs) go down it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+use tonic::Streaming;
+
+use crate::clients::Clients;
+use crate::clients::CommandSender;
 use crate::pb;
 use crate::pb::telemetry_command::Command;
 use crate::send::MESSAGE_BODY_BYTES_MAX;
@@ -23,6 +30,41 @@ pub const REQUEST_TIMEOUT: Duration = rocketraft_client::producer::SEND_TIMEOUT_
 pub const LONG_POLLING_TIMEOUT: Duration = Duration::from_secs(20);
 /// Messages one receive returns at most, if the consumer does not say.
 pub const RECEIVE_BATCH_SIZE: i32 = 32;
+
+/// Serves one client's stream until it ends or `shutdown`: answers its settings and keeps it
+/// registered with `clients`, with the topics it publishes.
+pub async fn serve_stream(
+    mut commands: Streaming<pb::TelemetryCommand>,
+    answers: CommandSender,
+    clients: Arc<Clients>,
+    shutdown: CancellationToken,
+) {
+    let registration = clients.open(answers.clone());
+    loop {
+        let command = tokio::select! {
+            () = shutdown.cancelled() => return,
+            command = commands.message() => command,
+        };
+        let command = match command {
+            Ok(Some(command)) => command,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::debug!(%error, "telemetry stream ended");
+                return;
+            }
+        };
+        if let Some(Command::Settings(settings)) = &command.command
+            && let Some(pb::settings::PubSub::Publishing(publishing)) = &settings.pub_sub
+        {
+            registration.publishes(publishing.topics.iter().map(|topic| topic.name.clone()));
+        }
+        if let Some(answer) = answer(command)
+            && answers.send(Ok(answer)).await.is_err()
+        {
+            return;
+        }
+    }
+}
 
 /// The answer to a client's command, if it needs one.
 pub fn answer(command: pb::TelemetryCommand) -> Option<pb::TelemetryCommand> {

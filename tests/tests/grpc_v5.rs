@@ -1,22 +1,29 @@
 //! RocketMQ 5.x's official Rust client (`rocketmq` 5.0.0, unmodified) against the 5.x gRPC
 //! endpoint of real broker nodes (a nameserver and two 3-node groups on loopback): what it
-//! sends is stored with its system properties, whichever node it was given.
+//! sends is stored with its system properties, whichever node it was given, and its
+//! transactions end as it says, by its own call or by its answer to a check-back.
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rocketmq::Producer as V5Producer;
 use rocketmq::conf::ClientOption;
 use rocketmq::conf::ProducerOption;
 use rocketmq::model::message::MessageBuilder;
+use rocketmq::model::message::MessageView;
+use rocketmq::model::transaction::Transaction;
+use rocketmq::model::transaction::TransactionResolution;
 use rocketraft_client::message::MessageExt;
 use rocketraft_client::message::property;
 use rocketraft_proto::time::now_ms;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::deliveries::Deliveries;
 use rocketraft_tests::init_tracing;
+use rocketraft_tests::wait_for;
 use tracing::info;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -43,13 +50,22 @@ async fn follower_endpoint(cluster: &TestCluster, group: &str) -> anyhow::Result
         .ok_or_else(|| anyhow::anyhow!("node {follower} serves no 5.x endpoint"))
 }
 
-async fn start_v5_producer(endpoint: SocketAddr) -> anyhow::Result<V5Producer> {
+fn v5_options(endpoint: SocketAddr) -> (ProducerOption, ClientOption) {
     let mut producer_option = ProducerOption::default();
     producer_option.set_topics(vec![TOPIC]);
     let mut client_option = ClientOption::default();
     client_option.set_access_url(endpoint.to_string());
-    let mut producer = V5Producer::new(producer_option, client_option)
+    (producer_option, client_option)
+}
+
+async fn start_v5_producer(endpoint: SocketAddr) -> anyhow::Result<V5Producer> {
+    let (producer_option, client_option) = v5_options(endpoint);
+    let producer = V5Producer::new(producer_option, client_option)
         .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+    start(producer).await
+}
+
+async fn start(mut producer: V5Producer) -> anyhow::Result<V5Producer> {
     producer
         .start()
         .await
@@ -217,6 +233,115 @@ async fn given_the_official_5x_producer_its_messages_should_be_stored_with_their
     assert!(
         format!("{error:?}").contains("TOPIC_NOT_FOUND"),
         "{error:?}"
+    );
+
+    producer
+        .shutdown()
+        .await
+        .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+    reader.shutdown().await;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_5x_transactions_each_should_end_as_its_client_or_its_check_back_says()
+-> anyhow::Result<()> {
+    init_tracing();
+    let cluster = start_cluster(0x5005_0002).await?;
+    let endpoint = follower_endpoint(&cluster, "broker-a").await?;
+    let checked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let checker = {
+        let checked = checked.clone();
+        move |_transaction_id: String, message: MessageView| {
+            checked
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(message.message_id().to_owned());
+            if message.body().starts_with(b"commit") {
+                TransactionResolution::COMMIT
+            } else {
+                TransactionResolution::ROLLBACK
+            }
+        }
+    };
+    let (producer_option, client_option) = v5_options(endpoint);
+    let producer =
+        V5Producer::new_transaction_producer(producer_option, client_option, Box::new(checker))
+            .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+    let producer = start(producer).await?;
+    let deliveries = Deliveries::default();
+    let reader = deliveries
+        .start_reader(cluster.nameservers(), "v5-tx-reader", TOPIC)
+        .await?;
+    let half = |body: &str| {
+        MessageBuilder::transaction_message_builder(TOPIC, body.as_bytes().to_vec())
+            .build()
+            .map_err(|error| anyhow::anyhow!("{error:?}"))
+    };
+    let send = |body: &'static str| {
+        let producer = &producer;
+        async move {
+            producer
+                .send_transaction_message(half(body)?)
+                .await
+                .map_err(|error| anyhow::anyhow!("5.x transactional send: {error:?}"))
+        }
+    };
+
+    info!("--- committed and rolled back by the client, two left open for the check-back");
+    let committed = send("committed by the client").await?;
+    let committed_id = committed.message_id().to_owned();
+    committed
+        .commit()
+        .await
+        .map_err(|error| anyhow::anyhow!("commit: {error:?}"))?;
+    let rolled_back = send("commit? no: rolled back by the client").await?;
+    let rolled_back_id = rolled_back.message_id().to_owned();
+    rolled_back
+        .rollback()
+        .await
+        .map_err(|error| anyhow::anyhow!("rollback: {error:?}"))?;
+    let open_commit = send("commit when checked").await?;
+    let open_commit_id = open_commit.message_id().to_owned();
+    let open_rollback = send("roll back when checked").await?;
+    let open_rollback_id = open_rollback.message_id().to_owned();
+    drop((open_commit, open_rollback));
+
+    deliveries
+        .wait_for_all(
+            &BTreeSet::from([committed_id.clone(), open_commit_id.clone()]),
+            TIMEOUT,
+        )
+        .await?;
+    wait_for("both open transactions checked back", TIMEOUT, || async {
+        let checked = checked
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        (checked.contains(&open_commit_id) && checked.contains(&open_rollback_id)).then_some(())
+    })
+    .await?;
+    // Rolled back ones stay invisible; give a wrong delivery the time a commit took.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let seen = deliveries.by_message();
+    assert!(
+        !seen.contains_key(&rolled_back_id),
+        "rolled back by the client, yet delivered"
+    );
+    assert!(
+        !seen.contains_key(&open_rollback_id),
+        "rolled back when checked, yet delivered"
+    );
+    assert_eq!(seen[&committed_id].len(), 1);
+    assert_eq!(seen[&open_commit_id].len(), 1);
+    let checked = checked
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone();
+    assert!(
+        !checked.contains(&committed_id) && !checked.contains(&rolled_back_id),
+        "ended transactions are not checked back: {checked:?}"
     );
 
     producer

@@ -20,12 +20,9 @@ use crate::topic::TRANSACTION_HALF_TOPIC;
 use crate::topic::TRANSACTION_OP_TOPIC;
 
 pub use rocketraft_proto::property_keys::PGROUP;
+pub use rocketraft_proto::property_keys::TRAN_HALF_OFFSET;
 pub use rocketraft_proto::property_keys::TRAN_MSG;
-/// How many check-backs a stored copy of a half message has had.
-pub const TRANSACTION_CHECK_TIMES: &str = "TRANSACTION_CHECK_TIMES";
-/// On a check-back copy: the CommitLog offset of the half message as sent. The
-/// transaction's op record can only come after it, so that is where lookups start.
-pub const TRAN_HALF_OFFSET: &str = "TRAN_HALF_OFFSET";
+pub use rocketraft_proto::property_keys::TRANSACTION_CHECK_TIMES;
 /// Queue of the half topic holding half messages as sent.
 pub const HALF_QUEUE_SENT: i32 = 0;
 /// Queue of the half topic holding the copies stored at each check-back.

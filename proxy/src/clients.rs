@@ -1,0 +1,177 @@
+//! The 5.x clients with a `Telemetry` stream open on this endpoint, and the topics each
+//! publishes (from its settings), so a server command (a transaction's check-back) reaches a
+//! producer of the right topic.
+//!
+//! Invariants: a stream is registered from its first command until it ends; a command is
+//! only offered (never waited on): a client whose stream is full is passed over.
+
+use std::collections::BTreeMap;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::mpsc;
+
+use crate::pb;
+
+/// Where a client's server commands go: its Telemetry stream's outbound half.
+pub type CommandSender = mpsc::Sender<Result<pb::TelemetryCommand, tonic::Status>>;
+
+#[derive(Default)]
+pub struct Clients {
+    streams: Mutex<Streams>,
+    /// Rotates which publisher of a topic gets the next command.
+    next: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Streams {
+    last_id: u64,
+    open: BTreeMap<u64, Client>,
+}
+
+struct Client {
+    publishes: HashSet<String>,
+    commands: CommandSender,
+}
+
+/// One open Telemetry stream; closes its registration when dropped.
+pub struct Registration {
+    clients: Arc<Clients>,
+    id: u64,
+}
+
+impl Clients {
+    /// Registers a stream whose commands go to `commands`.
+    pub fn open(self: &Arc<Self>, commands: CommandSender) -> Registration {
+        let mut streams = self.lock();
+        streams.last_id += 1;
+        let id = streams.last_id;
+        streams.open.insert(
+            id,
+            Client {
+                publishes: HashSet::new(),
+                commands,
+            },
+        );
+        Registration {
+            clients: self.clone(),
+            id,
+        }
+    }
+
+    /// Offers `command` to one client that publishes `topic`, in turn; `false` if none took it.
+    pub fn offer_to_publisher(&self, topic: &str, command: pb::TelemetryCommand) -> bool {
+        let streams = self.lock();
+        let publishers: Vec<&Client> = streams
+            .open
+            .values()
+            .filter(|client| client.publishes.contains(topic))
+            .collect();
+        if publishers.is_empty() {
+            return false;
+        }
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut command = Some(command);
+        for step in 0..publishers.len() {
+            let client = publishers[(start + step) % publishers.len()];
+            match client
+                .commands
+                .try_send(Ok(command.take().expect("put back on failure")))
+            {
+                Ok(()) => return true,
+                Err(mpsc::error::TrySendError::Full(Ok(back)))
+                | Err(mpsc::error::TrySendError::Closed(Ok(back))) => command = Some(back),
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Streams> {
+        self.streams
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Registration {
+    /// The client's settings say it publishes `topics`.
+    pub fn publishes(&self, topics: impl IntoIterator<Item = String>) {
+        if let Some(client) = self.clients.lock().open.get_mut(&self.id) {
+            client.publishes = topics.into_iter().collect();
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.clients.lock().open.remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command(id: &str) -> pb::TelemetryCommand {
+        pb::TelemetryCommand {
+            status: None,
+            command: Some(
+                pb::telemetry_command::Command::RecoverOrphanedTransactionCommand(
+                    pb::RecoverOrphanedTransactionCommand {
+                        message: None,
+                        transaction_id: id.into(),
+                    },
+                ),
+            ),
+        }
+    }
+
+    #[test]
+    fn a_command_goes_to_publishers_of_its_topic_in_turn() {
+        let clients = Arc::new(Clients::default());
+        let (a_sender, mut a) = mpsc::channel(4);
+        let (b_sender, mut b) = mpsc::channel(4);
+        let (other_sender, mut other) = mpsc::channel(4);
+        let first = clients.open(a_sender);
+        first.publishes(["T".to_owned()]);
+        let second = clients.open(b_sender);
+        second.publishes(["T".to_owned()]);
+        let third = clients.open(other_sender);
+        third.publishes(["U".to_owned()]);
+        assert!(clients.offer_to_publisher("T", command("1")));
+        assert!(clients.offer_to_publisher("T", command("2")));
+        assert!(a.try_recv().is_ok() && b.try_recv().is_ok(), "one each");
+        assert!(other.try_recv().is_err());
+        drop((first, second));
+        assert!(
+            !clients.offer_to_publisher("T", command("3")),
+            "closed streams are gone"
+        );
+        drop(third);
+    }
+
+    #[test]
+    fn a_full_stream_is_passed_over() {
+        let clients = Arc::new(Clients::default());
+        let (full_sender, _full) = mpsc::channel(1);
+        let (free_sender, mut free) = mpsc::channel(4);
+        let full = clients.open(full_sender.clone());
+        full.publishes(["T".to_owned()]);
+        full_sender
+            .try_send(Ok(command("filler")))
+            .expect("room for one");
+        let open = clients.open(free_sender);
+        open.publishes(["T".to_owned()]);
+        assert!(clients.offer_to_publisher("T", command("1")));
+        assert!(clients.offer_to_publisher("T", command("2")));
+        assert_eq!(
+            free.try_recv().is_ok() as u8 + free.try_recv().is_ok() as u8,
+            2
+        );
+        drop((full, open));
+    }
+}

@@ -1,0 +1,125 @@
+//! A stored rocketraft message in the 5.x form, as server commands carry it: the system
+//! properties back out of the rocketraft properties `send.rs` stored them in.
+
+use rocketraft_client::message::MessageExt;
+use rocketraft_proto::property_keys::BORN_HOST;
+use rocketraft_proto::property_keys::REAL_TOPIC;
+use rocketraft_proto::property_keys::SHARDING_KEY;
+use rocketraft_proto::property_keys::SYSTEM_KEYS;
+use rocketraft_proto::property_keys::TIMER_DELIVER_MS;
+
+use crate::pb;
+
+/// `message` as a 5.x message of type `kind`, under the topic it was sent to.
+pub fn to_v5(message: &MessageExt, kind: pb::MessageType) -> pb::Message {
+    let property = |key: &str| message.properties.get(key);
+    let topic = property(REAL_TOPIC).unwrap_or(&message.topic).clone();
+    let user_properties = message
+        .properties
+        .iter()
+        .filter(|(key, _)| !SYSTEM_KEYS.contains(&key.as_str()))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    let system_properties = pb::SystemProperties {
+        tag: message.tags.clone(),
+        keys: message.keys.clone(),
+        message_id: message.msg_id.clone(),
+        body_digest: None,
+        body_encoding: pb::Encoding::Identity as i32,
+        message_type: kind as i32,
+        born_timestamp: Some(timestamp(message.born_timestamp_ms)),
+        born_host: property(BORN_HOST).unwrap_or(&message.born_host).clone(),
+        store_timestamp: Some(timestamp(message.store_timestamp_ms)),
+        store_host: message.store_host.clone(),
+        delivery_timestamp: property(TIMER_DELIVER_MS)
+            .and_then(|ms| ms.parse().ok())
+            .map(timestamp),
+        receipt_handle: None,
+        queue_id: message.queue_id,
+        queue_offset: Some(message.queue_offset),
+        invisible_duration: None,
+        delivery_attempt: None,
+        message_group: property(SHARDING_KEY).cloned(),
+        trace_context: None,
+        orphaned_transaction_recovery_duration: None,
+        dead_letter_queue: None,
+    };
+    pb::Message {
+        topic: Some(pb::Resource {
+            resource_namespace: String::new(),
+            name: topic,
+        }),
+        user_properties,
+        system_properties: Some(system_properties),
+        body: message.body.clone(),
+    }
+}
+
+/// A time in ms since the epoch as a protobuf timestamp.
+pub fn timestamp(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
+
+/// A protobuf timestamp in ms since the epoch.
+pub fn to_ms(timestamp: &prost_types::Timestamp) -> i64 {
+    timestamp
+        .seconds
+        .saturating_mul(1000)
+        .saturating_add(i64::from(timestamp.nanos / 1_000_000))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use rocketraft_proto::property_keys::TRAN_MSG;
+    use rocketraft_proto::property_keys::UNIQ_KEY;
+
+    use super::*;
+
+    #[test]
+    fn system_properties_come_back_out_of_the_stored_ones() {
+        let stored = MessageExt {
+            topic: "RMQ_SYS_TRANS_HALF_TOPIC".into(),
+            msg_id: "ID1".into(),
+            tags: Some("TagA".into()),
+            keys: vec!["k1".into()],
+            body: "body".into(),
+            born_timestamp_ms: 1_700_000_000_123,
+            born_host: "10.0.0.1:5000".into(),
+            properties: BTreeMap::from([
+                (REAL_TOPIC.to_owned(), "Orders".to_owned()),
+                (UNIQ_KEY.to_owned(), "ID1".to_owned()),
+                (TRAN_MSG.to_owned(), "true".to_owned()),
+                (BORN_HOST.to_owned(), "app-host".to_owned()),
+                ("shop".to_owned(), "north".to_owned()),
+            ]),
+            ..MessageExt::default()
+        };
+        let v5 = to_v5(&stored, pb::MessageType::Transaction);
+        assert_eq!(v5.topic.expect("a topic").name, "Orders");
+        assert_eq!(
+            v5.user_properties.into_iter().collect::<Vec<_>>(),
+            [("shop".to_owned(), "north".to_owned())]
+        );
+        let system = v5.system_properties.expect("system properties");
+        assert_eq!(system.message_id, "ID1");
+        assert_eq!(system.tag.as_deref(), Some("TagA"));
+        assert_eq!(system.born_host, "app-host");
+        assert_eq!(
+            to_ms(&system.born_timestamp.expect("born")),
+            1_700_000_000_123
+        );
+        assert_eq!(system.message_type(), pb::MessageType::Transaction);
+    }
+
+    #[test]
+    fn timestamps_round_trip_before_and_after_the_epoch() {
+        for ms in [0, 1, 999, 1_000, 1_700_000_000_123, -1, -1_001] {
+            assert_eq!(to_ms(&timestamp(ms)), ms, "{ms}");
+        }
+    }
+}
