@@ -604,8 +604,12 @@ async fn open_raft(
         opened => opened?,
     };
     let log_dir = raft_dir.join("log");
-    let log_store =
-        open_log_store(config, &log_dir, state_machine.last_applied()).map_err(raft_error)?;
+    let log_store = open_log_store(
+        config,
+        &log_dir,
+        state_machine.snapshot_last_log_id().map_err(raft_error)?,
+    )
+    .map_err(raft_error)?;
     let pending_repair = repair::load(&OsDisk, &log_dir).map_err(raft_error)?;
     let boot_id = boot_check::current_boot_id();
     let after_reboot =
@@ -673,18 +677,18 @@ fn open_state(
     )
 }
 
-/// Opens the node's Raft log; `applied` is the state machine's last applied entry, where the
-/// log counts as purged if its purge mark is found damaged.
+/// Opens the node's Raft log; `snapshot` is the last entry of the node's durable snapshot,
+/// where the log counts as purged if its purge mark is found damaged.
 fn open_log_store(
     config: &BrokerConfig,
     log_dir: &std::path::Path,
-    applied: Option<LogId>,
+    snapshot: Option<LogId>,
 ) -> std::io::Result<LogStore> {
     LogStore::open(LogStoreConfig {
         disk: OsDisk::shared(),
         dir: log_dir.to_path_buf(),
         segment_size_bytes: config.store.raft_log_segment_bytes,
         flush: config.flush_mode(),
-        purged_if_mark_damaged: applied,
+        purged_if_mark_damaged: snapshot,
     })
 }

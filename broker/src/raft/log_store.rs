@@ -81,8 +81,10 @@ pub struct LogStoreConfig {
     pub dir: PathBuf,
     pub segment_size_bytes: u64,
     pub flush: FlushMode,
-    /// Where the log counts as purged if its purge mark is found damaged: the state
-    /// machine's last applied entry, which no purge passes (it is rewritten as the mark).
+    /// Where the log counts as purged if its purge mark is found damaged: the last entry of
+    /// the node's durable snapshot. The log is purged only behind a snapshot, so no purge
+    /// passed it, and openraft needs the purge point at or below the snapshot (it is
+    /// rewritten as the mark).
     pub purged_if_mark_damaged: Option<LogId>,
 }
 
@@ -466,8 +468,8 @@ impl LogFiles {
 }
 
 /// The purge point recorded in `root`. A mark that fails its checksum is replaced by
-/// `if_damaged` (the state machine's last applied entry): every purge point it could have
-/// held is at or below that, so the log loses only entries already applied.
+/// `if_damaged` (the last entry of the durable snapshot): every purge point it could have
+/// held is at or below that, so the log loses only entries the snapshot holds.
 fn read_purge_mark(
     disk: &dyn Disk,
     root: &Path,
@@ -482,7 +484,7 @@ fn read_purge_mark(
         Err(DurableFileError::Corrupt { reason, .. }) => {
             tracing::error!(
                 path = %path.display(), reason, purged_up_to = ?if_damaged,
-                "raft purge mark damaged: the log is purged up to the last applied entry"
+                "raft purge mark damaged: the log is purged up to the snapshot's last entry"
             );
             let mark = PurgeMark {
                 last_purged: if_damaged,
@@ -1112,7 +1114,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_damaged_purge_mark_is_replaced_by_the_last_applied_entry() {
+    async fn a_damaged_purge_mark_is_replaced_by_the_snapshot_s_last_entry() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut store = open(dir.path());
         append(&mut store, (0..30).map(|i| entry(1, i))).await;
@@ -1127,21 +1129,21 @@ mod tests {
         bytes[last] ^= 0x01;
         std::fs::write(&mark, bytes).expect("damage the mark");
 
-        let applied = LogId::new_term_index(1, 20);
+        let snapshot = LogId::new_term_index(1, 20);
         let mut store = LogStore::open(LogStoreConfig {
-            purged_if_mark_damaged: Some(applied),
+            purged_if_mark_damaged: Some(snapshot),
             ..config(dir.path())
         })
         .expect("open with a damaged purge mark");
         let state = store.get_log_state().await.expect("state");
-        assert_eq!(state.last_purged_log_id, Some(applied));
+        assert_eq!(state.last_purged_log_id, Some(snapshot));
         assert_eq!(indexes(&mut store).await, (21..30).collect::<Vec<u64>>());
         drop(store);
 
         // The mark was rewritten: it opens without the fallback too.
         let mut store = open(dir.path());
         let state = store.get_log_state().await.expect("state");
-        assert_eq!(state.last_purged_log_id, Some(applied));
+        assert_eq!(state.last_purged_log_id, Some(snapshot));
     }
 
     #[tokio::test]

@@ -121,10 +121,12 @@ fn join_checkpoint(task: std::thread::JoinHandle<io::Result<()>>) -> io::Result<
 }
 
 impl StateMachine {
-    /// The last entry applied; right after [`StateMachine::open`], the durable point it
-    /// opened at.
-    pub fn last_applied(&self) -> Option<LogId> {
-        self.last_applied
+    /// The last entry of the newest snapshot, built or installed (right after
+    /// [`StateMachine::open`], the durable one it read).
+    pub fn snapshot_last_log_id(&self) -> io::Result<Option<LogId>> {
+        Ok(lock_snapshot(&self.current_snapshot)?
+            .as_ref()
+            .and_then(|snapshot| snapshot.meta.last_log_id))
     }
 
     /// Opens the state machine over an opened store: reads the checkpoint (or the snapshot if
