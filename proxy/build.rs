@@ -1,6 +1,6 @@
 //! Generates the RocketMQ 5.x protocol's code (package `apache.rocketmq.v2`) with `protox`, a
-//! pure-Rust protobuf compiler, so a fresh machine needs no system `protoc`. Only the server
-//! side: rocketraft serves the protocol, the official clients call it.
+//! pure-Rust protobuf compiler, so a fresh machine needs no system `protoc`. The server, and
+//! a client for tools and tests that call an endpoint directly.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
@@ -12,7 +12,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let descriptors = protox::compile(files, ["proto"])?;
     tonic_prost_build::configure()
-        .build_client(false)
         .bytes(".")
         .compile_fds(descriptors)?;
     Ok(())

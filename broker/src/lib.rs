@@ -27,6 +27,7 @@ pub mod group_state;
 pub mod metadata;
 pub mod metrics;
 pub mod node;
+pub mod pop_state;
 pub mod queue_locks;
 pub mod raft;
 pub mod registration;

@@ -1,5 +1,5 @@
 //! The replicated metadata tables of a broker group: topic configs, subscription group
-//! configs, consumer offsets and the progress of each delay level.
+//! configs, consumer offsets, the progress of each delay level and pop consumption's state.
 //!
 //! They change only by applying committed Raft commands, in log order, so every node holds
 //! the same tables; a snapshot carries them whole.
@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde::Serialize;
+
+use crate::pop_state::PopState;
 
 pub use rocketraft_proto::perm::PERM_READ;
 pub use rocketraft_proto::perm::PERM_WRITE;
@@ -46,9 +48,28 @@ pub struct Metadata {
     pub offsets: BTreeMap<String, BTreeMap<(String, i32), i64>>,
     /// delay level -> next offset of its schedule queue to deliver.
     pub schedule_progress: BTreeMap<u32, i64>,
+    /// Pop consumption: where each group's pops reached and what they have in flight.
+    /// Checkpoints and snapshots write it after the rest of their state ([`Metadata::split`]),
+    /// as a trailing field the ones written before pop consumption existed lack.
+    #[serde(skip)]
+    pub pops: PopState,
 }
 
 impl Metadata {
+    /// The tables without the pop state, and the pop state: how checkpoints and snapshots
+    /// write them.
+    pub fn split(&self) -> (Metadata, PopState) {
+        let mut tables = self.clone();
+        let pops = std::mem::take(&mut tables.pops);
+        (tables, pops)
+    }
+
+    /// The tables with `pops` put back (see [`Metadata::split`]).
+    pub fn with_pops(mut self, pops: PopState) -> Metadata {
+        self.pops = pops;
+        self
+    }
+
     pub fn upsert_topic(&mut self, topic: TopicConfig) {
         self.topics.insert(topic.name.clone(), topic);
     }
@@ -58,6 +79,7 @@ impl Metadata {
         for group_offsets in self.offsets.values_mut() {
             group_offsets.retain(|(topic, _), _| topic != name);
         }
+        self.pops.delete_topic(name);
     }
 
     pub fn upsert_group(&mut self, group: GroupConfig) {

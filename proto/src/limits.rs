@@ -22,6 +22,16 @@ pub const SEND_REQUEST_BYTES_MAX: usize = SEND_BATCH_BODY_BYTES_MAX
 /// `max(PULL_RESPONSE_BYTES_MAX, largest message)` plus framing, far under the transport limit.
 pub const PULL_RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
 
+/// Messages one pop (a 5.x receive) returns at most (RocketMQ's receive batch limit).
+pub const POP_BATCH_COUNT_MAX: u32 = 32;
+/// The shortest invisible time a pop or a change of one may ask for. RocketMQ asks for 10 s
+/// at least; rocketraft allows shorter, for consumers (and tests) that retry fast.
+pub const POP_INVISIBLE_MS_MIN: u64 = 1_000;
+/// The longest invisible time a pop or a change of one may ask for (RocketMQ's limit).
+pub const POP_INVISIBLE_MS_MAX: u64 = 12 * 3600 * 1000;
+/// How long an empty pull or pop may be held at most (long polling).
+pub const LONG_POLLING_MS_MAX: u32 = 15_000;
+
 /// Reconsumes of a group's message before it goes to the group's dead-letter topic, unless
 /// the group is configured otherwise (RocketMQ's default).
 pub const RETRY_MAX_TIMES_DEFAULT: u32 = 16;

@@ -16,6 +16,7 @@ pub mod pb {
 }
 
 mod clients;
+mod consume;
 mod message;
 mod route;
 mod send;

@@ -4,9 +4,13 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use rocketraft_client::brokers::Brokers;
 use rocketraft_client::connector::ClientTls;
+use rocketraft_client::connector::Connector;
 use rocketraft_client::error::ProducerError;
 use rocketraft_client::producer::Producer;
+use rocketraft_client::route::ROUTE_TTL_DEFAULT;
+use rocketraft_client::route::RouteCache;
 use rocketraft_nameserver::connection_limit::limit_connections;
 use rocketraft_nameserver::server::stop_serving;
 use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
@@ -70,16 +74,25 @@ impl Proxy {
     pub fn start_on(listener: TcpListener, config: ProxyConfig) -> Result<Proxy, ProxyError> {
         let addr = listener.local_addr()?;
         let clients = Arc::new(Clients::default());
-        let mut producer = Producer::builder(config.nameservers, PRODUCER_GROUP)
+        let mut producer = Producer::builder(config.nameservers.clone(), PRODUCER_GROUP)
             .transaction_checker(ForwardChecks {
                 clients: clients.clone(),
             });
-        if let Some(tls) = config.client_tls {
-            producer = producer.tls(tls);
-        }
+        let connector = match config.client_tls {
+            Some(tls) => {
+                producer = producer.tls(tls.clone());
+                Connector::tls(tls)
+            }
+            None => Connector::plain(),
+        };
+        let brokers = Brokers::new(
+            RouteCache::with_connector(config.nameservers, ROUTE_TTL_DEFAULT, connector.clone()),
+            connector,
+        );
         let shutdown = CancellationToken::new();
         let service = Arc::new(Service {
             producer: producer.build()?,
+            brokers,
             clients,
             timer_max_delay_ms: config.timer_max_delay_ms,
             shutdown: shutdown.clone(),

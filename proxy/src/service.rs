@@ -5,6 +5,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use rocketraft_client::brokers::Brokers;
 use rocketraft_client::producer::Producer;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
@@ -15,6 +16,7 @@ use tonic::Response;
 use tonic::Streaming;
 
 use crate::clients::Clients;
+use crate::consume;
 use crate::pb;
 use crate::pb::messaging_service_server::MessagingService;
 use crate::route;
@@ -29,6 +31,8 @@ const TELEMETRY_COMMANDS_QUEUED_MAX: usize = 16;
 
 pub struct Service {
     pub producer: Producer,
+    /// Calls to the groups' leaders for consumers (pops, acks).
+    pub brokers: Brokers,
     /// The clients with a Telemetry stream open here.
     pub clients: Arc<Clients>,
     pub timer_max_delay_ms: u64,
@@ -112,24 +116,21 @@ impl MessagingService for Arc<Service> {
 
     async fn receive_message(
         &self,
-        _request: Request<pb::ReceiveMessageRequest>,
+        request: Request<pb::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, tonic::Status> {
-        let only_status = pb::ReceiveMessageResponse {
-            content: Some(pb::receive_message_response::Content::Status(
-                status::not_served("ReceiveMessage").unwrap_or_default(),
-            )),
-        };
-        Ok(Response::new(Box::pin(tokio_stream::once(Ok(only_status)))))
+        let responses = consume::receive(&self.brokers, request.into_inner()).await;
+        Ok(Response::new(Box::pin(tokio_stream::iter(
+            responses.into_iter().map(Ok),
+        ))))
     }
 
     async fn ack_message(
         &self,
-        _request: Request<pb::AckMessageRequest>,
+        request: Request<pb::AckMessageRequest>,
     ) -> Result<Response<pb::AckMessageResponse>, tonic::Status> {
-        Ok(Response::new(pb::AckMessageResponse {
-            status: status::not_served("AckMessage"),
-            entries: Vec::new(),
-        }))
+        Ok(Response::new(
+            consume::ack(&self.brokers, request.into_inner()).await,
+        ))
     }
 
     async fn forward_message_to_dead_letter_queue(
@@ -177,11 +178,10 @@ impl MessagingService for Arc<Service> {
 
     async fn change_invisible_duration(
         &self,
-        _request: Request<pb::ChangeInvisibleDurationRequest>,
+        request: Request<pb::ChangeInvisibleDurationRequest>,
     ) -> Result<Response<pb::ChangeInvisibleDurationResponse>, tonic::Status> {
-        Ok(Response::new(pb::ChangeInvisibleDurationResponse {
-            status: status::not_served("ChangeInvisibleDuration"),
-            receipt_handle: String::new(),
-        }))
+        Ok(Response::new(
+            consume::change_invisible(&self.brokers, request.into_inner()).await,
+        ))
     }
 }

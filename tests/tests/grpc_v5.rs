@@ -1,7 +1,8 @@
 //! RocketMQ 5.x's official Rust client (`rocketmq` 5.0.0, unmodified) against the 5.x gRPC
 //! endpoint of real broker nodes (a nameserver and two 3-node groups on loopback): what it
-//! sends is stored with its system properties, whichever node it was given, and its
-//! transactions end as it says, by its own call or by its answer to a check-back.
+//! sends is stored with its system properties, whichever node it was given, its
+//! transactions end as it says, by its own call or by its answer to a check-back, and its
+//! simple consumer pops by tag, acks, and sees what it did not ack again.
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -11,15 +12,24 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use rocketmq::Producer as V5Producer;
+use rocketmq::SimpleConsumer;
 use rocketmq::conf::ClientOption;
 use rocketmq::conf::ProducerOption;
+use rocketmq::conf::SimpleConsumerOption;
+use rocketmq::model::common::FilterExpression;
+use rocketmq::model::common::FilterType;
+use rocketmq::model::message::AckMessageEntry;
 use rocketmq::model::message::MessageBuilder;
 use rocketmq::model::message::MessageView;
 use rocketmq::model::transaction::Transaction;
 use rocketmq::model::transaction::TransactionResolution;
+use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
 use rocketraft_client::message::property;
+use rocketraft_client::producer::Producer;
 use rocketraft_proto::time::now_ms;
+use rocketraft_proxy::pb as v5;
+use rocketraft_proxy::pb::messaging_service_client::MessagingServiceClient;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::deliveries::Deliveries;
 use rocketraft_tests::init_tracing;
@@ -349,6 +359,162 @@ async fn given_5x_transactions_each_should_end_as_its_client_or_its_check_back_s
         .await
         .map_err(|error| anyhow::anyhow!("{error:?}"))?;
     reader.shutdown().await;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+/// Receives with the official simple consumer until `wanted` messages came or `timeout`.
+async fn receive_until(
+    consumer: &SimpleConsumer,
+    expression: &FilterExpression,
+    invisible: Duration,
+    wanted: usize,
+    timeout: Duration,
+) -> anyhow::Result<Vec<MessageView>> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut received = Vec::new();
+    while received.len() < wanted {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "received {} of {wanted} messages in {timeout:?}",
+            received.len()
+        );
+        let batch = consumer
+            .receive_with(TOPIC, expression, 32, invisible)
+            .await
+            .map_err(|error| anyhow::anyhow!("5.x receive: {error:?}"))?;
+        received.extend(batch);
+    }
+    Ok(received)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_unacked_messages_again()
+-> anyhow::Result<()> {
+    init_tracing();
+    let cluster = start_cluster(0x5005_0003).await?;
+    let endpoint = follower_endpoint(&cluster, "broker-a").await?;
+    let producer = Producer::builder(cluster.nameservers(), "v5-pop-producer").build()?;
+    let mut tag_a = BTreeSet::new();
+    for i in 0..20 {
+        let tag = if i % 2 == 0 { "TagA" } else { "TagB" };
+        let sent = producer
+            .send(Message::new(TOPIC, format!("pop {i}")).with_tags(tag))
+            .await?;
+        if tag == "TagA" {
+            tag_a.insert(sent.msg_id);
+        }
+    }
+    let mut option = SimpleConsumerOption::default();
+    option.set_consumer_group("v5-pop");
+    option.set_topics(vec![TOPIC]);
+    let mut client_option = ClientOption::default();
+    client_option.set_access_url(endpoint.to_string());
+    // Empty receives come back after about a second and a half.
+    client_option.set_long_polling_timeout(Duration::from_secs(2));
+    let mut consumer =
+        SimpleConsumer::new(option, client_option).map_err(|error| anyhow::anyhow!("{error:?}"))?;
+    consumer
+        .start()
+        .await
+        .map_err(|error| anyhow::anyhow!("start the simple consumer: {error:?}"))?;
+    let only_a = FilterExpression::new(FilterType::Tag, "TagA");
+
+    info!("--- every TagA message once, acked; no TagB");
+    let received = receive_until(
+        &consumer,
+        &only_a,
+        Duration::from_secs(30),
+        tag_a.len(),
+        TIMEOUT,
+    )
+    .await?;
+    let ids: BTreeSet<String> = received.iter().map(|m| m.message_id().to_owned()).collect();
+    assert_eq!(ids, tag_a, "exactly the TagA messages");
+    assert_eq!(received.len(), tag_a.len(), "each once");
+    for message in &received {
+        assert_eq!(message.tag(), Some("TagA"));
+        assert_eq!(message.delivery_attempt(), 1);
+        consumer
+            .ack(message)
+            .await
+            .map_err(|error| anyhow::anyhow!("ack: {error:?}"))?;
+    }
+    for _ in 0..4 {
+        let again = consumer
+            .receive_with(TOPIC, &only_a, 32, Duration::from_secs(30))
+            .await
+            .map_err(|error| anyhow::anyhow!("5.x receive: {error:?}"))?;
+        assert!(again.is_empty(), "an acked message came back: {again:?}");
+    }
+
+    info!("--- a message not acked within its invisible time comes back with attempt 2");
+    let late = producer
+        .send(Message::new(TOPIC, "not acked in time").with_tags("TagA"))
+        .await?;
+    let first = receive_until(&consumer, &only_a, Duration::from_secs(1), 1, TIMEOUT).await?;
+    assert_eq!(first[0].message_id(), late.msg_id);
+    let second = receive_until(&consumer, &only_a, Duration::from_secs(30), 1, TIMEOUT).await?;
+    assert_eq!(second[0].message_id(), late.msg_id);
+    assert_eq!(second[0].delivery_attempt(), 2);
+    let stale = consumer.ack(&first[0]).await;
+    assert!(
+        format!("{stale:?}").contains("INVALID_RECEIPT_HANDLE"),
+        "the first delivery's handle no longer acks: {stale:?}"
+    );
+    consumer
+        .ack(&second[0])
+        .await
+        .map_err(|error| anyhow::anyhow!("ack: {error:?}"))?;
+
+    info!("--- a changed invisible duration brings a message back early (the client's nack)");
+    let nacked = producer
+        .send(Message::new(TOPIC, "nacked").with_tags("TagA"))
+        .await?;
+    let first = receive_until(&consumer, &only_a, Duration::from_secs(60), 1, TIMEOUT).await?;
+    assert_eq!(first[0].message_id(), nacked.msg_id);
+    let mut raw = MessagingServiceClient::connect(format!("http://{endpoint}")).await?;
+    let changed = raw
+        .change_invisible_duration(v5::ChangeInvisibleDurationRequest {
+            group: Some(v5::Resource {
+                resource_namespace: String::new(),
+                name: "v5-pop".into(),
+            }),
+            topic: Some(v5::Resource {
+                resource_namespace: String::new(),
+                name: TOPIC.into(),
+            }),
+            receipt_handle: first[0].receipt_handle(),
+            invisible_duration: Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            message_id: nacked.msg_id.clone(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        changed.status.map(|status| status.code()),
+        Some(v5::Code::Ok)
+    );
+    assert_ne!(
+        changed.receipt_handle,
+        first[0].receipt_handle(),
+        "a new handle"
+    );
+    let started = tokio::time::Instant::now();
+    let again = receive_until(&consumer, &only_a, Duration::from_secs(30), 1, TIMEOUT).await?;
+    assert_eq!(again[0].message_id(), nacked.msg_id);
+    assert_eq!(again[0].delivery_attempt(), 2);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "back after the changed second, not the first minute"
+    );
+    consumer
+        .ack(&again[0])
+        .await
+        .map_err(|error| anyhow::anyhow!("ack: {error:?}"))?;
+
     cluster.shutdown().await;
     Ok(())
 }

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::group_state::GroupState;
 use crate::metadata::Metadata;
+use crate::pop_state::PopState;
 use crate::raft::types::SnapshotMeta;
 
 /// Bytes of CommitLog moved per read when shipping or installing a snapshot.
@@ -27,6 +28,9 @@ pub struct SnapshotState {
     pub metadata: Metadata,
     /// The CommitLog holds exactly the applied messages below this offset.
     pub commit_log_end: i64,
+    /// The metadata's pop state (last: see [`Metadata::split`]).
+    #[serde(deserialize_with = "crate::pop_state::deserialize_or_empty")]
+    pub pops: PopState,
 }
 
 /// Where the CommitLog bytes of a snapshot come from.
@@ -92,6 +96,49 @@ impl CommitLogInstaller {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pop_state::Pop;
+    use crate::pop_state::PopQueueKey;
+
+    fn state_with_pops() -> SnapshotState {
+        let mut pops = PopState::default();
+        let pop = Pop {
+            key: PopQueueKey {
+                group: "g".into(),
+                topic: "T".into(),
+                queue_id: 1,
+            },
+            from_offset: 0,
+            next_offset: 3,
+            fresh: vec![0, 2],
+            revived: Vec::new(),
+            now_ms: 0,
+            invisible_until_ms: 10_000,
+        };
+        pops.apply_pop(&pop, 5).expect("applies");
+        SnapshotState {
+            meta: SnapshotMeta::default(),
+            metadata: Metadata::default(),
+            commit_log_end: 4096,
+            pops,
+        }
+    }
+
+    #[test]
+    fn the_pop_state_round_trips_and_a_snapshot_from_before_it_reads_as_empty() {
+        let state = state_with_pops();
+        let encoded = crate::raft::codec::encode("snapshot", &state).expect("encode");
+        let decoded: SnapshotState =
+            crate::raft::codec::decode("snapshot", &encoded).expect("decode");
+        assert_eq!(decoded, state);
+        let mut older = state.clone();
+        older.pops = PopState::default();
+        let mut bytes = crate::raft::codec::encode("snapshot", &older).expect("encode");
+        // An empty map is its 8-byte length; a snapshot written before the field ends here.
+        bytes.truncate(bytes.len() - 8);
+        let decoded: SnapshotState =
+            crate::raft::codec::decode("snapshot", &bytes).expect("decode");
+        assert_eq!(decoded, older);
+    }
     use crate::store::MessageStore;
     use crate::store::StoreConfig;
     use crate::store::record::tests::sample;

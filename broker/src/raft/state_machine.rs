@@ -33,6 +33,7 @@ use serde::Serialize;
 use crate::durable_file;
 use crate::group_state::GroupState;
 use crate::metadata::Metadata;
+use crate::pop_state::PopState;
 use crate::raft::codec;
 use crate::raft::snapshot::CommitLogInstaller;
 use crate::raft::snapshot::CommitLogSource;
@@ -66,6 +67,9 @@ struct Checkpoint {
     last_membership: StoredMembership,
     metadata: Metadata,
     commit_log_end: i64,
+    /// The metadata's pop state (last: see [`Metadata::split`]).
+    #[serde(deserialize_with = "crate::pop_state::deserialize_or_empty")]
+    pops: PopState,
 }
 
 /// The store ends before what the checkpoint says was flushed: flushed data is gone (a
@@ -144,6 +148,7 @@ impl StateMachine {
             last_membership: s.meta.last_membership.clone(),
             metadata: s.metadata.clone(),
             commit_log_end: s.commit_log_end,
+            pops: s.pops.clone(),
         });
         let start = [checkpoint, from_snapshot]
             .into_iter()
@@ -154,6 +159,7 @@ impl StateMachine {
                 last_membership: StoredMembership::default(),
                 metadata: Metadata::default(),
                 commit_log_end: 0,
+                pops: PopState::default(),
             });
         let store_end = store.commit_log_max_offset();
         let store_min = store.commit_log_min_offset();
@@ -173,7 +179,7 @@ impl StateMachine {
             last_applied = ?start.last_applied, commit_log_end = start.commit_log_end,
             replay_dropped_bytes = store_end - start.commit_log_end, "state machine opened"
         );
-        let group = Arc::new(GroupState::new(store, start.metadata));
+        let group = Arc::new(GroupState::new(store, start.metadata.with_pops(start.pops)));
         if let Some(snapshot) = &snapshot {
             group.note_durable_snapshot(snapshot.commit_log_end);
         }
@@ -190,7 +196,8 @@ impl StateMachine {
         Ok((machine, group))
     }
 
-    fn apply_command(&mut self, command: Command) -> io::Result<CommandResult> {
+    /// Applies `command`, the entry at log `index`.
+    fn apply_command(&mut self, command: Command, index: u64) -> io::Result<CommandResult> {
         match command {
             Command::Append { records } => Ok(CommandResult::Appended(append_records(
                 &self.group,
@@ -281,6 +288,23 @@ impl StateMachine {
                 self.group.metadata_mut().upsert_group(group);
                 Ok(CommandResult::Done)
             }
+            Command::Pop(pop) => {
+                let delivered = self.group.metadata_mut().pops.apply_pop(&pop, index);
+                Ok(CommandResult::Popped {
+                    delivered,
+                    receipt: index,
+                })
+            }
+            Command::PopChange {
+                key,
+                changes,
+                now_ms,
+            } => Ok(CommandResult::PopChanged(
+                self.group
+                    .metadata_mut()
+                    .pops
+                    .apply_changes(&key, &changes, now_ms, index),
+            )),
         }
     }
 
@@ -300,11 +324,13 @@ impl StateMachine {
         // Only apply (this task) changes the store and the metadata, so both are as of
         // `last_applied` here.
         let flush = self.group.begin_flush().await?;
+        let (metadata, pops) = self.group.metadata().split();
         let checkpoint = Checkpoint {
             last_applied: self.last_applied,
             last_membership: self.last_membership.clone(),
-            metadata: self.group.metadata().clone(),
+            metadata,
             commit_log_end: flush.commit_log_end(),
+            pops,
         };
         self.last_checkpoint_at = Instant::now();
         let task = std::thread::Builder::new()
@@ -334,13 +360,15 @@ impl StateMachine {
     }
 
     fn capture_snapshot_state(&self) -> SnapshotState {
+        let (metadata, pops) = self.group.metadata().split();
         SnapshotState {
             meta: SnapshotMeta {
                 last_log_id: self.last_applied,
                 last_membership: self.last_membership.clone(),
             },
-            metadata: self.group.metadata().clone(),
+            metadata,
             commit_log_end: self.group.store().commit_log_max_offset(),
+            pops,
         }
     }
 
@@ -575,7 +603,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let log_id = entry.log_id();
             let result = match entry.payload {
                 EntryPayload::Blank => CommandResult::Done,
-                EntryPayload::Normal(command) => self.apply_command(command)?,
+                EntryPayload::Normal(command) => self.apply_command(command, log_id.index)?,
                 EntryPayload::Membership(membership) => {
                     self.last_membership = StoredMembership::new(Some(log_id), membership);
                     CommandResult::Done
@@ -617,7 +645,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             ..snapshot.state
         };
         self.install_commit_log(&state, snapshot.commit_log)?;
-        *self.group.metadata_mut() = state.metadata.clone();
+        *self.group.metadata_mut() = state.metadata.clone().with_pops(state.pops.clone());
         self.group.messages_arrived_everywhere();
         self.group.topics_changed();
         self.last_applied = state.meta.last_log_id;

@@ -14,6 +14,10 @@ use serde::Serialize;
 use crate::metadata::GroupConfig;
 use crate::metadata::QueueOffset;
 use crate::metadata::TopicConfig;
+use crate::pop_state::Pop;
+use crate::pop_state::PopChange;
+use crate::pop_state::PopChangeOutcome;
+use crate::pop_state::PopQueueKey;
 
 openraft::declare_raft_types!(
     /// Raft types of a broker group: standard Raft leader ids (the term alone is committed),
@@ -113,6 +117,17 @@ pub enum Command {
     EndTransactions {
         ends: Vec<TransactionEnd>,
     },
+    /// Messages of one group's queue delivered to a pop consumer ([`crate::pop_state::PopState::apply_pop`]):
+    /// applied whole, only if the queue is as the leader read it; their receipt is this
+    /// entry's log index.
+    Pop(Pop),
+    /// Acks and invisibility changes of a group's in-flight messages
+    /// ([`crate::pop_state::PopState::apply_changes`]), as of `now_ms`.
+    PopChange {
+        key: PopQueueKey,
+        changes: Vec<PopChange>,
+        now_ms: i64,
+    },
 }
 
 /// One end of [`Command::EndTransactions`], with [`Command::EndTransaction`]'s fields.
@@ -151,6 +166,23 @@ impl fmt::Display for Command {
                 write!(f, "EndTransaction({msg_id}, {} bytes)", records.len())
             }
             Command::EndTransactions { ends } => write!(f, "EndTransactions({})", ends.len()),
+            Command::Pop(pop) => write!(
+                f,
+                "Pop({}, {}#{}, {} fresh, {} revived)",
+                pop.key.group,
+                pop.key.topic,
+                pop.key.queue_id,
+                pop.fresh.len(),
+                pop.revived.len()
+            ),
+            Command::PopChange { key, changes, .. } => write!(
+                f,
+                "PopChange({}, {}#{}, {})",
+                key.group,
+                key.topic,
+                key.queue_id,
+                changes.len()
+            ),
         }
     }
 }
@@ -175,4 +207,12 @@ pub enum CommandResult {
     /// Per end of an `EndTransactions`, in order: whether it ended its transaction (false:
     /// an earlier end had).
     Ended(Vec<bool>),
+    /// A `Pop`'s delivered (queue offset, attempt), in offset order (`None`: the queue had
+    /// moved, nothing applied), and their receipt.
+    Popped {
+        delivered: Option<Vec<(i64, u32)>>,
+        receipt: u64,
+    },
+    /// What each change of a `PopChange` did, in order.
+    PopChanged(Vec<PopChangeOutcome>),
 }

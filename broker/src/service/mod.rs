@@ -4,6 +4,7 @@ mod admin;
 mod consumers;
 mod node_status;
 mod offsets;
+mod pop;
 mod pull;
 pub use pull::PULL_HOLDS_MAX_DEFAULT;
 mod pulled;
@@ -100,6 +101,8 @@ pub struct BrokerService {
     admin_token: Option<String>,
     leadership: tokio::sync::watch::Receiver<crate::raft::lease::Leadership>,
     metrics: Arc<BrokerMetrics>,
+    /// Pops of one group's queue take turns (`pop.rs`).
+    pop_turns: dashmap::DashMap<crate::pop_state::PopQueueKey, Arc<tokio::sync::Mutex<()>>>,
 }
 
 impl BrokerService {
@@ -128,6 +131,7 @@ impl BrokerService {
             scrub: options.scrub,
             admin_token: options.admin_token,
             leadership: options.leadership,
+            pop_turns: dashmap::DashMap::new(),
         }
     }
 
@@ -233,6 +237,22 @@ impl pb::broker_server::Broker for BrokerService {
         request: Request<pb::PullRequest>,
     ) -> Result<Response<pb::PullResponse>, Status> {
         Ok(Response::new(self.handle_pull(request.into_inner()).await?))
+    }
+
+    async fn pop(
+        &self,
+        request: Request<pb::PopRequest>,
+    ) -> Result<Response<pb::PopResponse>, Status> {
+        Ok(Response::new(self.handle_pop(request.into_inner()).await?))
+    }
+
+    async fn change_popped(
+        &self,
+        request: Request<pb::ChangePoppedRequest>,
+    ) -> Result<Response<pb::ChangePoppedResponse>, Status> {
+        Ok(Response::new(
+            self.handle_change_popped(request.into_inner()).await?,
+        ))
     }
 
     async fn commit_offsets(

@@ -31,20 +31,54 @@ pub const PULL_BATCH_COUNT_MAX: u32 = 1024;
 /// nothing returns `NO_MATCHED_MESSAGE` promptly instead of scanning a whole queue.
 pub const PULL_SCAN_UNITS_MAX: usize = 4096;
 /// How long an empty pull may be held (RocketMQ's long-polling default).
-pub const PULL_HOLD_MS_MAX: u32 = 15_000;
+pub const PULL_HOLD_MS_MAX: u32 = rocketraft_proto::limits::LONG_POLLING_MS_MAX;
 /// Pulls a node holds open at once by default (`pull_holds_max`): a held pull costs a task
 /// and an HTTP/2 stream, so clients cannot make a node hold an unbounded number.
 pub const PULL_HOLDS_MAX_DEFAULT: usize = 10_000;
 /// The subscription expression that takes every message.
 const SUBSCRIBE_ALL: &str = "*";
 
-/// Which messages of the queue a pull takes.
-enum Filter {
+/// Which messages of the queue a pull (or a pop) takes.
+pub(super) enum Filter {
     All,
-    /// Messages whose tags hash code is one of these.
-    TagsCodes(HashSet<i64>),
+    /// Messages whose tags hash code is one of these (a pull), and whose tag is one of the
+    /// names (a pop checks the string too).
+    Tags {
+        codes: HashSet<i64>,
+        names: HashSet<String>,
+    },
     /// Messages whose properties the filter selects.
     Sql(SqlFilter),
+}
+
+impl Filter {
+    /// The filter of a subscription by `tags` or by `sql` (one of them, or neither: all).
+    pub(super) fn parse(tags: &[String], sql: &str) -> Result<Filter, BrokerError> {
+        if tags.iter().any(|tag| tag.trim().is_empty()) {
+            return Err(BrokerError::BadRequest(
+                "a subscription tag is empty".into(),
+            ));
+        }
+        if !sql.is_empty() {
+            if !tags.is_empty() {
+                return Err(BrokerError::BadRequest(
+                    "a subscription filters by tags or by SQL92, not both (use TAGS IN (...) in \
+                     the SQL)"
+                        .into(),
+                ));
+            }
+            let sql = SqlFilter::parse(sql)
+                .map_err(|error| BrokerError::BadRequest(format!("{sql:?}: {error}")))?;
+            return Ok(Filter::Sql(sql));
+        }
+        if tags.is_empty() || tags.iter().any(|tag| tag == SUBSCRIBE_ALL) {
+            return Ok(Filter::All);
+        }
+        Ok(Filter::Tags {
+            codes: tags.iter().map(|tag| tags_code(tag)).collect(),
+            names: tags.iter().cloned().collect(),
+        })
+    }
 }
 
 impl BrokerService {
@@ -144,7 +178,7 @@ impl BrokerService {
             // message, so a selected record is read (and its CRC checked) once.
             |unit| match filter {
                 Filter::All => Ok::<_, BrokerError>(Some(None)),
-                Filter::TagsCodes(codes) => Ok(codes.contains(&unit.tags_code).then_some(None)),
+                Filter::Tags { codes, .. } => Ok(codes.contains(&unit.tags_code).then_some(None)),
                 Filter::Sql(sql) => {
                     let view = store.read_view(unit.commit_log_offset)?;
                     let selected = sql.matches(|name| view.property(name).ok().flatten());
@@ -183,7 +217,7 @@ type Picked<V> = (Vec<(i64, CqUnit, V)>, i64);
 /// `keep` refuses (`None`), until `max_messages` are taken or the next one would pass
 /// `bytes_max` (the first is taken whatever its size, so a queue never stalls behind a large
 /// message). Units are taken from `units` only as long as the pull may still take one.
-fn pick_units<V, E>(
+pub(super) fn pick_units<V, E>(
     units: impl IntoIterator<Item = CqUnit>,
     first_offset: i64,
     max_messages: usize,
@@ -229,28 +263,7 @@ fn validate_pull(request: &pb::PullRequest) -> Result<Filter, BrokerError> {
             request.max_wait_ms
         )));
     }
-    if request.tags.iter().any(|tag| tag.trim().is_empty()) {
-        return Err(BrokerError::BadRequest(
-            "a subscription tag is empty".into(),
-        ));
-    }
-    if !request.sql.is_empty() {
-        if !request.tags.is_empty() {
-            return Err(BrokerError::BadRequest(
-                "a pull filters by tags or by SQL92, not both (use TAGS IN (...) in the SQL)"
-                    .into(),
-            ));
-        }
-        let sql = SqlFilter::parse(&request.sql)
-            .map_err(|error| BrokerError::BadRequest(format!("{:?}: {error}", request.sql)))?;
-        return Ok(Filter::Sql(sql));
-    }
-    if request.tags.is_empty() || request.tags.iter().any(|tag| tag == SUBSCRIBE_ALL) {
-        return Ok(Filter::All);
-    }
-    Ok(Filter::TagsCodes(
-        request.tags.iter().map(|tag| tags_code(tag)).collect(),
-    ))
+    Filter::parse(&request.tags, &request.sql)
 }
 
 #[cfg(test)]

@@ -1,0 +1,419 @@
+//! `Pop` and `ChangePopped`: pop consumption on the leader (RocketMQ 5.x's consumers, through
+//! the 5.x endpoint), over the replicated [`crate::pop_state`].
+//!
+//! A pop takes first the group's in-flight messages of the queue whose invisibility ended
+//! (delivered again, one attempt more), then fresh ones past the group's pop offset, filtered
+//! like a pull (a tag subscription also checks the tag string, so what a pop returns matches
+//! exactly), and proposes them as one `Pop` entry; it returns what that entry delivered, so
+//! a message is never handed out by a pop that did not commit. Pops of one queue take turns
+//! on the leader, so they do not undo each other's compare-and-set. An empty pop waits
+//! (long polling) for a message to arrive or an invisibility to end.
+//!
+//! Acks and invisibility changes go through Raft as one `PopChange` entry per request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rocketraft_proto::broker as pb;
+use rocketraft_proto::limits::POP_BATCH_COUNT_MAX;
+use rocketraft_proto::limits::POP_INVISIBLE_MS_MAX as INVISIBLE_MS_MAX;
+use rocketraft_proto::limits::POP_INVISIBLE_MS_MIN as INVISIBLE_MS_MIN;
+use rocketraft_proto::limits::PULL_RESPONSE_BYTES_MAX;
+use rocketraft_proto::property_keys::TAGS;
+use rocketraft_proto::time::now_ms;
+
+use crate::error::BrokerError;
+use crate::pop_state::POP_IN_FLIGHT_MAX;
+use crate::pop_state::Pop;
+use crate::pop_state::PopChange;
+use crate::pop_state::PopChangeOutcome;
+use crate::pop_state::PopQueueKey;
+use crate::raft::propose::propose;
+use crate::raft::types::Command;
+use crate::raft::types::CommandResult;
+use crate::service::BrokerService;
+use crate::service::pull::Filter;
+use crate::service::pull::PULL_HOLD_MS_MAX;
+use crate::service::pull::PULL_SCAN_UNITS_MAX;
+use crate::service::pull::pick_units;
+use crate::service::pulled::HostText;
+use crate::service::pulled::to_pulled;
+use crate::topic::validate_group_name;
+use crate::topic::validate_topic_name;
+
+/// Changes one `ChangePopped` carries at most.
+pub const POP_CHANGES_MAX: usize = 1024;
+/// Times a pop proposes again after its entry found the queue moved (a pop of an earlier
+/// leader, or an ack of a message it meant to deliver again) before it answers empty.
+const POP_CONFLICT_RETRIES: usize = 3;
+
+impl BrokerService {
+    pub(super) async fn handle_pop(
+        &self,
+        request: pb::PopRequest,
+    ) -> Result<pb::PopResponse, BrokerError> {
+        let filter = validate_pop(&request)?;
+        self.ensure_leader()?;
+        self.check_readable_queue(&request.topic, request.queue_id)?;
+        let key = PopQueueKey {
+            group: request.group.clone(),
+            topic: request.topic.clone(),
+            queue_id: request.queue_id,
+        };
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(u64::from(request.max_wait_ms));
+        let mut arrivals = self.group.watch_queue(&request.topic, request.queue_id);
+        let mut leadership = self.leadership.clone();
+        let mut hold = None;
+        loop {
+            arrivals.borrow_and_update();
+            leadership.borrow_and_update();
+            let turn = self.pop_turn(&key);
+            let messages = {
+                let _turn = turn.lock().await;
+                self.pop_once(&key, &request, &filter).await?
+            };
+            if !messages.is_empty() || request.max_wait_ms == 0 {
+                return Ok(pb::PopResponse { messages });
+            }
+            if hold.is_none() {
+                hold = Some(self.pull_holds.clone().try_acquire_owned().map_err(|_| {
+                    BrokerError::LimitExceeded(format!(
+                        "this node holds {} pulls and pops open already (pull_holds_max); \
+                         pop again later",
+                        self.pull_holds_max
+                    ))
+                })?);
+            }
+            let now = now_ms();
+            let revival = self.group.metadata().pops.next_revival_ms(&key, now);
+            let wake = revival.map_or(deadline, |at_ms| {
+                let after = Duration::from_millis(at_ms.saturating_sub(now).max(0) as u64);
+                deadline.min(tokio::time::Instant::now() + after)
+            });
+            let woken = tokio::time::timeout_at(wake, async {
+                tokio::select! {
+                    arrived = arrivals.changed() => arrived,
+                    changed = leadership.changed() => changed,
+                }
+            });
+            match woken.await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Ok(pb::PopResponse::default()),
+                Err(_) if tokio::time::Instant::now() >= deadline => {
+                    return Ok(pb::PopResponse::default());
+                }
+                // An invisibility ended: look again.
+                Err(_) => {}
+            }
+            self.ensure_leader()?;
+        }
+    }
+
+    /// The lock pops of `key` take turns with on this node.
+    fn pop_turn(&self, key: &PopQueueKey) -> Arc<tokio::sync::Mutex<()>> {
+        self.pop_turns.entry(key.clone()).or_default().clone()
+    }
+
+    /// One pop: what is due and fresh, proposed and committed.
+    async fn pop_once(
+        &self,
+        key: &PopQueueKey,
+        request: &pb::PopRequest,
+        filter: &Filter,
+    ) -> Result<Vec<pb::PoppedMessage>, BrokerError> {
+        let max = request.max_messages as usize;
+        for _ in 0..POP_CONFLICT_RETRIES {
+            let now = now_ms();
+            let pop = self.plan_pop(key, max, filter, now, request.invisible_ms)?;
+            if pop.revived.is_empty() && pop.fresh.is_empty() && pop.next_offset == pop.from_offset
+            {
+                return Ok(Vec::new());
+            }
+            let invisible_until_ms = pop.invisible_until_ms;
+            let applied = propose(&self.raft, Command::Pop(pop)).await?.await?;
+            let CommandResult::Popped { delivered, receipt } = applied else {
+                return Err(BrokerError::Internal(format!(
+                    "a Pop entry applied as {applied:?}"
+                )));
+            };
+            let Some(delivered) = delivered else {
+                continue;
+            };
+            return self.popped_messages(key, &delivered, receipt, invisible_until_ms);
+        }
+        Ok(Vec::new())
+    }
+
+    /// The pop this leader proposes now for `key`: due messages first, then fresh matching
+    /// ones, `max` in all, within the in-flight limit.
+    fn plan_pop(
+        &self,
+        key: &PopQueueKey,
+        max: usize,
+        filter: &Filter,
+        now: i64,
+        invisible_ms: u64,
+    ) -> Result<Pop, BrokerError> {
+        // The metadata first, then the store: never both locks at once.
+        let (known_next, due, in_flight) = {
+            let metadata = self.group.metadata();
+            match metadata.pops.queue(key) {
+                Some(queue) => (
+                    Some(queue.next_offset),
+                    queue
+                        .in_flight
+                        .iter()
+                        .filter(|(_, message)| message.invisible_until_ms <= now)
+                        .map(|(offset, _)| *offset)
+                        .collect::<Vec<_>>(),
+                    queue.in_flight.len(),
+                ),
+                None => (None, Vec::new(), 0),
+            }
+        };
+        let store = self.group.store();
+        let (min_offset, max_offset) = store.consume_queue_offsets(&key.topic, key.queue_id);
+        let from_offset = known_next.unwrap_or(min_offset);
+        // A due message retention deleted stays in flight (it can no longer be delivered).
+        let revived: Vec<i64> = due
+            .into_iter()
+            .filter(|offset| *offset >= min_offset)
+            .take(max)
+            .collect();
+        let room = (max - revived.len()).min(POP_IN_FLIGHT_MAX - in_flight);
+        let scan_from = from_offset.max(min_offset);
+        let (fresh, next_offset) = if room == 0 || scan_from >= max_offset {
+            (Vec::new(), from_offset.max(scan_from))
+        } else {
+            let units = store
+                .consume_queue_units(&key.topic, key.queue_id, scan_from)
+                .take(PULL_SCAN_UNITS_MAX);
+            let (picked, next_offset) =
+                pick_units(units, scan_from, room, PULL_RESPONSE_BYTES_MAX, |unit| {
+                    let matches = match filter {
+                        Filter::All => true,
+                        Filter::Tags { codes, names } => {
+                            codes.contains(&unit.tags_code) && {
+                                let view = store.read_view(unit.commit_log_offset)?;
+                                view.property(TAGS)?.is_some_and(|tag| names.contains(tag))
+                            }
+                        }
+                        Filter::Sql(sql) => {
+                            let view = store.read_view(unit.commit_log_offset)?;
+                            sql.matches(|name| view.property(name).ok().flatten())
+                        }
+                    };
+                    Ok::<_, BrokerError>(matches.then_some(()))
+                })?;
+            (
+                picked.into_iter().map(|(offset, _, ())| offset).collect(),
+                next_offset,
+            )
+        };
+        Ok(Pop {
+            key: key.clone(),
+            from_offset,
+            next_offset,
+            fresh,
+            revived,
+            now_ms: now,
+            invisible_until_ms: now.saturating_add(invisible_ms as i64),
+        })
+    }
+
+    /// The messages a committed pop delivered, read from the store.
+    fn popped_messages(
+        &self,
+        key: &PopQueueKey,
+        delivered: &[(i64, u32)],
+        receipt: u64,
+        invisible_until_ms: i64,
+    ) -> Result<Vec<pb::PoppedMessage>, BrokerError> {
+        let store = self.group.store();
+        let (min_offset, _) = store.consume_queue_offsets(&key.topic, key.queue_id);
+        let mut hosts = HostText::default();
+        let mut messages = Vec::with_capacity(delivered.len());
+        for &(queue_offset, attempt) in delivered {
+            let unit = (queue_offset >= min_offset)
+                .then(|| {
+                    store
+                        .consume_queue_units(&key.topic, key.queue_id, queue_offset)
+                        .next()
+                })
+                .flatten();
+            let Some(unit) = unit else {
+                tracing::warn!(
+                    group = key.group,
+                    topic = key.topic,
+                    queue_id = key.queue_id,
+                    queue_offset,
+                    "a popped message is no longer kept (retention deleted it)"
+                );
+                continue;
+            };
+            let view = store.read_view(unit.commit_log_offset)?;
+            messages.push(pb::PoppedMessage {
+                message: Some(to_pulled(
+                    &view,
+                    queue_offset,
+                    unit.commit_log_offset,
+                    &mut hosts,
+                )?),
+                attempt,
+                receipt,
+                invisible_until_ms,
+            });
+        }
+        Ok(messages)
+    }
+
+    pub(super) async fn handle_change_popped(
+        &self,
+        request: pb::ChangePoppedRequest,
+    ) -> Result<pb::ChangePoppedResponse, BrokerError> {
+        validate_group_name(&request.group).map_err(BrokerError::BadRequest)?;
+        validate_topic_name(&request.topic).map_err(BrokerError::TopicIllegal)?;
+        if request.changes.is_empty() || request.changes.len() > POP_CHANGES_MAX {
+            return Err(BrokerError::BadRequest(format!(
+                "a change carries 1 to {POP_CHANGES_MAX} messages, got {}",
+                request.changes.len()
+            )));
+        }
+        let now = now_ms();
+        let mut changes = Vec::with_capacity(request.changes.len());
+        for change in &request.changes {
+            let invisible_until_ms = match change.invisible_ms {
+                0 => None,
+                ms => {
+                    validate_invisible_ms(ms)?;
+                    Some(now.saturating_add(ms as i64))
+                }
+            };
+            changes.push(PopChange {
+                queue_offset: change.queue_offset,
+                receipt: change.receipt,
+                invisible_until_ms,
+            });
+        }
+        self.ensure_leader()?;
+        let key = PopQueueKey {
+            group: request.group,
+            topic: request.topic,
+            queue_id: request.queue_id,
+        };
+        let applied = propose(
+            &self.raft,
+            Command::PopChange {
+                key,
+                changes: changes.clone(),
+                now_ms: now,
+            },
+        )
+        .await?
+        .await?;
+        let CommandResult::PopChanged(outcomes) = applied else {
+            return Err(BrokerError::Internal(format!(
+                "a PopChange entry applied as {applied:?}"
+            )));
+        };
+        let results = outcomes
+            .into_iter()
+            .zip(changes)
+            .map(|(outcome, change)| {
+                let (outcome, receipt) = match outcome {
+                    PopChangeOutcome::Done { receipt } => (pb::ChangeOutcome::ChangeDone, receipt),
+                    PopChangeOutcome::NotInFlight => (pb::ChangeOutcome::ChangeNotInFlight, 0),
+                    PopChangeOutcome::StaleReceipt => (pb::ChangeOutcome::ChangeStaleReceipt, 0),
+                    PopChangeOutcome::Expired => (pb::ChangeOutcome::ChangeExpired, 0),
+                };
+                pb::ChangeResult {
+                    outcome: outcome as i32,
+                    receipt,
+                    invisible_until_ms: change.invisible_until_ms.unwrap_or(0),
+                }
+            })
+            .collect();
+        Ok(pb::ChangePoppedResponse { results })
+    }
+
+    /// Fails unless `topic` exists here with a readable queue `queue_id`.
+    fn check_readable_queue(&self, topic: &str, queue_id: i32) -> Result<(), BrokerError> {
+        let metadata = self.group.metadata();
+        let Some(config) = metadata.topics.get(topic) else {
+            return Err(BrokerError::TopicNotExist(topic.to_owned()));
+        };
+        if queue_id < 0 || queue_id >= config.read_queue_count as i32 {
+            return Err(BrokerError::QueueIllegal {
+                queue_id,
+                reason: format!("{topic} has {} read queues here", config.read_queue_count),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Checks a pop and returns the filter it asks for.
+fn validate_pop(request: &pb::PopRequest) -> Result<Filter, BrokerError> {
+    validate_topic_name(&request.topic).map_err(BrokerError::TopicIllegal)?;
+    validate_group_name(&request.group).map_err(BrokerError::BadRequest)?;
+    if request.max_messages == 0 || request.max_messages > POP_BATCH_COUNT_MAX {
+        return Err(BrokerError::BadRequest(format!(
+            "max_messages must be 1 to {POP_BATCH_COUNT_MAX}, got {}",
+            request.max_messages
+        )));
+    }
+    if request.max_wait_ms > PULL_HOLD_MS_MAX {
+        return Err(BrokerError::BadRequest(format!(
+            "max_wait_ms is at most {PULL_HOLD_MS_MAX}, got {}",
+            request.max_wait_ms
+        )));
+    }
+    validate_invisible_ms(request.invisible_ms)?;
+    Filter::parse(&request.tags, &request.sql)
+}
+
+fn validate_invisible_ms(ms: u64) -> Result<(), BrokerError> {
+    if !(INVISIBLE_MS_MIN..=INVISIBLE_MS_MAX).contains(&ms) {
+        return Err(BrokerError::BadRequest(format!(
+            "an invisible time is {INVISIBLE_MS_MIN} to {INVISIBLE_MS_MAX} ms, got {ms}"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(max_messages: u32, invisible_ms: u64, max_wait_ms: u32) -> pb::PopRequest {
+        pb::PopRequest {
+            group: "g".into(),
+            topic: "t".into(),
+            queue_id: 0,
+            max_messages,
+            invisible_ms,
+            tags: Vec::new(),
+            sql: String::new(),
+            max_wait_ms,
+        }
+    }
+
+    #[test]
+    fn limits_at_the_boundary() {
+        assert!(
+            validate_pop(&request(
+                POP_BATCH_COUNT_MAX,
+                INVISIBLE_MS_MIN,
+                PULL_HOLD_MS_MAX
+            ))
+            .is_ok()
+        );
+        assert!(validate_pop(&request(1, INVISIBLE_MS_MAX, 0)).is_ok());
+        assert!(validate_pop(&request(POP_BATCH_COUNT_MAX + 1, INVISIBLE_MS_MIN, 0)).is_err());
+        assert!(validate_pop(&request(0, INVISIBLE_MS_MIN, 0)).is_err());
+        assert!(validate_pop(&request(1, INVISIBLE_MS_MIN - 1, 0)).is_err());
+        assert!(validate_pop(&request(1, INVISIBLE_MS_MAX + 1, 0)).is_err());
+        assert!(validate_pop(&request(1, INVISIBLE_MS_MIN, PULL_HOLD_MS_MAX + 1)).is_err());
+    }
+}

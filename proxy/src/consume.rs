@@ -1,0 +1,542 @@
+//! Pop consumption for 5.x consumers: `ReceiveMessage` pops from the leader of the queue's
+//! broker group (the broker's `Pop`, whose state goes through Raft), `AckMessage` and
+//! `ChangeInvisibleDuration` change what is in flight (`ChangePopped`).
+//!
+//! A receipt handle names one delivery: `<broker group>:<queue id>:<queue offset>:<receipt>`,
+//! the receipt being the log index of the entry that made it; an ack or change with a handle
+//! of an earlier delivery, or after the invisible time ended, is refused with
+//! `INVALID_RECEIPT_HANDLE` and its reason. Every received message carries its delivery
+//! attempt and a SHA1 digest of its body (uppercase hex).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rocketraft_client::brokers::Brokers;
+use rocketraft_client::brokers::CallError;
+use rocketraft_client::message::MessageExt;
+use rocketraft_proto::broker as broker_pb;
+use rocketraft_proto::limits::LONG_POLLING_MS_MAX;
+use rocketraft_proto::limits::POP_BATCH_COUNT_MAX;
+use rocketraft_proto::limits::POP_INVISIBLE_MS_MAX;
+use rocketraft_proto::limits::POP_INVISIBLE_MS_MIN;
+use rocketraft_proto::names::validate_group_name;
+use rocketraft_proto::names::validate_topic_name;
+use rocketraft_proto::property_keys::SHARDING_KEY;
+use rocketraft_proto::property_keys::TIMER_DELIVER_MS;
+use rocketraft_proto::time::now_ms;
+
+use crate::message::timestamp;
+use crate::message::to_v5;
+use crate::pb;
+use crate::pb::Code;
+use crate::status;
+
+/// Messages one receive returns at most (the brokers' pop limit).
+const RECEIVE_BATCH_MAX: i32 = POP_BATCH_COUNT_MAX as i32;
+/// The shortest and longest invisible time a receive or a change may ask for (the brokers'
+/// limits).
+const INVISIBLE_MIN: Duration = Duration::from_millis(POP_INVISIBLE_MS_MIN);
+const INVISIBLE_MAX: Duration = Duration::from_millis(POP_INVISIBLE_MS_MAX);
+/// How long a receive may wait for messages at most (the brokers' long-polling limit).
+const LONG_POLLING_MAX: Duration = Duration::from_millis(LONG_POLLING_MS_MAX as u64);
+/// Answered this much before the client's long-polling timeout, so the answer arrives before
+/// the client gives up on the call.
+const LONG_POLLING_MARGIN: Duration = Duration::from_millis(500);
+/// How long a call to a group's leader may take besides any long polling.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Where one delivery is, as its receipt handle says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Handle {
+    group: String,
+    queue_id: i32,
+    queue_offset: i64,
+    receipt: u64,
+}
+
+impl Handle {
+    fn text(&self) -> String {
+        format!(
+            "{}:{}:{}:{}",
+            self.group, self.queue_id, self.queue_offset, self.receipt
+        )
+    }
+
+    fn parse(text: &str) -> Option<Handle> {
+        let mut parts = text.split(':');
+        let handle = Handle {
+            group: parts.next().filter(|group| !group.is_empty())?.to_owned(),
+            queue_id: parts.next()?.parse().ok().filter(|id| *id >= 0)?,
+            queue_offset: parts.next()?.parse().ok().filter(|offset| *offset >= 0)?,
+            receipt: parts.next()?.parse().ok()?,
+        };
+        parts.next().is_none().then_some(handle)
+    }
+}
+
+/// A refusal: the code and reason.
+type Refusal = (Code, String);
+
+/// Pops for a receive; what its stream answers: a status, then the messages, then the time.
+pub async fn receive(
+    brokers: &Brokers,
+    request: pb::ReceiveMessageRequest,
+) -> Vec<pb::ReceiveMessageResponse> {
+    match pop(brokers, request).await {
+        Ok(messages) if messages.is_empty() => vec![status_response(status::status(
+            Code::MessageNotFound,
+            "no message to receive",
+        ))],
+        Ok(messages) => {
+            let mut responses = Vec::with_capacity(messages.len() + 2);
+            responses.push(status_response(status::ok()));
+            responses.extend(
+                messages
+                    .into_iter()
+                    .map(|message| pb::ReceiveMessageResponse {
+                        content: Some(pb::receive_message_response::Content::Message(message)),
+                    }),
+            );
+            responses.push(pb::ReceiveMessageResponse {
+                content: Some(pb::receive_message_response::Content::DeliveryTimestamp(
+                    timestamp(now_ms()),
+                )),
+            });
+            responses
+        }
+        Err((code, reason)) => vec![status_response(status::status(code, reason))],
+    }
+}
+
+fn status_response(status: Option<pb::Status>) -> pb::ReceiveMessageResponse {
+    pb::ReceiveMessageResponse {
+        content: status.map(pb::receive_message_response::Content::Status),
+    }
+}
+
+async fn pop(
+    brokers: &Brokers,
+    request: pb::ReceiveMessageRequest,
+) -> Result<Vec<pb::Message>, Refusal> {
+    let group = consumer_group(request.group.as_ref())?;
+    let queue = request.message_queue.unwrap_or_default();
+    let topic = queue.topic.unwrap_or_default().name;
+    validate_topic_name(&topic).map_err(|reason| (Code::IllegalTopic, reason))?;
+    let broker_group = queue.broker.unwrap_or_default().name;
+    if !(1..=RECEIVE_BATCH_MAX).contains(&request.batch_size) {
+        return Err((
+            Code::BadRequest,
+            format!(
+                "a receive takes 1 to {RECEIVE_BATCH_MAX} messages, not {}",
+                request.batch_size
+            ),
+        ));
+    }
+    let invisible = invisible_duration(request.invisible_duration.as_ref())?;
+    let (tags, sql) = filter(request.filter_expression.unwrap_or_default())?;
+    let long_polling = request
+        .long_polling_timeout
+        .and_then(|timeout| Duration::try_from(timeout).ok())
+        .unwrap_or(LONG_POLLING_MAX);
+    let wait = long_polling
+        .saturating_sub(LONG_POLLING_MARGIN)
+        .min(LONG_POLLING_MAX);
+    // Learns the topic's groups and their leaders.
+    brokers
+        .route(&topic)
+        .await
+        .map_err(|error| (Code::TopicNotFound, error.to_string()))?;
+    let pop = broker_pb::PopRequest {
+        group,
+        topic,
+        queue_id: queue.id,
+        max_messages: request.batch_size as u32,
+        invisible_ms: invisible.as_millis() as u64,
+        tags,
+        sql,
+        max_wait_ms: wait.as_millis() as u32,
+    };
+    let response = brokers
+        .on_leader(&broker_group, wait + CALL_TIMEOUT, |mut client, _repeat| {
+            let pop = pop.clone();
+            async move { Ok(client.pop(pop).await?.into_inner()) }
+        })
+        .await
+        .map_err(refusal)?;
+    Ok(response
+        .messages
+        .into_iter()
+        .filter_map(|popped| {
+            let message = MessageExt::from_pulled(popped.message?, &broker_group);
+            Some(received(
+                &message,
+                &broker_group,
+                popped.attempt,
+                popped.receipt,
+                invisible,
+            ))
+        })
+        .collect())
+}
+
+/// A popped message as a 5.x consumer receives it.
+fn received(
+    message: &MessageExt,
+    broker_group: &str,
+    attempt: u32,
+    receipt: u64,
+    invisible: Duration,
+) -> pb::Message {
+    let kind = if message.properties.contains_key(SHARDING_KEY) {
+        pb::MessageType::Fifo
+    } else if message.properties.contains_key(TIMER_DELIVER_MS) {
+        pb::MessageType::Delay
+    } else {
+        pb::MessageType::Normal
+    };
+    let mut v5 = to_v5(message, kind);
+    if let Some(system) = v5.system_properties.as_mut() {
+        system.receipt_handle = Some(
+            Handle {
+                group: broker_group.to_owned(),
+                queue_id: message.queue_id,
+                queue_offset: message.queue_offset,
+                receipt,
+            }
+            .text(),
+        );
+        system.delivery_attempt = Some(attempt as i32);
+        system.invisible_duration = prost_types::Duration::try_from(invisible).ok();
+        system.body_digest = Some(pb::Digest {
+            r#type: pb::DigestType::Sha1 as i32,
+            checksum: sha1_smol::Sha1::from(&message.body[..])
+                .digest()
+                .to_string()
+                .to_uppercase(),
+        });
+    }
+    v5
+}
+
+/// Acks the request's messages; one result per entry, in order.
+pub async fn ack(brokers: &Brokers, request: pb::AckMessageRequest) -> pb::AckMessageResponse {
+    let checked = consumer_group(request.group.as_ref()).and_then(|group| {
+        let topic = request.topic.clone().unwrap_or_default().name;
+        validate_topic_name(&topic).map_err(|reason| (Code::IllegalTopic, reason))?;
+        Ok((group, topic))
+    });
+    let (group, topic) = match checked {
+        Ok(checked) => checked,
+        Err((code, reason)) => {
+            return pb::AckMessageResponse {
+                status: status::status(code, reason),
+                entries: Vec::new(),
+            };
+        }
+    };
+    let mut statuses: Vec<Option<pb::Status>> = vec![None; request.entries.len()];
+    // Entry indexes by the queue their handle names, so each queue's acks go in one call.
+    let mut by_queue: BTreeMap<(String, i32), Vec<(usize, Handle)>> = BTreeMap::new();
+    for (index, entry) in request.entries.iter().enumerate() {
+        match Handle::parse(&entry.receipt_handle) {
+            Some(handle) => by_queue
+                .entry((handle.group.clone(), handle.queue_id))
+                .or_default()
+                .push((index, handle)),
+            None => statuses[index] = invalid_handle(&entry.receipt_handle),
+        }
+    }
+    for ((broker_group, queue_id), handles) in by_queue {
+        let changes = handles
+            .iter()
+            .map(|(_, handle)| broker_pb::PoppedChange {
+                queue_offset: handle.queue_offset,
+                receipt: handle.receipt,
+                invisible_ms: 0,
+            })
+            .collect();
+        let outcome = change(brokers, &broker_group, &group, &topic, queue_id, changes).await;
+        for (position, (index, _)) in handles.iter().enumerate() {
+            statuses[*index] = match &outcome {
+                Ok(results) => results.get(position).map_or_else(
+                    || status::status(Code::InternalError, "no result"),
+                    result_status,
+                ),
+                Err((code, reason)) => status::status(*code, reason.clone()),
+            };
+        }
+    }
+    let entries: Vec<pb::AckMessageResultEntry> = request
+        .entries
+        .into_iter()
+        .zip(statuses)
+        .map(|(entry, status)| pb::AckMessageResultEntry {
+            message_id: entry.message_id,
+            receipt_handle: entry.receipt_handle,
+            status,
+        })
+        .collect();
+    pb::AckMessageResponse {
+        status: overall(&entries),
+        entries,
+    }
+}
+
+/// The response status of an ack: OK if every entry is, the entries' code if they share one,
+/// else `MULTIPLE_RESULTS`.
+fn overall(entries: &[pb::AckMessageResultEntry]) -> Option<pb::Status> {
+    let mut codes = entries.iter().map(|entry| {
+        entry
+            .status
+            .as_ref()
+            .map_or(Code::InternalError, pb::Status::code)
+    });
+    let Some(first) = codes.next() else {
+        return status::status(Code::BadRequest, "an ack names at least one message");
+    };
+    if codes.all(|code| code == first) {
+        return entries[0].status.clone();
+    }
+    status::status(Code::MultipleResults, "the entries' results differ")
+}
+
+/// Changes how long one delivered message stays invisible.
+pub async fn change_invisible(
+    brokers: &Brokers,
+    request: pb::ChangeInvisibleDurationRequest,
+) -> pb::ChangeInvisibleDurationResponse {
+    let refused = |(code, reason): Refusal| pb::ChangeInvisibleDurationResponse {
+        status: status::status(code, reason),
+        receipt_handle: String::new(),
+    };
+    let group = match consumer_group(request.group.as_ref()) {
+        Ok(group) => group,
+        Err(refusal) => return refused(refusal),
+    };
+    let topic = request.topic.unwrap_or_default().name;
+    let Some(handle) = Handle::parse(&request.receipt_handle) else {
+        return pb::ChangeInvisibleDurationResponse {
+            status: invalid_handle(&request.receipt_handle),
+            receipt_handle: String::new(),
+        };
+    };
+    let invisible = match invisible_duration(request.invisible_duration.as_ref()) {
+        Ok(invisible) => invisible,
+        Err(refusal) => return refused(refusal),
+    };
+    let changes = vec![broker_pb::PoppedChange {
+        queue_offset: handle.queue_offset,
+        receipt: handle.receipt,
+        invisible_ms: invisible.as_millis() as u64,
+    }];
+    match change(
+        brokers,
+        &handle.group,
+        &group,
+        &topic,
+        handle.queue_id,
+        changes,
+    )
+    .await
+    {
+        Ok(results) => match results.first() {
+            Some(result) if result.outcome() == broker_pb::ChangeOutcome::ChangeDone => {
+                pb::ChangeInvisibleDurationResponse {
+                    status: status::ok(),
+                    receipt_handle: Handle {
+                        receipt: result.receipt,
+                        ..handle
+                    }
+                    .text(),
+                }
+            }
+            Some(result) => pb::ChangeInvisibleDurationResponse {
+                status: result_status(result),
+                receipt_handle: String::new(),
+            },
+            None => refused((Code::InternalError, "no result".into())),
+        },
+        Err(refusal) => refused(refusal),
+    }
+}
+
+async fn change(
+    brokers: &Brokers,
+    broker_group: &str,
+    group: &str,
+    topic: &str,
+    queue_id: i32,
+    changes: Vec<broker_pb::PoppedChange>,
+) -> Result<Vec<broker_pb::ChangeResult>, Refusal> {
+    brokers
+        .route(topic)
+        .await
+        .map_err(|error| (Code::TopicNotFound, error.to_string()))?;
+    let request = broker_pb::ChangePoppedRequest {
+        group: group.to_owned(),
+        topic: topic.to_owned(),
+        queue_id,
+        changes,
+    };
+    let response = brokers
+        .on_leader(broker_group, CALL_TIMEOUT, |mut client, _repeat| {
+            let request = request.clone();
+            async move { Ok(client.change_popped(request).await?.into_inner()) }
+        })
+        .await
+        .map_err(refusal)?;
+    Ok(response.results)
+}
+
+/// The 5.x status of one change's result.
+fn result_status(result: &broker_pb::ChangeResult) -> Option<pb::Status> {
+    let reason = match result.outcome() {
+        broker_pb::ChangeOutcome::ChangeDone => return status::ok(),
+        broker_pb::ChangeOutcome::ChangeNotInFlight => {
+            "nothing is in flight there: acked already, or never delivered"
+        }
+        broker_pb::ChangeOutcome::ChangeStaleReceipt => {
+            "the message was delivered again since: use the newer receipt handle"
+        }
+        broker_pb::ChangeOutcome::ChangeExpired => {
+            "its invisible time ended: it will be delivered again"
+        }
+    };
+    status::status(Code::InvalidReceiptHandle, reason)
+}
+
+fn invalid_handle(text: &str) -> Option<pb::Status> {
+    status::status(
+        Code::InvalidReceiptHandle,
+        format!("receipt handle {text:?} is not one this endpoint gave out"),
+    )
+}
+
+fn consumer_group(group: Option<&pb::Resource>) -> Result<String, Refusal> {
+    let name = group.map_or("", |group| group.name.as_str());
+    validate_group_name(name).map_err(|reason| (Code::IllegalConsumerGroup, reason))?;
+    Ok(name.to_owned())
+}
+
+fn invisible_duration(duration: Option<&prost_types::Duration>) -> Result<Duration, Refusal> {
+    duration
+        .and_then(|duration| Duration::try_from(*duration).ok())
+        .filter(|duration| (INVISIBLE_MIN..=INVISIBLE_MAX).contains(duration))
+        .ok_or_else(|| {
+            (
+                Code::IllegalInvisibleTime,
+                format!(
+                    "an invisible time is {INVISIBLE_MIN:?} to {INVISIBLE_MAX:?}, got {duration:?}"
+                ),
+            )
+        })
+}
+
+/// The brokers' tags or SQL92 filter for a 5.x filter expression.
+fn filter(expression: pb::FilterExpression) -> Result<(Vec<String>, String), Refusal> {
+    let text = expression.expression.trim().to_owned();
+    match expression.r#type() {
+        pb::FilterType::Sql => {
+            if text.is_empty() {
+                return Err((
+                    Code::IllegalFilterExpression,
+                    "an empty SQL92 filter".into(),
+                ));
+            }
+            Ok((Vec::new(), text))
+        }
+        pb::FilterType::Tag | pb::FilterType::Unspecified => {
+            if text.is_empty() || text == "*" {
+                return Ok((Vec::new(), String::new()));
+            }
+            let tags: Vec<String> = text.split("||").map(|tag| tag.trim().to_owned()).collect();
+            if tags.iter().any(String::is_empty) {
+                return Err((
+                    Code::IllegalFilterExpression,
+                    format!("tag expression {text:?} holds an empty tag"),
+                ));
+            }
+            Ok((tags, String::new()))
+        }
+    }
+}
+
+/// The 5.x refusal of a call to a group's leader that failed.
+fn refusal(error: CallError) -> Refusal {
+    match &error {
+        CallError::Rejected { status, .. } => {
+            let code = match rocketraft_proto::response_code(status) {
+                Some(rocketraft_proto::common::ResponseCode::TopicNotExist) => Code::TopicNotFound,
+                Some(rocketraft_proto::common::ResponseCode::LimitExceeded) => {
+                    Code::TooManyRequests
+                }
+                _ => Code::BadRequest,
+            };
+            (code, status.message().to_owned())
+        }
+        CallError::Unavailable { .. } => (Code::HaNotAvailable, error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_receipt_handle_round_trips_and_forgeries_are_refused() {
+        let handle = Handle {
+            group: "broker-a".into(),
+            queue_id: 3,
+            queue_offset: 42,
+            receipt: 1234,
+        };
+        assert_eq!(Handle::parse(&handle.text()), Some(handle));
+        for forged in [
+            "",
+            "broker-a:3:42",
+            "broker-a:3:42:1:9",
+            ":3:42:1",
+            "b:-1:0:1",
+            "b:0:x:1",
+        ] {
+            assert_eq!(Handle::parse(forged), None, "{forged:?}");
+        }
+    }
+
+    #[test]
+    fn filter_expressions_become_tags_or_sql() {
+        let tag = |text: &str| pb::FilterExpression {
+            r#type: pb::FilterType::Tag as i32,
+            expression: text.into(),
+        };
+        assert_eq!(filter(tag("*")), Ok((Vec::new(), String::new())));
+        assert_eq!(
+            filter(tag("TagA || TagB")),
+            Ok((vec!["TagA".to_owned(), "TagB".to_owned()], String::new()))
+        );
+        assert_eq!(
+            filter(tag("TagA ||")).map_err(|e| e.0),
+            Err(Code::IllegalFilterExpression)
+        );
+        let sql = pb::FilterExpression {
+            r#type: pb::FilterType::Sql as i32,
+            expression: "a > 1".into(),
+        };
+        assert_eq!(filter(sql), Ok((Vec::new(), "a > 1".to_owned())));
+    }
+
+    #[test]
+    fn invisible_times_at_the_boundary() {
+        let of = |duration: Duration| prost_types::Duration::try_from(duration).ok();
+        assert!(invisible_duration(of(INVISIBLE_MIN).as_ref()).is_ok());
+        assert!(invisible_duration(of(INVISIBLE_MAX).as_ref()).is_ok());
+        let short = INVISIBLE_MIN - Duration::from_millis(1);
+        assert_eq!(
+            invisible_duration(of(short).as_ref()).map_err(|e| e.0),
+            Err(Code::IllegalInvisibleTime)
+        );
+        let long = INVISIBLE_MAX + Duration::from_millis(1);
+        assert!(invisible_duration(of(long).as_ref()).is_err());
+        assert!(invisible_duration(None).is_err());
+    }
+}
