@@ -61,6 +61,10 @@ pub struct Pop {
     pub fresh: Vec<i64>,
     /// In-flight offsets whose invisibility ended by `now_ms`, delivered again.
     pub revived: Vec<i64>,
+    /// In-flight offsets whose invisibility ended by `now_ms` after their last attempt:
+    /// moved to the group's dead-letter topic (the entry carries their copies), no longer in
+    /// flight.
+    pub dead: Vec<i64>,
     pub now_ms: i64,
     pub invisible_until_ms: i64,
 }
@@ -116,7 +120,7 @@ impl PopState {
                 .fresh
                 .iter()
                 .all(|offset| (pop.from_offset..pop.next_offset).contains(offset))
-            && pop.revived.iter().all(|offset| {
+            && pop.revived.iter().chain(&pop.dead).all(|offset| {
                 queue
                     .in_flight
                     .get(offset)
@@ -127,6 +131,9 @@ impl PopState {
             return None;
         }
         queue.next_offset = pop.next_offset;
+        for offset in &pop.dead {
+            queue.in_flight.remove(offset);
+        }
         for &offset in &pop.revived {
             if let Some(message) = queue.in_flight.get_mut(&offset) {
                 message.attempt += 1;
@@ -245,6 +252,7 @@ mod tests {
             next_offset: next,
             fresh: fresh.to_vec(),
             revived: revived.to_vec(),
+            dead: Vec::new(),
             now_ms,
             invisible_until_ms: now_ms + 1_000,
         }
@@ -335,6 +343,20 @@ mod tests {
             [PopChangeOutcome::NotInFlight],
             "acked once"
         );
+    }
+
+    #[test]
+    fn a_message_past_its_last_attempt_leaves_the_queue_when_it_is_due() {
+        let mut state = PopState::default();
+        state.apply_pop(&pop(0, 2, &[0, 1], &[], 0), 1);
+        let dead = |now_ms| Pop {
+            dead: vec![0],
+            ..pop(2, 2, &[], &[], now_ms)
+        };
+        assert_eq!(state.apply_pop(&dead(999), 2), None, "not due yet");
+        assert_eq!(state.apply_pop(&dead(1_000), 3), Some(Vec::new()));
+        let in_flight = &state.queue(&key()).expect("popped").in_flight;
+        assert_eq!(in_flight.keys().copied().collect::<Vec<_>>(), [1]);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Pop consumption for 5.x consumers: `ReceiveMessage` pops from the leader of the queue's
-//! broker group (the broker's `Pop`, whose state goes through Raft), `AckMessage` and
-//! `ChangeInvisibleDuration` change what is in flight (`ChangePopped`).
+//! broker group (the broker's `Pop`, whose state goes through Raft), `AckMessage`,
+//! `ChangeInvisibleDuration` and `ForwardMessageToDeadLetterQueue` change what is in flight
+//! (`ChangePopped`).
 //!
 //! A receipt handle names one delivery: `<broker group>:<queue id>:<queue offset>:<receipt>`,
 //! the receipt being the log index of the entry that made it; an ack or change with a handle
@@ -253,6 +254,7 @@ pub async fn ack(brokers: &Brokers, request: pb::AckMessageRequest) -> pb::AckMe
                 queue_offset: handle.queue_offset,
                 receipt: handle.receipt,
                 invisible_ms: 0,
+                dead_letter: false,
             })
             .collect();
         let outcome = change(brokers, &broker_group, &group, &topic, queue_id, changes).await;
@@ -328,6 +330,7 @@ pub async fn change_invisible(
         queue_offset: handle.queue_offset,
         receipt: handle.receipt,
         invisible_ms: invisible.as_millis() as u64,
+        dead_letter: false,
     }];
     match change(
         brokers,
@@ -357,6 +360,44 @@ pub async fn change_invisible(
             None => refused((Code::InternalError, "no result".into())),
         },
         Err(refusal) => refused(refusal),
+    }
+}
+
+/// Moves one delivered message to the group's dead-letter topic (a push consumer that gave
+/// up on it).
+pub async fn forward_to_dead_letters(
+    brokers: &Brokers,
+    request: pb::ForwardMessageToDeadLetterQueueRequest,
+) -> Option<pb::Status> {
+    let group = match consumer_group(request.group.as_ref()) {
+        Ok(group) => group,
+        Err((code, reason)) => return status::status(code, reason),
+    };
+    let topic = request.topic.unwrap_or_default().name;
+    let Some(handle) = Handle::parse(&request.receipt_handle) else {
+        return invalid_handle(&request.receipt_handle);
+    };
+    let changes = vec![broker_pb::PoppedChange {
+        queue_offset: handle.queue_offset,
+        receipt: handle.receipt,
+        invisible_ms: 0,
+        dead_letter: true,
+    }];
+    match change(
+        brokers,
+        &handle.group,
+        &group,
+        &topic,
+        handle.queue_id,
+        changes,
+    )
+    .await
+    {
+        Ok(results) => results.first().map_or_else(
+            || status::status(Code::InternalError, "no result"),
+            result_status,
+        ),
+        Err((code, reason)) => status::status(code, reason),
     }
 }
 

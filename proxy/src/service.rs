@@ -1,6 +1,6 @@
 //! The `MessagingService` calls: each answers with the protocol's `Status` in its response
 //! (the clients read that code), and a gRPC error only for a request the transport could not
-//! hand over. Calls this endpoint does not serve yet answer `NOT_IMPLEMENTED`, naming them.
+//! hand over.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -135,10 +135,10 @@ impl MessagingService for Arc<Service> {
 
     async fn forward_message_to_dead_letter_queue(
         &self,
-        _request: Request<pb::ForwardMessageToDeadLetterQueueRequest>,
+        request: Request<pb::ForwardMessageToDeadLetterQueueRequest>,
     ) -> Result<Response<pb::ForwardMessageToDeadLetterQueueResponse>, tonic::Status> {
         Ok(Response::new(pb::ForwardMessageToDeadLetterQueueResponse {
-            status: status::not_served("ForwardMessageToDeadLetterQueue"),
+            status: consume::forward_to_dead_letters(&self.brokers, request.into_inner()).await,
         }))
     }
 

@@ -19,14 +19,6 @@ pub fn status(code: Code, message: impl Into<String>) -> Option<pb::Status> {
     })
 }
 
-/// What a call this endpoint does not serve yet answers, naming it.
-pub fn not_served(call: &str) -> Option<pb::Status> {
-    status(
-        Code::NotImplemented,
-        format!("{call} is not served by this rocketraft endpoint yet"),
-    )
-}
-
 /// The code and reason of a send the SDK could not complete.
 pub fn of_send_error(error: &ProducerError) -> Option<pb::Status> {
     let code = match error {

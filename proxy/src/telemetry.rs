@@ -16,9 +16,14 @@ use crate::pb;
 use crate::pb::telemetry_command::Command;
 use crate::send::MESSAGE_BODY_BYTES_MAX;
 use crate::status;
+use rocketraft_proto::limits::RETRY_MAX_TIMES_DEFAULT;
 
-/// Attempts of a client's call, the first included, before it gives up.
+/// Attempts of a producer's send, the first included, before it gives up.
 pub const CLIENT_ATTEMPTS_MAX: i32 = 3;
+/// Deliveries of a message to a consumer group, the first included, before it goes to the
+/// group's dead-letter topic, as consumers are told: the default group's (its retries and
+/// the first). The brokers count each group's own `retry_max_times`.
+pub const DELIVERY_ATTEMPTS_MAX: i32 = RETRY_MAX_TIMES_DEFAULT as i32 + 1;
 /// A client's first backoff between attempts; each next one is `BACKOFF_MULTIPLIER` times
 /// longer, up to `BACKOFF_MAX`.
 pub const BACKOFF_INITIAL: Duration = Duration::from_millis(10);
@@ -99,11 +104,15 @@ fn server_settings(client: pb::Settings) -> pb::Settings {
         }
         None => None,
     };
+    let max_attempts = match &pub_sub {
+        Some(pb::settings::PubSub::Subscription(_)) => DELIVERY_ATTEMPTS_MAX,
+        _ => CLIENT_ATTEMPTS_MAX,
+    };
     pb::Settings {
         client_type: client.client_type,
         access_point: client.access_point,
         backoff_policy: Some(pb::RetryPolicy {
-            max_attempts: CLIENT_ATTEMPTS_MAX,
+            max_attempts,
             strategy: Some(pb::retry_policy::Strategy::ExponentialBackoff(
                 pb::ExponentialBackoff {
                     initial: Some(duration(BACKOFF_INITIAL)),

@@ -27,9 +27,11 @@ use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
 use rocketraft_client::message::property;
 use rocketraft_client::producer::Producer;
+use rocketraft_proto::broker as pb;
 use rocketraft_proto::time::now_ms;
 use rocketraft_proxy::pb as v5;
 use rocketraft_proxy::pb::messaging_service_client::MessagingServiceClient;
+use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::deliveries::Deliveries;
 use rocketraft_tests::init_tracing;
@@ -405,13 +407,7 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
             tag_a.insert(sent.msg_id);
         }
     }
-    let mut option = SimpleConsumerOption::default();
-    option.set_consumer_group("v5-pop");
-    option.set_topics(vec![TOPIC]);
-    let mut client_option = ClientOption::default();
-    client_option.set_access_url(endpoint.to_string());
-    // Empty receives come back after about a second and a half.
-    client_option.set_long_polling_timeout(Duration::from_secs(2));
+    let (option, client_option) = simple_consumer_options(endpoint, "v5-pop");
     let mut consumer =
         SimpleConsumer::new(option, client_option).map_err(|error| anyhow::anyhow!("{error:?}"))?;
     consumer
@@ -515,6 +511,210 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
         .await
         .map_err(|error| anyhow::anyhow!("ack: {error:?}"))?;
 
+    cluster.shutdown().await;
+    Ok(())
+}
+
+fn simple_consumer_options(
+    endpoint: SocketAddr,
+    group: &str,
+) -> (SimpleConsumerOption, ClientOption) {
+    let mut option = SimpleConsumerOption::default();
+    option.set_consumer_group(group);
+    option.set_topics(vec![TOPIC]);
+    let mut client_option = ClientOption::default();
+    client_option.set_access_url(endpoint.to_string());
+    // Empty receives come back after about a second and a half.
+    client_option.set_long_polling_timeout(Duration::from_secs(2));
+    (option, client_option)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_leader_kill_while_receiving_nothing_should_be_lost_and_nothing_acked_come_back()
+-> anyhow::Result<()> {
+    init_tracing();
+    let mut cluster = start_cluster(0x5005_0004).await?;
+    // The endpoint lives on a node of the other group: the kill does not take it down.
+    let endpoint = follower_endpoint(&cluster, "broker-b").await?;
+    let producer = Producer::builder(cluster.nameservers(), "v5-kill-producer").build()?;
+    let mut sent = BTreeSet::new();
+    for i in 0..24 {
+        sent.insert(
+            producer
+                .send(Message::new(TOPIC, format!("kill {i}")))
+                .await?
+                .msg_id,
+        );
+    }
+    let (option, client_option) = simple_consumer_options(endpoint, "v5-kill");
+    let mut consumer =
+        SimpleConsumer::new(option, client_option).map_err(|error| anyhow::anyhow!("{error:?}"))?;
+    consumer
+        .start()
+        .await
+        .map_err(|error| anyhow::anyhow!("start the simple consumer: {error:?}"))?;
+    let all = FilterExpression::new(FilterType::Tag, "*");
+    let invisible = Duration::from_secs(10);
+
+    info!("--- every message received once; every other one acked");
+    let receiving = tokio::time::Instant::now();
+    let first = receive_until(&consumer, &all, invisible, sent.len(), TIMEOUT).await?;
+    let ids: BTreeSet<String> = first.iter().map(|m| m.message_id().to_owned()).collect();
+    assert_eq!(ids, sent);
+    assert_eq!(first.len(), sent.len(), "each once");
+    let mut acked = BTreeSet::new();
+    for message in first.iter().step_by(2) {
+        consumer
+            .ack(message)
+            .await
+            .map_err(|error| anyhow::anyhow!("ack: {error:?}"))?;
+        acked.insert(message.message_id().to_owned());
+    }
+    let unacked: BTreeSet<String> = sent.difference(&acked).cloned().collect();
+
+    info!("--- kill -9 broker-a's leader");
+    let group = cluster.group_mut("broker-a");
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    group.stop(leader).await;
+    group.wait_for_leader(TIMEOUT).await?;
+
+    info!("--- the unacked come back once their invisible time ended, the acked never");
+    let again = receive_until(
+        &consumer,
+        &all,
+        Duration::from_secs(60),
+        unacked.len(),
+        TIMEOUT,
+    )
+    .await?;
+    let again_ids: BTreeSet<String> = again.iter().map(|m| m.message_id().to_owned()).collect();
+    assert_eq!(
+        again_ids, unacked,
+        "exactly the unacked, acked ones never again"
+    );
+    assert_eq!(again.len(), unacked.len(), "each once");
+    assert!(again.iter().all(|message| message.delivery_attempt() == 2));
+    assert!(
+        receiving.elapsed() >= invisible,
+        "none came back before its invisible time ended"
+    );
+    for message in &again {
+        consumer
+            .ack(message)
+            .await
+            .map_err(|error| anyhow::anyhow!("ack: {error:?}"))?;
+    }
+    for _ in 0..4 {
+        let more = consumer
+            .receive_with(TOPIC, &all, 32, Duration::from_secs(60))
+            .await
+            .map_err(|error| anyhow::anyhow!("5.x receive: {error:?}"))?;
+        assert!(more.is_empty(), "acked, yet delivered again: {more:?}");
+    }
+    cluster.shutdown().await;
+    Ok(())
+}
+
+/// Messages of `%DLQ%<group>` over both broker groups.
+async fn dead_letters(cluster: &TestCluster, group: &str) -> anyhow::Result<usize> {
+    let mut count = 0;
+    for name in GROUPS {
+        count += cluster
+            .queue(name, &format!("%DLQ%{group}"), 0)
+            .await?
+            .len();
+    }
+    Ok(count)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_max_attempts_or_a_forward_a_popped_message_should_go_to_the_dead_letter_topic()
+-> anyhow::Result<()> {
+    init_tracing();
+    let cluster = start_cluster(0x5005_0005).await?;
+    let endpoint = follower_endpoint(&cluster, "broker-b").await?;
+    info!("--- group v5-dlq allows one retry: two deliveries");
+    for group in &cluster.groups {
+        let leader = group.wait_for_leader(TIMEOUT).await?;
+        group
+            .client(leader)
+            .await?
+            .upsert_group(pb::UpsertGroupRequest {
+                group: "v5-dlq".into(),
+                retry_max_times: 1,
+                retry_queue_count: 0,
+            })
+            .await?;
+    }
+    let producer = Producer::builder(cluster.nameservers(), "v5-dlq-producer").build()?;
+    let (option, client_option) = simple_consumer_options(endpoint, "v5-dlq");
+    let mut consumer =
+        SimpleConsumer::new(option, client_option).map_err(|error| anyhow::anyhow!("{error:?}"))?;
+    consumer
+        .start()
+        .await
+        .map_err(|error| anyhow::anyhow!("start the simple consumer: {error:?}"))?;
+    let all = FilterExpression::new(FilterType::Tag, "*");
+    let second = Duration::from_secs(1);
+
+    let doomed = producer.send(Message::new(TOPIC, "never acked")).await?;
+    for attempt in 1..=2 {
+        let got = receive_until(&consumer, &all, second, 1, TIMEOUT).await?;
+        assert_eq!(got[0].message_id(), doomed.msg_id);
+        assert_eq!(got[0].delivery_attempt(), attempt);
+    }
+    wait_for("the message in the dead-letter topic", TIMEOUT, || async {
+        // Receiving is what finds it due and moves it.
+        let more = consumer.receive_with(TOPIC, &all, 32, second).await.ok()?;
+        assert!(more.is_empty(), "delivered past its last attempt: {more:?}");
+        (dead_letters(&cluster, "v5-dlq").await.ok()? == 1).then_some(())
+    })
+    .await?;
+
+    info!("--- a consumer that gives up forwards it at once");
+    let given_up = producer.send(Message::new(TOPIC, "given up")).await?;
+    let got = receive_until(&consumer, &all, Duration::from_secs(60), 1, TIMEOUT).await?;
+    assert_eq!(got[0].message_id(), given_up.msg_id);
+    let mut raw = MessagingServiceClient::connect(format!("http://{endpoint}")).await?;
+    let resource = |name: &str| {
+        Some(v5::Resource {
+            resource_namespace: String::new(),
+            name: name.into(),
+        })
+    };
+    let forwarded = raw
+        .forward_message_to_dead_letter_queue(v5::ForwardMessageToDeadLetterQueueRequest {
+            group: resource("v5-dlq"),
+            topic: resource(TOPIC),
+            receipt_handle: got[0].receipt_handle(),
+            message_id: given_up.msg_id.clone(),
+            delivery_attempt: 1,
+            max_delivery_attempts: 2,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        forwarded.status.map(|status| status.code()),
+        Some(v5::Code::Ok)
+    );
+    assert_eq!(dead_letters(&cluster, "v5-dlq").await?, 2);
+    let again = raw
+        .forward_message_to_dead_letter_queue(v5::ForwardMessageToDeadLetterQueueRequest {
+            group: resource("v5-dlq"),
+            topic: resource(TOPIC),
+            receipt_handle: got[0].receipt_handle(),
+            message_id: given_up.msg_id.clone(),
+            delivery_attempt: 1,
+            max_delivery_attempts: 2,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        again.status.map(|status| status.code()),
+        Some(v5::Code::InvalidReceiptHandle),
+        "forwarded once"
+    );
+    assert_eq!(dead_letters(&cluster, "v5-dlq").await?, 2, "one copy");
     cluster.shutdown().await;
     Ok(())
 }

@@ -111,6 +111,7 @@ mod tests {
             next_offset: 3,
             fresh: vec![0, 2],
             revived: Vec::new(),
+            dead: Vec::new(),
             now_ms: 0,
             invisible_until_ms: 10_000,
         };

@@ -33,6 +33,8 @@ use serde::Serialize;
 use crate::durable_file;
 use crate::group_state::GroupState;
 use crate::metadata::Metadata;
+use crate::pop_state::PopChange;
+use crate::pop_state::PopChangeOutcome;
 use crate::pop_state::PopState;
 use crate::raft::codec;
 use crate::raft::snapshot::CommitLogInstaller;
@@ -288,12 +290,35 @@ impl StateMachine {
                 self.group.metadata_mut().upsert_group(group);
                 Ok(CommandResult::Done)
             }
-            Command::Pop(pop) => {
+            Command::Pop { pop, dead_letters } => {
                 let delivered = self.group.metadata_mut().pops.apply_pop(&pop, index);
+                if delivered.is_some() && !dead_letters.is_empty() {
+                    append_records(&self.group, &dead_letters, &[])?;
+                }
                 Ok(CommandResult::Popped {
                     delivered,
                     receipt: index,
                 })
+            }
+            Command::PopDeadLetter {
+                key,
+                change,
+                now_ms,
+                record,
+            } => {
+                let outcomes = self.group.metadata_mut().pops.apply_changes(
+                    &key,
+                    &[PopChange {
+                        invisible_until_ms: None,
+                        ..change
+                    }],
+                    now_ms,
+                    index,
+                );
+                if matches!(outcomes.first(), Some(PopChangeOutcome::Done { .. })) {
+                    append_records(&self.group, &record, &[])?;
+                }
+                Ok(CommandResult::PopChanged(outcomes))
             }
             Command::PopChange {
                 key,

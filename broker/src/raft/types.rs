@@ -117,16 +117,32 @@ pub enum Command {
     EndTransactions {
         ends: Vec<TransactionEnd>,
     },
-    /// Messages of one group's queue delivered to a pop consumer ([`crate::pop_state::PopState::apply_pop`]):
-    /// applied whole, only if the queue is as the leader read it; their receipt is this
-    /// entry's log index.
-    Pop(Pop),
+    /// Messages of one group's queue delivered to a pop consumer
+    /// ([`crate::pop_state::PopState::apply_pop`]): applied whole, only if the queue is as
+    /// the leader read it; their receipt is this entry's log index. `dead_letters` are the
+    /// copies of `pop.dead` for the group's dead-letter topic, encoded as in `Append`,
+    /// appended only if the pop applies.
+    Pop {
+        pop: Pop,
+        #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
+        dead_letters: Bytes,
+    },
     /// Acks and invisibility changes of a group's in-flight messages
     /// ([`crate::pop_state::PopState::apply_changes`]), as of `now_ms`.
     PopChange {
         key: PopQueueKey,
         changes: Vec<PopChange>,
         now_ms: i64,
+    },
+    /// An in-flight message its consumer gave up on: acked as `change` (which it must be),
+    /// and, if that applies, `record` (its copy for the group's dead-letter topic, encoded as
+    /// in `Append`) appended.
+    PopDeadLetter {
+        key: PopQueueKey,
+        change: PopChange,
+        now_ms: i64,
+        #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
+        record: Bytes,
     },
 }
 
@@ -166,14 +182,20 @@ impl fmt::Display for Command {
                 write!(f, "EndTransaction({msg_id}, {} bytes)", records.len())
             }
             Command::EndTransactions { ends } => write!(f, "EndTransactions({})", ends.len()),
-            Command::Pop(pop) => write!(
+            Command::Pop { pop, .. } => write!(
                 f,
-                "Pop({}, {}#{}, {} fresh, {} revived)",
+                "Pop({}, {}#{}, {} fresh, {} revived, {} dead)",
                 pop.key.group,
                 pop.key.topic,
                 pop.key.queue_id,
                 pop.fresh.len(),
-                pop.revived.len()
+                pop.revived.len(),
+                pop.dead.len()
+            ),
+            Command::PopDeadLetter { key, change, .. } => write!(
+                f,
+                "PopDeadLetter({}, {}#{}, {})",
+                key.group, key.topic, key.queue_id, change.queue_offset
             ),
             Command::PopChange { key, changes, .. } => write!(
                 f,

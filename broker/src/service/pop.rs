@@ -2,17 +2,23 @@
 //! the 5.x endpoint), over the replicated [`crate::pop_state`].
 //!
 //! A pop takes first the group's in-flight messages of the queue whose invisibility ended
-//! (delivered again, one attempt more), then fresh ones past the group's pop offset, filtered
+//! (delivered again, one attempt more; past the group's last attempt, `retry_max_times + 1`,
+//! moved to `%DLQ%<group>` in the same entry instead), then fresh ones past the group's pop
+//! offset, filtered
 //! like a pull (a tag subscription also checks the tag string, so what a pop returns matches
 //! exactly), and proposes them as one `Pop` entry; it returns what that entry delivered, so
 //! a message is never handed out by a pop that did not commit. Pops of one queue take turns
 //! on the leader, so they do not undo each other's compare-and-set. An empty pop waits
 //! (long polling) for a message to arrive or an invisibility to end.
 //!
-//! Acks and invisibility changes go through Raft as one `PopChange` entry per request.
+//! Acks and invisibility changes go through Raft as one `PopChange` entry per request; a
+//! consumer giving up on a message (`dead_letter`) is one `PopDeadLetter` entry: the ack and
+//! the copy in `%DLQ%<group>` land together or not at all.
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::limits::POP_BATCH_COUNT_MAX;
@@ -38,11 +44,19 @@ use crate::service::pull::PULL_SCAN_UNITS_MAX;
 use crate::service::pull::pick_units;
 use crate::service::pulled::HostText;
 use crate::service::pulled::to_pulled;
+use crate::service::send_back::into_dead_letter;
+use crate::service::system_topics::DLQ_QUEUE_COUNT;
+use crate::service::system_topics::dlq_topic;
+use crate::store::MessageStore;
+use crate::store::record::MessageRecord;
 use crate::topic::validate_group_name;
 use crate::topic::validate_topic_name;
 
 /// Changes one `ChangePopped` carries at most.
 pub const POP_CHANGES_MAX: usize = 1024;
+/// A due in-flight message: its queue offset and the deliveries it had.
+type Due = (i64, u32);
+
 /// Times a pop proposes again after its entry found the queue moved (a pop of an earlier
 /// leader, or an ack of a message it meant to deliver again) before it answers empty.
 const POP_CONFLICT_RETRIES: usize = 3;
@@ -55,6 +69,9 @@ impl BrokerService {
         let filter = validate_pop(&request)?;
         self.ensure_leader()?;
         self.check_readable_queue(&request.topic, request.queue_id)?;
+        // Deliveries before a message goes to the dead-letter topic: the first and the
+        // group's retries.
+        let attempts_max = self.group_config(&request.group).await?.retry_max_times + 1;
         let key = PopQueueKey {
             group: request.group.clone(),
             topic: request.topic.clone(),
@@ -71,7 +88,7 @@ impl BrokerService {
             let turn = self.pop_turn(&key);
             let messages = {
                 let _turn = turn.lock().await;
-                self.pop_once(&key, &request, &filter).await?
+                self.pop_once(&key, &request, &filter, attempts_max).await?
             };
             if !messages.is_empty() || request.max_wait_ms == 0 {
                 return Ok(pb::PopResponse { messages });
@@ -121,17 +138,36 @@ impl BrokerService {
         key: &PopQueueKey,
         request: &pb::PopRequest,
         filter: &Filter,
+        attempts_max: u32,
     ) -> Result<Vec<pb::PoppedMessage>, BrokerError> {
         let max = request.max_messages as usize;
         for _ in 0..POP_CONFLICT_RETRIES {
             let now = now_ms();
-            let pop = self.plan_pop(key, max, filter, now, request.invisible_ms)?;
-            if pop.revived.is_empty() && pop.fresh.is_empty() && pop.next_offset == pop.from_offset
+            let (pop, dead_letters) =
+                self.plan_pop(key, max, filter, now, request.invisible_ms, attempts_max)?;
+            if pop.revived.is_empty()
+                && pop.fresh.is_empty()
+                && pop.dead.is_empty()
+                && pop.next_offset == pop.from_offset
             {
                 return Ok(Vec::new());
             }
+            if !pop.dead.is_empty() {
+                self.system_topic(&dlq_topic(&key.group), DLQ_QUEUE_COUNT)
+                    .await?;
+                tracing::info!(
+                    group = key.group,
+                    topic = key.topic,
+                    queue_id = key.queue_id,
+                    count = pop.dead.len(),
+                    attempts_max,
+                    "popped messages past their last attempt moved to the dead-letter topic"
+                );
+            }
             let invisible_until_ms = pop.invisible_until_ms;
-            let applied = propose(&self.raft, Command::Pop(pop)).await?.await?;
+            let applied = propose(&self.raft, Command::Pop { pop, dead_letters })
+                .await?
+                .await?;
             let CommandResult::Popped { delivered, receipt } = applied else {
                 return Err(BrokerError::Internal(format!(
                     "a Pop entry applied as {applied:?}"
@@ -146,7 +182,8 @@ impl BrokerService {
     }
 
     /// The pop this leader proposes now for `key`: due messages first, then fresh matching
-    /// ones, `max` in all, within the in-flight limit.
+    /// ones, `max` in all, within the in-flight limit; due messages past their last attempt
+    /// go to the dead-letter topic instead (with their copies, encoded).
     fn plan_pop(
         &self,
         key: &PopQueueKey,
@@ -154,7 +191,8 @@ impl BrokerService {
         filter: &Filter,
         now: i64,
         invisible_ms: u64,
-    ) -> Result<Pop, BrokerError> {
+        attempts_max: u32,
+    ) -> Result<(Pop, Bytes), BrokerError> {
         // The metadata first, then the store: never both locks at once.
         let (known_next, due, in_flight) = {
             let metadata = self.group.metadata();
@@ -165,7 +203,7 @@ impl BrokerService {
                         .in_flight
                         .iter()
                         .filter(|(_, message)| message.invisible_until_ms <= now)
-                        .map(|(offset, _)| *offset)
+                        .map(|(offset, message)| (*offset, message.attempt))
                         .collect::<Vec<_>>(),
                     queue.in_flight.len(),
                 ),
@@ -176,11 +214,31 @@ impl BrokerService {
         let (min_offset, max_offset) = store.consume_queue_offsets(&key.topic, key.queue_id);
         let from_offset = known_next.unwrap_or(min_offset);
         // A due message retention deleted stays in flight (it can no longer be delivered).
-        let revived: Vec<i64> = due
+        let (dead, revived): (Vec<Due>, Vec<Due>) = due
             .into_iter()
-            .filter(|offset| *offset >= min_offset)
+            .filter(|(offset, _)| *offset >= min_offset)
             .take(max)
-            .collect();
+            .partition(|(_, attempt)| *attempt >= attempts_max);
+        let revived: Vec<i64> = revived.into_iter().map(|(offset, _)| offset).collect();
+        let mut dead_letters = Vec::new();
+        for &(offset, attempt) in &dead {
+            let Some(unit) = store
+                .consume_queue_units(&key.topic, key.queue_id, offset)
+                .next()
+            else {
+                continue;
+            };
+            self.dead_letter_copy(
+                &store,
+                &key.group,
+                unit.commit_log_offset,
+                attempt,
+                attempts_max,
+            )?
+            .encode_into(&mut dead_letters)
+            .map_err(BrokerError::illegal)?;
+        }
+        let dead: Vec<i64> = dead.into_iter().map(|(offset, _)| offset).collect();
         let room = (max - revived.len()).min(POP_IN_FLIGHT_MAX - in_flight);
         let scan_from = from_offset.max(min_offset);
         let (fresh, next_offset) = if room == 0 || scan_from >= max_offset {
@@ -211,15 +269,38 @@ impl BrokerService {
                 next_offset,
             )
         };
-        Ok(Pop {
+        let pop = Pop {
             key: key.clone(),
             from_offset,
             next_offset,
             fresh,
             revived,
+            dead,
             now_ms: now,
             invisible_until_ms: now.saturating_add(invisible_ms as i64),
-        })
+        };
+        Ok((pop, dead_letters.into()))
+    }
+
+    /// The copy for `group`'s dead-letter topic of the message at `commit_log_offset`,
+    /// delivered `attempts` times.
+    fn dead_letter_copy(
+        &self,
+        store: &MessageStore,
+        group: &str,
+        commit_log_offset: i64,
+        attempts: u32,
+        attempts_max: u32,
+    ) -> Result<MessageRecord, BrokerError> {
+        let original = store.read_message(commit_log_offset)?;
+        let mut copy = self.redelivery_copy(
+            &original,
+            commit_log_offset,
+            attempts as i32,
+            attempts_max as i32 - 1,
+        )?;
+        into_dead_letter(&mut copy, group);
+        Ok(copy)
     }
 
     /// The messages a committed pop delivered, read from the store.
@@ -297,21 +378,36 @@ impl BrokerService {
             });
         }
         self.ensure_leader()?;
+        let dead_letter = request.changes.iter().any(|change| change.dead_letter);
+        if dead_letter && request.changes.len() > 1 {
+            return Err(BrokerError::BadRequest(
+                "a change that dead-letters a message goes alone".into(),
+            ));
+        }
         let key = PopQueueKey {
             group: request.group,
             topic: request.topic,
             queue_id: request.queue_id,
         };
-        let applied = propose(
-            &self.raft,
+        let command = if dead_letter {
+            let change = PopChange {
+                invisible_until_ms: None,
+                ..changes[0]
+            };
+            Command::PopDeadLetter {
+                record: self.dead_letter_record(&key, &change).await?,
+                key,
+                change,
+                now_ms: now,
+            }
+        } else {
             Command::PopChange {
                 key,
                 changes: changes.clone(),
                 now_ms: now,
-            },
-        )
-        .await?
-        .await?;
+            }
+        };
+        let applied = propose(&self.raft, command).await?.await?;
         let CommandResult::PopChanged(outcomes) = applied else {
             return Err(BrokerError::Internal(format!(
                 "a PopChange entry applied as {applied:?}"
@@ -335,6 +431,52 @@ impl BrokerService {
             })
             .collect();
         Ok(pb::ChangePoppedResponse { results })
+    }
+
+    /// The dead-letter copy of the in-flight message `change` names (the change applies only
+    /// if it is still in flight with that receipt, so a copy of another message is never
+    /// stored).
+    async fn dead_letter_record(
+        &self,
+        key: &PopQueueKey,
+        change: &PopChange,
+    ) -> Result<Bytes, BrokerError> {
+        let attempts_max = self.group_config(&key.group).await?.retry_max_times + 1;
+        let attempts = self
+            .group
+            .metadata()
+            .pops
+            .queue(key)
+            .and_then(|queue| queue.in_flight.get(&change.queue_offset))
+            .map_or(1, |message| message.attempt);
+        self.system_topic(&dlq_topic(&key.group), DLQ_QUEUE_COUNT)
+            .await?;
+        let store = self.group.store();
+        let (min_offset, _) = store.consume_queue_offsets(&key.topic, key.queue_id);
+        let unit = (change.queue_offset >= min_offset)
+            .then(|| {
+                store
+                    .consume_queue_units(&key.topic, key.queue_id, change.queue_offset)
+                    .next()
+            })
+            .flatten()
+            .ok_or_else(|| {
+                BrokerError::BadRequest(format!(
+                    "{}#{} holds no message at {}",
+                    key.topic, key.queue_id, change.queue_offset
+                ))
+            })?;
+        let mut record = Vec::new();
+        self.dead_letter_copy(
+            &store,
+            &key.group,
+            unit.commit_log_offset,
+            attempts,
+            attempts_max,
+        )?
+        .encode_into(&mut record)
+        .map_err(BrokerError::illegal)?;
+        Ok(record.into())
     }
 
     /// Fails unless `topic` exists here with a readable queue `queue_id`.

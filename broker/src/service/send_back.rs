@@ -23,6 +23,7 @@ use crate::store::properties::MAX_RECONSUME_TIMES;
 use crate::store::properties::ORIGIN_MESSAGE_ID;
 use crate::store::properties::RETRY_TOPIC;
 use crate::store::properties::UNIQ_KEY;
+use crate::store::record::MessageRecord;
 use crate::topic::RETRY_TOPIC_PREFIX;
 use crate::topic::validate_group_name;
 use rocketraft_proto::names::RETRY_DELAY_LEVEL_BASE;
@@ -53,35 +54,11 @@ impl BrokerService {
             0 => config.retry_max_times as i32,
             max => max,
         };
-        let mut copy = original.clone();
-        let properties = &mut copy.properties;
-        if properties.get(RETRY_TOPIC).is_none() && !original.topic.starts_with(RETRY_TOPIC_PREFIX)
-        {
-            properties
-                .insert(RETRY_TOPIC, original.topic.clone())
-                .map_err(BrokerError::illegal)?;
-        }
-        if properties.get(ORIGIN_MESSAGE_ID).is_none() {
-            let origin = properties.get(UNIQ_KEY).map_or_else(
-                || offset_msg_id(self.store_host, request.commit_log_offset),
-                str::to_owned,
-            );
-            properties
-                .insert(ORIGIN_MESSAGE_ID, origin)
-                .map_err(BrokerError::illegal)?;
-        }
-        properties
-            .insert(MAX_RECONSUME_TIMES, max.to_string())
-            .map_err(BrokerError::illegal)?;
-        copy.reconsume_times = times + 1;
-        copy.store_timestamp_ms = now_ms();
-        copy.queue_offset = 0;
-        copy.physical_offset = 0;
+        let mut copy =
+            self.redelivery_copy(&original, request.commit_log_offset, times + 1, max)?;
         let dead_lettered = times >= max || request.delay_level < 0;
         if dead_lettered {
-            copy.topic = dlq_topic(&request.group);
-            copy.queue_id = 0;
-            copy.properties.remove(DELAY);
+            into_dead_letter(&mut copy, &request.group);
             self.system_topic(&copy.topic, DLQ_QUEUE_COUNT).await?;
             tracing::info!(
                 group = request.group,
@@ -124,4 +101,48 @@ impl BrokerService {
                 .map_or(-1, |message| message.commit_log_offset),
         })
     }
+
+    /// A copy of `original` (stored at `commit_log_offset`) to deliver again: it names the
+    /// topic and message it came from (`RETRY_TOPIC`, `ORIGIN_MESSAGE_ID`, each kept if set)
+    /// and the most reconsumes allowed, counts `reconsume_times`, and is stored now.
+    pub(super) fn redelivery_copy(
+        &self,
+        original: &MessageRecord,
+        commit_log_offset: i64,
+        reconsume_times: i32,
+        max_reconsume_times: i32,
+    ) -> Result<MessageRecord, BrokerError> {
+        let mut copy = original.clone();
+        let properties = &mut copy.properties;
+        if properties.get(RETRY_TOPIC).is_none() && !original.topic.starts_with(RETRY_TOPIC_PREFIX)
+        {
+            properties
+                .insert(RETRY_TOPIC, original.topic.clone())
+                .map_err(BrokerError::illegal)?;
+        }
+        if properties.get(ORIGIN_MESSAGE_ID).is_none() {
+            let origin = properties.get(UNIQ_KEY).map_or_else(
+                || offset_msg_id(self.store_host, commit_log_offset),
+                str::to_owned,
+            );
+            properties
+                .insert(ORIGIN_MESSAGE_ID, origin)
+                .map_err(BrokerError::illegal)?;
+        }
+        properties
+            .insert(MAX_RECONSUME_TIMES, max_reconsume_times.to_string())
+            .map_err(BrokerError::illegal)?;
+        copy.reconsume_times = reconsume_times;
+        copy.store_timestamp_ms = now_ms();
+        copy.queue_offset = 0;
+        copy.physical_offset = 0;
+        Ok(copy)
+    }
+}
+
+/// Sends `copy` to `group`'s dead-letter topic (queue 0), undelayed.
+pub(super) fn into_dead_letter(copy: &mut MessageRecord, group: &str) {
+    copy.topic = dlq_topic(group);
+    copy.queue_id = 0;
+    copy.properties.remove(DELAY);
 }
