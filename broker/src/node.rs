@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rocketraft_client::connector::ClientTls;
-use rocketraft_nameserver::connection_limit::limit_connections;
+use rocketraft_nameserver::connection_limit::serve_connections;
 use rocketraft_nameserver::server::stop_serving;
 use rocketraft_proto::broker::broker_server::BrokerServer;
 use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
@@ -24,7 +24,6 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::ServerTlsConfig;
 use tonic::transport::server::Router;
-use tonic::transport::server::TcpIncoming;
 
 use crate::config::BrokerConfig;
 use crate::consumer_registry::ConsumerRegistry;
@@ -327,14 +326,7 @@ impl BrokerNode {
             .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX);
         let serve = |router: Router, listener: TcpListener| {
             tokio::spawn(router.serve_with_incoming_shutdown(
-                // Nagle's algorithm would hold back small replication frames until the
-                // peer's delayed ACK (40 ms); the builder's `tcp_nodelay` does not reach
-                // connections from an incoming stream, so set it here.
-                limit_connections(
-                    TcpIncoming::from(listener).with_nodelay(Some(true)),
-                    config.connections_max,
-                    "connections_max",
-                ),
+                serve_connections(listener, config.connections_max),
                 shutdown.clone().cancelled_owned(),
             ))
         };

@@ -14,6 +14,7 @@
 //! - a queue holds at most [`POP_IN_FLIGHT_MAX`] messages in flight.
 
 use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use serde::Deserialize;
 use serde::Serialize;
@@ -95,9 +96,24 @@ pub enum PopChangeOutcome {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PopState {
     queues: BTreeMap<PopQueueKey, PopQueue>,
+    /// Consumer groups that receive in order (FIFO): a queue delivers nothing new while
+    /// messages of it are in flight to the group.
+    orderly_groups: BTreeSet<String>,
 }
 
 impl PopState {
+    pub fn is_orderly(&self, group: &str) -> bool {
+        self.orderly_groups.contains(group)
+    }
+
+    pub fn set_orderly(&mut self, group: &str, orderly: bool) {
+        if orderly {
+            self.orderly_groups.insert(group.to_owned());
+        } else {
+            self.orderly_groups.remove(group);
+        }
+    }
+
     pub fn queue(&self, key: &PopQueueKey) -> Option<&PopQueue> {
         self.queues.get(key)
     }

@@ -120,6 +120,21 @@ impl AsyncWrite for Admitted {
     }
 }
 
+/// The connections a gRPC server (broker, nameserver, 5.x endpoint) accepts on `listener`:
+/// at most `max` at once (the `connections_max` setting), with Nagle's algorithm off. It
+/// would hold back small frames (replication, acks) until the peer's delayed ACK (40 ms), and
+/// the server builder's `tcp_nodelay` does not reach connections from an incoming stream.
+pub fn serve_connections(
+    listener: tokio::net::TcpListener,
+    max: usize,
+) -> impl Stream<Item = io::Result<Admitted>> {
+    limit_connections(
+        tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+        max,
+        "connections_max",
+    )
+}
+
 /// The connections of `incoming` a server may serve: at most `max` at once (`key` names the
 /// setting in the refusal's log line).
 pub fn limit_connections<S>(

@@ -13,10 +13,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Identity;
 use tonic::transport::ServerTlsConfig;
-use tonic::transport::server::TcpIncoming;
 
 use crate::connection_limit::CONNECTIONS_MAX_DEFAULT;
-use crate::connection_limit::limit_connections;
+use crate::connection_limit::serve_connections;
 use crate::metrics::NameServerMetrics;
 use crate::metrics_endpoint::serve_metrics;
 use crate::service::NameServerService;
@@ -133,11 +132,7 @@ impl NameServer {
                 config.cluster_secret.clone(),
             )))
             .serve_with_incoming_shutdown(
-                limit_connections(
-                    TcpIncoming::from(listener).with_nodelay(Some(true)),
-                    config.connections_max,
-                    "connections_max",
-                ),
+                serve_connections(listener, config.connections_max),
                 shutdown.clone().cancelled_owned(),
             );
         tracing::info!(%addr, "nameserver started");

@@ -326,38 +326,28 @@ pub async fn change_invisible(
         Ok(invisible) => invisible,
         Err(refusal) => return refused(refusal),
     };
-    let changes = vec![broker_pb::PoppedChange {
-        queue_offset: handle.queue_offset,
-        receipt: handle.receipt,
-        invisible_ms: invisible.as_millis() as u64,
-        dead_letter: false,
-    }];
-    match change(
+    let changed = change_one(
         brokers,
-        &handle.group,
-        &group,
-        &topic,
-        handle.queue_id,
-        changes,
+        (&group, &topic),
+        &handle,
+        invisible.as_millis() as u64,
+        false,
     )
-    .await
-    {
-        Ok(results) => match results.first() {
-            Some(result) if result.outcome() == broker_pb::ChangeOutcome::ChangeDone => {
-                pb::ChangeInvisibleDurationResponse {
-                    status: status::ok(),
-                    receipt_handle: Handle {
-                        receipt: result.receipt,
-                        ..handle
-                    }
-                    .text(),
+    .await;
+    match changed {
+        Ok(result) if result.outcome() == broker_pb::ChangeOutcome::ChangeDone => {
+            pb::ChangeInvisibleDurationResponse {
+                status: status::ok(),
+                receipt_handle: Handle {
+                    receipt: result.receipt,
+                    ..handle
                 }
+                .text(),
             }
-            Some(result) => pb::ChangeInvisibleDurationResponse {
-                status: result_status(result),
-                receipt_handle: String::new(),
-            },
-            None => refused((Code::InternalError, "no result".into())),
+        }
+        Ok(result) => pb::ChangeInvisibleDurationResponse {
+            status: result_status(&result),
+            receipt_handle: String::new(),
         },
         Err(refusal) => refused(refusal),
     }
@@ -377,28 +367,39 @@ pub async fn forward_to_dead_letters(
     let Some(handle) = Handle::parse(&request.receipt_handle) else {
         return invalid_handle(&request.receipt_handle);
     };
+    match change_one(brokers, (&group, &topic), &handle, 0, true).await {
+        Ok(result) => result_status(&result),
+        Err((code, reason)) => status::status(code, reason),
+    }
+}
+
+/// One change (see `broker_pb::PoppedChange`) of the delivery `handle` names, for a
+/// (consumer group, topic), and its result.
+async fn change_one(
+    brokers: &Brokers,
+    (group, topic): (&str, &str),
+    handle: &Handle,
+    invisible_ms: u64,
+    dead_letter: bool,
+) -> Result<broker_pb::ChangeResult, Refusal> {
     let changes = vec![broker_pb::PoppedChange {
         queue_offset: handle.queue_offset,
         receipt: handle.receipt,
-        invisible_ms: 0,
-        dead_letter: true,
+        invisible_ms,
+        dead_letter,
     }];
-    match change(
+    change(
         brokers,
         &handle.group,
-        &group,
-        &topic,
+        group,
+        topic,
         handle.queue_id,
         changes,
     )
-    .await
-    {
-        Ok(results) => results.first().map_or_else(
-            || status::status(Code::InternalError, "no result"),
-            result_status,
-        ),
-        Err((code, reason)) => status::status(code, reason),
-    }
+    .await?
+    .into_iter()
+    .next()
+    .ok_or_else(|| (Code::InternalError, "the broker answered no result".into()))
 }
 
 async fn change(

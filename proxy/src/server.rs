@@ -11,7 +11,7 @@ use rocketraft_client::error::ProducerError;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::route::ROUTE_TTL_DEFAULT;
 use rocketraft_client::route::RouteCache;
-use rocketraft_nameserver::connection_limit::limit_connections;
+use rocketraft_nameserver::connection_limit::serve_connections;
 use rocketraft_nameserver::server::stop_serving;
 use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
 use rocketraft_proto::limits::SEND_BATCH_COUNT_MAX;
@@ -20,7 +20,6 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::ServerTlsConfig;
-use tonic::transport::server::TcpIncoming;
 
 use crate::clients::Clients;
 use crate::pb::messaging_service_server::MessagingServiceServer;
@@ -109,11 +108,7 @@ impl Proxy {
                     .max_decoding_message_size(V5_REQUEST_BYTES_MAX),
             )
             .serve_with_incoming_shutdown(
-                limit_connections(
-                    TcpIncoming::from(listener).with_nodelay(Some(true)),
-                    config.connections_max,
-                    "connections_max",
-                ),
+                serve_connections(listener, config.connections_max),
                 shutdown.clone().cancelled_owned(),
             );
         tracing::info!(%addr, "RocketMQ 5.x gRPC endpoint serving");

@@ -6,6 +6,7 @@ use rocketraft_client::admin::AdminError;
 use rocketraft_client::admin::ConsumeFrom;
 use rocketraft_client::admin::ConsumeRequest;
 use rocketraft_client::admin::DeliveryResult;
+use rocketraft_client::admin::GroupSettings;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::subscription::Subscription;
@@ -242,10 +243,15 @@ async fn given_reconsume_later_consume_should_hand_back_and_dlq_list_should_show
     );
 
     tracing::info!("--- a group allowing one retry: the second refusal is a dead letter");
-    let updated = admin.update_group("strict", 1, 1, None).await?;
+    let strict = |retry_max_times| GroupSettings {
+        retry_max_times,
+        retry_queue_count: 1,
+        consume_orderly: false,
+    };
+    let updated = admin.update_group("strict", strict(1), None).await?;
     assert_eq!(updated.len(), 2, "set in every broker group: {updated:?}");
     let too_many = admin
-        .update_group("strict", RETRY_MAX_TIMES_MAX + 1, 1, None)
+        .update_group("strict", strict(RETRY_MAX_TIMES_MAX + 1), None)
         .await
         .expect_err("more retries than a group may have");
     assert!(too_many.to_string().contains("at most 64"), "{too_many}");

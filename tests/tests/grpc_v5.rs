@@ -23,11 +23,12 @@ use rocketmq::model::message::MessageBuilder;
 use rocketmq::model::message::MessageView;
 use rocketmq::model::transaction::Transaction;
 use rocketmq::model::transaction::TransactionResolution;
+use rocketraft_client::admin::Admin;
+use rocketraft_client::admin::GroupSettings;
 use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
 use rocketraft_client::message::property;
 use rocketraft_client::producer::Producer;
-use rocketraft_proto::broker as pb;
 use rocketraft_proto::time::now_ms;
 use rocketraft_proxy::pb as v5;
 use rocketraft_proxy::pb::messaging_service_client::MessagingServiceClient;
@@ -390,6 +391,45 @@ async fn receive_until(
     Ok(received)
 }
 
+async fn start_simple_consumer(
+    endpoint: SocketAddr,
+    group: &str,
+) -> anyhow::Result<SimpleConsumer> {
+    let (option, client_option) = simple_consumer_options(endpoint, group);
+    let mut consumer =
+        SimpleConsumer::new(option, client_option).map_err(|error| anyhow::anyhow!("{error:?}"))?;
+    consumer
+        .start()
+        .await
+        .map_err(|error| anyhow::anyhow!("start the simple consumer: {error:?}"))?;
+    Ok(consumer)
+}
+
+async fn ack_all(consumer: &SimpleConsumer, messages: &[MessageView]) -> anyhow::Result<()> {
+    for message in messages {
+        consumer
+            .ack(message)
+            .await
+            .map_err(|error| anyhow::anyhow!("ack: {error:?}"))?;
+    }
+    Ok(())
+}
+
+/// Receives once from each of the topic's four queues: nothing comes.
+async fn assert_nothing_to_receive(
+    consumer: &SimpleConsumer,
+    expression: &FilterExpression,
+) -> anyhow::Result<()> {
+    for _ in 0..4 {
+        let more = consumer
+            .receive_with(TOPIC, expression, 32, Duration::from_secs(30))
+            .await
+            .map_err(|error| anyhow::anyhow!("5.x receive: {error:?}"))?;
+        assert!(more.is_empty(), "acked, yet delivered again: {more:?}");
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_unacked_messages_again()
 -> anyhow::Result<()> {
@@ -407,13 +447,7 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
             tag_a.insert(sent.msg_id);
         }
     }
-    let (option, client_option) = simple_consumer_options(endpoint, "v5-pop");
-    let mut consumer =
-        SimpleConsumer::new(option, client_option).map_err(|error| anyhow::anyhow!("{error:?}"))?;
-    consumer
-        .start()
-        .await
-        .map_err(|error| anyhow::anyhow!("start the simple consumer: {error:?}"))?;
+    let consumer = start_simple_consumer(endpoint, "v5-pop").await?;
     let only_a = FilterExpression::new(FilterType::Tag, "TagA");
 
     info!("--- every TagA message once, acked; no TagB");
@@ -431,18 +465,9 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
     for message in &received {
         assert_eq!(message.tag(), Some("TagA"));
         assert_eq!(message.delivery_attempt(), 1);
-        consumer
-            .ack(message)
-            .await
-            .map_err(|error| anyhow::anyhow!("ack: {error:?}"))?;
     }
-    for _ in 0..4 {
-        let again = consumer
-            .receive_with(TOPIC, &only_a, 32, Duration::from_secs(30))
-            .await
-            .map_err(|error| anyhow::anyhow!("5.x receive: {error:?}"))?;
-        assert!(again.is_empty(), "an acked message came back: {again:?}");
-    }
+    ack_all(&consumer, &received).await?;
+    assert_nothing_to_receive(&consumer, &only_a).await?;
 
     info!("--- a message not acked within its invisible time comes back with attempt 2");
     let late = producer
@@ -546,13 +571,7 @@ async fn given_a_leader_kill_while_receiving_nothing_should_be_lost_and_nothing_
                 .msg_id,
         );
     }
-    let (option, client_option) = simple_consumer_options(endpoint, "v5-kill");
-    let mut consumer =
-        SimpleConsumer::new(option, client_option).map_err(|error| anyhow::anyhow!("{error:?}"))?;
-    consumer
-        .start()
-        .await
-        .map_err(|error| anyhow::anyhow!("start the simple consumer: {error:?}"))?;
+    let consumer = start_simple_consumer(endpoint, "v5-kill").await?;
     let all = FilterExpression::new(FilterType::Tag, "*");
     let invisible = Duration::from_secs(10);
 
@@ -572,7 +591,7 @@ async fn given_a_leader_kill_while_receiving_nothing_should_be_lost_and_nothing_
     }
     let unacked: BTreeSet<String> = sent.difference(&acked).cloned().collect();
 
-    info!("--- kill -9 broker-a's leader");
+    info!("--- broker-a's leader stops as a crash would (nothing flushed)");
     let group = cluster.group_mut("broker-a");
     let leader = group.wait_for_leader(TIMEOUT).await?;
     group.stop(leader).await;
@@ -598,19 +617,8 @@ async fn given_a_leader_kill_while_receiving_nothing_should_be_lost_and_nothing_
         receiving.elapsed() >= invisible,
         "none came back before its invisible time ended"
     );
-    for message in &again {
-        consumer
-            .ack(message)
-            .await
-            .map_err(|error| anyhow::anyhow!("ack: {error:?}"))?;
-    }
-    for _ in 0..4 {
-        let more = consumer
-            .receive_with(TOPIC, &all, 32, Duration::from_secs(60))
-            .await
-            .map_err(|error| anyhow::anyhow!("5.x receive: {error:?}"))?;
-        assert!(more.is_empty(), "acked, yet delivered again: {more:?}");
-    }
+    ack_all(&consumer, &again).await?;
+    assert_nothing_to_receive(&consumer, &all).await?;
     cluster.shutdown().await;
     Ok(())
 }
@@ -634,26 +642,15 @@ async fn given_max_attempts_or_a_forward_a_popped_message_should_go_to_the_dead_
     let cluster = start_cluster(0x5005_0005).await?;
     let endpoint = follower_endpoint(&cluster, "broker-b").await?;
     info!("--- group v5-dlq allows one retry: two deliveries");
-    for group in &cluster.groups {
-        let leader = group.wait_for_leader(TIMEOUT).await?;
-        group
-            .client(leader)
-            .await?
-            .upsert_group(pb::UpsertGroupRequest {
-                group: "v5-dlq".into(),
-                retry_max_times: 1,
-                retry_queue_count: 0,
-            })
-            .await?;
-    }
+    let one_retry = GroupSettings {
+        retry_max_times: 1,
+        ..GroupSettings::default()
+    };
+    Admin::new(cluster.nameservers())
+        .update_group("v5-dlq", one_retry, None)
+        .await?;
     let producer = Producer::builder(cluster.nameservers(), "v5-dlq-producer").build()?;
-    let (option, client_option) = simple_consumer_options(endpoint, "v5-dlq");
-    let mut consumer =
-        SimpleConsumer::new(option, client_option).map_err(|error| anyhow::anyhow!("{error:?}"))?;
-    consumer
-        .start()
-        .await
-        .map_err(|error| anyhow::anyhow!("start the simple consumer: {error:?}"))?;
+    let consumer = start_simple_consumer(endpoint, "v5-dlq").await?;
     let all = FilterExpression::new(FilterType::Tag, "*");
     let second = Duration::from_secs(1);
 
@@ -682,15 +679,16 @@ async fn given_max_attempts_or_a_forward_a_popped_message_should_go_to_the_dead_
             name: name.into(),
         })
     };
+    let forward = v5::ForwardMessageToDeadLetterQueueRequest {
+        group: resource("v5-dlq"),
+        topic: resource(TOPIC),
+        receipt_handle: got[0].receipt_handle(),
+        message_id: given_up.msg_id.clone(),
+        delivery_attempt: 1,
+        max_delivery_attempts: 2,
+    };
     let forwarded = raw
-        .forward_message_to_dead_letter_queue(v5::ForwardMessageToDeadLetterQueueRequest {
-            group: resource("v5-dlq"),
-            topic: resource(TOPIC),
-            receipt_handle: got[0].receipt_handle(),
-            message_id: given_up.msg_id.clone(),
-            delivery_attempt: 1,
-            max_delivery_attempts: 2,
-        })
+        .forward_message_to_dead_letter_queue(forward.clone())
         .await?
         .into_inner();
     assert_eq!(
@@ -699,14 +697,7 @@ async fn given_max_attempts_or_a_forward_a_popped_message_should_go_to_the_dead_
     );
     assert_eq!(dead_letters(&cluster, "v5-dlq").await?, 2);
     let again = raw
-        .forward_message_to_dead_letter_queue(v5::ForwardMessageToDeadLetterQueueRequest {
-            group: resource("v5-dlq"),
-            topic: resource(TOPIC),
-            receipt_handle: got[0].receipt_handle(),
-            message_id: given_up.msg_id.clone(),
-            delivery_attempt: 1,
-            max_delivery_attempts: 2,
-        })
+        .forward_message_to_dead_letter_queue(forward)
         .await?
         .into_inner();
     assert_eq!(
@@ -715,6 +706,72 @@ async fn given_max_attempts_or_a_forward_a_popped_message_should_go_to_the_dead_
         "forwarded once"
     );
     assert_eq!(dead_letters(&cluster, "v5-dlq").await?, 2, "one copy");
+    cluster.shutdown().await;
+    Ok(())
+}
+
+fn bodies(messages: &[MessageView]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|message| String::from_utf8_lossy(message.body()).into_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_an_orderly_group_a_message_group_should_be_received_in_order_one_batch_at_a_time()
+-> anyhow::Result<()> {
+    init_tracing();
+    let cluster = start_cluster(0x5005_0006).await?;
+    let endpoint = follower_endpoint(&cluster, "broker-a").await?;
+    let orderly = GroupSettings {
+        consume_orderly: true,
+        ..GroupSettings::default()
+    };
+    Admin::new(cluster.nameservers())
+        .update_group("v5-fifo", orderly, None)
+        .await?;
+    let producer = start_v5_producer(endpoint).await?;
+    let send_steps = |steps: std::ops::Range<u32>| {
+        let producer = &producer;
+        async move {
+            for step in steps {
+                let message = MessageBuilder::fifo_message_builder(
+                    TOPIC,
+                    format!("step {step}").into_bytes(),
+                    "order-7",
+                )
+                .build()
+                .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+                producer
+                    .send(message)
+                    .await
+                    .map_err(|error| anyhow::anyhow!("5.x send: {error:?}"))?;
+            }
+            anyhow::Ok(())
+        }
+    };
+    send_steps(0..6).await?;
+    let consumer = start_simple_consumer(endpoint, "v5-fifo").await?;
+    let all = FilterExpression::new(FilterType::Tag, "*");
+
+    info!("--- the message group in order; three acked, three left in flight");
+    let first = receive_until(&consumer, &all, Duration::from_secs(3), 6, TIMEOUT).await?;
+    let steps: Vec<String> = (0..6).map(|step| format!("step {step}")).collect();
+    assert_eq!(bodies(&first), steps);
+    ack_all(&consumer, &first[..3]).await?;
+    send_steps(6..8).await?;
+
+    info!("--- nothing newer before the unacked come back, in order");
+    let again = receive_until(&consumer, &all, Duration::from_secs(30), 3, TIMEOUT).await?;
+    assert_eq!(
+        bodies(&again),
+        steps[3..],
+        "the unacked first, and only them"
+    );
+    assert!(again.iter().all(|message| message.delivery_attempt() == 2));
+    ack_all(&consumer, &again).await?;
+    let newer = receive_until(&consumer, &all, Duration::from_secs(30), 2, TIMEOUT).await?;
+    assert_eq!(bodies(&newer), ["step 6", "step 7"]);
     cluster.shutdown().await;
     Ok(())
 }

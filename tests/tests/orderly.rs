@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use rocketraft_client::admin::Admin;
+use rocketraft_client::admin::GroupSettings;
 use rocketraft_client::consumer::ConsumeFrom;
 use rocketraft_client::consumer::ConsumeOrderlyContext;
 use rocketraft_client::consumer::ConsumeOrderlyResult;
@@ -468,7 +469,11 @@ async fn given_broker_groups_with_different_retry_maximums_each_queue_should_use
     let maximums = BTreeMap::from([("broker-a".to_owned(), 1), ("broker-b".to_owned(), 3)]);
     let admin = Admin::new(cluster.nameservers());
     for (name, times) in &maximums {
-        admin.update_group(GROUP, *times, 0, Some(name)).await?;
+        let settings = GroupSettings {
+            retry_max_times: *times,
+            ..GroupSettings::default()
+        };
+        admin.update_group(GROUP, settings, Some(name)).await?;
     }
     // Keys until each broker group holds one; every message fails.
     let mut failing_in: BTreeMap<String, usize> = BTreeMap::new();

@@ -116,6 +116,7 @@ mod tests {
             invisible_until_ms: 10_000,
         };
         pops.apply_pop(&pop, 5).expect("applies");
+        pops.set_orderly("g", true);
         SnapshotState {
             meta: SnapshotMeta::default(),
             metadata: Metadata::default(),

@@ -300,6 +300,10 @@ impl StateMachine {
                     receipt: index,
                 })
             }
+            Command::SetPopOrderly { group, orderly } => {
+                self.group.metadata_mut().pops.set_orderly(&group, orderly);
+                Ok(CommandResult::Done)
+            }
             Command::PopDeadLetter {
                 key,
                 change,

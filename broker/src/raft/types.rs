@@ -144,6 +144,11 @@ pub enum Command {
         #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
         record: Bytes,
     },
+    /// Whether consumer group `group`'s pops deliver in order (FIFO).
+    SetPopOrderly {
+        group: String,
+        orderly: bool,
+    },
 }
 
 /// One end of [`Command::EndTransactions`], with [`Command::EndTransaction`]'s fields.
@@ -192,6 +197,9 @@ impl fmt::Display for Command {
                 pop.revived.len(),
                 pop.dead.len()
             ),
+            Command::SetPopOrderly { group, orderly } => {
+                write!(f, "SetPopOrderly({group}, {orderly})")
+            }
             Command::PopDeadLetter { key, change, .. } => write!(
                 f,
                 "PopDeadLetter({}, {}#{}, {})",

@@ -82,7 +82,13 @@ impl BrokerService {
             retry_max_times,
             retry_queue_count,
         };
-        self.replicate(Command::UpsertGroup(group)).await
+        let name = group.name.clone();
+        self.replicate(Command::UpsertGroup(group)).await?;
+        self.replicate(Command::SetPopOrderly {
+            group: name,
+            orderly: request.consume_orderly,
+        })
+        .await
     }
 
     /// Returns the leader's last log index.

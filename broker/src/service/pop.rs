@@ -8,7 +8,9 @@
 //! like a pull (a tag subscription also checks the tag string, so what a pop returns matches
 //! exactly), and proposes them as one `Pop` entry; it returns what that entry delivered, so
 //! a message is never handed out by a pop that did not commit. Pops of one queue take turns
-//! on the leader, so they do not undo each other's compare-and-set. An empty pop waits
+//! on the leader, so they do not undo each other's compare-and-set. An orderly (FIFO) group's
+//! queue delivers nothing new while messages of it are in flight, and delivers again only
+//! its oldest in-flight messages that are due. An empty pop waits
 //! (long polling) for a message to arrive or an invisibility to end.
 //!
 //! Acks and invisibility changes go through Raft as one `PopChange` entry per request; a
@@ -29,6 +31,7 @@ use rocketraft_proto::property_keys::TAGS;
 use rocketraft_proto::time::now_ms;
 
 use crate::error::BrokerError;
+use crate::pop_state::InFlight;
 use crate::pop_state::POP_IN_FLIGHT_MAX;
 use crate::pop_state::Pop;
 use crate::pop_state::PopChange;
@@ -39,9 +42,9 @@ use crate::raft::types::Command;
 use crate::raft::types::CommandResult;
 use crate::service::BrokerService;
 use crate::service::pull::Filter;
-use crate::service::pull::PULL_HOLD_MS_MAX;
 use crate::service::pull::PULL_SCAN_UNITS_MAX;
 use crate::service::pull::pick_units;
+use crate::service::pull::validate_read;
 use crate::service::pulled::HostText;
 use crate::service::pulled::to_pulled;
 use crate::service::send_back::into_dead_letter;
@@ -194,20 +197,33 @@ impl BrokerService {
         attempts_max: u32,
     ) -> Result<(Pop, Bytes), BrokerError> {
         // The metadata first, then the store: never both locks at once.
-        let (known_next, due, in_flight) = {
+        // An orderly group's queue delivers again only its oldest in-flight messages that are
+        // due (never one after a message still invisible), and nothing new while any is in
+        // flight.
+        let (known_next, due, in_flight, orderly) = {
             let metadata = self.group.metadata();
+            let orderly = metadata.pops.is_orderly(&key.group);
             match metadata.pops.queue(key) {
-                Some(queue) => (
-                    Some(queue.next_offset),
-                    queue
-                        .in_flight
-                        .iter()
-                        .filter(|(_, message)| message.invisible_until_ms <= now)
-                        .map(|(offset, message)| (*offset, message.attempt))
-                        .collect::<Vec<_>>(),
-                    queue.in_flight.len(),
-                ),
-                None => (None, Vec::new(), 0),
+                Some(queue) => {
+                    let is_due = |message: &InFlight| message.invisible_until_ms <= now;
+                    let due: Vec<Due> = if orderly {
+                        queue
+                            .in_flight
+                            .iter()
+                            .take_while(|(_, message)| is_due(message))
+                            .map(|(offset, message)| (*offset, message.attempt))
+                            .collect()
+                    } else {
+                        queue
+                            .in_flight
+                            .iter()
+                            .filter(|(_, message)| is_due(message))
+                            .map(|(offset, message)| (*offset, message.attempt))
+                            .collect()
+                    };
+                    (Some(queue.next_offset), due, queue.in_flight.len(), orderly)
+                }
+                None => (None, Vec::new(), 0, orderly),
             }
         };
         let store = self.group.store();
@@ -239,7 +255,11 @@ impl BrokerService {
             .map_err(BrokerError::illegal)?;
         }
         let dead: Vec<i64> = dead.into_iter().map(|(offset, _)| offset).collect();
-        let room = (max - revived.len()).min(POP_IN_FLIGHT_MAX - in_flight);
+        let room = if orderly && in_flight > 0 {
+            0
+        } else {
+            (max - revived.len()).min(POP_IN_FLIGHT_MAX - in_flight)
+        };
         let scan_from = from_offset.max(min_offset);
         let (fresh, next_offset) = if room == 0 || scan_from >= max_offset {
             (Vec::new(), from_offset.max(scan_from))
@@ -497,20 +517,12 @@ impl BrokerService {
 
 /// Checks a pop and returns the filter it asks for.
 fn validate_pop(request: &pb::PopRequest) -> Result<Filter, BrokerError> {
-    validate_topic_name(&request.topic).map_err(BrokerError::TopicIllegal)?;
-    validate_group_name(&request.group).map_err(BrokerError::BadRequest)?;
-    if request.max_messages == 0 || request.max_messages > POP_BATCH_COUNT_MAX {
-        return Err(BrokerError::BadRequest(format!(
-            "max_messages must be 1 to {POP_BATCH_COUNT_MAX}, got {}",
-            request.max_messages
-        )));
-    }
-    if request.max_wait_ms > PULL_HOLD_MS_MAX {
-        return Err(BrokerError::BadRequest(format!(
-            "max_wait_ms is at most {PULL_HOLD_MS_MAX}, got {}",
-            request.max_wait_ms
-        )));
-    }
+    validate_read(
+        &request.topic,
+        &request.group,
+        (request.max_messages, POP_BATCH_COUNT_MAX),
+        request.max_wait_ms,
+    )?;
     validate_invisible_ms(request.invisible_ms)?;
     Filter::parse(&request.tags, &request.sql)
 }
@@ -527,6 +539,7 @@ fn validate_invisible_ms(ms: u64) -> Result<(), BrokerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::service::pull::PULL_HOLD_MS_MAX;
 
     fn request(max_messages: u32, invisible_ms: u64, max_wait_ms: u32) -> pb::PopRequest {
         pb::PopRequest {

@@ -249,21 +249,35 @@ pub(super) fn pick_units<V, E>(
 
 /// Checks a pull and returns the filter it asks for.
 fn validate_pull(request: &pb::PullRequest) -> Result<Filter, BrokerError> {
-    validate_topic_name(&request.topic).map_err(BrokerError::TopicIllegal)?;
-    validate_group_name(&request.group).map_err(BrokerError::BadRequest)?;
-    if request.max_messages == 0 || request.max_messages > PULL_BATCH_COUNT_MAX {
-        return Err(BrokerError::BadRequest(format!(
-            "max_messages must be 1 to {PULL_BATCH_COUNT_MAX}, got {}",
-            request.max_messages
-        )));
-    }
-    if request.max_wait_ms > PULL_HOLD_MS_MAX {
-        return Err(BrokerError::BadRequest(format!(
-            "max_wait_ms is at most {PULL_HOLD_MS_MAX}, got {}",
-            request.max_wait_ms
-        )));
-    }
+    validate_read(
+        &request.topic,
+        &request.group,
+        (request.max_messages, PULL_BATCH_COUNT_MAX),
+        request.max_wait_ms,
+    )?;
     Filter::parse(&request.tags, &request.sql)
+}
+
+/// Checks what a pull or a pop names, its batch (1 to the limit) and its wait.
+pub(super) fn validate_read(
+    topic: &str,
+    group: &str,
+    (max_messages, batch_max): (u32, u32),
+    max_wait_ms: u32,
+) -> Result<(), BrokerError> {
+    validate_topic_name(topic).map_err(BrokerError::TopicIllegal)?;
+    validate_group_name(group).map_err(BrokerError::BadRequest)?;
+    if max_messages == 0 || max_messages > batch_max {
+        return Err(BrokerError::BadRequest(format!(
+            "max_messages must be 1 to {batch_max}, got {max_messages}"
+        )));
+    }
+    if max_wait_ms > PULL_HOLD_MS_MAX {
+        return Err(BrokerError::BadRequest(format!(
+            "max_wait_ms is at most {PULL_HOLD_MS_MAX}, got {max_wait_ms}"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -66,6 +66,17 @@ pub struct QueueStatus {
     pub max_offset: i64,
 }
 
+/// A consumer group's settings, as [`Admin::update_group`] sets them whole.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupSettings {
+    /// Reconsumes before `%DLQ%<group>` (0: the broker's default, 16).
+    pub retry_max_times: u32,
+    /// Queues of `%RETRY%<group>` (0: the broker's default, 1).
+    pub retry_queue_count: u32,
+    /// The group's 5.x (pop) consumers receive in order, one batch per queue at a time.
+    pub consume_orderly: bool,
+}
+
 pub struct Admin {
     nameservers: Vec<String>,
     /// Sent with admin calls, for brokers that require one (`admin_token`).
@@ -189,19 +200,19 @@ impl Admin {
         .await
     }
 
-    /// Sets consumer group `consumer_group`'s retry config (0: the broker's default) in broker
-    /// group `group`, or in every registered group; returns the groups it was set in.
+    /// Sets consumer group `consumer_group`'s settings in broker group `group`, or in every
+    /// registered group; returns the groups it was set in.
     pub async fn update_group(
         &self,
         consumer_group: &str,
-        retry_max_times: u32,
-        retry_queue_count: u32,
+        settings: GroupSettings,
         group: Option<&str>,
     ) -> Result<Vec<String>, AdminError> {
         let request = broker_pb::UpsertGroupRequest {
             group: consumer_group.to_owned(),
-            retry_max_times,
-            retry_queue_count,
+            retry_max_times: settings.retry_max_times,
+            retry_queue_count: settings.retry_queue_count,
+            consume_orderly: settings.consume_orderly,
         };
         self.on_every_group(group, |mut leader| {
             let request = self.admin_call(request.clone());

@@ -1,6 +1,7 @@
 //! `mqadmin` commands about consumer groups: their retry config, live members and progress.
 
 use clap::Subcommand;
+use rocketraft_client::admin::GroupSettings;
 use rocketraft_proto::sql_filter::EXPRESSION_TYPE_SQL92;
 
 use crate::Context;
@@ -19,6 +20,10 @@ pub enum ConsumerCommand {
         /// Queues of `%RETRY%<group>` (0: the default, 1).
         #[arg(long, default_value_t = 0)]
         retry_queues: u32,
+        /// The group's RocketMQ 5.x consumers receive in order (FIFO): a queue delivers
+        /// nothing new while messages of it are in flight to the group.
+        #[arg(long)]
+        orderly: bool,
         /// Only this broker group.
         #[arg(long)]
         broker_group: Option<String>,
@@ -45,16 +50,17 @@ pub async fn run(command: ConsumerCommand, context: &Context) -> anyhow::Result<
             group,
             retry_max_times,
             retry_queues,
+            orderly,
             broker_group,
         } => {
+            let settings = GroupSettings {
+                retry_max_times,
+                retry_queue_count: retry_queues,
+                consume_orderly: orderly,
+            };
             let updated = context
                 .admin
-                .update_group(
-                    &group,
-                    retry_max_times,
-                    retry_queues,
-                    broker_group.as_deref(),
-                )
+                .update_group(&group, settings, broker_group.as_deref())
                 .await?;
             println!("updated {group} in {}", updated.join(", "));
             Ok(())
