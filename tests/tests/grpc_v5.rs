@@ -1,8 +1,10 @@
 //! RocketMQ 5.x's official Rust client (`rocketmq` 5.0.0, unmodified) against the 5.x gRPC
 //! endpoint of real broker nodes (a nameserver and two 3-node groups on loopback): what it
-//! sends is stored with its system properties, whichever node it was given, its
-//! transactions end as it says, by its own call or by its answer to a check-back, and its
-//! simple consumer pops by tag, acks, and sees what it did not ack again.
+//! sends is stored with its system properties, whichever node it was given; its transactions
+//! end as it says, by its own call or by its answer to a check-back; its simple consumer pops
+//! by tag, acks, and sees what it did not ack again (beside a rocketraft push consumer of
+//! another group on the same topic), across a leader's crash, into the dead-letter topic after
+//! the last attempt, and in order for a FIFO group.
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -437,12 +439,19 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
     let cluster = start_cluster(0x5005_0003).await?;
     let endpoint = follower_endpoint(&cluster, "broker-a").await?;
     let producer = Producer::builder(cluster.nameservers(), "v5-pop-producer").build()?;
+    // A rocketraft push consumer reads the same topic under a group of its own.
+    let pushed = Deliveries::default();
+    let push_consumer = pushed
+        .start_reader(cluster.nameservers(), "v5-push-beside-pop", TOPIC)
+        .await?;
     let mut tag_a = BTreeSet::new();
+    let mut all_sent = BTreeSet::new();
     for i in 0..20 {
         let tag = if i % 2 == 0 { "TagA" } else { "TagB" };
         let sent = producer
             .send(Message::new(TOPIC, format!("pop {i}")).with_tags(tag))
             .await?;
+        all_sent.insert(sent.msg_id.clone());
         if tag == "TagA" {
             tag_a.insert(sent.msg_id);
         }
@@ -468,6 +477,8 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
     }
     ack_all(&consumer, &received).await?;
     assert_nothing_to_receive(&consumer, &only_a).await?;
+    pushed.wait_for_all(&all_sent, TIMEOUT).await?;
+    push_consumer.shutdown().await;
 
     info!("--- a message not acked within its invisible time comes back with attempt 2");
     let late = producer
