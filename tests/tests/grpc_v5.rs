@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use anyhow::Context;
+
 use rocketmq::Producer as V5Producer;
 use rocketmq::SimpleConsumer;
 use rocketmq::conf::ClientOption;
@@ -75,16 +77,12 @@ fn v5_options(endpoint: SocketAddr) -> (ProducerOption, ClientOption) {
 
 async fn start_v5_producer(endpoint: SocketAddr) -> anyhow::Result<V5Producer> {
     let (producer_option, client_option) = v5_options(endpoint);
-    let producer = V5Producer::new(producer_option, client_option)
-        .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+    let producer = V5Producer::new(producer_option, client_option)?;
     start(producer).await
 }
 
 async fn start(mut producer: V5Producer) -> anyhow::Result<V5Producer> {
-    producer
-        .start()
-        .await
-        .map_err(|error| anyhow::anyhow!("start the 5.x producer: {error:?}"))?;
+    producer.start().await.context("start the 5.x producer")?;
     Ok(producer)
 }
 
@@ -114,7 +112,7 @@ async fn given_the_official_5x_producer_its_messages_should_be_stored_with_their
             .send(message)
             .await
             .map(|receipt| receipt.message_id().to_owned())
-            .map_err(|error| anyhow::anyhow!("5.x send: {error:?}"))
+            .context("5.x send")
     };
 
     let mut normal = Vec::new();
@@ -129,8 +127,7 @@ async fn given_the_official_5x_producer_its_messages_should_be_stored_with_their
                     .collect::<std::collections::HashMap<_, _>>(),
             )
             .set_body(format!("normal {i}").into_bytes())
-            .build()
-            .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+            .build()?;
         normal.push(send(message).await?);
     }
     let mut fifo = Vec::new();
@@ -140,8 +137,7 @@ async fn given_the_official_5x_producer_its_messages_should_be_stored_with_their
             format!("fifo {i}").into_bytes(),
             "order-42",
         )
-        .build()
-        .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+        .build()?;
         fifo.push(send(message).await?);
     }
     let deliver_at_s = now_ms() / 1000 + 3;
@@ -152,8 +148,7 @@ async fn given_the_official_5x_producer_its_messages_should_be_stored_with_their
             format!("delayed {i}").into_bytes(),
             deliver_at_s,
         )
-        .build()
-        .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+        .build()?;
         delayed.push(send(message).await?);
     }
     let all: BTreeSet<String> = normal
@@ -238,8 +233,7 @@ async fn given_the_official_5x_producer_its_messages_should_be_stored_with_their
     let unknown = MessageBuilder::builder()
         .set_topic("NoSuchTopic")
         .set_body(b"lost?".to_vec())
-        .build()
-        .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+        .build()?;
     let error = producer
         .send(unknown)
         .await
@@ -250,10 +244,7 @@ async fn given_the_official_5x_producer_its_messages_should_be_stored_with_their
         "{error:?}"
     );
 
-    producer
-        .shutdown()
-        .await
-        .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+    producer.shutdown().await?;
     reader.shutdown().await;
     cluster.shutdown().await;
     Ok(())
@@ -282,17 +273,14 @@ async fn given_5x_transactions_each_should_end_as_its_client_or_its_check_back_s
     };
     let (producer_option, client_option) = v5_options(endpoint);
     let producer =
-        V5Producer::new_transaction_producer(producer_option, client_option, Box::new(checker))
-            .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+        V5Producer::new_transaction_producer(producer_option, client_option, Box::new(checker))?;
     let producer = start(producer).await?;
     let deliveries = Deliveries::default();
     let reader = deliveries
         .start_reader(cluster.nameservers(), "v5-tx-reader", TOPIC)
         .await?;
     let half = |body: &str| {
-        MessageBuilder::transaction_message_builder(TOPIC, body.as_bytes().to_vec())
-            .build()
-            .map_err(|error| anyhow::anyhow!("{error:?}"))
+        MessageBuilder::transaction_message_builder(TOPIC, body.as_bytes().to_vec()).build()
     };
     let send = |body: &'static str| {
         let producer = &producer;
@@ -300,23 +288,17 @@ async fn given_5x_transactions_each_should_end_as_its_client_or_its_check_back_s
             producer
                 .send_transaction_message(half(body)?)
                 .await
-                .map_err(|error| anyhow::anyhow!("5.x transactional send: {error:?}"))
+                .context("5.x transactional send")
         }
     };
 
     info!("--- committed and rolled back by the client, two left open for the check-back");
     let committed = send("committed by the client").await?;
     let committed_id = committed.message_id().to_owned();
-    committed
-        .commit()
-        .await
-        .map_err(|error| anyhow::anyhow!("commit: {error:?}"))?;
+    committed.commit().await.context("commit")?;
     let rolled_back = send("commit? no: rolled back by the client").await?;
     let rolled_back_id = rolled_back.message_id().to_owned();
-    rolled_back
-        .rollback()
-        .await
-        .map_err(|error| anyhow::anyhow!("rollback: {error:?}"))?;
+    rolled_back.rollback().await.context("rollback")?;
     let open_commit = send("commit when checked").await?;
     let open_commit_id = open_commit.message_id().to_owned();
     let open_rollback = send("roll back when checked").await?;
@@ -359,10 +341,7 @@ async fn given_5x_transactions_each_should_end_as_its_client_or_its_check_back_s
         "ended transactions are not checked back: {checked:?}"
     );
 
-    producer
-        .shutdown()
-        .await
-        .map_err(|error| anyhow::anyhow!("{error:?}"))?;
+    producer.shutdown().await?;
     reader.shutdown().await;
     cluster.shutdown().await;
     Ok(())
@@ -387,7 +366,7 @@ async fn receive_until(
         let batch = consumer
             .receive_with(TOPIC, expression, 32, invisible)
             .await
-            .map_err(|error| anyhow::anyhow!("5.x receive: {error:?}"))?;
+            .context("5.x receive")?;
         received.extend(batch);
     }
     Ok(received)
@@ -398,21 +377,17 @@ async fn start_simple_consumer(
     group: &str,
 ) -> anyhow::Result<SimpleConsumer> {
     let (option, client_option) = simple_consumer_options(endpoint, group);
-    let mut consumer =
-        SimpleConsumer::new(option, client_option).map_err(|error| anyhow::anyhow!("{error:?}"))?;
+    let mut consumer = SimpleConsumer::new(option, client_option)?;
     consumer
         .start()
         .await
-        .map_err(|error| anyhow::anyhow!("start the simple consumer: {error:?}"))?;
+        .context("start the simple consumer")?;
     Ok(consumer)
 }
 
 async fn ack_all(consumer: &SimpleConsumer, messages: &[MessageView]) -> anyhow::Result<()> {
     for message in messages {
-        consumer
-            .ack(message)
-            .await
-            .map_err(|error| anyhow::anyhow!("ack: {error:?}"))?;
+        consumer.ack(message).await.context("ack")?;
     }
     Ok(())
 }
@@ -426,7 +401,7 @@ async fn assert_nothing_to_receive(
         let more = consumer
             .receive_with(TOPIC, expression, 32, Duration::from_secs(30))
             .await
-            .map_err(|error| anyhow::anyhow!("5.x receive: {error:?}"))?;
+            .context("5.x receive")?;
         assert!(more.is_empty(), "acked, yet delivered again: {more:?}");
     }
     Ok(())
@@ -494,10 +469,7 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
         format!("{stale:?}").contains("INVALID_RECEIPT_HANDLE"),
         "the first delivery's handle no longer acks: {stale:?}"
     );
-    consumer
-        .ack(&second[0])
-        .await
-        .map_err(|error| anyhow::anyhow!("ack: {error:?}"))?;
+    consumer.ack(&second[0]).await.context("ack")?;
 
     info!("--- a changed invisible duration brings a message back early (the client's nack)");
     let nacked = producer
@@ -542,10 +514,7 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
         started.elapsed() < Duration::from_secs(30),
         "back after the changed second, not the first minute"
     );
-    consumer
-        .ack(&again[0])
-        .await
-        .map_err(|error| anyhow::anyhow!("ack: {error:?}"))?;
+    consumer.ack(&again[0]).await.context("ack")?;
 
     cluster.shutdown().await;
     Ok(())
@@ -594,10 +563,7 @@ async fn given_a_leader_kill_while_receiving_nothing_should_be_lost_and_nothing_
     assert_eq!(first.len(), sent.len(), "each once");
     let mut acked = BTreeSet::new();
     for message in first.iter().step_by(2) {
-        consumer
-            .ack(message)
-            .await
-            .map_err(|error| anyhow::anyhow!("ack: {error:?}"))?;
+        consumer.ack(message).await.context("ack")?;
         acked.insert(message.message_id().to_owned());
     }
     let unacked: BTreeSet<String> = sent.difference(&acked).cloned().collect();
@@ -751,12 +717,8 @@ async fn given_an_orderly_group_a_message_group_should_be_received_in_order_one_
                     format!("step {step}").into_bytes(),
                     "order-7",
                 )
-                .build()
-                .map_err(|error| anyhow::anyhow!("{error:?}"))?;
-                producer
-                    .send(message)
-                    .await
-                    .map_err(|error| anyhow::anyhow!("5.x send: {error:?}"))?;
+                .build()?;
+                producer.send(message).await.context("5.x send")?;
             }
             anyhow::Ok(())
         }
