@@ -16,6 +16,7 @@ use rocketraft_client::brokers::Brokers;
 use rocketraft_client::brokers::CallError;
 use rocketraft_client::message::MessageExt;
 use rocketraft_proto::broker as broker_pb;
+use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::limits::LONG_POLLING_MS_MAX;
 use rocketraft_proto::limits::POP_BATCH_COUNT_MAX;
 use rocketraft_proto::limits::POP_INVISIBLE_MS_MAX;
@@ -508,10 +509,9 @@ fn refusal(error: CallError) -> Refusal {
     match &error {
         CallError::Rejected { status, .. } => {
             let code = match rocketraft_proto::response_code(status) {
-                Some(rocketraft_proto::common::ResponseCode::TopicNotExist) => Code::TopicNotFound,
-                Some(rocketraft_proto::common::ResponseCode::LimitExceeded) => {
-                    Code::TooManyRequests
-                }
+                Some(ResponseCode::TopicNotExist) => Code::TopicNotFound,
+                Some(ResponseCode::SubscriptionGroupNotExist) => Code::ConsumerGroupNotFound,
+                Some(ResponseCode::LimitExceeded) => Code::TooManyRequests,
                 _ => Code::BadRequest,
             };
             (code, status.message().to_owned())
@@ -543,6 +543,30 @@ mod tests {
         ] {
             assert_eq!(Handle::parse(forged), None, "{forged:?}");
         }
+    }
+
+    #[test]
+    fn a_broker_refusal_gets_its_5x_code() {
+        let refused = |code| {
+            let status = rocketraft_proto::error_status(
+                tonic::Code::FailedPrecondition,
+                code,
+                "refused".into(),
+                None,
+            );
+            refusal(CallError::Rejected {
+                group: "broker-a".into(),
+                status,
+            })
+            .0
+        };
+        assert_eq!(refused(ResponseCode::TopicNotExist), Code::TopicNotFound);
+        assert_eq!(
+            refused(ResponseCode::SubscriptionGroupNotExist),
+            Code::ConsumerGroupNotFound
+        );
+        assert_eq!(refused(ResponseCode::LimitExceeded), Code::TooManyRequests);
+        assert_eq!(refused(ResponseCode::MessageIllegal), Code::BadRequest);
     }
 
     #[test]
