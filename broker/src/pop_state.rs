@@ -64,7 +64,7 @@ pub struct Pop {
     pub revived: Vec<i64>,
     /// In-flight offsets whose invisibility ended by `now_ms` after their last attempt:
     /// moved to the group's dead-letter topic (the entry carries their copies), no longer in
-    /// flight.
+    /// flight. Also those retention deleted before they were acked (no copy).
     pub dead: Vec<i64>,
     pub now_ms: i64,
     pub invisible_until_ms: i64,

@@ -1,10 +1,12 @@
 //! Retention on real nodes with tiny segments: old CommitLog segments go on every node while
 //! readers move to what is left, a follower that slept past the leader's retained range is
 //! rebuilt from a snapshot plus the retained CommitLog, a delayed message not yet delivered
-//! keeps its segment whatever its age, and a full disk refuses sends but keeps serving pulls.
+//! keeps its segment whatever its age, a popped message deleted before its ack does not hold
+//! up an orderly pop group, and a full disk refuses sends but keeps serving pulls.
 
 use std::time::Duration;
 
+use rocketraft_broker::pop_state::PopQueueKey;
 use rocketraft_client::admin::Admin;
 use rocketraft_client::group::GroupError;
 use rocketraft_client::message::Message;
@@ -12,6 +14,7 @@ use rocketraft_client::message::encode_properties;
 use rocketraft_client::producer::Producer;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::ResponseCode;
+use rocketraft_proto::limits::POP_INVISIBLE_MS_MIN;
 use rocketraft_proto::names::SCHEDULE_TOPIC;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::cluster::GROUPS;
@@ -254,6 +257,83 @@ async fn given_a_delayed_message_in_an_expired_segment_it_should_be_kept_until_d
     })
     .await?;
     group.shutdown().await;
+    Ok(())
+}
+
+/// A pop of up to 4 messages of queue 0 for `group`, invisible for the shortest time allowed.
+async fn pop(group: &TestGroup, pop_group: &str) -> anyhow::Result<Vec<i64>> {
+    let request = pb::PopRequest {
+        group: pop_group.into(),
+        topic: TOPIC.into(),
+        queue_id: 0,
+        max_messages: 4,
+        invisible_ms: POP_INVISIBLE_MS_MIN,
+        ..Default::default()
+    };
+    let response = group
+        .group_client()
+        .leader()
+        .await?
+        .pop(request)
+        .await?
+        .into_inner();
+    Ok(response
+        .messages
+        .iter()
+        .filter_map(|popped| Some(popped.message.as_ref()?.queue_offset))
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_popped_message_retention_deleted_an_orderly_group_should_move_past_it()
+-> anyhow::Result<()> {
+    const POP_GROUP: &str = "orderly-poppers";
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_90B5, |config| {
+        config.retention.file_reserved_hours = 0;
+        config.retention.check_interval_ms = 100;
+        config.raft.log_compaction_interval_ms = 300;
+    })
+    .await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    group
+        .group_client()
+        .leader()
+        .await?
+        .upsert_group(pb::UpsertGroupRequest {
+            group: POP_GROUP.into(),
+            consume_orderly: true,
+            ..Default::default()
+        })
+        .await?;
+    send_range(&group, 0, 1).await?;
+    assert_eq!(pop(&group, POP_GROUP).await?, vec![0]);
+
+    info!("--- never acked; retention deletes it with the oldest segments");
+    send_range(&group, 1, 100).await?;
+    let queue_min = settled_queue_min(&group, leader).await?;
+    assert!(queue_min > 0, "retention deleted the popped message");
+    let next = pop(&group, POP_GROUP).await?;
+    assert_eq!(
+        next.first(),
+        Some(&queue_min),
+        "the orderly queue delivers the oldest kept message, not nothing"
+    );
+    let key = PopQueueKey {
+        group: POP_GROUP.into(),
+        topic: TOPIC.into(),
+        queue_id: 0,
+    };
+    let in_flight: Vec<i64> = {
+        let group_state = group.node(leader).group();
+        let metadata = group_state.metadata();
+        metadata
+            .pops
+            .queue(&key)
+            .map(|queue| queue.in_flight.keys().copied().collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(in_flight, next, "the deleted message left flight");
     Ok(())
 }
 

@@ -146,7 +146,7 @@ impl BrokerService {
         let max = request.max_messages as usize;
         for _ in 0..POP_CONFLICT_RETRIES {
             let now = now_ms();
-            let (pop, dead_letters) =
+            let (pop, dead_letters, dead_lettered) =
                 self.plan_pop(key, max, filter, now, request.invisible_ms, attempts_max)?;
             if pop.revived.is_empty()
                 && pop.fresh.is_empty()
@@ -155,14 +155,14 @@ impl BrokerService {
             {
                 return Ok(Vec::new());
             }
-            if !pop.dead.is_empty() {
+            if dead_lettered > 0 {
                 self.system_topic(&dlq_topic(&key.group), DLQ_QUEUE_COUNT)
                     .await?;
                 tracing::info!(
                     group = key.group,
                     topic = key.topic,
                     queue_id = key.queue_id,
-                    count = pop.dead.len(),
+                    count = dead_lettered,
                     attempts_max,
                     "popped messages past their last attempt moved to the dead-letter topic"
                 );
@@ -186,7 +186,7 @@ impl BrokerService {
 
     /// The pop this leader proposes now for `key`: due messages first, then fresh matching
     /// ones, `max` in all, within the in-flight limit; due messages past their last attempt
-    /// go to the dead-letter topic instead (with their copies, encoded).
+    /// go to the dead-letter topic instead (with their copies, encoded, and their count).
     fn plan_pop(
         &self,
         key: &PopQueueKey,
@@ -195,7 +195,7 @@ impl BrokerService {
         now: i64,
         invisible_ms: u64,
         attempts_max: u32,
-    ) -> Result<(Pop, Bytes), BrokerError> {
+    ) -> Result<(Pop, Bytes, usize), BrokerError> {
         // The metadata first, then the store: never both locks at once.
         // An orderly group's queue delivers again only its oldest in-flight messages that are
         // due (never one after a message still invisible), and nothing new while any is in
@@ -229,10 +229,23 @@ impl BrokerService {
         let store = self.group.store();
         let (min_offset, max_offset) = store.consume_queue_offsets(&key.topic, key.queue_id);
         let from_offset = known_next.unwrap_or(min_offset);
-        // A due message retention deleted stays in flight (it can no longer be delivered).
+        // A due message retention deleted can no longer be delivered: it leaves flight with
+        // the dead ones, without a copy (an orderly queue would otherwise wait for it forever).
+        let (gone, due): (Vec<Due>, Vec<Due>) = due
+            .into_iter()
+            .partition(|(offset, _)| *offset < min_offset);
+        if !gone.is_empty() {
+            tracing::warn!(
+                group = key.group,
+                topic = key.topic,
+                queue_id = key.queue_id,
+                count = gone.len(),
+                first_offset = gone[0].0,
+                "popped messages retention deleted before they were acked leave flight undelivered"
+            );
+        }
         let (dead, revived): (Vec<Due>, Vec<Due>) = due
             .into_iter()
-            .filter(|(offset, _)| *offset >= min_offset)
             .take(max)
             .partition(|(_, attempt)| *attempt >= attempts_max);
         let revived: Vec<i64> = revived.into_iter().map(|(offset, _)| offset).collect();
@@ -254,8 +267,15 @@ impl BrokerService {
             .encode_into(&mut dead_letters)
             .map_err(BrokerError::illegal)?;
         }
-        let dead: Vec<i64> = dead.into_iter().map(|(offset, _)| offset).collect();
-        let room = if orderly && in_flight > 0 {
+        let dead_lettered = dead.len();
+        let dead: Vec<i64> = gone
+            .iter()
+            .chain(&dead)
+            .map(|(offset, _)| *offset)
+            .collect();
+        // The in-flight limit counts the gone messages (the entry's check runs before they
+        // leave); the orderly wait does not.
+        let room = if orderly && in_flight > gone.len() {
             0
         } else {
             (max - revived.len()).min(POP_IN_FLIGHT_MAX - in_flight)
@@ -299,7 +319,7 @@ impl BrokerService {
             now_ms: now,
             invisible_until_ms: now.saturating_add(invisible_ms as i64),
         };
-        Ok((pop, dead_letters.into()))
+        Ok((pop, dead_letters.into(), dead_lettered))
     }
 
     /// The copy for `group`'s dead-letter topic of the message at `commit_log_offset`,
