@@ -91,7 +91,7 @@ impl Proxy {
         let shutdown = CancellationToken::new();
         let service = Arc::new(Service {
             producer: producer.build()?,
-            brokers,
+            brokers: Arc::new(brokers),
             clients,
             timer_max_delay_ms: config.timer_max_delay_ms,
             shutdown: shutdown.clone(),

@@ -32,7 +32,7 @@ const TELEMETRY_COMMANDS_QUEUED_MAX: usize = 16;
 pub struct Service {
     pub producer: Producer,
     /// Calls to the groups' leaders for consumers (pops, acks).
-    pub brokers: Brokers,
+    pub brokers: Arc<Brokers>,
     /// The clients with a Telemetry stream open here.
     pub clients: Arc<Clients>,
     pub timer_max_delay_ms: u64,
@@ -162,6 +162,7 @@ impl MessagingService for Arc<Service> {
             request.into_inner(),
             answers,
             self.clients.clone(),
+            self.brokers.clone(),
             self.shutdown.clone(),
         ));
         Ok(Response::new(ReceiverStream::new(stream)))

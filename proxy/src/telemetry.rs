@@ -1,12 +1,16 @@
 //! `Telemetry`: the stream each 5.x client keeps open. The client sends its settings; the
 //! server answers with status OK and the settings it must use: the retry backoff, the
-//! request timeout, and for a producer the largest body it may send (the Node.js client
-//! throws without a backoff policy and a non-zero body limit). While the stream is open, the
-//! server's commands to the client (transaction check-backs) go down it.
+//! request timeout, for a producer the largest body it may send (the Node.js client throws
+//! without a backoff policy and a non-zero body limit), and for a consumer its group's
+//! delivery attempts and whether it is FIFO, as the brokers serving its topics have them.
+//! While the stream is open, the server's commands to the client (transaction check-backs)
+//! go down it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use rocketraft_client::brokers::Brokers;
+use rocketraft_proto::broker as broker_pb;
 use tokio_util::sync::CancellationToken;
 use tonic::Streaming;
 
@@ -21,9 +25,11 @@ use rocketraft_proto::limits::RETRY_MAX_TIMES_DEFAULT;
 /// Attempts of a producer's send, the first included, before it gives up.
 pub const CLIENT_ATTEMPTS_MAX: i32 = 3;
 /// Deliveries of a message to a consumer group, the first included, before it goes to the
-/// group's dead-letter topic, as consumers are told: the default group's (its retries and
-/// the first). The brokers count each group's own `retry_max_times`.
+/// group's dead-letter topic, as consumers of a group no broker has a config for are told:
+/// the default group's (its retries and the first).
 pub const DELIVERY_ATTEMPTS_MAX: i32 = RETRY_MAX_TIMES_DEFAULT as i32 + 1;
+/// How long the lookup of a consumer group's settings may take per broker group asked.
+const GROUP_QUERY_TIMEOUT: Duration = Duration::from_secs(3);
 /// A client's first backoff between attempts; each next one is `BACKOFF_MULTIPLIER` times
 /// longer, up to `BACKOFF_MAX`.
 pub const BACKOFF_INITIAL: Duration = Duration::from_millis(10);
@@ -42,6 +48,7 @@ pub async fn serve_stream(
     mut commands: Streaming<pb::TelemetryCommand>,
     answers: CommandSender,
     clients: Arc<Clients>,
+    brokers: Arc<Brokers>,
     shutdown: CancellationToken,
 ) {
     let registration = clients.open(answers.clone());
@@ -58,12 +65,19 @@ pub async fn serve_stream(
                 return;
             }
         };
-        if let Some(Command::Settings(settings)) = &command.command
-            && let Some(pb::settings::PubSub::Publishing(publishing)) = &settings.pub_sub
-        {
-            registration.publishes(publishing.topics.iter().map(|topic| topic.name.clone()));
+        let mut group = None;
+        if let Some(Command::Settings(settings)) = &command.command {
+            match &settings.pub_sub {
+                Some(pb::settings::PubSub::Publishing(publishing)) => {
+                    registration.publishes(publishing.topics.iter().map(|topic| topic.name.clone()))
+                }
+                Some(pb::settings::PubSub::Subscription(subscription)) => {
+                    group = group_settings(&brokers, subscription).await;
+                }
+                None => {}
+            }
         }
-        if let Some(answer) = answer(command)
+        if let Some(answer) = answer(command, group)
             && answers.send(Ok(answer)).await.is_err()
         {
             return;
@@ -71,20 +85,60 @@ pub async fn serve_stream(
     }
 }
 
-/// The answer to a client's command, if it needs one.
-pub fn answer(command: pb::TelemetryCommand) -> Option<pb::TelemetryCommand> {
+/// The settings of `subscription`'s group in the first broker group serving one of its
+/// topics that has a config for it; `None` (consumers get the defaults) if none has, or none
+/// answered in time.
+async fn group_settings(
+    brokers: &Brokers,
+    subscription: &pb::Subscription,
+) -> Option<broker_pb::GroupSettings> {
+    let group = subscription.group.as_ref()?.name.clone();
+    let topics = subscription
+        .subscriptions
+        .iter()
+        .filter_map(|entry| entry.topic.as_ref());
+    for topic in topics {
+        let Ok(route) = brokers.route(&topic.name).await else {
+            continue;
+        };
+        for queues in &route.groups {
+            let request = broker_pb::QueryGroupRequest {
+                group: group.clone(),
+            };
+            let answer = brokers
+                .on_leader(&queues.group, GROUP_QUERY_TIMEOUT, |mut client, _repeat| {
+                    let request = request.clone();
+                    async move { Ok(client.query_group(request).await?.into_inner()) }
+                })
+                .await;
+            match answer {
+                Ok(answer) if answer.settings.is_some() => return answer.settings,
+                Ok(_none) => {}
+                Err(error) => tracing::debug!(group, %error, "consumer group settings unknown"),
+            }
+        }
+    }
+    None
+}
+
+/// The answer to a client's command, if it needs one; `group`: the settings of a
+/// consumer's group, if known.
+pub fn answer(
+    command: pb::TelemetryCommand,
+    group: Option<broker_pb::GroupSettings>,
+) -> Option<pb::TelemetryCommand> {
     match command.command {
         Some(Command::Settings(settings)) => Some(pb::TelemetryCommand {
             status: status::ok(),
-            command: Some(Command::Settings(server_settings(settings))),
+            command: Some(Command::Settings(server_settings(settings, group))),
         }),
         // A result the client reports, or nothing: no answer.
         _ => None,
     }
 }
 
-/// The settings a client must use, given what it sent.
-fn server_settings(client: pb::Settings) -> pb::Settings {
+/// The settings a client must use, given what it sent (and its group's, for a consumer).
+fn server_settings(client: pb::Settings, group: Option<broker_pb::GroupSettings>) -> pb::Settings {
     let pub_sub = match client.pub_sub {
         Some(pb::settings::PubSub::Publishing(publishing)) => {
             Some(pb::settings::PubSub::Publishing(pb::Publishing {
@@ -97,15 +151,21 @@ fn server_settings(client: pb::Settings) -> pb::Settings {
             Some(pb::settings::PubSub::Subscription(pb::Subscription {
                 group: subscription.group,
                 subscriptions: subscription.subscriptions,
-                fifo: Some(subscription.fifo.unwrap_or(false)),
+                fifo: Some(match &group {
+                    Some(group) => group.consume_orderly,
+                    None => subscription.fifo.unwrap_or(false),
+                }),
                 receive_batch_size: Some(RECEIVE_BATCH_SIZE),
                 long_polling_timeout: Some(duration(LONG_POLLING_TIMEOUT)),
             }))
         }
         None => None,
     };
-    let max_attempts = match &pub_sub {
-        Some(pb::settings::PubSub::Subscription(_)) => DELIVERY_ATTEMPTS_MAX,
+    let max_attempts = match (&pub_sub, group) {
+        (Some(pb::settings::PubSub::Subscription(_)), Some(group)) => {
+            i32::try_from(group.retry_max_times + 1).unwrap_or(i32::MAX)
+        }
+        (Some(pb::settings::PubSub::Subscription(_)), None) => DELIVERY_ATTEMPTS_MAX,
         _ => CLIENT_ATTEMPTS_MAX,
     };
     pb::Settings {
@@ -152,7 +212,7 @@ mod tests {
                 ..pb::Settings::default()
             })),
         };
-        let answer = answer(command).expect("settings are answered");
+        let answer = answer(command, None).expect("settings are answered");
         assert_eq!(answer.status.expect("a status").code(), pb::Code::Ok);
         let Some(Command::Settings(settings)) = answer.command else {
             panic!("the answer holds settings");
@@ -170,7 +230,47 @@ mod tests {
     }
 
     #[test]
+    fn a_consumer_is_told_its_groups_attempts_and_whether_it_is_fifo() {
+        let consumer = |fifo| pb::TelemetryCommand {
+            status: None,
+            command: Some(Command::Settings(pb::Settings {
+                client_type: Some(pb::ClientType::SimpleConsumer as i32),
+                pub_sub: Some(pb::settings::PubSub::Subscription(pb::Subscription {
+                    fifo: Some(fifo),
+                    ..pb::Subscription::default()
+                })),
+                ..pb::Settings::default()
+            })),
+        };
+        let told = |command, group| {
+            let Some(Command::Settings(settings)) = answer(command, group)?.command else {
+                return None;
+            };
+            let Some(pb::settings::PubSub::Subscription(subscription)) = settings.pub_sub else {
+                return None;
+            };
+            Some((settings.backoff_policy?.max_attempts, subscription.fifo?))
+        };
+        let orderly = broker_pb::GroupSettings {
+            retry_max_times: 3,
+            retry_queue_count: 1,
+            consume_orderly: true,
+        };
+        assert_eq!(told(consumer(false), Some(orderly)), Some((4, true)));
+        let concurrent = broker_pb::GroupSettings {
+            consume_orderly: false,
+            ..orderly
+        };
+        assert_eq!(told(consumer(true), Some(concurrent)), Some((4, false)));
+        assert_eq!(
+            told(consumer(true), None),
+            Some((DELIVERY_ATTEMPTS_MAX, true)),
+            "a group no broker knows: the defaults, and what the client asked"
+        );
+    }
+
+    #[test]
     fn a_command_that_is_no_settings_gets_no_answer() {
-        assert!(answer(pb::TelemetryCommand::default()).is_none());
+        assert!(answer(pb::TelemetryCommand::default(), None).is_none());
     }
 }

@@ -626,6 +626,7 @@ async fn given_max_attempts_or_a_forward_a_popped_message_should_go_to_the_dead_
     Admin::new(cluster.nameservers())
         .update_group("v5-dlq", one_retry, None)
         .await?;
+    assert_eq!(consumer_settings(endpoint, "v5-dlq").await?, (2, false));
     let producer = Producer::builder(cluster.nameservers(), "v5-dlq-producer").build()?;
     let consumer = start_simple_consumer(endpoint, "v5-dlq").await?;
     let all = FilterExpression::new(FilterType::Tag, "*");
@@ -687,6 +688,53 @@ async fn given_max_attempts_or_a_forward_a_popped_message_should_go_to_the_dead_
     Ok(())
 }
 
+/// What the endpoint tells a simple consumer of `group` reading `TOPIC` on its Telemetry
+/// stream: the delivery attempts and whether the group is FIFO.
+async fn consumer_settings(endpoint: SocketAddr, group: &str) -> anyhow::Result<(i32, bool)> {
+    let resource = |name: &str| {
+        Some(v5::Resource {
+            resource_namespace: String::new(),
+            name: name.into(),
+        })
+    };
+    let settings = v5::TelemetryCommand {
+        status: None,
+        command: Some(v5::telemetry_command::Command::Settings(v5::Settings {
+            client_type: Some(v5::ClientType::SimpleConsumer as i32),
+            pub_sub: Some(v5::settings::PubSub::Subscription(v5::Subscription {
+                group: resource(group),
+                subscriptions: vec![v5::SubscriptionEntry {
+                    topic: resource(TOPIC),
+                    expression: None,
+                }],
+                ..v5::Subscription::default()
+            })),
+            ..v5::Settings::default()
+        })),
+    };
+    let mut raw = MessagingServiceClient::connect(format!("http://{endpoint}")).await?;
+    let mut answers = raw
+        .telemetry(tokio_stream::iter([settings]))
+        .await?
+        .into_inner();
+    let answer = answers
+        .message()
+        .await?
+        .context("an answer to the settings")?;
+    let Some(v5::telemetry_command::Command::Settings(told)) = answer.command else {
+        anyhow::bail!("no settings in {answer:?}");
+    };
+    let Some(v5::settings::PubSub::Subscription(subscription)) = told.pub_sub else {
+        anyhow::bail!("no subscription in the settings");
+    };
+    Ok((
+        told.backoff_policy
+            .context("a backoff policy")?
+            .max_attempts,
+        subscription.fifo.context("fifo")?,
+    ))
+}
+
 fn bodies(messages: &[MessageView]) -> Vec<String> {
     messages
         .iter()
@@ -707,6 +755,7 @@ async fn given_an_orderly_group_a_message_group_should_be_received_in_order_one_
     Admin::new(cluster.nameservers())
         .update_group("v5-fifo", orderly, None)
         .await?;
+    assert_eq!(consumer_settings(endpoint, "v5-fifo").await?, (17, true));
     let producer = start_v5_producer(endpoint).await?;
     let send_steps = |steps: std::ops::Range<u32>| {
         let producer = &producer;

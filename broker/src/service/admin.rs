@@ -17,6 +17,7 @@ use crate::raft::membership::MembershipChange;
 use crate::raft::membership::MembershipError;
 use crate::raft::membership::change_membership;
 use crate::raft::node_addr::NodeAddr;
+use crate::raft::propose::linearizable_read;
 use crate::raft::propose::propose;
 use crate::raft::role::TransferError;
 use crate::raft::role::transfer_leadership;
@@ -89,6 +90,21 @@ impl BrokerService {
             orderly: request.consume_orderly,
         })
         .await
+    }
+
+    /// `group`'s settings here, as replicated (read on the leader after a quorum check).
+    pub(super) async fn handle_query_group(
+        &self,
+        group: &str,
+    ) -> Result<Option<pb::GroupSettings>, BrokerError> {
+        validate_group_name(group).map_err(BrokerError::BadRequest)?;
+        linearizable_read(&self.raft).await?;
+        let metadata = self.group.metadata();
+        Ok(metadata.groups.get(group).map(|config| pb::GroupSettings {
+            retry_max_times: config.retry_max_times,
+            retry_queue_count: config.retry_queue_count,
+            consume_orderly: metadata.pops.is_orderly(group),
+        }))
     }
 
     /// Returns the leader's last log index.

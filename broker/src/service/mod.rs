@@ -219,6 +219,14 @@ impl pb::broker_server::Broker for BrokerService {
         Ok(Response::new(pb::UpsertGroupResponse {}))
     }
 
+    async fn query_group(
+        &self,
+        request: Request<pb::QueryGroupRequest>,
+    ) -> Result<Response<pb::QueryGroupResponse>, Status> {
+        let settings = self.handle_query_group(&request.into_inner().group).await?;
+        Ok(Response::new(pb::QueryGroupResponse { settings }))
+    }
+
     async fn prepare_node_replacement(
         &self,
         request: Request<pb::PrepareNodeReplacementRequest>,
