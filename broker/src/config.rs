@@ -109,6 +109,10 @@ pub struct BrokerConfig {
     /// nameservers. Absent: not served.
     #[serde(default)]
     pub grpc_v5_listen: Option<SocketAddr>,
+    /// The access keys (key -> secret) the 5.x endpoint accepts: a 5.x client must sign its
+    /// calls with one of them, or is answered `UNAUTHORIZED`. Empty: anyone may call.
+    #[serde(default)]
+    pub grpc_v5_access_keys: BTreeMap<String, String>,
     /// Pulls this node holds open at once (long polling) at most; a pull that would wait
     /// beyond them is refused with `LIMIT_EXCEEDED`, and the consumer retries after a pause.
     #[serde(default = "default_pull_holds_max")]
@@ -559,6 +563,7 @@ impl BrokerConfig {
                     .map_err(|error| ConfigError::new(key, error.to_string()))?;
             }
         }
+        self.validate_grpc_v5_access_keys()?;
         if self.connections_max == 0 {
             return Err(ConfigError::new("connections_max", "must be positive"));
         }
@@ -601,6 +606,31 @@ impl BrokerConfig {
                 "store.raft_log_segment_bytes",
                 "must be at least 4096",
             ));
+        }
+        Ok(())
+    }
+
+    fn validate_grpc_v5_access_keys(&self) -> Result<(), ConfigError> {
+        const KEY: &str = "grpc_v5_access_keys";
+        for (access_key, secret) in &self.grpc_v5_access_keys {
+            // A client's signature header lists the access key between commas.
+            if rocketraft_proto::secrets::validate_secret(access_key).is_err()
+                || access_key.contains(',')
+            {
+                return Err(ConfigError::new(
+                    KEY,
+                    format!(
+                        "access key {access_key:?}: 1 to {} visible ASCII characters, no commas",
+                        rocketraft_proto::secrets::SECRET_LEN_MAX
+                    ),
+                ));
+            }
+            rocketraft_proto::secrets::validate_secret(secret).map_err(|error| {
+                ConfigError::new(
+                    KEY,
+                    format!("the secret of access key {access_key}: {error}"),
+                )
+            })?;
         }
         Ok(())
     }
@@ -865,6 +895,29 @@ mod tests {
         config.admin_token = None;
         config.cluster_secret = Some("s".repeat(rocketraft_proto::secrets::SECRET_LEN_MAX + 1));
         assert_eq!(config.validate().expect_err("long").key, "cluster_secret");
+
+        let config = BrokerConfig::from_toml(&format!(
+            "{VALID}\n[grpc_v5_access_keys]\napp = \"{}\"\n",
+            "s".repeat(rocketraft_proto::secrets::SECRET_LEN_MAX)
+        ))
+        .expect("a table of access keys");
+        config.validate().expect("access keys within bounds");
+        for (access_key, secret) in [
+            (
+                "app",
+                "s".repeat(rocketraft_proto::secrets::SECRET_LEN_MAX + 1),
+            ),
+            ("app", String::new()),
+            ("a,b", "s3cret".into()),
+            ("two words", "s3cret".into()),
+        ] {
+            let mut config = config.clone();
+            config.grpc_v5_access_keys = BTreeMap::from([(access_key.into(), secret)]);
+            assert_eq!(
+                config.validate().expect_err(access_key).key,
+                "grpc_v5_access_keys"
+            );
+        }
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");
         config.scrub_bytes_per_sec = 0;

@@ -17,6 +17,7 @@ use rocketraft_proto::broker::broker_server::BrokerServer;
 use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
 use rocketraft_proto::limits::SEND_REQUEST_BYTES_MAX;
 use rocketraft_proto::raft::raft_server::RaftServer;
+use rocketraft_proxy::AccessKeys;
 use rocketraft_proxy::Proxy;
 use rocketraft_proxy::ProxyConfig;
 use tokio::net::TcpListener;
@@ -536,6 +537,7 @@ async fn start_grpc_v5(config: &BrokerConfig, listen: SocketAddr) -> Result<Prox
             connections_max: config.connections_max,
             streams_per_connection_max: config.streams_per_connection_max,
             timer_max_delay_ms: config.timer_max_delay_ms,
+            access_keys: AccessKeys::new(config.grpc_v5_access_keys.clone()),
         },
     )
     .map_err(StartError::GrpcV5)

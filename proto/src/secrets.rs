@@ -43,7 +43,7 @@ pub fn carries<T>(request: &tonic::Request<T>, header: &'static str, expected: &
 }
 
 /// Byte equality whose time depends only on the lengths.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 

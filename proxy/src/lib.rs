@@ -15,6 +15,7 @@ pub mod pb {
     tonic::include_proto!("apache.rocketmq.v2");
 }
 
+mod access;
 mod clients;
 mod consume;
 mod message;
@@ -26,6 +27,7 @@ mod status;
 mod telemetry;
 mod transaction;
 
+pub use access::AccessKeys;
 pub use server::Proxy;
 pub use server::ProxyConfig;
 pub use server::ProxyError;

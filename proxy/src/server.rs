@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use rocketraft_client::brokers::Brokers;
+
+use crate::access::AccessKeys;
 use rocketraft_client::connector::ClientTls;
 use rocketraft_client::connector::Connector;
 use rocketraft_client::error::ProducerError;
@@ -49,6 +51,8 @@ pub struct ProxyConfig {
     pub streams_per_connection_max: u32,
     /// How far ahead a DELAY message may be delivered (the brokers' `timer_max_delay_ms`).
     pub timer_max_delay_ms: u64,
+    /// Who may call (5.x access keys); none configured: anyone.
+    pub access_keys: AccessKeys,
 }
 
 /// A running endpoint.
@@ -94,6 +98,7 @@ impl Proxy {
             brokers: Arc::new(brokers),
             clients,
             timer_max_delay_ms: config.timer_max_delay_ms,
+            access_keys: config.access_keys,
             shutdown: shutdown.clone(),
         });
         let mut builder = tonic::transport::Server::builder()

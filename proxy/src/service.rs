@@ -15,6 +15,7 @@ use tonic::Request;
 use tonic::Response;
 use tonic::Streaming;
 
+use crate::access::AccessKeys;
 use crate::clients::Clients;
 use crate::consume;
 use crate::pb;
@@ -36,9 +37,53 @@ pub struct Service {
     /// The clients with a Telemetry stream open here.
     pub clients: Arc<Clients>,
     pub timer_max_delay_ms: u64,
+    /// Who may call; a call from anyone else is answered with `UNAUTHORIZED` alone.
+    pub access_keys: AccessKeys,
     /// Ends the streams this service holds open when the endpoint stops.
     pub shutdown: CancellationToken,
 }
+
+/// Answers `$request` with a `$response` holding only the `UNAUTHORIZED` status, unless its
+/// caller may call.
+macro_rules! refuse_unauthorized {
+    ($self:ident, $request:ident, $response:ty) => {
+        if let Err(status) = $self.access_keys.check($request.metadata()) {
+            return Ok(Response::new(<$response>::from_status(status)));
+        }
+    };
+}
+
+/// A response holding only a status.
+trait FromStatus {
+    fn from_status(status: pb::Status) -> Self;
+}
+
+macro_rules! from_status {
+    ($($response:ty),+) => {
+        $(impl FromStatus for $response {
+            // Some responses hold nothing but the status.
+            #[allow(clippy::needless_update)]
+            fn from_status(status: pb::Status) -> Self {
+                Self {
+                    status: Some(status),
+                    ..Self::default()
+                }
+            }
+        })+
+    };
+}
+
+from_status!(
+    pb::QueryRouteResponse,
+    pb::HeartbeatResponse,
+    pb::SendMessageResponse,
+    pb::QueryAssignmentResponse,
+    pb::AckMessageResponse,
+    pb::ForwardMessageToDeadLetterQueueResponse,
+    pb::EndTransactionResponse,
+    pb::NotifyClientTerminationResponse,
+    pb::ChangeInvisibleDurationResponse
+);
 
 type TelemetryStream = ReceiverStream<Result<pb::TelemetryCommand, tonic::Status>>;
 type ReceiveStream =
@@ -50,6 +95,7 @@ impl MessagingService for Arc<Service> {
         &self,
         request: Request<pb::QueryRouteRequest>,
     ) -> Result<Response<pb::QueryRouteResponse>, tonic::Status> {
+        refuse_unauthorized!(self, request, pb::QueryRouteResponse);
         let local = request.local_addr();
         let request = request.into_inner();
         let topic = request.topic.clone().unwrap_or_default();
@@ -69,8 +115,9 @@ impl MessagingService for Arc<Service> {
 
     async fn heartbeat(
         &self,
-        _request: Request<pb::HeartbeatRequest>,
+        request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, tonic::Status> {
+        refuse_unauthorized!(self, request, pb::HeartbeatResponse);
         Ok(Response::new(pb::HeartbeatResponse {
             status: status::ok(),
         }))
@@ -80,6 +127,7 @@ impl MessagingService for Arc<Service> {
         &self,
         request: Request<pb::SendMessageRequest>,
     ) -> Result<Response<pb::SendMessageResponse>, tonic::Status> {
+        refuse_unauthorized!(self, request, pb::SendMessageResponse);
         let peer = request.remote_addr();
         let response = match send::to_batch(request.into_inner(), peer, self.timer_max_delay_ms) {
             Ok(batch) => send::send(&self.producer, batch).await,
@@ -95,6 +143,7 @@ impl MessagingService for Arc<Service> {
         &self,
         request: Request<pb::QueryAssignmentRequest>,
     ) -> Result<Response<pb::QueryAssignmentResponse>, tonic::Status> {
+        refuse_unauthorized!(self, request, pb::QueryAssignmentResponse);
         let local = request.local_addr();
         let request = request.into_inner();
         let topic = request.topic.clone().unwrap_or_default();
@@ -118,7 +167,12 @@ impl MessagingService for Arc<Service> {
         &self,
         request: Request<pb::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, tonic::Status> {
-        let responses = consume::receive(&self.brokers, request.into_inner()).await;
+        let responses = match self.access_keys.check(request.metadata()) {
+            Ok(()) => consume::receive(&self.brokers, request.into_inner()).await,
+            Err(status) => vec![pb::ReceiveMessageResponse {
+                content: Some(pb::receive_message_response::Content::Status(status)),
+            }],
+        };
         Ok(Response::new(Box::pin(tokio_stream::iter(
             responses.into_iter().map(Ok),
         ))))
@@ -128,6 +182,7 @@ impl MessagingService for Arc<Service> {
         &self,
         request: Request<pb::AckMessageRequest>,
     ) -> Result<Response<pb::AckMessageResponse>, tonic::Status> {
+        refuse_unauthorized!(self, request, pb::AckMessageResponse);
         Ok(Response::new(
             consume::ack(&self.brokers, request.into_inner()).await,
         ))
@@ -137,6 +192,7 @@ impl MessagingService for Arc<Service> {
         &self,
         request: Request<pb::ForwardMessageToDeadLetterQueueRequest>,
     ) -> Result<Response<pb::ForwardMessageToDeadLetterQueueResponse>, tonic::Status> {
+        refuse_unauthorized!(self, request, pb::ForwardMessageToDeadLetterQueueResponse);
         Ok(Response::new(pb::ForwardMessageToDeadLetterQueueResponse {
             status: consume::forward_to_dead_letters(&self.brokers, request.into_inner()).await,
         }))
@@ -146,6 +202,7 @@ impl MessagingService for Arc<Service> {
         &self,
         request: Request<pb::EndTransactionRequest>,
     ) -> Result<Response<pb::EndTransactionResponse>, tonic::Status> {
+        refuse_unauthorized!(self, request, pb::EndTransactionResponse);
         Ok(Response::new(pb::EndTransactionResponse {
             status: transaction::end(&self.producer, request.into_inner()).await,
         }))
@@ -158,6 +215,15 @@ impl MessagingService for Arc<Service> {
         request: Request<Streaming<pb::TelemetryCommand>>,
     ) -> Result<Response<Self::TelemetryStream>, tonic::Status> {
         let (answers, stream) = mpsc::channel(TELEMETRY_COMMANDS_QUEUED_MAX);
+        if let Err(status) = self.access_keys.check(request.metadata()) {
+            let refusal = pb::TelemetryCommand {
+                status: Some(status),
+                command: None,
+            };
+            // The stream ends after it: the channel is new, so it has room.
+            let _ = answers.try_send(Ok(refusal));
+            return Ok(Response::new(ReceiverStream::new(stream)));
+        }
         tokio::spawn(telemetry::serve_stream(
             request.into_inner(),
             answers,
@@ -170,8 +236,9 @@ impl MessagingService for Arc<Service> {
 
     async fn notify_client_termination(
         &self,
-        _request: Request<pb::NotifyClientTerminationRequest>,
+        request: Request<pb::NotifyClientTerminationRequest>,
     ) -> Result<Response<pb::NotifyClientTerminationResponse>, tonic::Status> {
+        refuse_unauthorized!(self, request, pb::NotifyClientTerminationResponse);
         Ok(Response::new(pb::NotifyClientTerminationResponse {
             status: status::ok(),
         }))
@@ -181,6 +248,7 @@ impl MessagingService for Arc<Service> {
         &self,
         request: Request<pb::ChangeInvisibleDurationRequest>,
     ) -> Result<Response<pb::ChangeInvisibleDurationResponse>, tonic::Status> {
+        refuse_unauthorized!(self, request, pb::ChangeInvisibleDurationResponse);
         Ok(Response::new(
             consume::change_invisible(&self.brokers, request.into_inner()).await,
         ))

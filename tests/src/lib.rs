@@ -162,6 +162,7 @@ impl TestGroup {
                 log_format: Default::default(),
                 metrics_listen: None,
                 grpc_v5_listen: None,
+                grpc_v5_access_keys: Default::default(),
                 data_dir: group.dir.path().join(format!("node-{id}")),
                 flush: FlushKind::Sync,
                 async_flush_interval_ms: 100,

@@ -47,8 +47,17 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 const TOPIC: &str = "V5Orders";
 
 async fn start_cluster(seed: u64) -> anyhow::Result<TestCluster> {
+    start_cluster_with_keys(seed, BTreeMap::new()).await
+}
+
+/// A cluster whose 5.x endpoints accept only calls signed with `access_keys`, if any.
+async fn start_cluster_with_keys(
+    seed: u64,
+    access_keys: BTreeMap<String, String>,
+) -> anyhow::Result<TestCluster> {
     let cluster = TestCluster::start_with(seed, |config| {
         config.grpc_v5_listen = Some("127.0.0.1:0".parse().expect("an address"));
+        config.grpc_v5_access_keys = access_keys.clone();
     })
     .await?;
     cluster.create_topic(TOPIC, 2).await?;
@@ -246,6 +255,41 @@ async fn given_the_official_5x_producer_its_messages_should_be_stored_with_their
 
     producer.shutdown().await?;
     reader.shutdown().await;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_access_keys_only_a_client_signing_with_one_should_be_served() -> anyhow::Result<()> {
+    init_tracing();
+    let keys = BTreeMap::from([("orders-app".to_owned(), "s3cret".to_owned())]);
+    let cluster = start_cluster_with_keys(0x5005_0007, keys).await?;
+    let endpoint = follower_endpoint(&cluster, GROUPS[0]).await?;
+    let producer_with = |secret: Option<&str>| {
+        let (producer_option, mut client_option) = v5_options(endpoint);
+        if let Some(secret) = secret {
+            client_option.set_access_key("orders-app");
+            client_option.set_secret_key(secret);
+        }
+        V5Producer::new(producer_option, client_option)
+    };
+
+    info!("--- signed with the key's secret: served");
+    let producer = start(producer_with(Some("s3cret"))?).await?;
+    let message = MessageBuilder::builder()
+        .set_topic(TOPIC)
+        .set_body(b"signed".to_vec())
+        .build()?;
+    producer.send(message).await.context("a signed send")?;
+
+    info!("--- unsigned, or signed with another secret: UNAUTHORIZED");
+    for secret in [None, Some("guess")] {
+        let refused = start(producer_with(secret)?)
+            .await
+            .expect_err("an unsigned or wrongly signed client is refused");
+        let refused = format!("{refused:#}");
+        assert!(refused.contains("UNAUTHORIZED"), "{refused}");
+    }
     cluster.shutdown().await;
     Ok(())
 }
