@@ -5,6 +5,7 @@ mod consumers;
 mod node_status;
 mod offsets;
 mod pop;
+mod pop_turns;
 mod pull;
 pub use pull::PULL_HOLDS_MAX_DEFAULT;
 mod pulled;
@@ -102,7 +103,7 @@ pub struct BrokerService {
     leadership: tokio::sync::watch::Receiver<crate::raft::lease::Leadership>,
     metrics: Arc<BrokerMetrics>,
     /// Pops of one group's queue take turns (`pop.rs`).
-    pop_turns: dashmap::DashMap<crate::pop_state::PopQueueKey, Arc<tokio::sync::Mutex<()>>>,
+    pop_turns: pop_turns::PopTurns,
 }
 
 impl BrokerService {
@@ -131,7 +132,7 @@ impl BrokerService {
             scrub: options.scrub,
             admin_token: options.admin_token,
             leadership: options.leadership,
-            pop_turns: dashmap::DashMap::new(),
+            pop_turns: pop_turns::PopTurns::default(),
         }
     }
 

@@ -17,7 +17,6 @@
 //! consumer giving up on a message (`dead_letter`) is one `PopDeadLetter` entry: the ack and
 //! the copy in `%DLQ%<group>` land together or not at all.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -88,9 +87,8 @@ impl BrokerService {
         loop {
             arrivals.borrow_and_update();
             leadership.borrow_and_update();
-            let turn = self.pop_turn(&key);
             let messages = {
-                let _turn = turn.lock().await;
+                let _turn = self.pop_turns.take(&key).await;
                 self.pop_once(&key, &request, &filter, attempts_max).await?
             };
             if !messages.is_empty() || request.max_wait_ms == 0 {
@@ -128,11 +126,6 @@ impl BrokerService {
             }
             self.ensure_leader()?;
         }
-    }
-
-    /// The lock pops of `key` take turns with on this node.
-    fn pop_turn(&self, key: &PopQueueKey) -> Arc<tokio::sync::Mutex<()>> {
-        self.pop_turns.entry(key.clone()).or_default().clone()
     }
 
     /// One pop: what is due and fresh, proposed and committed.
