@@ -44,6 +44,11 @@ impl DelayLevels {
         (level > 0).then(|| level.min(self.max_level()))
     }
 
+    /// Every level's delay, lowest level first.
+    pub fn delays(&self) -> &[Duration] {
+        &self.delays
+    }
+
     /// The delay of `level` (clamped); zero for level 0.
     pub fn delay(&self, level: u32) -> Duration {
         self.clamp(level)

@@ -538,6 +538,7 @@ async fn start_grpc_v5(config: &BrokerConfig, listen: SocketAddr) -> Result<Prox
             streams_per_connection_max: config.streams_per_connection_max,
             timer_max_delay_ms: config.timer_max_delay_ms,
             access_keys: AccessKeys::new(config.grpc_v5_access_keys.clone()),
+            consumer_retry_delays: config.parsed_delay_levels()?.delays().to_vec(),
         },
     )
     .map_err(StartError::GrpcV5)

@@ -39,6 +39,9 @@ const RECEIVE_BATCH_MAX: i32 = POP_BATCH_COUNT_MAX as i32;
 /// limits).
 const INVISIBLE_MIN: Duration = Duration::from_millis(POP_INVISIBLE_MS_MIN);
 const INVISIBLE_MAX: Duration = Duration::from_millis(POP_INVISIBLE_MS_MAX);
+/// How long messages stay invisible to a receive that leaves it to the server (`auto_renew`,
+/// as push consumers do): RocketMQ proxy's default.
+const AUTO_RENEW_INVISIBLE: Duration = Duration::from_secs(60);
 /// How long a receive may wait for messages at most (the brokers' long-polling limit).
 const LONG_POLLING_MAX: Duration = Duration::from_millis(LONG_POLLING_MS_MAX as u64);
 /// Answered this much before the client's long-polling timeout, so the answer arrives before
@@ -134,7 +137,11 @@ async fn pop(
             ),
         ));
     }
-    let invisible = invisible_duration(request.invisible_duration.as_ref())?;
+    let invisible = if request.auto_renew {
+        AUTO_RENEW_INVISIBLE
+    } else {
+        invisible_duration(request.invisible_duration.as_ref())?
+    };
     let (tags, sql) = filter(request.filter_expression.unwrap_or_default())?;
     let long_polling = request
         .long_polling_timeout

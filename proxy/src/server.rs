@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rocketraft_client::brokers::Brokers;
 
@@ -53,6 +54,9 @@ pub struct ProxyConfig {
     pub timer_max_delay_ms: u64,
     /// Who may call (5.x access keys); none configured: anyone.
     pub access_keys: AccessKeys,
+    /// How long a consumer leaves a message it failed to consume invisible, by attempt (the
+    /// brokers' delay levels, as RocketMQ's groups retry).
+    pub consumer_retry_delays: Vec<Duration>,
 }
 
 /// A running endpoint.
@@ -99,6 +103,7 @@ impl Proxy {
             clients,
             timer_max_delay_ms: config.timer_max_delay_ms,
             access_keys: config.access_keys,
+            consumer_retry_delays: config.consumer_retry_delays.into(),
             shutdown: shutdown.clone(),
         });
         let mut builder = tonic::transport::Server::builder()

@@ -4,6 +4,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rocketraft_client::brokers::Brokers;
 use rocketraft_client::producer::Producer;
@@ -39,6 +40,8 @@ pub struct Service {
     pub timer_max_delay_ms: u64,
     /// Who may call; a call from anyone else is answered with `UNAUTHORIZED` alone.
     pub access_keys: AccessKeys,
+    /// The backoff consumers are told to nack with, by attempt.
+    pub consumer_retry_delays: Arc<[Duration]>,
     /// Ends the streams this service holds open when the endpoint stops.
     pub shutdown: CancellationToken,
 }
@@ -229,6 +232,7 @@ impl MessagingService for Arc<Service> {
             answers,
             self.clients.clone(),
             self.brokers.clone(),
+            self.consumer_retry_delays.clone(),
             self.shutdown.clone(),
         ));
         Ok(Response::new(ReceiverStream::new(stream)))

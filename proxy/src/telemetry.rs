@@ -20,6 +20,7 @@ use crate::pb;
 use crate::pb::telemetry_command::Command;
 use crate::send::MESSAGE_BODY_BYTES_MAX;
 use crate::status;
+use rocketraft_proto::limits::POP_INVISIBLE_MS_MIN;
 use rocketraft_proto::limits::RETRY_MAX_TIMES_DEFAULT;
 
 /// Attempts of a producer's send, the first included, before it gives up.
@@ -49,6 +50,7 @@ pub async fn serve_stream(
     answers: CommandSender,
     clients: Arc<Clients>,
     brokers: Arc<Brokers>,
+    consumer_retry_delays: Arc<[Duration]>,
     shutdown: CancellationToken,
 ) {
     let registration = clients.open(answers.clone());
@@ -77,7 +79,7 @@ pub async fn serve_stream(
                 None => {}
             }
         }
-        if let Some(answer) = answer(command, group)
+        if let Some(answer) = answer(command, group, &consumer_retry_delays)
             && answers.send(Ok(answer)).await.is_err()
         {
             return;
@@ -122,15 +124,21 @@ async fn group_settings(
 }
 
 /// The answer to a client's command, if it needs one; `group`: the settings of a
-/// consumer's group, if known.
+/// consumer's group, if known; `retry_delays`: how long a consumer leaves a message it failed
+/// to consume invisible, by attempt.
 pub fn answer(
     command: pb::TelemetryCommand,
     group: Option<broker_pb::GroupSettings>,
+    retry_delays: &[Duration],
 ) -> Option<pb::TelemetryCommand> {
     match command.command {
         Some(Command::Settings(settings)) => Some(pb::TelemetryCommand {
             status: status::ok(),
-            command: Some(Command::Settings(server_settings(settings, group))),
+            command: Some(Command::Settings(server_settings(
+                settings,
+                group,
+                retry_delays,
+            ))),
         }),
         // A result the client reports, or nothing: no answer.
         _ => None,
@@ -138,7 +146,11 @@ pub fn answer(
 }
 
 /// The settings a client must use, given what it sent (and its group's, for a consumer).
-fn server_settings(client: pb::Settings, group: Option<broker_pb::GroupSettings>) -> pb::Settings {
+fn server_settings(
+    client: pb::Settings,
+    group: Option<broker_pb::GroupSettings>,
+    retry_delays: &[Duration],
+) -> pb::Settings {
     let pub_sub = match client.pub_sub {
         Some(pb::settings::PubSub::Publishing(publishing)) => {
             Some(pb::settings::PubSub::Publishing(pb::Publishing {
@@ -161,18 +173,15 @@ fn server_settings(client: pb::Settings, group: Option<broker_pb::GroupSettings>
         }
         None => None,
     };
-    let max_attempts = match (&pub_sub, group) {
-        (Some(pb::settings::PubSub::Subscription(_)), Some(group)) => {
-            i32::try_from(group.retry_max_times + 1).unwrap_or(i32::MAX)
-        }
-        (Some(pb::settings::PubSub::Subscription(_)), None) => DELIVERY_ATTEMPTS_MAX,
-        _ => CLIENT_ATTEMPTS_MAX,
-    };
-    pb::Settings {
-        client_type: client.client_type,
-        access_point: client.access_point,
-        backoff_policy: Some(pb::RetryPolicy {
-            max_attempts,
+    let backoff_policy = match (&pub_sub, group) {
+        (Some(pb::settings::PubSub::Subscription(_)), group) => pb::RetryPolicy {
+            max_attempts: group.map_or(DELIVERY_ATTEMPTS_MAX, |group| {
+                i32::try_from(group.retry_max_times + 1).unwrap_or(i32::MAX)
+            }),
+            strategy: Some(consumer_backoff(retry_delays)),
+        },
+        _ => pb::RetryPolicy {
+            max_attempts: CLIENT_ATTEMPTS_MAX,
             strategy: Some(pb::retry_policy::Strategy::ExponentialBackoff(
                 pb::ExponentialBackoff {
                     initial: Some(duration(BACKOFF_INITIAL)),
@@ -180,7 +189,12 @@ fn server_settings(client: pb::Settings, group: Option<broker_pb::GroupSettings>
                     multiplier: BACKOFF_MULTIPLIER,
                 },
             )),
-        }),
+        },
+    };
+    pb::Settings {
+        client_type: client.client_type,
+        access_point: client.access_point,
+        backoff_policy: Some(backoff_policy),
         request_timeout: Some(duration(REQUEST_TIMEOUT)),
         pub_sub,
         user_agent: client.user_agent,
@@ -189,6 +203,18 @@ fn server_settings(client: pb::Settings, group: Option<broker_pb::GroupSettings>
             endpoints: None,
         }),
     }
+}
+
+/// A consumer's nack backoff: attempt n leaves the message invisible for the n-th delay (the
+/// last one after that), never shorter than a pop's shortest invisible time.
+fn consumer_backoff(retry_delays: &[Duration]) -> pb::retry_policy::Strategy {
+    let shortest = Duration::from_millis(POP_INVISIBLE_MS_MIN);
+    pb::retry_policy::Strategy::CustomizedBackoff(pb::CustomizedBackoff {
+        next: retry_delays
+            .iter()
+            .map(|delay| duration((*delay).max(shortest)))
+            .collect(),
+    })
 }
 
 fn duration(duration: Duration) -> prost_types::Duration {
@@ -212,7 +238,7 @@ mod tests {
                 ..pb::Settings::default()
             })),
         };
-        let answer = answer(command, None).expect("settings are answered");
+        let answer = answer(command, None, &[]).expect("settings are answered");
         assert_eq!(answer.status.expect("a status").code(), pb::Code::Ok);
         let Some(Command::Settings(settings)) = answer.command else {
             panic!("the answer holds settings");
@@ -242,8 +268,9 @@ mod tests {
                 ..pb::Settings::default()
             })),
         };
+        let delays = [Duration::from_millis(100), Duration::from_secs(5)];
         let told = |command, group| {
-            let Some(Command::Settings(settings)) = answer(command, group)?.command else {
+            let Some(Command::Settings(settings)) = answer(command, group, &delays)?.command else {
                 return None;
             };
             let Some(pb::settings::PubSub::Subscription(subscription)) = settings.pub_sub else {
@@ -267,10 +294,27 @@ mod tests {
             Some((DELIVERY_ATTEMPTS_MAX, true)),
             "a group no broker knows: the defaults, and what the client asked"
         );
+        let Some(Command::Settings(settings)) =
+            answer(consumer(false), None, &delays).and_then(|answer| answer.command)
+        else {
+            panic!("settings are answered");
+        };
+        let strategy = settings.backoff_policy.and_then(|policy| policy.strategy);
+        let Some(pb::retry_policy::Strategy::CustomizedBackoff(backoff)) = strategy else {
+            panic!("consumers nack by the delay levels: {strategy:?}");
+        };
+        assert_eq!(
+            backoff.next,
+            vec![
+                duration(Duration::from_secs(1)),
+                duration(Duration::from_secs(5))
+            ],
+            "never shorter than a pop's shortest invisible time"
+        );
     }
 
     #[test]
     fn a_command_that_is_no_settings_gets_no_answer() {
-        assert!(answer(pb::TelemetryCommand::default(), None).is_none());
+        assert!(answer(pb::TelemetryCommand::default(), None, &[]).is_none());
     }
 }
