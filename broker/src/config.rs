@@ -33,6 +33,8 @@ pub const COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER: u64 =
 
 /// Default cap on the calls open at once on one connection.
 pub const STREAMS_PER_CONNECTION_MAX_DEFAULT: u32 = 4096;
+/// `grpc_v5_auto_renew_invisible_ms` by default: RocketMQ proxy's 60 s.
+pub const GRPC_V5_AUTO_RENEW_INVISIBLE_MS_DEFAULT: u64 = 60_000;
 
 /// Default interval between fsyncs of the Raft log in `flush = "async"` mode.
 pub const ASYNC_FLUSH_INTERVAL_DEFAULT: Duration = Duration::from_millis(500);
@@ -113,6 +115,10 @@ pub struct BrokerConfig {
     /// calls with one of them, or is answered `UNAUTHORIZED`. Empty: anyone may call.
     #[serde(default)]
     pub grpc_v5_access_keys: BTreeMap<String, String>,
+    /// How long a 5.x push consumer's delivery stays invisible at a time while the endpoint
+    /// renews it (`auto_renew` receives); RocketMQ's proxy uses 60 s.
+    #[serde(default = "default_grpc_v5_auto_renew_invisible_ms")]
+    pub grpc_v5_auto_renew_invisible_ms: u64,
     /// Pulls this node holds open at once (long polling) at most; a pull that would wait
     /// beyond them is refused with `LIMIT_EXCEEDED`, and the consumer retries after a pause.
     #[serde(default = "default_pull_holds_max")]
@@ -368,6 +374,10 @@ fn default_transaction_check_max() -> u32 {
     crate::transaction::TRANSACTION_CHECK_MAX_DEFAULT
 }
 
+fn default_grpc_v5_auto_renew_invisible_ms() -> u64 {
+    GRPC_V5_AUTO_RENEW_INVISIBLE_MS_DEFAULT
+}
+
 fn default_pull_holds_max() -> usize {
     crate::service::PULL_HOLDS_MAX_DEFAULT
 }
@@ -564,6 +574,7 @@ impl BrokerConfig {
             }
         }
         self.validate_grpc_v5_access_keys()?;
+        self.validate_grpc_v5_auto_renew()?;
         if self.connections_max == 0 {
             return Err(ConfigError::new("connections_max", "must be positive"));
         }
@@ -605,6 +616,22 @@ impl BrokerConfig {
             return Err(ConfigError::new(
                 "store.raft_log_segment_bytes",
                 "must be at least 4096",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_grpc_v5_auto_renew(&self) -> Result<(), ConfigError> {
+        let range = rocketraft_proto::limits::POP_INVISIBLE_MS_MIN
+            ..=rocketraft_proto::limits::POP_INVISIBLE_MS_MAX;
+        if !range.contains(&self.grpc_v5_auto_renew_invisible_ms) {
+            return Err(ConfigError::new(
+                "grpc_v5_auto_renew_invisible_ms",
+                format!(
+                    "must be {} to {} (a pop's invisible time)",
+                    rocketraft_proto::limits::POP_INVISIBLE_MS_MIN,
+                    rocketraft_proto::limits::POP_INVISIBLE_MS_MAX
+                ),
             ));
         }
         Ok(())
@@ -895,6 +922,23 @@ mod tests {
         config.admin_token = None;
         config.cluster_secret = Some("s".repeat(rocketraft_proto::secrets::SECRET_LEN_MAX + 1));
         assert_eq!(config.validate().expect_err("long").key, "cluster_secret");
+
+        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
+        for (ms, valid) in [
+            (rocketraft_proto::limits::POP_INVISIBLE_MS_MIN, true),
+            (rocketraft_proto::limits::POP_INVISIBLE_MS_MIN - 1, false),
+            (rocketraft_proto::limits::POP_INVISIBLE_MS_MAX, true),
+            (rocketraft_proto::limits::POP_INVISIBLE_MS_MAX + 1, false),
+        ] {
+            config.grpc_v5_auto_renew_invisible_ms = ms;
+            match config.validate() {
+                Ok(()) => assert!(valid, "{ms} accepted"),
+                Err(error) => {
+                    assert!(!valid, "{ms} refused");
+                    assert_eq!(error.key, "grpc_v5_auto_renew_invisible_ms");
+                }
+            }
+        }
 
         let config = BrokerConfig::from_toml(&format!(
             "{VALID}\n[grpc_v5_access_keys]\napp = \"{}\"\n",

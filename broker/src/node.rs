@@ -539,6 +539,7 @@ async fn start_grpc_v5(config: &BrokerConfig, listen: SocketAddr) -> Result<Prox
             timer_max_delay_ms: config.timer_max_delay_ms,
             access_keys: AccessKeys::new(config.grpc_v5_access_keys.clone()),
             consumer_retry_delays: config.parsed_delay_levels()?.delays().to_vec(),
+            auto_renew_invisible: Duration::from_millis(config.grpc_v5_auto_renew_invisible_ms),
         },
     )
     .map_err(StartError::GrpcV5)

@@ -1,6 +1,7 @@
 //! The 5.x clients with a `Telemetry` stream open on this endpoint, and the topics each
 //! publishes (from its settings), so a server command (a transaction's check-back) reaches a
-//! producer of the right topic.
+//! producer of the right topic; and by client id, whether a client is still there (a push
+//! consumer's deliveries are renewed only while it is).
 //!
 //! Invariants: a stream is registered from its first command until it ends; a command is
 //! only offered (never waited on): a client whose stream is full is passed over.
@@ -33,6 +34,8 @@ struct Streams {
 }
 
 struct Client {
+    /// The client's `x-mq-client-id`, if it sent one.
+    client_id: Option<String>,
     publishes: HashSet<String>,
     commands: CommandSender,
 }
@@ -44,14 +47,19 @@ pub struct Registration {
 }
 
 impl Clients {
-    /// Registers a stream whose commands go to `commands`.
-    pub fn open(self: &Arc<Self>, commands: CommandSender) -> Registration {
+    /// Registers a stream of client `client_id` whose commands go to `commands`.
+    pub fn open(
+        self: &Arc<Self>,
+        client_id: Option<String>,
+        commands: CommandSender,
+    ) -> Registration {
         let mut streams = self.lock();
         streams.last_id += 1;
         let id = streams.last_id;
         streams.open.insert(
             id,
             Client {
+                client_id,
                 publishes: HashSet::new(),
                 commands,
             },
@@ -88,6 +96,14 @@ impl Clients {
             }
         }
         false
+    }
+
+    /// Whether client `client_id` has a stream open here.
+    pub fn is_open(&self, client_id: &str) -> bool {
+        self.lock()
+            .open
+            .values()
+            .any(|client| client.client_id.as_deref() == Some(client_id))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Streams> {
@@ -136,17 +152,19 @@ mod tests {
         let (a_sender, mut a) = mpsc::channel(4);
         let (b_sender, mut b) = mpsc::channel(4);
         let (other_sender, mut other) = mpsc::channel(4);
-        let first = clients.open(a_sender);
+        let first = clients.open(Some("a".into()), a_sender);
         first.publishes(["T".to_owned()]);
-        let second = clients.open(b_sender);
+        let second = clients.open(None, b_sender);
         second.publishes(["T".to_owned()]);
-        let third = clients.open(other_sender);
+        let third = clients.open(None, other_sender);
         third.publishes(["U".to_owned()]);
         assert!(clients.offer_to_publisher("T", command("1")));
         assert!(clients.offer_to_publisher("T", command("2")));
         assert!(a.try_recv().is_ok() && b.try_recv().is_ok(), "one each");
         assert!(other.try_recv().is_err());
+        assert!(clients.is_open("a") && !clients.is_open("b"));
         drop((first, second));
+        assert!(!clients.is_open("a"), "its stream ended");
         assert!(
             !clients.offer_to_publisher("T", command("3")),
             "closed streams are gone"
@@ -159,12 +177,12 @@ mod tests {
         let clients = Arc::new(Clients::default());
         let (full_sender, _full) = mpsc::channel(1);
         let (free_sender, mut free) = mpsc::channel(4);
-        let full = clients.open(full_sender.clone());
+        let full = clients.open(None, full_sender.clone());
         full.publishes(["T".to_owned()]);
         full_sender
             .try_send(Ok(command("filler")))
             .expect("room for one");
-        let open = clients.open(free_sender);
+        let open = clients.open(None, free_sender);
         open.publishes(["T".to_owned()]);
         assert!(clients.offer_to_publisher("T", command("1")));
         assert!(clients.offer_to_publisher("T", command("2")));

@@ -10,6 +10,7 @@
 //! attempt and a SHA1 digest of its body (uppercase hex).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rocketraft_client::brokers::Brokers;
@@ -31,6 +32,10 @@ use crate::message::timestamp;
 use crate::message::to_v5;
 use crate::pb;
 use crate::pb::Code;
+use crate::renewals::Delivery;
+use crate::renewals::DeliveryKey;
+use crate::renewals::Renew;
+use crate::renewals::Renewals;
 use crate::status;
 
 /// Messages one receive returns at most (the brokers' pop limit).
@@ -39,9 +44,6 @@ const RECEIVE_BATCH_MAX: i32 = POP_BATCH_COUNT_MAX as i32;
 /// limits).
 const INVISIBLE_MIN: Duration = Duration::from_millis(POP_INVISIBLE_MS_MIN);
 const INVISIBLE_MAX: Duration = Duration::from_millis(POP_INVISIBLE_MS_MAX);
-/// How long messages stay invisible to a receive that leaves it to the server (`auto_renew`,
-/// as push consumers do): RocketMQ proxy's default.
-const AUTO_RENEW_INVISIBLE: Duration = Duration::from_secs(60);
 /// How long a receive may wait for messages at most (the brokers' long-polling limit).
 const LONG_POLLING_MAX: Duration = Duration::from_millis(LONG_POLLING_MS_MAX as u64);
 /// Answered this much before the client's long-polling timeout, so the answer arrives before
@@ -82,12 +84,15 @@ impl Handle {
 /// A refusal: the code and reason.
 type Refusal = (Code, String);
 
-/// Pops for a receive; what its stream answers: a status, then the messages, then the time.
+/// Pops for a receive by client `client_id`; what its stream answers: a status, then the
+/// messages, then the time. An `auto_renew` receive's deliveries are renewed by `renewals`.
 pub async fn receive(
     brokers: &Brokers,
+    renewals: &Renewals,
+    client_id: Option<String>,
     request: pb::ReceiveMessageRequest,
 ) -> Vec<pb::ReceiveMessageResponse> {
-    match pop(brokers, request).await {
+    match pop(brokers, renewals, client_id, request).await {
         Ok(messages) if messages.is_empty() => vec![status_response(status::status(
             Code::MessageNotFound,
             "no message to receive",
@@ -121,6 +126,8 @@ fn status_response(status: Option<pb::Status>) -> pb::ReceiveMessageResponse {
 
 async fn pop(
     brokers: &Brokers,
+    renewals: &Renewals,
+    client_id: Option<String>,
     request: pb::ReceiveMessageRequest,
 ) -> Result<Vec<pb::Message>, Refusal> {
     let group = consumer_group(request.group.as_ref())?;
@@ -138,7 +145,7 @@ async fn pop(
         ));
     }
     let invisible = if request.auto_renew {
-        AUTO_RENEW_INVISIBLE
+        renewals.invisible()
     } else {
         invisible_duration(request.invisible_duration.as_ref())?
     };
@@ -177,6 +184,22 @@ async fn pop(
         .into_iter()
         .filter_map(|popped| {
             let message = MessageExt::from_pulled(popped.message?, &broker_group);
+            if request.auto_renew {
+                renewals.track(
+                    DeliveryKey {
+                        broker_group: broker_group.clone(),
+                        queue_id: message.queue_id,
+                        queue_offset: message.queue_offset,
+                        first_receipt: popped.receipt,
+                    },
+                    Delivery {
+                        consumer_group: pop.group.clone(),
+                        topic: pop.topic.clone(),
+                        client_id: client_id.clone(),
+                        receipt: popped.receipt,
+                    },
+                );
+            }
             Some(received(
                 &message,
                 &broker_group,
@@ -227,8 +250,58 @@ fn received(
     v5
 }
 
+/// `handle` with the receipt its delivery has now, if this endpoint renews it (the renewal
+/// stops: the consumer is done with the message or sets its time itself).
+async fn current(renewals: &Renewals, mut handle: Handle) -> Handle {
+    let key = DeliveryKey {
+        broker_group: handle.group.clone(),
+        queue_id: handle.queue_id,
+        queue_offset: handle.queue_offset,
+        first_receipt: handle.receipt,
+    };
+    if let Some(receipt) = renewals.take(&key).await {
+        handle.receipt = receipt;
+    }
+    handle
+}
+
+impl Renew for Arc<Brokers> {
+    async fn renew(
+        &self,
+        key: &DeliveryKey,
+        delivery: &Delivery,
+        invisible: Duration,
+    ) -> Result<Option<u64>, String> {
+        let handle = Handle {
+            group: key.broker_group.clone(),
+            queue_id: key.queue_id,
+            queue_offset: key.queue_offset,
+            receipt: delivery.receipt,
+        };
+        let changed = change_one(
+            self,
+            (&delivery.consumer_group, &delivery.topic),
+            &handle,
+            invisible.as_millis() as u64,
+            false,
+        )
+        .await;
+        match changed {
+            Ok(result) if result.outcome() == broker_pb::ChangeOutcome::ChangeDone => {
+                Ok(Some(result.receipt))
+            }
+            Ok(_no_longer_in_flight) => Ok(None),
+            Err((_, reason)) => Err(reason),
+        }
+    }
+}
+
 /// Acks the request's messages; one result per entry, in order.
-pub async fn ack(brokers: &Brokers, request: pb::AckMessageRequest) -> pb::AckMessageResponse {
+pub async fn ack(
+    brokers: &Brokers,
+    renewals: &Renewals,
+    request: pb::AckMessageRequest,
+) -> pb::AckMessageResponse {
     let checked = consumer_group(request.group.as_ref()).and_then(|group| {
         let topic = request.topic.clone().unwrap_or_default().name;
         validate_topic_name(&topic).map_err(|reason| (Code::IllegalTopic, reason))?;
@@ -248,10 +321,13 @@ pub async fn ack(brokers: &Brokers, request: pb::AckMessageRequest) -> pb::AckMe
     let mut by_queue: BTreeMap<(String, i32), Vec<(usize, Handle)>> = BTreeMap::new();
     for (index, entry) in request.entries.iter().enumerate() {
         match Handle::parse(&entry.receipt_handle) {
-            Some(handle) => by_queue
-                .entry((handle.group.clone(), handle.queue_id))
-                .or_default()
-                .push((index, handle)),
+            Some(handle) => {
+                let handle = current(renewals, handle).await;
+                by_queue
+                    .entry((handle.group.clone(), handle.queue_id))
+                    .or_default()
+                    .push((index, handle));
+            }
             None => statuses[index] = invalid_handle(&entry.receipt_handle),
         }
     }
@@ -313,6 +389,7 @@ fn overall(entries: &[pb::AckMessageResultEntry]) -> Option<pb::Status> {
 /// Changes how long one delivered message stays invisible.
 pub async fn change_invisible(
     brokers: &Brokers,
+    renewals: &Renewals,
     request: pb::ChangeInvisibleDurationRequest,
 ) -> pb::ChangeInvisibleDurationResponse {
     let refused = |(code, reason): Refusal| pb::ChangeInvisibleDurationResponse {
@@ -334,6 +411,7 @@ pub async fn change_invisible(
         Ok(invisible) => invisible,
         Err(refusal) => return refused(refusal),
     };
+    let handle = current(renewals, handle).await;
     let changed = change_one(
         brokers,
         (&group, &topic),
@@ -365,6 +443,7 @@ pub async fn change_invisible(
 /// up on it).
 pub async fn forward_to_dead_letters(
     brokers: &Brokers,
+    renewals: &Renewals,
     request: pb::ForwardMessageToDeadLetterQueueRequest,
 ) -> Option<pb::Status> {
     let group = match consumer_group(request.group.as_ref()) {
@@ -375,6 +454,7 @@ pub async fn forward_to_dead_letters(
     let Some(handle) = Handle::parse(&request.receipt_handle) else {
         return invalid_handle(&request.receipt_handle);
     };
+    let handle = current(renewals, handle).await;
     match change_one(brokers, (&group, &topic), &handle, 0, true).await {
         Ok(result) => result_status(&result),
         Err((code, reason)) => status::status(code, reason),

@@ -19,6 +19,7 @@ mod access;
 mod clients;
 mod consume;
 mod message;
+mod renewals;
 mod route;
 mod send;
 mod server;
@@ -28,6 +29,7 @@ mod telemetry;
 mod transaction;
 
 pub use access::AccessKeys;
+pub use renewals::RENEW_MAX;
 pub use server::Proxy;
 pub use server::ProxyConfig;
 pub use server::ProxyError;

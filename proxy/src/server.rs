@@ -8,6 +8,7 @@ use std::time::Duration;
 use rocketraft_client::brokers::Brokers;
 
 use crate::access::AccessKeys;
+use crate::renewals::Renewals;
 use rocketraft_client::connector::ClientTls;
 use rocketraft_client::connector::Connector;
 use rocketraft_client::error::ProducerError;
@@ -57,6 +58,9 @@ pub struct ProxyConfig {
     /// How long a consumer leaves a message it failed to consume invisible, by attempt (the
     /// brokers' delay levels, as RocketMQ's groups retry).
     pub consumer_retry_delays: Vec<Duration>,
+    /// How long a push consumer's delivery is invisible at a time while this endpoint renews
+    /// it (RocketMQ's proxy: 60 s).
+    pub auto_renew_invisible: Duration,
 }
 
 /// A running endpoint.
@@ -97,13 +101,21 @@ impl Proxy {
             connector,
         );
         let shutdown = CancellationToken::new();
+        let brokers = Arc::new(brokers);
+        let renewals = Arc::new(Renewals::new(config.auto_renew_invisible));
+        tokio::spawn({
+            let renewals = renewals.clone();
+            let (brokers, clients, shutdown) = (brokers.clone(), clients.clone(), shutdown.clone());
+            async move { renewals.run(brokers, clients, shutdown).await }
+        });
         let service = Arc::new(Service {
             producer: producer.build()?,
-            brokers: Arc::new(brokers),
+            brokers,
             clients,
             timer_max_delay_ms: config.timer_max_delay_ms,
             access_keys: config.access_keys,
             consumer_retry_delays: config.consumer_retry_delays.into(),
+            renewals,
             shutdown: shutdown.clone(),
         });
         let mut builder = tonic::transport::Server::builder()

@@ -21,6 +21,7 @@ use crate::clients::Clients;
 use crate::consume;
 use crate::pb;
 use crate::pb::messaging_service_server::MessagingService;
+use crate::renewals::Renewals;
 use crate::route;
 use crate::send;
 use crate::status;
@@ -42,6 +43,8 @@ pub struct Service {
     pub access_keys: AccessKeys,
     /// The backoff consumers are told to nack with, by attempt.
     pub consumer_retry_delays: Arc<[Duration]>,
+    /// Push consumers' deliveries this endpoint keeps invisible while they work on them.
+    pub renewals: Arc<Renewals>,
     /// Ends the streams this service holds open when the endpoint stops.
     pub shutdown: CancellationToken,
 }
@@ -87,6 +90,14 @@ from_status!(
     pb::NotifyClientTerminationResponse,
     pb::ChangeInvisibleDurationResponse
 );
+
+/// The header a 5.x client names itself in.
+const CLIENT_ID_HEADER: &str = "x-mq-client-id";
+
+fn client_id(metadata: &tonic::metadata::MetadataMap) -> Option<String> {
+    let value = metadata.get(CLIENT_ID_HEADER)?.to_str().ok()?;
+    Some(value.to_owned())
+}
 
 type TelemetryStream = ReceiverStream<Result<pb::TelemetryCommand, tonic::Status>>;
 type ReceiveStream =
@@ -171,7 +182,16 @@ impl MessagingService for Arc<Service> {
         request: Request<pb::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, tonic::Status> {
         let responses = match self.access_keys.check(request.metadata()) {
-            Ok(()) => consume::receive(&self.brokers, request.into_inner()).await,
+            Ok(()) => {
+                let client_id = client_id(request.metadata());
+                consume::receive(
+                    &self.brokers,
+                    &self.renewals,
+                    client_id,
+                    request.into_inner(),
+                )
+                .await
+            }
             Err(status) => vec![pb::ReceiveMessageResponse {
                 content: Some(pb::receive_message_response::Content::Status(status)),
             }],
@@ -187,7 +207,7 @@ impl MessagingService for Arc<Service> {
     ) -> Result<Response<pb::AckMessageResponse>, tonic::Status> {
         refuse_unauthorized!(self, request, pb::AckMessageResponse);
         Ok(Response::new(
-            consume::ack(&self.brokers, request.into_inner()).await,
+            consume::ack(&self.brokers, &self.renewals, request.into_inner()).await,
         ))
     }
 
@@ -197,7 +217,12 @@ impl MessagingService for Arc<Service> {
     ) -> Result<Response<pb::ForwardMessageToDeadLetterQueueResponse>, tonic::Status> {
         refuse_unauthorized!(self, request, pb::ForwardMessageToDeadLetterQueueResponse);
         Ok(Response::new(pb::ForwardMessageToDeadLetterQueueResponse {
-            status: consume::forward_to_dead_letters(&self.brokers, request.into_inner()).await,
+            status: consume::forward_to_dead_letters(
+                &self.brokers,
+                &self.renewals,
+                request.into_inner(),
+            )
+            .await,
         }))
     }
 
@@ -228,6 +253,7 @@ impl MessagingService for Arc<Service> {
             return Ok(Response::new(ReceiverStream::new(stream)));
         }
         tokio::spawn(telemetry::serve_stream(
+            client_id(request.metadata()),
             request.into_inner(),
             answers,
             self.clients.clone(),
@@ -254,7 +280,7 @@ impl MessagingService for Arc<Service> {
     ) -> Result<Response<pb::ChangeInvisibleDurationResponse>, tonic::Status> {
         refuse_unauthorized!(self, request, pb::ChangeInvisibleDurationResponse);
         Ok(Response::new(
-            consume::change_invisible(&self.brokers, request.into_inner()).await,
+            consume::change_invisible(&self.brokers, &self.renewals, request.into_inner()).await,
         ))
     }
 }

@@ -46,6 +46,7 @@ pub const RECEIVE_BATCH_SIZE: i32 = 32;
 /// Serves one client's stream until it ends or `shutdown`: answers its settings and keeps it
 /// registered with `clients`, with the topics it publishes.
 pub async fn serve_stream(
+    client_id: Option<String>,
     mut commands: Streaming<pb::TelemetryCommand>,
     answers: CommandSender,
     clients: Arc<Clients>,
@@ -53,7 +54,7 @@ pub async fn serve_stream(
     consumer_retry_delays: Arc<[Duration]>,
     shutdown: CancellationToken,
 ) {
-    let registration = clients.open(answers.clone());
+    let registration = clients.open(client_id, answers.clone());
     loop {
         let command = tokio::select! {
             () = shutdown.cancelled() => return,

@@ -163,6 +163,8 @@ impl TestGroup {
                 metrics_listen: None,
                 grpc_v5_listen: None,
                 grpc_v5_access_keys: Default::default(),
+                grpc_v5_auto_renew_invisible_ms:
+                    rocketraft_broker::config::GRPC_V5_AUTO_RENEW_INVISIBLE_MS_DEFAULT,
                 data_dir: group.dir.path().join(format!("node-{id}")),
                 flush: FlushKind::Sync,
                 async_flush_interval_ms: 100,

@@ -33,6 +33,7 @@ use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
 use rocketraft_client::message::property;
 use rocketraft_client::producer::Producer;
+use rocketraft_client::producer::SendResult;
 use rocketraft_proto::time::now_ms;
 use rocketraft_proxy::pb as v5;
 use rocketraft_proxy::pb::messaging_service_client::MessagingServiceClient;
@@ -777,6 +778,171 @@ async fn consumer_settings(endpoint: SocketAddr, group: &str) -> anyhow::Result<
             .max_attempts,
         subscription.fifo.context("fifo")?,
     ))
+}
+
+/// One raw receive by client `client_id` of `group` from the queue `sent` went to: its status
+/// code and messages. `auto_renew` leaves the invisible time to the endpoint, as push
+/// consumers do; otherwise the messages are invisible for a second.
+async fn raw_receive(
+    endpoint: SocketAddr,
+    client_id: &str,
+    group: &str,
+    sent: &SendResult,
+    auto_renew: bool,
+) -> anyhow::Result<(v5::Code, Vec<v5::Message>)> {
+    let resource = |name: &str| {
+        Some(v5::Resource {
+            resource_namespace: String::new(),
+            name: name.into(),
+        })
+    };
+    let mut request = tonic::Request::new(v5::ReceiveMessageRequest {
+        group: resource(group),
+        message_queue: Some(v5::MessageQueue {
+            topic: resource(TOPIC),
+            id: sent.queue_id,
+            broker: Some(v5::Broker {
+                name: sent.group.clone(),
+                ..v5::Broker::default()
+            }),
+            ..v5::MessageQueue::default()
+        }),
+        filter_expression: Some(v5::FilterExpression {
+            r#type: v5::FilterType::Tag as i32,
+            expression: "*".into(),
+        }),
+        batch_size: 1,
+        invisible_duration: (!auto_renew).then_some(prost_types::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        auto_renew,
+        long_polling_timeout: Some(prost_types::Duration {
+            seconds: 2,
+            nanos: 0,
+        }),
+    });
+    request
+        .metadata_mut()
+        .insert("x-mq-client-id", client_id.parse()?);
+    let mut raw = MessagingServiceClient::connect(format!("http://{endpoint}")).await?;
+    let mut answers = raw.receive_message(request).await?.into_inner();
+    let (mut code, mut messages) = (v5::Code::InternalError, Vec::new());
+    while let Some(answer) = answers.message().await? {
+        match answer.content {
+            Some(v5::receive_message_response::Content::Status(status)) => code = status.code(),
+            Some(v5::receive_message_response::Content::Message(message)) => messages.push(message),
+            _ => {}
+        }
+    }
+    Ok((code, messages))
+}
+
+/// A Telemetry stream of client `client_id` (a simple consumer of `group`), open until the
+/// returned sender is dropped.
+async fn open_telemetry(
+    endpoint: SocketAddr,
+    client_id: &str,
+    group: &str,
+) -> anyhow::Result<tokio::sync::mpsc::Sender<v5::TelemetryCommand>> {
+    let (commands, stream) = tokio::sync::mpsc::channel(1);
+    commands
+        .send(v5::TelemetryCommand {
+            status: None,
+            command: Some(v5::telemetry_command::Command::Settings(v5::Settings {
+                client_type: Some(v5::ClientType::SimpleConsumer as i32),
+                pub_sub: Some(v5::settings::PubSub::Subscription(v5::Subscription {
+                    group: Some(v5::Resource {
+                        resource_namespace: String::new(),
+                        name: group.into(),
+                    }),
+                    ..v5::Subscription::default()
+                })),
+                ..v5::Settings::default()
+            })),
+        })
+        .await?;
+    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(stream));
+    request
+        .metadata_mut()
+        .insert("x-mq-client-id", client_id.parse()?);
+    let mut raw = MessagingServiceClient::connect(format!("http://{endpoint}")).await?;
+    let mut answers = raw.telemetry(request).await?.into_inner();
+    answers.message().await?.context("the settings answer")?;
+    // Drain further commands until the stream ends.
+    tokio::spawn(async move { while let Ok(Some(_)) = answers.message().await {} });
+    Ok(commands)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_an_auto_renew_receive_the_endpoint_should_keep_it_invisible_while_its_client_is_there()
+-> anyhow::Result<()> {
+    init_tracing();
+    let cluster = TestCluster::start_with(0x5005_0008, |config| {
+        config.grpc_v5_listen = Some("127.0.0.1:0".parse().expect("an address"));
+        config.grpc_v5_auto_renew_invisible_ms = 2000;
+    })
+    .await?;
+    cluster.create_topic(TOPIC, 2).await?;
+    cluster.wait_for_route(TOPIC).await?;
+    let endpoint = follower_endpoint(&cluster, GROUPS[0]).await?;
+    let producer = Producer::builder(cluster.nameservers(), "v5-renew-producer").build()?;
+    let telemetry = open_telemetry(endpoint, "pusher", "v5-renew").await?;
+
+    info!("--- received with auto_renew, held three times its invisible time, then acked");
+    let held = producer.send(Message::new(TOPIC, "held")).await?;
+    let (code, got) = raw_receive(endpoint, "pusher", "v5-renew", &held, true).await?;
+    assert_eq!((code, got.len()), (v5::Code::Ok, 1));
+    let handle = got[0]
+        .system_properties
+        .as_ref()
+        .and_then(|system| system.receipt_handle.clone())
+        .context("a receipt handle")?;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (code, _) = raw_receive(endpoint, "other", "v5-renew", &held, false).await?;
+    assert_eq!(code, v5::Code::MessageNotFound, "still invisible: renewed");
+    let mut raw = MessagingServiceClient::connect(format!("http://{endpoint}")).await?;
+    let acked = raw
+        .ack_message(v5::AckMessageRequest {
+            group: Some(v5::Resource {
+                resource_namespace: String::new(),
+                name: "v5-renew".into(),
+            }),
+            topic: Some(v5::Resource {
+                resource_namespace: String::new(),
+                name: TOPIC.into(),
+            }),
+            entries: vec![v5::AckMessageEntry {
+                message_id: held.msg_id.clone(),
+                receipt_handle: handle,
+            }],
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        acked.status.map(|status| status.code()),
+        Some(v5::Code::Ok),
+        "the first handle acks the renewed delivery"
+    );
+
+    info!("--- its client leaves: no more renewals, the message comes back");
+    let orphan = producer.send(Message::new(TOPIC, "orphan")).await?;
+    let (code, _) = raw_receive(endpoint, "pusher", "v5-renew", &orphan, true).await?;
+    assert_eq!(code, v5::Code::Ok);
+    drop(telemetry);
+    let again = wait_for("the orphan delivered again", TIMEOUT, || async {
+        let (_, got) = raw_receive(endpoint, "other", "v5-renew", &orphan, false)
+            .await
+            .ok()?;
+        got.into_iter().next()
+    })
+    .await?;
+    let attempt = again
+        .system_properties
+        .and_then(|system| system.delivery_attempt);
+    assert_eq!(attempt, Some(2));
+    cluster.shutdown().await;
+    Ok(())
 }
 
 fn bodies(messages: &[MessageView]) -> Vec<String> {
