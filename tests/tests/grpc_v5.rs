@@ -77,6 +77,14 @@ async fn follower_endpoint(cluster: &TestCluster, group: &str) -> anyhow::Result
         .ok_or_else(|| anyhow::anyhow!("node {follower} serves no 5.x endpoint"))
 }
 
+/// A 5.x resource name without a namespace.
+fn resource(name: &str) -> Option<v5::Resource> {
+    Some(v5::Resource {
+        resource_namespace: String::new(),
+        name: name.into(),
+    })
+}
+
 fn v5_options(endpoint: SocketAddr) -> (ProducerOption, ClientOption) {
     let mut producer_option = ProducerOption::default();
     producer_option.set_topics(vec![TOPIC]);
@@ -525,14 +533,8 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
     let mut raw = MessagingServiceClient::connect(format!("http://{endpoint}")).await?;
     let changed = raw
         .change_invisible_duration(v5::ChangeInvisibleDurationRequest {
-            group: Some(v5::Resource {
-                resource_namespace: String::new(),
-                name: "v5-pop".into(),
-            }),
-            topic: Some(v5::Resource {
-                resource_namespace: String::new(),
-                name: TOPIC.into(),
-            }),
+            group: resource("v5-pop"),
+            topic: resource(TOPIC),
             receipt_handle: first[0].receipt_handle(),
             invisible_duration: Some(prost_types::Duration {
                 seconds: 1,
@@ -696,12 +698,6 @@ async fn given_max_attempts_or_a_forward_a_popped_message_should_go_to_the_dead_
     let got = receive_until(&consumer, &all, Duration::from_secs(60), 1, TIMEOUT).await?;
     assert_eq!(got[0].message_id(), given_up.msg_id);
     let mut raw = MessagingServiceClient::connect(format!("http://{endpoint}")).await?;
-    let resource = |name: &str| {
-        Some(v5::Resource {
-            resource_namespace: String::new(),
-            name: name.into(),
-        })
-    };
     let forward = v5::ForwardMessageToDeadLetterQueueRequest {
         group: resource("v5-dlq"),
         topic: resource(TOPIC),
@@ -736,12 +732,6 @@ async fn given_max_attempts_or_a_forward_a_popped_message_should_go_to_the_dead_
 /// What the endpoint tells a simple consumer of `group` reading `TOPIC` on its Telemetry
 /// stream: the delivery attempts and whether the group is FIFO.
 async fn consumer_settings(endpoint: SocketAddr, group: &str) -> anyhow::Result<(i32, bool)> {
-    let resource = |name: &str| {
-        Some(v5::Resource {
-            resource_namespace: String::new(),
-            name: name.into(),
-        })
-    };
     let settings = v5::TelemetryCommand {
         status: None,
         command: Some(v5::telemetry_command::Command::Settings(v5::Settings {
@@ -790,12 +780,6 @@ async fn raw_receive(
     sent: &SendResult,
     auto_renew: bool,
 ) -> anyhow::Result<(v5::Code, Vec<v5::Message>)> {
-    let resource = |name: &str| {
-        Some(v5::Resource {
-            resource_namespace: String::new(),
-            name: name.into(),
-        })
-    };
     let mut request = tonic::Request::new(v5::ReceiveMessageRequest {
         group: resource(group),
         message_queue: Some(v5::MessageQueue {
@@ -852,10 +836,7 @@ async fn open_telemetry(
             command: Some(v5::telemetry_command::Command::Settings(v5::Settings {
                 client_type: Some(v5::ClientType::SimpleConsumer as i32),
                 pub_sub: Some(v5::settings::PubSub::Subscription(v5::Subscription {
-                    group: Some(v5::Resource {
-                        resource_namespace: String::new(),
-                        name: group.into(),
-                    }),
+                    group: resource(group),
                     ..v5::Subscription::default()
                 })),
                 ..v5::Settings::default()
@@ -904,14 +885,8 @@ async fn given_an_auto_renew_receive_the_endpoint_should_keep_it_invisible_while
     let mut raw = MessagingServiceClient::connect(format!("http://{endpoint}")).await?;
     let acked = raw
         .ack_message(v5::AckMessageRequest {
-            group: Some(v5::Resource {
-                resource_namespace: String::new(),
-                name: "v5-renew".into(),
-            }),
-            topic: Some(v5::Resource {
-                resource_namespace: String::new(),
-                name: TOPIC.into(),
-            }),
+            group: resource("v5-renew"),
+            topic: resource(TOPIC),
             entries: vec![v5::AckMessageEntry {
                 message_id: held.msg_id.clone(),
                 receipt_handle: handle,
