@@ -42,7 +42,7 @@ const checker = { async check() { return definitions.TransactionResolution.ROLLB
 const producer = new Producer({ ...common, sessionCredentials, topics: [topic], checker });
 await producer.startup();
 out.normal = (await producer.send({
-  topic, tag: 'Plain', keys: ['node-key'], body: Buffer.from('plain'),
+  topic, tag: 'Plain', keys: ['client-key'], body: Buffer.from('plain'),
 })).messageId;
 out.fifo_sent = [];
 for (let step = 0; step < 5; step++) {

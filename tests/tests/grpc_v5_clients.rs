@@ -1,0 +1,239 @@
+//! RocketMQ's official Node.js and Python clients against the 5.x endpoint of real nodes
+//! whose endpoints require an access key. Each client's script (`tests/nodejs/compat.mjs`,
+//! `tests/python/compat.py`) drives the same steps and prints a JSON report this test judges:
+//! the producer's NORMAL, FIFO, DELAY and TRANSACTION sends signed with the key; unsigned and
+//! wrongly signed clients refused; the simple consumer receiving by tag, a nack bringing a
+//! message back as attempt 2, a DELAY message not before its time, a rolled-back one never;
+//! the push consumer of an orderly group learning it is FIFO and getting the message group
+//! once, in order.
+//!
+//! The clients are installed by `.ci/run` (`npm ci --prefix tests/nodejs`; a virtualenv at
+//! `tests/python/.venv` from `tests/python/requirements.txt`). Without them a test says why
+//! and passes, so the suite runs on a machine with nothing but the Rust toolchain; CI sets
+//! `RR_CLIENT_TESTS=required`, under which a missing client fails its test.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::Context;
+use rocketraft_client::admin::Admin;
+use rocketraft_client::admin::GroupSettings;
+use rocketraft_tests::cluster::GROUPS;
+use rocketraft_tests::cluster::TestCluster;
+use rocketraft_tests::init_tracing;
+use serde_json::Value;
+use serde_json::json;
+use tracing::info;
+
+/// Set to `required` where a missing client must fail its test (CI).
+const REQUIRED_ENV: &str = "RR_CLIENT_TESTS";
+/// The scripts' own steps give up after 30 s each; this bounds a whole run.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);
+const TOPIC: &str = "ClientOrders";
+const ACCESS_KEY: &str = "client-app";
+const SECRET: &str = "cl1ent-s3cret";
+
+/// How to run one client's script.
+struct Client {
+    /// Its directory under `tests/`.
+    dir: &'static str,
+    /// The interpreter, relative to the directory (or on PATH), and the script.
+    interpreter: &'static str,
+    script: &'static str,
+    /// What must exist in the directory once the client is installed.
+    installed: &'static str,
+    install: &'static str,
+}
+
+const NODEJS: Client = Client {
+    dir: "nodejs",
+    interpreter: "node",
+    script: "compat.mjs",
+    installed: "node_modules/rocketmq-client-nodejs",
+    install: "npm ci --prefix tests/nodejs",
+};
+
+const PYTHON: Client = Client {
+    dir: "python",
+    interpreter: ".venv/bin/python",
+    script: "compat.py",
+    installed: ".venv/bin/python",
+    install: "python3 -m venv tests/python/.venv && tests/python/.venv/bin/pip install -r tests/python/requirements.txt",
+};
+
+impl Client {
+    fn dir(&self) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(self.dir)
+    }
+
+    /// The interpreter: a path inside the directory, or a name looked up on PATH.
+    fn program(&self) -> PathBuf {
+        if self.interpreter.contains('/') {
+            self.dir().join(self.interpreter)
+        } else {
+            PathBuf::from(self.interpreter)
+        }
+    }
+
+    /// Why the client cannot run here, if it cannot.
+    fn missing(&self) -> Option<String> {
+        let installed = self.dir().join(self.installed);
+        if !installed.exists() {
+            return Some(format!(
+                "{} is missing: run `{}`",
+                installed.display(),
+                self.install
+            ));
+        }
+        let runs = std::process::Command::new(self.program())
+            .arg("--version")
+            .output();
+        (!runs.is_ok_and(|output| output.status.success()))
+            .then(|| format!("`{}` does not run here", self.interpreter))
+    }
+}
+
+/// Runs `client`'s script against a fresh cluster and returns its report; `None` if the
+/// client is not installed and not required.
+async fn run(client: &Client, seed: u64) -> anyhow::Result<Option<Value>> {
+    init_tracing();
+    if let Some(missing) = client.missing() {
+        anyhow::ensure!(
+            std::env::var(REQUIRED_ENV).as_deref() != Ok("required"),
+            "the {} client is required ({REQUIRED_ENV}) but {missing}",
+            client.dir
+        );
+        eprintln!("skipped: {missing}");
+        return Ok(None);
+    }
+    let cluster = TestCluster::start_with(seed, |config| {
+        config.grpc_v5_listen = Some("127.0.0.1:0".parse().expect("an address"));
+        config.grpc_v5_access_keys = BTreeMap::from([(ACCESS_KEY.into(), SECRET.into())]);
+    })
+    .await?;
+    // One queue per broker group: the Node.js client's simple consumer reads only queue 0 of
+    // each (its SubscriptionLoadBalancer compares the queue id where it means the broker id).
+    cluster.create_topic(TOPIC, 1).await?;
+    cluster.wait_for_route(TOPIC).await?;
+    let orderly = GroupSettings {
+        consume_orderly: true,
+        ..GroupSettings::default()
+    };
+    Admin::new(cluster.nameservers())
+        .update_group("client-fifo", orderly, None)
+        .await?;
+    let group = cluster.group(GROUPS[1]);
+    let leader = group.wait_for_leader(Duration::from_secs(20)).await?;
+    let endpoint = group
+        .node(group.a_follower(leader))
+        .grpc_v5_addr()
+        .context("a 5.x endpoint")?;
+
+    info!(%endpoint, client = client.dir, "--- the client's script");
+    let script = tokio::process::Command::new(client.program())
+        .arg(client.script)
+        .current_dir(client.dir())
+        .env("ENDPOINT", endpoint.to_string())
+        .env("TOPIC", TOPIC)
+        .env("ACCESS_KEY", ACCESS_KEY)
+        .env("SECRET", SECRET)
+        .env("SIMPLE_GROUP", "client-simple")
+        .env("FIFO_GROUP", "client-fifo")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(SCRIPT_TIMEOUT, script)
+        .await
+        .context("the client's script timed out")??;
+    cluster.shutdown().await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(
+        output.status.success(),
+        "the {} script failed ({}): {stdout}\n{}",
+        client.dir,
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .with_context(|| format!("the script's report: {stdout}"))?;
+    info!(%report, "what the client saw");
+    Ok(Some(report))
+}
+
+/// Judges a client's report (see the module comment).
+fn judge(seen: &Value) -> anyhow::Result<()> {
+    for refused in ["unsigned", "wrong_secret"] {
+        let reason = seen[refused].as_str().unwrap_or_default();
+        assert!(
+            reason.contains("40100") || reason.contains("UNAUTHORIZED"),
+            "{refused}: {reason}"
+        );
+    }
+    let received = seen["received"].as_array().context("received")?;
+    let deliveries: Vec<(&str, u64)> = received
+        .iter()
+        .map(|message| {
+            (
+                message["body"].as_str().unwrap_or_default(),
+                message["attempt"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    for expected in [("plain", 1), ("plain", 2), ("committed", 1), ("later", 1)] {
+        assert!(
+            deliveries.contains(&expected),
+            "{expected:?} in {deliveries:?}"
+        );
+    }
+    assert_eq!(
+        deliveries.len(),
+        4,
+        "nothing else (the rolled-back message): {deliveries:?}"
+    );
+    let plain = received
+        .iter()
+        .find(|message| message["body"] == "plain")
+        .context("plain")?;
+    assert_eq!(plain["tag"], "Plain");
+    assert_eq!(plain["keys"], json!(["client-key"]));
+    let later = received
+        .iter()
+        .find(|message| message["body"] == "later")
+        .context("later")?;
+    assert!(
+        later["early_ms"].as_i64().unwrap_or(i64::MAX) <= 0,
+        "a DELAY message is not received before its delivery time: {later}"
+    );
+    assert_eq!(
+        seen["push_fifo"], true,
+        "the push consumer learns its group is FIFO"
+    );
+    let steps: Vec<String> = (0..5).map(|step| format!("step {step}")).collect();
+    assert_eq!(
+        seen["fifo_received"],
+        json!(steps),
+        "the message group, in order, once"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_the_official_nodejs_client_its_sends_receives_and_fifo_push_consumer_should_work()
+-> anyhow::Result<()> {
+    match run(&NODEJS, 0x5005_00E5).await? {
+        Some(report) => judge(&report),
+        None => Ok(()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_the_official_python_client_its_sends_receives_and_fifo_push_consumer_should_work()
+-> anyhow::Result<()> {
+    match run(&PYTHON, 0x5005_00E7).await? {
+        Some(report) => judge(&report),
+        None => Ok(()),
+    }
+}
