@@ -1,5 +1,5 @@
 // RocketMQ's official Node.js client (rocketmq-client-nodejs) against a rocketraft 5.x
-// endpoint, run by tests/tests/grpc_v5_nodejs.rs with ENDPOINT, TOPIC, ACCESS_KEY, SECRET,
+// endpoint, run by tests/tests/grpc_v5_clients.rs with ENDPOINT, TOPIC, ACCESS_KEY, SECRET,
 // SIMPLE_GROUP and FIFO_GROUP (an orderly group) set. It prints one JSON line of what it
 // saw; the Rust test judges it. Any step that fails or times out ends it with a message and
 // exit code 1.
