@@ -3,7 +3,9 @@
 //! Workload W1 of `shared/peers`: `--size`-byte messages, `--producers` connections, each
 //! keeping `--inflight` sends outstanding, one message per send (the broker's group commit
 //! does the batching). Either straight to the leader of `--broker`'s group (found through
-//! `NodeStatus`), or through the producer SDK with `--namesrv`.
+//! `NodeStatus`), or through the producer SDK with `--namesrv`, or with `--v5-endpoint`
+//! through a node's RocketMQ 5.x endpoint (`SendMessage`, one message per call, as the
+//! official 5.x clients send; `--namesrv` still creates the topic and finds the servers).
 //!
 //! With `--consume GROUP` (needs `--namesrv`) a push consumer of that new group then drains
 //! `--messages` messages of the topic from the first offset; `--skip-send` only drains.
@@ -48,6 +50,8 @@ use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::common as common_pb;
 use rocketraft_proto::time::now_ms;
+use rocketraft_proxy::pb as v5;
+use rocketraft_proxy::pb::messaging_service_client::MessagingServiceClient;
 use std::net::SocketAddr;
 use tonic::transport::Channel;
 
@@ -98,6 +102,9 @@ struct Args {
     /// Send every message as a transaction (half message, then commit through the SDK).
     #[arg(long, requires = "namesrv")]
     transactional: bool,
+    /// Send through this RocketMQ 5.x endpoint (a node's `grpc_v5_listen`) instead of the SDK.
+    #[arg(long, requires = "namesrv", conflicts_with_all = ["transactional", "delay_level", "timers_due_in_ms"])]
+    v5_endpoint: Option<SocketAddr>,
     /// Drain with an orderly listener: each queue's messages in order, under its lock.
     #[arg(long, requires = "consume")]
     orderly: bool,
@@ -239,6 +246,12 @@ enum Sender {
         queues: u32,
         delay: Delay,
     },
+    /// Through a 5.x endpoint, as an official 5.x client sends (the endpoint picks the queue).
+    V5 {
+        client: MessagingServiceClient<Channel>,
+        /// Names this run's messages apart from other runs'.
+        run: i64,
+    },
     /// Through the SDK: route lookup, queue selection and retries included.
     Sdk {
         producer: Producer,
@@ -255,6 +268,9 @@ impl Sender {
                 queues,
                 delay,
             } => Box::pin(send_direct(client, queues, delay, topic, body, sequence)).await,
+            Sender::V5 { client, run } => {
+                Box::pin(send_v5(client, run, topic, body, sequence)).await
+            }
             Sender::Sdk {
                 producer,
                 delay,
@@ -308,6 +324,45 @@ async fn send_direct(
         deduplicate: false,
     };
     client.send(request).await?;
+    Ok(())
+}
+
+/// One `SendMessage` of one NORMAL message to a 5.x endpoint. Boxed by its caller, as
+/// [`send_direct`].
+async fn send_v5(
+    mut client: MessagingServiceClient<Channel>,
+    run: i64,
+    topic: String,
+    body: Bytes,
+    sequence: u64,
+) -> anyhow::Result<()> {
+    let message = v5::Message {
+        topic: Some(v5::Resource {
+            resource_namespace: String::new(),
+            name: topic,
+        }),
+        user_properties: HashMap::new(),
+        system_properties: Some(v5::SystemProperties {
+            message_id: format!("BENCH{run:X}{sequence:016X}"),
+            message_type: v5::MessageType::Normal as i32,
+            body_encoding: v5::Encoding::Identity as i32,
+            ..Default::default()
+        }),
+        body,
+    };
+    let response = client
+        .send_message(v5::SendMessageRequest {
+            messages: vec![message],
+        })
+        .await?
+        .into_inner();
+    let status = response.status.unwrap_or_default();
+    anyhow::ensure!(
+        status.code() == v5::Code::Ok,
+        "5.x send refused: {:?} {}",
+        status.code(),
+        status.message
+    );
     Ok(())
 }
 
@@ -442,10 +497,10 @@ async fn produce_all(args: &Args, started_ms: i64) -> anyhow::Result<serde_json:
         args.size,
         args.producers,
         args.inflight,
-        if args.namesrv.is_empty() {
-            "straight to the leader"
-        } else {
-            "through the producer SDK"
+        match (&args.v5_endpoint, args.namesrv.is_empty()) {
+            (Some(_), _) => "through a RocketMQ 5.x endpoint",
+            (None, true) => "straight to the leader",
+            (None, false) => "through the producer SDK",
         }
     );
     let mut senders = Vec::new();
@@ -470,10 +525,16 @@ async fn produce_all(args: &Args, started_ms: i64) -> anyhow::Result<serde_json:
             .create_topic(&args.topic, args.queues, None)
             .await?;
         for _ in 0..args.producers {
-            senders.push(Sender::Sdk {
-                producer: Producer::builder(args.namesrv.clone(), "bench").build()?,
-                delay: Delay::of(args, started_ms),
-                transactional: args.transactional,
+            senders.push(match args.v5_endpoint {
+                Some(endpoint) => Sender::V5 {
+                    client: MessagingServiceClient::connect(format!("http://{endpoint}")).await?,
+                    run: started_ms,
+                },
+                None => Sender::Sdk {
+                    producer: Producer::builder(args.namesrv.clone(), "bench").build()?,
+                    delay: Delay::of(args, started_ms),
+                    transactional: args.transactional,
+                },
             });
         }
         // The nameserver learns the new topic from the leader's next registration.
