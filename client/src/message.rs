@@ -113,6 +113,8 @@ impl Message {
             body: self.body.clone(),
             properties: encode_properties(application.chain(core)),
             flag: 0,
+            born_timestamp_ms: 0,
+            born_host: String::new(),
         }
     }
 }

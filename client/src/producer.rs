@@ -255,7 +255,19 @@ impl Producer {
     /// one queue share a request ([`SendLanes`]). The message's id (`UNIQ_KEY`) is made here
     /// unless it carries one as a property already.
     pub async fn send(&self, message: Message) -> Result<SendResult, ProducerError> {
-        self.send_one(message, Choice::RoundRobin).await
+        self.send_one(message, Choice::RoundRobin, &SendOptions::default())
+            .await
+    }
+
+    /// [`Producer::send`] with `options`: the queue an order key hashes to (as
+    /// [`Producer::send_ordered`]), and the born time and host of a message this producer
+    /// forwards for another client. Shares a request with concurrent sends as `send` does.
+    pub async fn send_with(
+        &self,
+        message: Message,
+        options: SendOptions,
+    ) -> Result<SendResult, ProducerError> {
+        self.send_one(message, options.choice(), &options).await
     }
 
     /// Sends to the queue `key` hashes to, so messages with one key stay in order. The queue
@@ -267,8 +279,8 @@ impl Producer {
         message: Message,
         key: &str,
     ) -> Result<SendResult, ProducerError> {
-        let key_hash = rocketraft_proto::stable_hash::fnv1a_64(key.as_bytes());
-        self.send_one(message, Choice::Keyed(key_hash)).await
+        self.send_one(message, keyed(key), &SendOptions::default())
+            .await
     }
 
     /// Sends `message` as a transaction's half message, invisible to consumers; runs
@@ -345,8 +357,7 @@ impl Producer {
         &self,
         messages: Vec<Message>,
     ) -> Result<Vec<SendResult>, ProducerError> {
-        self.send_batch_with(messages, BatchOptions::default())
-            .await
+        self.send_batch_with(messages, SendOptions::default()).await
     }
 
     /// [`Producer::send_batch`] with `options`: the queue an order key hashes to, and the
@@ -354,7 +365,7 @@ impl Producer {
     pub async fn send_batch_with(
         &self,
         messages: Vec<Message>,
-        options: BatchOptions,
+        options: SendOptions,
     ) -> Result<Vec<SendResult>, ProducerError> {
         let Some(first) = messages.first() else {
             return Err(ProducerError::InvalidRequest(
@@ -372,10 +383,7 @@ impl Producer {
             .iter()
             .map(|message| unique_id(message, &inner.ids))
             .collect();
-        let choice = match &options.order_key {
-            Some(key) => Choice::Keyed(rocketraft_proto::stable_hash::fnv1a_64(key.as_bytes())),
-            None => Choice::RoundRobin,
-        };
+        let choice = options.choice();
         let born_host = options
             .born_host
             .map_or_else(String::new, |host| host.to_string());
@@ -425,14 +433,21 @@ impl Producer {
         });
     }
 
+    /// Sends one message through its queue's send lane; `options` give its born time and
+    /// host, if not now and this producer (the queue is `choice`).
     async fn send_one(
         &self,
         message: Message,
         choice: Choice,
+        options: &SendOptions,
     ) -> Result<SendResult, ProducerError> {
         let inner = &self.inner;
         let id = unique_id(&message, &inner.ids);
-        let wire = message.to_wire(&id);
+        let mut wire = message.to_wire(&id);
+        wire.born_timestamp_ms = options.born_timestamp_ms.unwrap_or(0);
+        if let Some(host) = options.born_host {
+            wire.born_host = host.to_string();
+        }
         let topic = message.topic;
         let (group, result) = self
             .deliver(&topic, choice, |group, queue_id, attempt| {
@@ -515,15 +530,27 @@ impl Producer {
     }
 }
 
-/// How [`Producer::send_batch_with`] sends a batch; the default is what `send_batch` does.
+/// How [`Producer::send_with`] and [`Producer::send_batch_with`] send; the default is what
+/// `send` and `send_batch` do.
 #[derive(Debug, Clone, Default)]
-pub struct BatchOptions {
+pub struct SendOptions {
     /// Send to the queue this key hashes to (as [`Producer::send_ordered`]), not round-robin.
     pub order_key: Option<String>,
     /// When the messages were born; default: now.
     pub born_timestamp_ms: Option<i64>,
     /// Where they were born; default: this producer's address as the broker sees it.
     pub born_host: Option<SocketAddr>,
+}
+
+impl SendOptions {
+    fn choice(&self) -> Choice {
+        self.order_key.as_deref().map_or(Choice::RoundRobin, keyed)
+    }
+}
+
+/// The queue choice of messages ordered by `key`.
+fn keyed(key: &str) -> Choice {
+    Choice::Keyed(rocketraft_proto::stable_hash::fnv1a_64(key.as_bytes()))
 }
 
 /// A message's `UNIQ_KEY`: the one it carries as a property (a producer that made its own

@@ -1,5 +1,8 @@
 //! `SendMessage`: a 5.x client's messages checked at the edge, turned into rocketraft
-//! messages and sent as one batch to one queue by the SDK (which finds the group's leader).
+//! messages and sent to one queue by the SDK (which finds the group's leader). A request of
+//! one message (what the official clients send) goes through the SDK's send lanes, so
+//! concurrent requests to one queue share a broker request; a request of several goes as
+//! one batch of its own.
 //!
 //! How the 5.x system properties are kept: the tag as `TAGS`, the keys as `KEYS`, the
 //! client's message id as `UNIQ_KEY` (5.x clients make it; it is kept as sent), a FIFO
@@ -14,8 +17,8 @@
 use std::net::SocketAddr;
 
 use rocketraft_client::message::Message;
-use rocketraft_client::producer::BatchOptions;
 use rocketraft_client::producer::Producer;
+use rocketraft_client::producer::SendOptions;
 use rocketraft_proto::limits::SEND_BATCH_BODY_BYTES_MAX;
 use rocketraft_proto::limits::SEND_BATCH_COUNT_MAX;
 use rocketraft_proto::names::validate_topic_name;
@@ -42,7 +45,7 @@ pub const MESSAGE_BODY_BYTES_MAX: usize = SEND_BATCH_BODY_BYTES_MAX;
 pub struct Batch {
     messages: Vec<Message>,
     ids: Vec<String>,
-    options: BatchOptions,
+    options: SendOptions,
     /// Half messages of transactions, all of them.
     transactional: bool,
 }
@@ -81,14 +84,14 @@ pub fn to_batch(
             format!("a send holds at most {SEND_BATCH_COUNT_MAX} messages, not {count}"),
         ));
     }
-    let mut options = BatchOptions {
+    let mut options = SendOptions {
         born_host: peer,
-        ..BatchOptions::default()
+        ..SendOptions::default()
     };
     let mut batch = Batch {
         messages: Vec::with_capacity(count),
         ids: Vec::with_capacity(count),
-        options: BatchOptions::default(),
+        options: SendOptions::default(),
         transactional: false,
     };
     let mut body_bytes = 0;
@@ -251,7 +254,7 @@ fn to_message(message: pb::Message, timer_max_delay_ms: u64) -> Result<Message, 
 /// messages go as half messages of `producer`'s group, which its check-backs then reach.
 pub async fn send(producer: &Producer, batch: Batch) -> pb::SendMessageResponse {
     let transactional = batch.transactional;
-    let messages = if transactional {
+    let messages: Vec<Message> = if transactional {
         batch
             .messages
             .into_iter()
@@ -264,7 +267,14 @@ pub async fn send(producer: &Producer, batch: Batch) -> pb::SendMessageResponse 
     } else {
         batch.messages
     };
-    match producer.send_batch_with(messages, batch.options).await {
+    let sent = match <[Message; 1]>::try_from(messages) {
+        Ok([message]) => producer
+            .send_with(message, batch.options)
+            .await
+            .map(|result| vec![result]),
+        Err(messages) => producer.send_batch_with(messages, batch.options).await,
+    };
+    match sent {
         Ok(results) => pb::SendMessageResponse {
             status: status::ok(),
             entries: results

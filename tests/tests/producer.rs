@@ -1,6 +1,7 @@
 //! The producer against a real cluster: a nameserver and two 3-node broker groups on
 //! loopback, topics created in both groups.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
@@ -10,12 +11,15 @@ use rocketraft_client::admin::Admin;
 use rocketraft_client::error::ProducerError;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
+use rocketraft_client::producer::SendOptions;
 use rocketraft_client::producer::SendResult;
 use rocketraft_client::route::RouteCache;
+use rocketraft_proto::broker::QueryMessagesRequest;
 use rocketraft_proto::common::ResponseCode;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::init_tracing;
+use rocketraft_tests::send_request;
 use rocketraft_tests::start_nameserver;
 use rocketraft_tests::wait_for;
 use tracing::info;
@@ -163,6 +167,44 @@ async fn given_two_groups_should_spread_order_and_batch_sends() -> anyhow::Resul
         (stored == stored_before + 1).then_some(())
     })
     .await?;
+
+    info!("--- forwarded messages keep their own born time and host, beside plain sends");
+    let forwarded: Vec<_> = (0..8u8)
+        .map(|i| {
+            let producer = producer.clone();
+            let message = Message::new(TOPIC, format!("f{i}")).with_keys([format!("fwd-{i}")]);
+            // The odd ones are the producer's own; all go to one queue, so they share lanes.
+            let options = SendOptions {
+                order_key: Some("forwarded".into()),
+                born_timestamp_ms: (i % 2 == 0).then_some(1_600_000_000_000 + i64::from(i)),
+                born_host: (i % 2 == 0).then(|| SocketAddr::from(([10, 0, 0, i], 5000))),
+            };
+            tokio::spawn(async move { producer.send_with(message, options).await })
+        })
+        .collect();
+    for (i, send) in forwarded.into_iter().enumerate() {
+        let result = send.await??;
+        let group = cluster.group(&result.group);
+        let mut leader = group.client(group.wait_for_leader(TIMEOUT).await?).await?;
+        let request = QueryMessagesRequest {
+            key: format!("fwd-{i}"),
+        };
+        let found = leader.query_messages(request).await?.into_inner().messages;
+        let [stored] = found.as_slice() else {
+            anyhow::bail!("fwd-{i} stored {} times", found.len());
+        };
+        let born_host: SocketAddr = stored.born_host.parse()?;
+        if i % 2 == 0 {
+            assert_eq!(stored.born_timestamp_ms, 1_600_000_000_000 + i as i64);
+            assert_eq!(born_host, SocketAddr::from(([10, 0, 0, i as u8], 5000)));
+        } else {
+            assert!(stored.born_timestamp_ms > 1_700_000_000_000, "born now");
+            assert!(
+                born_host.ip().is_loopback(),
+                "the producer's own: {born_host}"
+            );
+        }
+    }
     cluster.shutdown().await;
     Ok(())
 }
@@ -200,6 +242,22 @@ async fn given_bad_sends_should_fail_clearly_and_store_nothing() -> anyhow::Resu
         producer.send_batch(mixed).await,
         Err(ProducerError::InvalidRequest(_))
     ));
+    let broker_a = cluster.group("broker-a");
+    let mut leader = broker_a
+        .client(broker_a.wait_for_leader(TIMEOUT).await?)
+        .await?;
+    let mut unparsable_host = send_request(TOPIC, 0, [b"x".to_vec()]);
+    unparsable_host.messages[0].born_host = "not-an-address".into();
+    let status = leader
+        .send(unparsable_host)
+        .await
+        .expect_err("a message's born host that is no ip:port");
+    assert_eq!(
+        rocketraft_proto::response_code(&status),
+        Some(ResponseCode::MessageIllegal),
+        "{status}"
+    );
+    assert!(status.message().contains("born_host"), "{status}");
 
     let after = (
         cluster.queue("broker-a", TOPIC, 0).await?,

@@ -259,8 +259,14 @@ impl BrokerService {
                 queue_offset: 0,
                 physical_offset: 0,
                 sys_flag: 0,
-                born_timestamp_ms: request.born_timestamp_ms,
-                born_host,
+                born_timestamp_ms: match message.born_timestamp_ms {
+                    0 => request.born_timestamp_ms,
+                    own => own,
+                },
+                born_host: match message.born_host.as_str() {
+                    "" => born_host,
+                    own => parse_message_born_host(own)?,
+                },
                 store_timestamp_ms,
                 store_host: self.store_host,
                 reconsume_times: placement.reconsume_times,
@@ -408,6 +414,16 @@ const UNKNOWN_BORN_HOST: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPE
 fn parse_born_host(born_host: &str) -> Result<SocketAddr, BrokerError> {
     born_host.parse().map_err(|_| {
         BrokerError::BadRequest(format!("born_host {born_host:?} is not an ip:port address"))
+    })
+}
+
+/// A message's own born host; refused alone (`MESSAGE_ILLEGAL`), not with its whole request,
+/// so a producer's send lane can tell which message was bad.
+fn parse_message_born_host(born_host: &str) -> Result<SocketAddr, BrokerError> {
+    born_host.parse().map_err(|_| {
+        BrokerError::MessageIllegal(format!(
+            "a message's born_host {born_host:?} is not an ip:port address"
+        ))
     })
 }
 

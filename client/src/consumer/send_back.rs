@@ -126,7 +126,7 @@ fn retry_copy(shared: &Shared, message: &MessageExt, delay_level: i32) -> pb::Se
                     .iter()
                     .map(|(key, value)| (key.as_str(), value.as_str())),
             ),
-            flag: 0,
+            ..Default::default()
         }],
         born_timestamp_ms: message.born_timestamp_ms,
         born_host: String::new(),
