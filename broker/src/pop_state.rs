@@ -239,16 +239,6 @@ impl PopState {
     }
 }
 
-/// Reads the pop state trailing a checkpoint or snapshot; one written before pop consumption
-/// existed ends before it, and its groups had nothing in flight: empty. (The file's checksum
-/// already proved its bytes intact, so a failure here is that missing tail.)
-pub fn deserialize_or_empty<'de, D>(deserializer: D) -> Result<PopState, D::Error>
-where
-    D: serde::Deserializer<'de>,
-{
-    Ok(PopState::deserialize(deserializer).unwrap_or_default())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

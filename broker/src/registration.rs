@@ -131,8 +131,8 @@ fn registration(
     group: &GroupState,
 ) -> pb::RegisterBrokerRequest {
     let topics = if role.is_leader {
-        group
-            .metadata()
+        let metadata = group.metadata();
+        metadata
             .topics
             .values()
             .map(|topic| pb::TopicConfig {
@@ -140,6 +140,7 @@ fn registration(
                 read_queue_count: topic.read_queue_count,
                 write_queue_count: topic.write_queue_count,
                 perm: topic.perm,
+                message_type: metadata.topic_type(&topic.name).to_wire() as i32,
             })
             .collect()
     } else {

@@ -13,6 +13,7 @@ use rocketraft_broker::metadata::GroupConfig;
 use rocketraft_broker::metadata::Metadata;
 use rocketraft_broker::metadata::QueueOffset;
 use rocketraft_broker::metadata::TopicConfig;
+use rocketraft_broker::metadata::TopicMessageType;
 use rocketraft_broker::raft::state_machine::StateMachine;
 use rocketraft_broker::raft::types::Command;
 use rocketraft_broker::raft::types::Entry;
@@ -78,7 +79,19 @@ fn commands() -> anyhow::Result<Vec<Command>> {
     };
     Ok(vec![
         Command::UpsertTopic(topic(TOPIC)),
-        Command::UpsertTopic(topic("Doomed")),
+        Command::UpsertTypedTopic {
+            topic: topic("Doomed"),
+            message_type: Some(TopicMessageType::Delay),
+        },
+        Command::UpsertTypedTopic {
+            topic: topic("Sequenced"),
+            message_type: Some(TopicMessageType::Fifo),
+        },
+        // Updating the queues keeps the type.
+        Command::UpsertTypedTopic {
+            topic: topic("Sequenced"),
+            message_type: None,
+        },
         Command::UpsertGroup(GroupConfig {
             name: "billing".into(),
             retry_max_times: 16,
@@ -142,6 +155,15 @@ fn expected_metadata() -> Metadata {
         write_queue_count: 4,
         perm: 6,
     });
+    metadata.upsert_typed_topic(
+        TopicConfig {
+            name: "Sequenced".into(),
+            read_queue_count: 4,
+            write_queue_count: 4,
+            perm: 6,
+        },
+        Some(TopicMessageType::Fifo),
+    );
     metadata.upsert_group(GroupConfig {
         name: "billing".into(),
         retry_max_times: 16,

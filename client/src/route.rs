@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use rocketraft_proto::common::ResponseCode;
+use rocketraft_proto::common::TopicMessageType;
 use rocketraft_proto::nameserver as pb;
 use rocketraft_proto::nameserver::name_server_client::NameServerClient;
 use rocketraft_proto::perm::PERM_READ;
@@ -60,6 +61,9 @@ pub struct GroupQueues {
     pub read_queue_count: u32,
     pub write_queue_count: u32,
     pub perm: u32,
+    /// What the topic takes in this group (never `Unspecified`: a group that says nothing
+    /// takes every type, `Mixed`).
+    pub message_type: TopicMessageType,
 }
 
 /// A group's rank for a key in rendezvous (highest random weight) hashing: the group name's
@@ -340,6 +344,7 @@ fn to_route(route: pb::TopicRoute) -> TopicRoute {
                 read_queue_count: queues.read_queue_count,
                 write_queue_count: queues.write_queue_count,
                 perm: queues.perm,
+                message_type: queues.message_type().or_mixed(),
             }
         })
         .collect();
@@ -356,6 +361,7 @@ pub(crate) fn test_group(name: &str, write_queue_count: u32, perm: u32) -> Group
         read_queue_count: write_queue_count,
         write_queue_count,
         perm,
+        message_type: TopicMessageType::Mixed,
     }
 }
 
@@ -401,6 +407,7 @@ mod tests {
                     read_queue_count: 4,
                     write_queue_count: 4,
                     perm: PERM_READ | PERM_WRITE,
+                    ..Default::default()
                 }],
                 auto_create_queue_count: 0,
                 members: vec![1],

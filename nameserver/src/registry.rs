@@ -8,6 +8,7 @@
 //! nodes in the membership its leader of the highest term registered (all live nodes before
 //! one did). Time is passed in, never read.
 
+use rocketraft_proto::common::TopicMessageType;
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -140,6 +141,7 @@ impl RouteRegistry {
                     read_queue_count: config.read_queue_count,
                     write_queue_count: config.write_queue_count,
                     perm: config.perm,
+                    message_type: config.message_type,
                 });
                 route.groups.push(group.route(name));
             }
@@ -155,6 +157,7 @@ impl RouteRegistry {
                     read_queue_count: group.auto_create_queue_count,
                     write_queue_count: group.auto_create_queue_count,
                     perm: PERM_READ_WRITE,
+                    message_type: TopicMessageType::Mixed as i32,
                 });
                 route.groups.push(group.route(name));
             }
@@ -209,6 +212,7 @@ mod tests {
                     read_queue_count: 4,
                     write_queue_count: 4,
                     perm: PERM_READ_WRITE,
+                    ..Default::default()
                 })
                 .collect(),
             members: Vec::new(),

@@ -14,6 +14,7 @@ pub mod secrets;
 pub mod sql_filter;
 pub mod stable_hash;
 pub mod time;
+pub mod topic_type;
 pub mod xorshift;
 
 /// Message types and response codes shared by every service.

@@ -9,18 +9,35 @@ use std::net::SocketAddr;
 
 use rocketraft_client::route::GroupQueues;
 use rocketraft_client::route::TopicRoute;
+use rocketraft_proto::common::TopicMessageType;
 use rocketraft_proto::perm::PERM_READ;
 use rocketraft_proto::perm::PERM_WRITE;
 
 use crate::pb;
 
-/// Every topic takes every message type: rocketraft keeps no per-topic type.
-const ACCEPTED_MESSAGE_TYPES: [pb::MessageType; 4] = [
-    pb::MessageType::Normal,
-    pb::MessageType::Fifo,
-    pb::MessageType::Delay,
-    pb::MessageType::Transaction,
-];
+/// The 5.x message types a topic of type `kind` takes (RocketMQ: MIXED takes all four).
+pub fn accepted_types(kind: TopicMessageType) -> &'static [pb::MessageType] {
+    match kind {
+        TopicMessageType::Normal => &[pb::MessageType::Normal],
+        TopicMessageType::Fifo => &[pb::MessageType::Fifo],
+        TopicMessageType::Delay => &[pb::MessageType::Delay],
+        TopicMessageType::Transaction => &[pb::MessageType::Transaction],
+        TopicMessageType::Mixed | TopicMessageType::Unspecified => &[
+            pb::MessageType::Normal,
+            pb::MessageType::Fifo,
+            pb::MessageType::Delay,
+            pb::MessageType::Transaction,
+        ],
+    }
+}
+
+/// Whether every group of `route` takes messages of type `kind` (a send may go to any).
+pub fn takes(route: &TopicRoute, kind: pb::MessageType) -> bool {
+    route
+        .groups
+        .iter()
+        .all(|group| accepted_types(group.message_type).contains(&kind))
+}
 
 /// The queues of `route`, each reached at `endpoints`.
 pub fn message_queues(
@@ -82,7 +99,10 @@ fn message_queue(
             id: 0,
             endpoints: Some(endpoints.clone()),
         }),
-        accept_message_types: ACCEPTED_MESSAGE_TYPES.map(|kind| kind as i32).to_vec(),
+        accept_message_types: accepted_types(group.message_type)
+            .iter()
+            .map(|kind| *kind as i32)
+            .collect(),
     }
 }
 
@@ -122,7 +142,37 @@ mod tests {
             read_queue_count: read,
             write_queue_count: write,
             perm,
+            message_type: TopicMessageType::Mixed,
         }
+    }
+
+    #[test]
+    fn queues_accept_their_topics_type_and_a_send_must_suit_every_group() {
+        let typed = |name: &str, kind: TopicMessageType| GroupQueues {
+            message_type: kind,
+            ..group(name, 1, 1, PERM_READ | PERM_WRITE)
+        };
+        let fifo = TopicRoute::new("T".into(), vec![typed("a", TopicMessageType::Fifo)]);
+        let endpoints = access_point(None, Some("127.0.0.1:8081".parse().expect("an address")));
+        let queues = message_queues(&fifo, &topic(), &endpoints);
+        assert_eq!(
+            queues[0].accept_message_types,
+            [pb::MessageType::Fifo as i32]
+        );
+        assert!(takes(&fifo, pb::MessageType::Fifo));
+        assert!(!takes(&fifo, pb::MessageType::Normal));
+        let split = TopicRoute::new(
+            "T".into(),
+            vec![
+                typed("a", TopicMessageType::Mixed),
+                typed("b", TopicMessageType::Delay),
+            ],
+        );
+        assert!(takes(&split, pb::MessageType::Delay));
+        assert!(
+            !takes(&split, pb::MessageType::Normal),
+            "group b refuses it"
+        );
     }
 
     fn topic() -> pb::Resource {

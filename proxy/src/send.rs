@@ -33,6 +33,7 @@ use rocketraft_proto::time::now_ms;
 use crate::message::to_ms;
 use crate::pb;
 use crate::pb::Code;
+use crate::route;
 use crate::status;
 use crate::transaction::transaction_id;
 
@@ -45,6 +46,8 @@ pub const MESSAGE_BODY_BYTES_MAX: usize = SEND_BATCH_BODY_BYTES_MAX;
 pub struct Batch {
     messages: Vec<Message>,
     ids: Vec<String>,
+    /// The message types of the messages, each once.
+    kinds: Vec<pb::MessageType>,
     options: SendOptions,
     /// Half messages of transactions, all of them.
     transactional: bool,
@@ -91,6 +94,7 @@ pub fn to_batch(
     let mut batch = Batch {
         messages: Vec::with_capacity(count),
         ids: Vec::with_capacity(count),
+        kinds: Vec::new(),
         options: SendOptions::default(),
         transactional: false,
     };
@@ -116,6 +120,9 @@ pub fn to_batch(
                 Code::IllegalMessageGroup,
                 "a send holds messages of one message group",
             ));
+        }
+        if !batch.kinds.contains(&system.message_type()) {
+            batch.kinds.push(system.message_type());
         }
         batch.ids.push(system.message_id);
         batch.messages.push(converted);
@@ -251,8 +258,15 @@ fn to_message(message: pb::Message, timer_max_delay_ms: u64) -> Result<Message, 
 }
 
 /// Sends a checked batch; the response has one entry per message, in order. Transactional
-/// messages go as half messages of `producer`'s group, which its check-backs then reach.
+/// messages go as half messages of `producer`'s group, which its check-backs then reach. A
+/// message type the topic does not take is refused (RocketMQ's topic message type check).
 pub async fn send(producer: &Producer, batch: Batch) -> pb::SendMessageResponse {
+    if let Some(refused) = refuse_type(producer, &batch).await {
+        return pb::SendMessageResponse {
+            status: status::status(refused.code, refused.reason),
+            entries: Vec::new(),
+        };
+    }
     let transactional = batch.transactional;
     let messages: Vec<Message> = if transactional {
         batch
@@ -297,6 +311,32 @@ pub async fn send(producer: &Producer, batch: Batch) -> pb::SendMessageResponse 
             entries: Vec::new(),
         },
     }
+}
+
+/// Why `batch` holds a message type its topic does not take, if it does. A topic without a
+/// route is left to the send, which says so.
+async fn refuse_type(producer: &Producer, batch: &Batch) -> Option<Refused> {
+    let topic = &batch.messages.first()?.topic;
+    let route = producer.route(topic).await.ok()?;
+    let kind = batch
+        .kinds
+        .iter()
+        .find(|kind| !route::takes(&route, **kind))?;
+    let mut takes: Vec<&str> = route
+        .groups
+        .iter()
+        .map(|group| group.message_type.name())
+        .collect();
+    takes.sort_unstable();
+    takes.dedup();
+    Some(refuse(
+        Code::MessagePropertyConflictWithType,
+        format!(
+            "topic {topic} takes {} messages, not {}",
+            takes.join(" and "),
+            kind.as_str_name()
+        ),
+    ))
 }
 
 /// Text a property may hold: no control characters (the property encoding's separators are

@@ -8,6 +8,7 @@ use rocketraft_client::route::RouteCache;
 use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
+use rocketraft_proto::common::TopicMessageType;
 
 use crate::TestGroup;
 use crate::wait_for;
@@ -62,6 +63,17 @@ impl TestCluster {
 
     /// Creates `topic` with `queues` queues in both groups, through their leaders.
     pub async fn create_topic(&self, topic: &str, queues: u32) -> anyhow::Result<()> {
+        self.create_typed_topic(topic, queues, TopicMessageType::Unspecified)
+            .await
+    }
+
+    /// [`TestCluster::create_topic`] with the topic's message type.
+    pub async fn create_typed_topic(
+        &self,
+        topic: &str,
+        queues: u32,
+        message_type: TopicMessageType,
+    ) -> anyhow::Result<()> {
         for group in &self.groups {
             let leader = group.wait_for_leader(TIMEOUT).await?;
             let request = pb::CreateTopicRequest {
@@ -69,6 +81,7 @@ impl TestCluster {
                 read_queue_count: queues,
                 write_queue_count: queues,
                 perm: 0,
+                message_type: message_type as i32,
             };
             group.client(leader).await?.create_topic(request).await?;
         }

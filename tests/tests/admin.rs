@@ -10,6 +10,7 @@ use rocketraft_client::admin::GroupSettings;
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::subscription::Subscription;
+use rocketraft_proto::common::TopicMessageType;
 use rocketraft_proto::limits::RETRY_MAX_TIMES_MAX;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
@@ -71,7 +72,9 @@ async fn given_two_groups_admin_should_create_route_and_report_topics() -> anyho
 
     assert_eq!(admin.create_topic("Orders", 3, None).await?, GROUPS);
     assert_eq!(
-        admin.create_topic("Local", 1, Some("broker-b")).await?,
+        admin
+            .create_typed_topic("Local", 1, TopicMessageType::Transaction, Some("broker-b"))
+            .await?,
         vec!["broker-b"]
     );
     assert!(matches!(
@@ -88,6 +91,29 @@ async fn given_two_groups_admin_should_create_route_and_report_topics() -> anyho
     })
     .await?;
     assert!(route.queues.iter().all(|q| q.write_queue_count == 3));
+    assert!(
+        route
+            .queues
+            .iter()
+            .all(|q| q.message_type() == TopicMessageType::Mixed),
+        "created without a type: every type"
+    );
+    let local = wait_for("the typed topic's route", TIMEOUT, || async {
+        admin
+            .topic_route("Local")
+            .await
+            .ok()
+            .filter(|route| !route.queues.is_empty())
+    })
+    .await?;
+    assert_eq!(
+        local
+            .queues
+            .iter()
+            .map(|q| q.message_type())
+            .collect::<Vec<_>>(),
+        [TopicMessageType::Transaction]
+    );
     let topics = wait_for("both topics listed", TIMEOUT, || async {
         admin
             .topic_list()

@@ -56,6 +56,7 @@ async fn given_an_admin_token_admin_calls_without_it_should_be_refused() -> anyh
         read_queue_count: 2,
         write_queue_count: 2,
         perm: 0,
+        ..Default::default()
     };
 
     info!("--- no token, a wrong one, one a byte short: refused");
@@ -162,6 +163,7 @@ async fn given_a_cluster_secret_only_brokers_with_it_should_be_routed() -> anyho
             read_queue_count: 1,
             write_queue_count: 1,
             perm: 6,
+            ..Default::default()
         }],
         auto_create_queue_count: 0,
         members: vec![1],

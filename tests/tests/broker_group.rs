@@ -425,6 +425,7 @@ async fn given_auto_create_off_should_send_only_to_created_topics_and_queues() -
         read_queue_count: 2,
         write_queue_count: 2,
         perm: 0,
+        ..Default::default()
     };
     let follower = group.a_follower(leader);
     let refused = group
@@ -450,6 +451,7 @@ async fn given_auto_create_off_should_send_only_to_created_topics_and_queues() -
         read_queue_count: 1,
         write_queue_count: 1,
         perm: 0,
+        ..Default::default()
     };
     assert_eq!(
         code_of(client.create_topic(system).await.expect_err("system")),

@@ -34,6 +34,7 @@ use rocketraft_client::message::MessageExt;
 use rocketraft_client::message::property;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::producer::SendResult;
+use rocketraft_proto::common::TopicMessageType;
 use rocketraft_proto::time::now_ms;
 use rocketraft_proxy::pb as v5;
 use rocketraft_proxy::pb::messaging_service_client::MessagingServiceClient;
@@ -46,6 +47,8 @@ use tracing::info;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const TOPIC: &str = "V5Orders";
+/// A topic of FIFO messages only.
+const FIFO_TOPIC: &str = "V5Sequence";
 
 async fn start_cluster(seed: u64) -> anyhow::Result<TestCluster> {
     start_cluster_with_keys(seed, BTreeMap::new()).await
@@ -260,6 +263,54 @@ async fn given_the_official_5x_producer_its_messages_should_be_stored_with_their
     assert!(
         format!("{error:?}").contains("TOPIC_NOT_FOUND"),
         "{error:?}"
+    );
+
+    info!("--- a FIFO topic's queues take FIFO messages only");
+    cluster
+        .create_typed_topic(FIFO_TOPIC, 1, TopicMessageType::Fifo)
+        .await?;
+    cluster.wait_for_route(FIFO_TOPIC).await?;
+    let mut raw = MessagingServiceClient::connect(format!("http://{endpoint}")).await?;
+    let route = raw
+        .query_route(v5::QueryRouteRequest {
+            topic: resource(FIFO_TOPIC),
+            endpoints: None,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(route.message_queues.len(), GROUPS.len());
+    for queue in &route.message_queues {
+        assert_eq!(queue.accept_message_types, [v5::MessageType::Fifo as i32]);
+    }
+    let plain = MessageBuilder::builder()
+        .set_topic(FIFO_TOPIC)
+        .set_body(b"not in order".to_vec())
+        .build()?;
+    let error = producer
+        .send(plain)
+        .await
+        .err()
+        .ok_or_else(|| anyhow::anyhow!("a NORMAL message went to a FIFO topic"))?;
+    assert!(
+        format!("{error:?}").contains("MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"),
+        "{error:?}"
+    );
+    let ordered = MessageBuilder::fifo_message_builder(FIFO_TOPIC, b"in order".to_vec(), "order-1")
+        .build()?;
+    send(ordered).await?;
+    let mixed = raw
+        .query_route(v5::QueryRouteRequest {
+            topic: resource(TOPIC),
+            endpoints: None,
+        })
+        .await?
+        .into_inner();
+    assert!(
+        mixed
+            .message_queues
+            .iter()
+            .all(|queue| queue.accept_message_types.len() == 4),
+        "a topic created without a type takes all four"
     );
 
     producer.shutdown().await?;

@@ -139,6 +139,7 @@ async fn given_topic_created_should_be_routed_by_the_nameserver_until_deleted() 
         read_queue_count: 8,
         write_queue_count: 8,
         perm: 0,
+        ..Default::default()
     };
     group.client(leader).await?.create_topic(create).await?;
     let mut client = NameServerClient::connect(format!("http://{addr}")).await?;
@@ -232,6 +233,7 @@ async fn given_many_concurrent_lookups_of_a_topic_should_send_one_route_query() 
                 read_queue_count: 4,
                 write_queue_count: 4,
                 perm: 6,
+                ..Default::default()
             }],
             auto_create_queue_count: 0,
             members: vec![1],

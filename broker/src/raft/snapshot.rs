@@ -15,6 +15,8 @@ use serde::Serialize;
 
 use crate::group_state::GroupState;
 use crate::metadata::Metadata;
+use crate::metadata::TopicTypes;
+use crate::metadata::Trailing;
 use crate::pop_state::PopState;
 use crate::raft::types::SnapshotMeta;
 
@@ -28,9 +30,21 @@ pub struct SnapshotState {
     pub metadata: Metadata,
     /// The CommitLog holds exactly the applied messages below this offset.
     pub commit_log_end: i64,
-    /// The metadata's pop state (last: see [`Metadata::split`]).
-    #[serde(deserialize_with = "crate::pop_state::deserialize_or_empty")]
+    /// The metadata's trailing tables ([`Metadata::split`]), last, in their order.
+    #[serde(deserialize_with = "crate::metadata::deserialize_or_empty")]
     pub pops: PopState,
+    #[serde(deserialize_with = "crate::metadata::deserialize_or_empty")]
+    pub topic_types: TopicTypes,
+}
+
+impl SnapshotState {
+    /// The metadata with its trailing tables.
+    pub fn whole_metadata(&self) -> Metadata {
+        self.metadata.clone().with_trailing(Trailing {
+            pops: self.pops.clone(),
+            topic_types: self.topic_types.clone(),
+        })
+    }
 }
 
 /// Where the CommitLog bytes of a snapshot come from.
@@ -96,6 +110,7 @@ impl CommitLogInstaller {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metadata::TopicMessageType;
     use crate::pop_state::Pop;
     use crate::pop_state::PopQueueKey;
 
@@ -122,24 +137,36 @@ mod tests {
             metadata: Metadata::default(),
             commit_log_end: 4096,
             pops,
+            topic_types: TopicTypes::from([("T".to_owned(), TopicMessageType::Fifo)]),
         }
     }
 
     #[test]
-    fn the_pop_state_round_trips_and_a_snapshot_from_before_it_reads_as_empty() {
+    fn the_trailing_tables_round_trip_and_a_snapshot_from_before_them_reads_them_as_empty() {
         let state = state_with_pops();
         let encoded = crate::raft::codec::encode("snapshot", &state).expect("encode");
         let decoded: SnapshotState =
             crate::raft::codec::decode("snapshot", &encoded).expect("decode");
         assert_eq!(decoded, state);
-        let mut older = state.clone();
-        older.pops = PopState::default();
-        let mut bytes = crate::raft::codec::encode("snapshot", &older).expect("encode");
-        // An empty map is its 8-byte length; a snapshot written before the field ends here.
+
+        // Written before topic types: ends after the pop state.
+        let mut before_types = state.clone();
+        before_types.topic_types = TopicTypes::new();
+        let mut bytes = crate::raft::codec::encode("snapshot", &before_types).expect("encode");
+        // An empty map is its 8-byte length.
         bytes.truncate(bytes.len() - 8);
         let decoded: SnapshotState =
             crate::raft::codec::decode("snapshot", &bytes).expect("decode");
-        assert_eq!(decoded, older);
+        assert_eq!(decoded, before_types);
+
+        // Written before pop consumption: ends before the pop state.
+        let mut before_pops = before_types;
+        before_pops.pops = PopState::default();
+        let mut bytes = crate::raft::codec::encode("snapshot", &before_pops).expect("encode");
+        bytes.truncate(bytes.len() - 16);
+        let decoded: SnapshotState =
+            crate::raft::codec::decode("snapshot", &bytes).expect("decode");
+        assert_eq!(decoded, before_pops);
     }
     use crate::store::MessageStore;
     use crate::store::StoreConfig;

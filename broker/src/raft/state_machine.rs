@@ -33,6 +33,8 @@ use serde::Serialize;
 use crate::durable_file;
 use crate::group_state::GroupState;
 use crate::metadata::Metadata;
+use crate::metadata::TopicTypes;
+use crate::metadata::Trailing;
 use crate::pop_state::PopChange;
 use crate::pop_state::PopChangeOutcome;
 use crate::pop_state::PopState;
@@ -69,9 +71,11 @@ struct Checkpoint {
     last_membership: StoredMembership,
     metadata: Metadata,
     commit_log_end: i64,
-    /// The metadata's pop state (last: see [`Metadata::split`]).
-    #[serde(deserialize_with = "crate::pop_state::deserialize_or_empty")]
+    /// The metadata's trailing tables ([`Metadata::split`]), last, in their order.
+    #[serde(deserialize_with = "crate::metadata::deserialize_or_empty")]
     pops: PopState,
+    #[serde(deserialize_with = "crate::metadata::deserialize_or_empty")]
+    topic_types: TopicTypes,
 }
 
 /// The store ends before what the checkpoint says was flushed: flushed data is gone (a
@@ -151,6 +155,7 @@ impl StateMachine {
             metadata: s.metadata.clone(),
             commit_log_end: s.commit_log_end,
             pops: s.pops.clone(),
+            topic_types: s.topic_types.clone(),
         });
         let start = [checkpoint, from_snapshot]
             .into_iter()
@@ -162,6 +167,7 @@ impl StateMachine {
                 metadata: Metadata::default(),
                 commit_log_end: 0,
                 pops: PopState::default(),
+                topic_types: TopicTypes::new(),
             });
         let store_end = store.commit_log_max_offset();
         let store_min = store.commit_log_min_offset();
@@ -181,7 +187,13 @@ impl StateMachine {
             last_applied = ?start.last_applied, commit_log_end = start.commit_log_end,
             replay_dropped_bytes = store_end - start.commit_log_end, "state machine opened"
         );
-        let group = Arc::new(GroupState::new(store, start.metadata.with_pops(start.pops)));
+        let group = Arc::new(GroupState::new(
+            store,
+            start.metadata.with_trailing(Trailing {
+                pops: start.pops,
+                topic_types: start.topic_types,
+            }),
+        ));
         if let Some(snapshot) = &snapshot {
             group.note_durable_snapshot(snapshot.commit_log_end);
         }
@@ -281,6 +293,16 @@ impl StateMachine {
                 self.group.topics_changed();
                 Ok(CommandResult::Done)
             }
+            Command::UpsertTypedTopic {
+                topic,
+                message_type,
+            } => {
+                self.group
+                    .metadata_mut()
+                    .upsert_typed_topic(topic, message_type);
+                self.group.topics_changed();
+                Ok(CommandResult::Done)
+            }
             Command::DeleteTopic { name } => {
                 self.group.metadata_mut().delete_topic(&name);
                 self.group.topics_changed();
@@ -353,13 +375,14 @@ impl StateMachine {
         // Only apply (this task) changes the store and the metadata, so both are as of
         // `last_applied` here.
         let flush = self.group.begin_flush().await?;
-        let (metadata, pops) = self.group.metadata().split();
+        let (metadata, trailing) = self.group.metadata().split();
         let checkpoint = Checkpoint {
             last_applied: self.last_applied,
             last_membership: self.last_membership.clone(),
             metadata,
             commit_log_end: flush.commit_log_end(),
-            pops,
+            pops: trailing.pops,
+            topic_types: trailing.topic_types,
         };
         self.last_checkpoint_at = Instant::now();
         let task = std::thread::Builder::new()
@@ -389,7 +412,7 @@ impl StateMachine {
     }
 
     fn capture_snapshot_state(&self) -> SnapshotState {
-        let (metadata, pops) = self.group.metadata().split();
+        let (metadata, trailing) = self.group.metadata().split();
         SnapshotState {
             meta: SnapshotMeta {
                 last_log_id: self.last_applied,
@@ -397,7 +420,8 @@ impl StateMachine {
             },
             metadata,
             commit_log_end: self.group.store().commit_log_max_offset(),
-            pops,
+            pops: trailing.pops,
+            topic_types: trailing.topic_types,
         }
     }
 
@@ -674,7 +698,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             ..snapshot.state
         };
         self.install_commit_log(&state, snapshot.commit_log)?;
-        *self.group.metadata_mut() = state.metadata.clone().with_pops(state.pops.clone());
+        *self.group.metadata_mut() = state.whole_metadata();
         self.group.messages_arrived_everywhere();
         self.group.topics_changed();
         self.last_applied = state.meta.last_log_id;

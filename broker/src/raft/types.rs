@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::metadata::GroupConfig;
 use crate::metadata::QueueOffset;
 use crate::metadata::TopicConfig;
+use crate::metadata::TopicMessageType;
 use crate::pop_state::Pop;
 use crate::pop_state::PopChange;
 use crate::pop_state::PopChangeOutcome;
@@ -149,6 +150,12 @@ pub enum Command {
         group: String,
         orderly: bool,
     },
+    /// Creates or updates a topic and sets its message type, unless `message_type` is
+    /// `None` (keep the topic's). `UpsertTopic` stays for entries written before types.
+    UpsertTypedTopic {
+        topic: TopicConfig,
+        message_type: Option<TopicMessageType>,
+    },
 }
 
 /// One end of [`Command::EndTransactions`], with [`Command::EndTransaction`]'s fields.
@@ -200,6 +207,10 @@ impl fmt::Display for Command {
             Command::SetPopOrderly { group, orderly } => {
                 write!(f, "SetPopOrderly({group}, {orderly})")
             }
+            Command::UpsertTypedTopic {
+                topic,
+                message_type,
+            } => write!(f, "UpsertTypedTopic({}, {message_type:?})", topic.name),
             Command::PopDeadLetter { key, change, .. } => write!(
                 f,
                 "PopDeadLetter({}, {}#{}, {})",

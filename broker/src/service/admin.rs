@@ -13,6 +13,7 @@ use crate::metadata::GroupConfig;
 use crate::metadata::PERM_READ;
 use crate::metadata::PERM_WRITE;
 use crate::metadata::TopicConfig;
+use crate::metadata::TopicMessageType;
 use crate::raft::membership::MembershipChange;
 use crate::raft::membership::MembershipError;
 use crate::raft::membership::change_membership;
@@ -42,8 +43,13 @@ impl BrokerService {
         &self,
         request: pb::CreateTopicRequest,
     ) -> Result<(), BrokerError> {
+        let message_type = topic_message_type(request.message_type)?;
         let topic = topic_config(request)?;
-        self.replicate(Command::UpsertTopic(topic)).await
+        self.replicate(Command::UpsertTypedTopic {
+            topic,
+            message_type,
+        })
+        .await
     }
 
     pub(super) async fn handle_delete_topic(
@@ -265,6 +271,17 @@ fn topic_config(request: pb::CreateTopicRequest) -> Result<TopicConfig, BrokerEr
     })
 }
 
+/// The type a create names (`None`: keep the topic's), or why it is no type.
+fn topic_message_type(value: i32) -> Result<Option<TopicMessageType>, BrokerError> {
+    match (value, TopicMessageType::from_wire(value)) {
+        (0, _) => Ok(None),
+        (_, Some(kind)) => Ok(Some(kind)),
+        (_, None) => Err(BrokerError::BadRequest(format!(
+            "message_type {value} is not a topic message type"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,7 +292,19 @@ mod tests {
             read_queue_count: queues,
             write_queue_count: queues,
             perm,
+            message_type: 0,
         }
+    }
+
+    #[test]
+    fn a_message_type_is_one_the_protocol_names() {
+        assert_eq!(topic_message_type(0).ok(), Some(None));
+        assert_eq!(
+            topic_message_type(rocketraft_proto::common::TopicMessageType::Transaction as i32).ok(),
+            Some(Some(TopicMessageType::Transaction))
+        );
+        assert!(topic_message_type(6).is_err());
+        assert!(topic_message_type(-1).is_err());
     }
 
     #[test]

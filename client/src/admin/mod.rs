@@ -22,6 +22,7 @@ pub use membership::NewNode;
 pub use node_status::NodeReport;
 
 use rocketraft_proto::broker as broker_pb;
+use rocketraft_proto::common::TopicMessageType;
 use rocketraft_proto::nameserver as pb;
 use rocketraft_proto::nameserver::name_server_client::NameServerClient;
 use serde::Serialize;
@@ -180,11 +181,25 @@ impl Admin {
     }
 
     /// Creates (or updates) `topic` with `queues` read and write queues in `group`, or in
-    /// every registered group; returns the groups it was created in.
+    /// every registered group; returns the groups it was created in. A new topic takes every
+    /// message type; an existing one keeps its type.
     pub async fn create_topic(
         &self,
         topic: &str,
         queues: u32,
+        group: Option<&str>,
+    ) -> Result<Vec<String>, AdminError> {
+        self.create_typed_topic(topic, queues, TopicMessageType::Unspecified, group)
+            .await
+    }
+
+    /// [`Admin::create_topic`] that sets the topic's message type, which the RocketMQ 5.x
+    /// endpoint holds its sends to (`Unspecified`: keep the topic's, `Mixed` for a new one).
+    pub async fn create_typed_topic(
+        &self,
+        topic: &str,
+        queues: u32,
+        message_type: TopicMessageType,
         group: Option<&str>,
     ) -> Result<Vec<String>, AdminError> {
         let request = broker_pb::CreateTopicRequest {
@@ -192,6 +207,7 @@ impl Admin {
             read_queue_count: queues,
             write_queue_count: queues,
             perm: 0,
+            message_type: message_type as i32,
         };
         self.on_every_group(group, |mut leader| {
             let request = self.admin_call(request.clone());

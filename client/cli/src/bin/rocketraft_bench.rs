@@ -511,6 +511,7 @@ async fn produce_all(args: &Args, started_ms: i64) -> anyhow::Result<serde_json:
             read_queue_count: args.queues,
             write_queue_count: args.queues,
             perm: 0,
+            ..Default::default()
         };
         connect(leader).await?.create_topic(create).await?;
         for _ in 0..args.producers {

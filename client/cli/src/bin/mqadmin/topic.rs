@@ -1,6 +1,8 @@
 //! `mqadmin` commands about topics: create, list, route, queue offsets.
 
 use clap::Subcommand;
+use clap::ValueEnum;
+use rocketraft_proto::common::TopicMessageType;
 use serde_json::json;
 
 use crate::Context;
@@ -16,6 +18,10 @@ pub enum TopicCommand {
         queues: u32,
         #[arg(long)]
         group: Option<String>,
+        /// The messages it takes from RocketMQ 5.x clients; unset: a new topic takes every
+        /// type, an existing one keeps its type.
+        #[arg(long, value_enum)]
+        message_type: Option<MessageTypeArg>,
     },
     /// Topics known to the nameservers.
     #[command(name = "topic-list")]
@@ -34,16 +40,40 @@ pub enum TopicCommand {
     },
 }
 
+/// A topic's message type, as RocketMQ's `message.type` attribute names it.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum MessageTypeArg {
+    Mixed,
+    Normal,
+    Fifo,
+    Delay,
+    Transaction,
+}
+
+impl From<MessageTypeArg> for TopicMessageType {
+    fn from(arg: MessageTypeArg) -> TopicMessageType {
+        match arg {
+            MessageTypeArg::Mixed => TopicMessageType::Mixed,
+            MessageTypeArg::Normal => TopicMessageType::Normal,
+            MessageTypeArg::Fifo => TopicMessageType::Fifo,
+            MessageTypeArg::Delay => TopicMessageType::Delay,
+            MessageTypeArg::Transaction => TopicMessageType::Transaction,
+        }
+    }
+}
+
 pub async fn run(command: TopicCommand, context: &Context) -> anyhow::Result<()> {
     match command {
         TopicCommand::Create {
             topic,
             queues,
             group,
+            message_type,
         } => {
+            let message_type = message_type.map_or(TopicMessageType::Unspecified, Into::into);
             let groups = context
                 .admin
-                .create_topic(&topic, queues, group.as_deref())
+                .create_typed_topic(&topic, queues, message_type, group.as_deref())
                 .await?;
             if context.json {
                 println!(
@@ -90,7 +120,8 @@ async fn topic_route(topic: &str, context: &Context) -> anyhow::Result<()> {
         .iter()
         .map(|q| {
             let leader = route.groups.iter().find(|g| g.group == q.group).map(|g| g.leader_addr.clone());
-            json!({"group": q.group, "read_queues": q.read_queue_count, "write_queues": q.write_queue_count, "perm": q.perm, "leader": leader})
+            let message_type = q.message_type().or_mixed().name();
+            json!({"group": q.group, "read_queues": q.read_queue_count, "write_queues": q.write_queue_count, "perm": q.perm, "message_type": message_type, "leader": leader})
         })
         .collect();
     if context.json {

@@ -1,0 +1,37 @@
+//! What a topic's [`TopicMessageType`] means where it is read: a type not said is `Mixed`
+//! (every type), and its name is RocketMQ's (`FIFO`, `MIXED`, ...).
+
+use crate::common::TopicMessageType;
+
+impl TopicMessageType {
+    /// The type a route or registration means: `Unspecified` (a broker that keeps no types)
+    /// is `Mixed`.
+    pub fn or_mixed(self) -> TopicMessageType {
+        match self {
+            TopicMessageType::Unspecified => TopicMessageType::Mixed,
+            said => said,
+        }
+    }
+
+    /// RocketMQ's name of the type (its `message.type` attribute's value).
+    pub fn name(self) -> &'static str {
+        let name = self.as_str_name();
+        name.strip_prefix("TOPIC_MESSAGE_TYPE_").unwrap_or(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsaid_is_mixed_and_names_are_rocketmqs() {
+        assert_eq!(
+            TopicMessageType::Unspecified.or_mixed(),
+            TopicMessageType::Mixed
+        );
+        assert_eq!(TopicMessageType::Fifo.or_mixed(), TopicMessageType::Fifo);
+        assert_eq!(TopicMessageType::Fifo.name(), "FIFO");
+        assert_eq!(TopicMessageType::Transaction.name(), "TRANSACTION");
+    }
+}
