@@ -524,13 +524,18 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
         .start_reader(cluster.nameservers(), "v5-push-beside-pop", TOPIC)
         .await?;
     let mut tag_a = BTreeSet::new();
+    let mut n_15_to_17 = BTreeSet::new();
     let mut all_sent = BTreeSet::new();
     for i in 0..20 {
         let tag = if i % 2 == 0 { "TagA" } else { "TagB" };
-        let sent = producer
-            .send(Message::new(TOPIC, format!("pop {i}")).with_tags(tag))
-            .await?;
+        let message = Message::new(TOPIC, format!("pop {i}"))
+            .with_tags(tag)
+            .with_property("n", i.to_string());
+        let sent = producer.send(message).await?;
         all_sent.insert(sent.msg_id.clone());
+        if (15..18).contains(&i) {
+            n_15_to_17.insert(sent.msg_id.clone());
+        }
         if tag == "TagA" {
             tag_a.insert(sent.msg_id);
         }
@@ -558,6 +563,24 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
     assert_nothing_to_receive(&consumer, &only_a).await?;
     pushed.wait_for_all(&all_sent, TIMEOUT).await?;
     push_consumer.shutdown().await;
+
+    info!("--- another group receives by an SQL92 filter on a property: only its matches");
+    let sql_consumer = start_simple_consumer(endpoint, "v5-sql").await?;
+    let n_filter = FilterExpression::new(FilterType::Sql, "n >= 15 AND n < 18");
+    let matched = receive_until(
+        &sql_consumer,
+        &n_filter,
+        Duration::from_secs(30),
+        n_15_to_17.len(),
+        TIMEOUT,
+    )
+    .await?;
+    let ids: BTreeSet<String> = matched.iter().map(|m| m.message_id().to_owned()).collect();
+    assert_eq!(ids, n_15_to_17, "exactly the messages with n in 15..18");
+    assert_eq!(matched.len(), n_15_to_17.len(), "each once");
+    ack_all(&sql_consumer, &matched).await?;
+    assert_nothing_to_receive(&sql_consumer, &n_filter).await?;
+    sql_consumer.shutdown().await?;
 
     info!("--- a message not acked within its invisible time comes back with attempt 2");
     let late = producer
