@@ -246,6 +246,13 @@ impl Producer {
         &self.inner.group
     }
 
+    /// The broker groups this producer reaches, with its route cache and leader tracking:
+    /// for a component that also calls brokers itself and should share what this producer
+    /// learned (the RocketMQ 5.x endpoint).
+    pub fn brokers(&self) -> &Arc<Brokers> {
+        &self.inner.brokers
+    }
+
     /// `topic`'s route as this producer sends by it (cached, refreshed after failures).
     pub async fn route(&self, topic: &str) -> Result<Arc<TopicRoute>, ProducerError> {
         Ok(self.inner.brokers.route(topic).await?)

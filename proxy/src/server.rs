@@ -5,16 +5,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rocketraft_client::brokers::Brokers;
-
 use crate::access::AccessKeys;
 use crate::renewals::Renewals;
 use rocketraft_client::connector::ClientTls;
-use rocketraft_client::connector::Connector;
 use rocketraft_client::error::ProducerError;
 use rocketraft_client::producer::Producer;
-use rocketraft_client::route::ROUTE_TTL_DEFAULT;
-use rocketraft_client::route::RouteCache;
 use rocketraft_nameserver::connection_limit::serve_connections;
 use rocketraft_nameserver::server::stop_serving;
 use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
@@ -89,19 +84,13 @@ impl Proxy {
             .transaction_checker(ForwardChecks {
                 clients: clients.clone(),
             });
-        let connector = match config.client_tls {
-            Some(tls) => {
-                producer = producer.tls(tls.clone());
-                Connector::tls(tls)
-            }
-            None => Connector::plain(),
-        };
-        let brokers = Brokers::new(
-            RouteCache::with_connector(config.nameservers, ROUTE_TTL_DEFAULT, connector.clone()),
-            connector,
-        );
+        if let Some(tls) = config.client_tls {
+            producer = producer.tls(tls);
+        }
+        let producer = producer.build()?;
+        // Pops and acks reach the leaders the sends found: one route cache, one leader view.
+        let brokers = producer.brokers().clone();
         let shutdown = CancellationToken::new();
-        let brokers = Arc::new(brokers);
         let renewals = Arc::new(Renewals::new(config.auto_renew_invisible));
         tokio::spawn({
             let renewals = renewals.clone();
@@ -109,7 +98,7 @@ impl Proxy {
             async move { renewals.run(brokers, clients, shutdown).await }
         });
         let service = Arc::new(Service {
-            producer: producer.build()?,
+            producer,
             brokers,
             clients,
             timer_max_delay_ms: config.timer_max_delay_ms,
