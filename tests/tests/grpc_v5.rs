@@ -496,6 +496,23 @@ async fn ack_all(consumer: &SimpleConsumer, messages: &[MessageView]) -> anyhow:
     Ok(())
 }
 
+/// Receives the messages `expected` with `expression`, each once, acks them, and then finds
+/// nothing more to receive.
+async fn receive_exactly(
+    consumer: &SimpleConsumer,
+    expression: &FilterExpression,
+    expected: &BTreeSet<String>,
+) -> anyhow::Result<Vec<MessageView>> {
+    let invisible = Duration::from_secs(30);
+    let received = receive_until(consumer, expression, invisible, expected.len(), TIMEOUT).await?;
+    let ids: BTreeSet<String> = received.iter().map(|m| m.message_id().to_owned()).collect();
+    assert_eq!(&ids, expected, "exactly the matching messages");
+    assert_eq!(received.len(), expected.len(), "each once");
+    ack_all(consumer, &received).await?;
+    assert_nothing_to_receive(consumer, expression).await?;
+    Ok(received)
+}
+
 /// Receives once from each of the topic's four queues: nothing comes.
 async fn assert_nothing_to_receive(
     consumer: &SimpleConsumer,
@@ -544,42 +561,18 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
     let only_a = FilterExpression::new(FilterType::Tag, "TagA");
 
     info!("--- every TagA message once, acked; no TagB");
-    let received = receive_until(
-        &consumer,
-        &only_a,
-        Duration::from_secs(30),
-        tag_a.len(),
-        TIMEOUT,
-    )
-    .await?;
-    let ids: BTreeSet<String> = received.iter().map(|m| m.message_id().to_owned()).collect();
-    assert_eq!(ids, tag_a, "exactly the TagA messages");
-    assert_eq!(received.len(), tag_a.len(), "each once");
+    let received = receive_exactly(&consumer, &only_a, &tag_a).await?;
     for message in &received {
         assert_eq!(message.tag(), Some("TagA"));
         assert_eq!(message.delivery_attempt(), 1);
     }
-    ack_all(&consumer, &received).await?;
-    assert_nothing_to_receive(&consumer, &only_a).await?;
     pushed.wait_for_all(&all_sent, TIMEOUT).await?;
     push_consumer.shutdown().await;
 
     info!("--- another group receives by an SQL92 filter on a property: only its matches");
     let sql_consumer = start_simple_consumer(endpoint, "v5-sql").await?;
     let n_filter = FilterExpression::new(FilterType::Sql, "n >= 15 AND n < 18");
-    let matched = receive_until(
-        &sql_consumer,
-        &n_filter,
-        Duration::from_secs(30),
-        n_15_to_17.len(),
-        TIMEOUT,
-    )
-    .await?;
-    let ids: BTreeSet<String> = matched.iter().map(|m| m.message_id().to_owned()).collect();
-    assert_eq!(ids, n_15_to_17, "exactly the messages with n in 15..18");
-    assert_eq!(matched.len(), n_15_to_17.len(), "each once");
-    ack_all(&sql_consumer, &matched).await?;
-    assert_nothing_to_receive(&sql_consumer, &n_filter).await?;
+    receive_exactly(&sql_consumer, &n_filter, &n_15_to_17).await?;
     sql_consumer.shutdown().await?;
 
     info!("--- a message not acked within its invisible time comes back with attempt 2");
