@@ -7,10 +7,12 @@
 //! endpoint (its deliveries name this endpoint, so it does).
 //!
 //! Invariants: a renewal holds its delivery's lock across its broker call, and a consumer's
-//! call takes the delivery out of the table under that lock before using its receipt, so no
-//! renewal replaces a receipt a consumer's call is about to use; a delivery leaves the table
-//! when a consumer's call takes it, or a renewal finds it no longer in flight with that
-//! receipt, its client gone, or `RENEW_MAX` passed.
+//! call takes the delivery under that lock before using its receipt, so no renewal replaces
+//! a receipt a consumer's call is about to use. A taken delivery is no longer renewed but
+//! keeps answering its receipt until its invisible time is over, so a consumer that retries a
+//! failed ack, nack or forward with its first handle (the official clients do) still reaches
+//! the message. A delivery leaves the table then, or when a renewal finds it no longer in
+//! flight with that receipt, its client gone, or `RENEW_MAX` passed.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,8 +28,10 @@ use crate::clients::Clients;
 const RENEW_AHEAD: Duration = Duration::from_secs(10);
 /// How often due renewals are looked for.
 const RENEW_TICK: Duration = Duration::from_secs(1);
-/// How long one delivery is renewed at most; then it comes back when its time ends.
-pub const RENEW_MAX: Duration = Duration::from_secs(3600);
+/// How long one delivery is renewed at most; then it comes back when its time ends. Longer
+/// than a FIFO push consumer's local retries of one message with the default delay levels
+/// (16 backoffs, 1 h 46 min together), as RocketMQ's proxy (3 h).
+pub const RENEW_MAX: Duration = Duration::from_secs(3 * 3600);
 
 /// Which delivery: as the consumer's receipt handle names it (its first receipt).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -50,9 +54,18 @@ pub struct Delivery {
 }
 
 struct Tracked {
-    delivery: tokio::sync::Mutex<Option<Delivery>>,
+    state: tokio::sync::Mutex<State>,
+    /// When it is renewed next; once taken, when it is forgotten.
     renew_at: Mutex<Instant>,
     give_up_at: Instant,
+}
+
+enum State {
+    Renewed(Delivery),
+    /// Its consumer took it with this receipt (and may take it again, retrying its call).
+    Taken(u64),
+    /// No longer renewed nor answered.
+    Gone,
 }
 
 /// The renewed deliveries of this endpoint.
@@ -92,7 +105,7 @@ impl Renewals {
     pub fn track(&self, key: DeliveryKey, delivery: Delivery) {
         let now = Instant::now();
         let tracked = Tracked {
-            delivery: tokio::sync::Mutex::new(Some(delivery)),
+            state: tokio::sync::Mutex::new(State::Renewed(delivery)),
             renew_at: Mutex::new(now + self.invisible.saturating_sub(RENEW_AHEAD)),
             give_up_at: now + RENEW_MAX,
         };
@@ -100,12 +113,22 @@ impl Renewals {
     }
 
     /// Stops renewing `key`'s delivery and returns its current receipt (`None` if it is not
-    /// renewed here). It waits for a renewal of it that is running, so no renewal replaces
-    /// the receipt after it returned.
+    /// renewed here); taking it again, until its invisible time is over, returns the same.
+    /// It waits for a renewal of it that is running, so no renewal replaces the receipt
+    /// after it returned.
     pub async fn take(&self, key: &DeliveryKey) -> Option<u64> {
-        let tracked = self.lock().remove(key)?;
-        let mut delivery = tracked.delivery.lock().await;
-        Some(delivery.take()?.receipt)
+        let tracked = self.lock().get(key)?.clone();
+        let mut state = tracked.state.lock().await;
+        let receipt = match &*state {
+            State::Renewed(delivery) => delivery.receipt,
+            State::Taken(receipt) => *receipt,
+            State::Gone => return None,
+        };
+        if let State::Renewed(_) = &*state {
+            *state = State::Taken(receipt);
+            *lock(&tracked.renew_at) = Instant::now() + self.invisible;
+        }
+        Some(receipt)
     }
 
     /// Renews what is due every `RENEW_TICK` until `shutdown`.
@@ -129,9 +152,17 @@ impl Renewals {
             .map(|(key, tracked)| (key.clone(), tracked.clone()))
             .collect();
         for (key, tracked) in due {
-            let mut guard = tracked.delivery.lock().await;
-            let Some(delivery) = guard.as_mut() else {
-                continue; // taken by its consumer meanwhile
+            let mut guard = tracked.state.lock().await;
+            let delivery = match &mut *guard {
+                State::Renewed(delivery) => delivery,
+                // Taken, and its invisible time is over: its receipt is no more use.
+                State::Taken(_) => {
+                    *guard = State::Gone;
+                    drop(guard);
+                    self.forget(&key, &tracked);
+                    continue;
+                }
+                State::Gone => continue,
             };
             let client_gone = delivery
                 .client_id
@@ -156,16 +187,21 @@ impl Renewals {
                 }
             };
             if !keep {
-                guard.take();
+                *guard = State::Gone;
                 drop(guard);
-                let mut table = self.lock();
-                if table
-                    .get(&key)
-                    .is_some_and(|current| Arc::ptr_eq(current, &tracked))
-                {
-                    table.remove(&key);
-                }
+                self.forget(&key, &tracked);
             }
+        }
+    }
+
+    /// Removes `tracked` from the table, unless `key` was tracked anew meanwhile.
+    fn forget(&self, key: &DeliveryKey, tracked: &Arc<Tracked>) {
+        let mut table = self.lock();
+        if table
+            .get(key)
+            .is_some_and(|current| Arc::ptr_eq(current, tracked))
+        {
+            table.remove(key);
         }
     }
 
@@ -247,10 +283,27 @@ mod tests {
         renewals.renew_due(&renew, &clients).await;
         assert_eq!(renew.calls(), 1);
         assert_eq!(renewals.take(&key(0)).await, Some(7), "the renewed receipt");
-        assert_eq!(renewals.take(&key(0)).await, None, "taken once");
-        tokio::time::advance(INVISIBLE).await;
+        assert_eq!(
+            renewals.take(&key(0)).await,
+            Some(7),
+            "a consumer retrying its call gets it again"
+        );
+        tokio::time::advance(INVISIBLE - Duration::from_secs(1)).await;
         renewals.renew_due(&renew, &clients).await;
         assert_eq!(renew.calls(), 1, "a taken delivery is not renewed");
+        assert_eq!(
+            renewals.take(&key(0)).await,
+            Some(7),
+            "still within its time"
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        renewals.renew_due(&renew, &clients).await;
+        assert_eq!(
+            renewals.take(&key(0)).await,
+            None,
+            "forgotten once its time is over"
+        );
+        assert_eq!(renew.calls(), 1);
     }
 
     #[tokio::test(start_paused = true)]
