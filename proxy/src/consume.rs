@@ -239,13 +239,6 @@ fn received(
         );
         system.delivery_attempt = Some(attempt as i32);
         system.invisible_duration = prost_types::Duration::try_from(invisible).ok();
-        system.body_digest = Some(pb::Digest {
-            r#type: pb::DigestType::Sha1 as i32,
-            checksum: sha1_smol::Sha1::from(&message.body[..])
-                .digest()
-                .to_string()
-                .to_uppercase(),
-        });
     }
     v5
 }
@@ -392,13 +385,18 @@ pub async fn change_invisible(
     renewals: &Renewals,
     request: pb::ChangeInvisibleDurationRequest,
 ) -> pb::ChangeInvisibleDurationResponse {
-    let refused = |(code, reason): Refusal| pb::ChangeInvisibleDurationResponse {
-        status: status::status(code, reason),
-        receipt_handle: String::new(),
+    // A failure answers the handle the client sent: the official Java client replaces its
+    // message's handle with the answer's before it checks the status, and must still be able
+    // to ack after a transient failure.
+    let sent_handle = request.receipt_handle.clone();
+    let refused = |status: Option<pb::Status>| pb::ChangeInvisibleDurationResponse {
+        status,
+        receipt_handle: sent_handle.clone(),
     };
+    let refusal = |(code, reason): Refusal| refused(status::status(code, reason));
     let group = match consumer_group(request.group.as_ref()) {
         Ok(group) => group,
-        Err(refusal) => return refused(refusal),
+        Err(rejected) => return refusal(rejected),
     };
     let topic = request.topic.unwrap_or_default().name;
     let Some(handle) = Handle::parse(&request.receipt_handle) else {
@@ -409,7 +407,7 @@ pub async fn change_invisible(
     };
     let invisible = match invisible_duration(request.invisible_duration.as_ref()) {
         Ok(invisible) => invisible,
-        Err(refusal) => return refused(refusal),
+        Err(rejected) => return refusal(rejected),
     };
     let handle = current(renewals, handle).await;
     let changed = change_one(
@@ -431,11 +429,8 @@ pub async fn change_invisible(
                 .text(),
             }
         }
-        Ok(result) => pb::ChangeInvisibleDurationResponse {
-            status: result_status(&result),
-            receipt_handle: String::new(),
-        },
-        Err(refusal) => refused(refusal),
+        Ok(result) => refused(result_status(&result)),
+        Err(rejected) => refusal(rejected),
     }
 }
 

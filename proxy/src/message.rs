@@ -24,7 +24,7 @@ pub fn to_v5(message: &MessageExt, kind: pb::MessageType) -> pb::Message {
         tag: message.tags.clone(),
         keys: message.keys.clone(),
         message_id: message.msg_id.clone(),
-        body_digest: None,
+        body_digest: Some(body_digest(&message.body)),
         body_encoding: pb::Encoding::Identity as i32,
         message_type: kind as i32,
         born_timestamp: Some(timestamp(message.born_timestamp_ms)),
@@ -52,6 +52,18 @@ pub fn to_v5(message: &MessageExt, kind: pb::MessageType) -> pb::Message {
         user_properties,
         system_properties: Some(system_properties),
         body: message.body.clone(),
+    }
+}
+
+/// The body's SHA1 in uppercase hex, the digest every official client verifies alike (they
+/// disagree on CRC32's format).
+fn body_digest(body: &[u8]) -> pb::Digest {
+    pb::Digest {
+        r#type: pb::DigestType::Sha1 as i32,
+        checksum: sha1_smol::Sha1::from(body)
+            .digest()
+            .to_string()
+            .to_uppercase(),
     }
 }
 
@@ -114,6 +126,10 @@ mod tests {
             1_700_000_000_123
         );
         assert_eq!(system.message_type(), pb::MessageType::Transaction);
+        let digest = system.body_digest.expect("a body digest");
+        assert_eq!(digest.r#type(), pb::DigestType::Sha1);
+        // SHA1("body"), as the clients compute it: uppercase hex.
+        assert_eq!(digest.checksum, "02083F4579E08A612425C0C1A17EE47ADD783B94");
     }
 
     #[test]

@@ -620,6 +620,28 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
         first[0].receipt_handle(),
         "a new handle"
     );
+    let stale = raw
+        .change_invisible_duration(v5::ChangeInvisibleDurationRequest {
+            group: resource("v5-pop"),
+            topic: resource(TOPIC),
+            receipt_handle: first[0].receipt_handle(),
+            invisible_duration: Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            message_id: nacked.msg_id.clone(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        stale.status.map(|status| status.code()),
+        Some(v5::Code::InvalidReceiptHandle)
+    );
+    assert_eq!(
+        stale.receipt_handle,
+        first[0].receipt_handle(),
+        "a failure answers the handle sent (the Java client keeps the answer's)"
+    );
     let started = tokio::time::Instant::now();
     let again = receive_until(&consumer, &only_a, Duration::from_secs(30), 1, TIMEOUT).await?;
     assert_eq!(again[0].message_id(), nacked.msg_id);
