@@ -29,8 +29,10 @@ pub const CLIENT_ATTEMPTS_MAX: i32 = 3;
 /// group's dead-letter topic, as consumers of a group no broker has a config for are told:
 /// the default group's (its retries and the first).
 pub const DELIVERY_ATTEMPTS_MAX: i32 = RETRY_MAX_TIMES_DEFAULT as i32 + 1;
-/// How long the lookup of a consumer group's settings may take per broker group asked.
-const GROUP_QUERY_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the lookup of a consumer group's settings may take, over every broker group
+/// asked; then the consumer gets the defaults. Well inside the 6 s the official Java client
+/// waits for its first settings (it fails to start, until restarted, after that).
+const GROUP_QUERY_TIMEOUT: Duration = Duration::from_secs(2);
 /// A client's first backoff between attempts; each next one is `BACKOFF_MULTIPLIER` times
 /// longer, up to `BACKOFF_MAX`.
 pub const BACKOFF_INITIAL: Duration = Duration::from_millis(10);
@@ -90,8 +92,25 @@ pub async fn serve_stream(
 
 /// The settings of `subscription`'s group in the first broker group serving one of its
 /// topics that has a config for it; `None` (consumers get the defaults) if none has, or none
-/// answered in time.
+/// answered within `GROUP_QUERY_TIMEOUT`.
 async fn group_settings(
+    brokers: &Brokers,
+    subscription: &pb::Subscription,
+) -> Option<broker_pb::GroupSettings> {
+    let lookup = find_group_settings(brokers, subscription);
+    match tokio::time::timeout(GROUP_QUERY_TIMEOUT, lookup).await {
+        Ok(found) => found,
+        Err(_elapsed) => {
+            tracing::warn!(
+                group = ?subscription.group,
+                "consumer group settings unknown in time; the consumer gets the defaults"
+            );
+            None
+        }
+    }
+}
+
+async fn find_group_settings(
     brokers: &Brokers,
     subscription: &pb::Subscription,
 ) -> Option<broker_pb::GroupSettings> {
