@@ -32,6 +32,8 @@ use crate::message::timestamp;
 use crate::message::to_v5;
 use crate::pb;
 use crate::pb::Code;
+use crate::receive_stream::ReceiveStream;
+use crate::receive_stream::Tracking;
 use crate::renewals::Delivery;
 use crate::renewals::DeliveryKey;
 use crate::renewals::Renew;
@@ -85,14 +87,21 @@ impl Handle {
 type Refusal = (Code, String);
 
 /// Pops for a receive by client `client_id`; what its stream answers: a status, then the
-/// messages, then the time. An `auto_renew` receive's deliveries are renewed by `renewals`.
+/// messages, then the time. An `auto_renew` receive's deliveries are renewed by `renewals`
+/// once the stream handed them all over ([`crate::receive_stream`]).
 pub async fn receive(
     brokers: &Brokers,
-    renewals: &Renewals,
+    renewals: &Arc<Renewals>,
     client_id: Option<String>,
     request: pb::ReceiveMessageRequest,
-) -> Vec<pb::ReceiveMessageResponse> {
-    match pop(brokers, renewals, client_id, request).await {
+) -> ReceiveStream {
+    let mut tracking = Tracking::new(renewals.clone());
+    let responses = responses(pop(brokers, renewals, &mut tracking, client_id, request).await);
+    ReceiveStream::new(responses, Some(tracking))
+}
+
+fn responses(popped: Result<Vec<pb::Message>, Refusal>) -> Vec<pb::ReceiveMessageResponse> {
+    match popped {
         Ok(messages) if messages.is_empty() => vec![status_response(status::status(
             Code::MessageNotFound,
             "no message to receive",
@@ -127,6 +136,7 @@ fn status_response(status: Option<pb::Status>) -> pb::ReceiveMessageResponse {
 async fn pop(
     brokers: &Brokers,
     renewals: &Renewals,
+    tracking: &mut Tracking,
     client_id: Option<String>,
     request: pb::ReceiveMessageRequest,
 ) -> Result<Vec<pb::Message>, Refusal> {
@@ -185,7 +195,7 @@ async fn pop(
         .filter_map(|popped| {
             let message = MessageExt::from_pulled(popped.message?, &broker_group);
             if request.auto_renew {
-                renewals.track(
+                tracking.track(
                     DeliveryKey {
                         broker_group: broker_group.clone(),
                         queue_id: message.queue_id,

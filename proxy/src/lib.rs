@@ -19,6 +19,7 @@ mod access;
 mod clients;
 mod consume;
 mod message;
+mod receive_stream;
 mod renewals;
 mod route;
 mod send;

@@ -131,6 +131,12 @@ impl Renewals {
         Some(receipt)
     }
 
+    /// Stops renewing `key`'s delivery at once (its consumer never got it): a renewal of it
+    /// running now is its last, and its receipt is no longer answered.
+    pub fn abandon(&self, key: &DeliveryKey) {
+        self.lock().remove(key);
+    }
+
     /// Renews what is due every `RENEW_TICK` until `shutdown`.
     pub async fn run(&self, renew: impl Renew, clients: Arc<Clients>, shutdown: CancellationToken) {
         loop {

@@ -2,14 +2,12 @@
 //! (the clients read that code), and a gRPC error only for a request the transport could not
 //! hand over.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rocketraft_client::brokers::Brokers;
 use rocketraft_client::producer::Producer;
 use tokio::sync::mpsc;
-use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::Request;
@@ -21,6 +19,7 @@ use crate::clients::Clients;
 use crate::consume;
 use crate::pb;
 use crate::pb::messaging_service_server::MessagingService;
+use crate::receive_stream::ReceiveStream;
 use crate::renewals::Renewals;
 use crate::route;
 use crate::send;
@@ -100,8 +99,6 @@ fn client_id(metadata: &tonic::metadata::MetadataMap) -> Option<String> {
 }
 
 type TelemetryStream = ReceiverStream<Result<pb::TelemetryCommand, tonic::Status>>;
-type ReceiveStream =
-    Pin<Box<dyn Stream<Item = Result<pb::ReceiveMessageResponse, tonic::Status>> + Send>>;
 
 #[tonic::async_trait]
 impl MessagingService for Arc<Service> {
@@ -181,7 +178,7 @@ impl MessagingService for Arc<Service> {
         &self,
         request: Request<pb::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, tonic::Status> {
-        let responses = match self.access_keys.check(request.metadata()) {
+        let stream = match self.access_keys.check(request.metadata()) {
             Ok(()) => {
                 let client_id = client_id(request.metadata());
                 consume::receive(
@@ -192,13 +189,14 @@ impl MessagingService for Arc<Service> {
                 )
                 .await
             }
-            Err(status) => vec![pb::ReceiveMessageResponse {
-                content: Some(pb::receive_message_response::Content::Status(status)),
-            }],
+            Err(status) => ReceiveStream::new(
+                vec![pb::ReceiveMessageResponse {
+                    content: Some(pb::receive_message_response::Content::Status(status)),
+                }],
+                None,
+            ),
         };
-        Ok(Response::new(Box::pin(tokio_stream::iter(
-            responses.into_iter().map(Ok),
-        ))))
+        Ok(Response::new(stream))
     }
 
     async fn ack_message(
