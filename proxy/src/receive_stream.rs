@@ -89,27 +89,12 @@ mod tests {
     use tokio_stream::StreamExt;
 
     use super::*;
-
-    fn key(queue_offset: i64) -> DeliveryKey {
-        DeliveryKey {
-            broker_group: "broker-a".into(),
-            queue_id: 0,
-            queue_offset,
-            first_receipt: 1,
-        }
-    }
+    use crate::renewals::tests::delivery;
+    use crate::renewals::tests::key;
 
     fn tracked(renewals: &Arc<Renewals>, queue_offset: i64) -> Tracking {
         let mut tracking = Tracking::new(renewals.clone());
-        tracking.track(
-            key(queue_offset),
-            Delivery {
-                consumer_group: "g".into(),
-                topic: "t".into(),
-                client_id: None,
-                receipt: 1,
-            },
-        );
+        tracking.track(key(queue_offset), delivery(None));
         tracking
     }
 

@@ -223,7 +223,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Answers every renewal with `answer`, counting the calls.
@@ -257,7 +257,7 @@ mod tests {
         }
     }
 
-    fn key(queue_offset: i64) -> DeliveryKey {
+    pub(crate) fn key(queue_offset: i64) -> DeliveryKey {
         DeliveryKey {
             broker_group: "broker-a".into(),
             queue_id: 0,
@@ -266,7 +266,7 @@ mod tests {
         }
     }
 
-    fn delivery(client_id: Option<&str>) -> Delivery {
+    pub(crate) fn delivery(client_id: Option<&str>) -> Delivery {
         Delivery {
             consumer_group: "g".into(),
             topic: "t".into(),

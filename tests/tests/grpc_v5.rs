@@ -598,17 +598,18 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
     let first = receive_until(&consumer, &only_a, Duration::from_secs(60), 1, TIMEOUT).await?;
     assert_eq!(first[0].message_id(), nacked.msg_id);
     let mut raw = MessagingServiceClient::connect(format!("http://{endpoint}")).await?;
+    let back_in_a_second = v5::ChangeInvisibleDurationRequest {
+        group: resource("v5-pop"),
+        topic: resource(TOPIC),
+        receipt_handle: first[0].receipt_handle(),
+        invisible_duration: Some(prost_types::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        message_id: nacked.msg_id.clone(),
+    };
     let changed = raw
-        .change_invisible_duration(v5::ChangeInvisibleDurationRequest {
-            group: resource("v5-pop"),
-            topic: resource(TOPIC),
-            receipt_handle: first[0].receipt_handle(),
-            invisible_duration: Some(prost_types::Duration {
-                seconds: 1,
-                nanos: 0,
-            }),
-            message_id: nacked.msg_id.clone(),
-        })
+        .change_invisible_duration(back_in_a_second.clone())
         .await?
         .into_inner();
     assert_eq!(
@@ -621,16 +622,7 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
         "a new handle"
     );
     let stale = raw
-        .change_invisible_duration(v5::ChangeInvisibleDurationRequest {
-            group: resource("v5-pop"),
-            topic: resource(TOPIC),
-            receipt_handle: first[0].receipt_handle(),
-            invisible_duration: Some(prost_types::Duration {
-                seconds: 1,
-                nanos: 0,
-            }),
-            message_id: nacked.msg_id.clone(),
-        })
+        .change_invisible_duration(back_in_a_second)
         .await?
         .into_inner();
     assert_eq!(
