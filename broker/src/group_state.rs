@@ -15,6 +15,7 @@ use std::sync::atomic::AtomicI64;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 
+use rocketraft_proto::POP_ANY_QUEUE;
 use tokio::sync::watch;
 
 use crate::metadata::Metadata;
@@ -157,12 +158,24 @@ impl GroupState {
         self.topics_version.subscribe()
     }
 
-    /// Tells those waiting on `queues` that messages were applied to them.
+    /// Tells those waiting on `queues` (or on any queue of their topics) that messages were
+    /// applied to them.
     pub fn messages_arrived_in(&self, queues: &BTreeSet<(String, i32)>) {
         let arrivals = self.lock_arrivals();
+        if arrivals.is_empty() {
+            return;
+        }
+        let mut previous_topic = None;
         for queue in queues {
             if let Some(arrival) = arrivals.get(queue) {
                 arrival.send_modify(|version| *version += 1);
+            }
+            // The set is ordered: a topic's queues come one after another.
+            if previous_topic != Some(&queue.0) {
+                previous_topic = Some(&queue.0);
+                if let Some(arrival) = arrivals.get(&(queue.0.clone(), POP_ANY_QUEUE)) {
+                    arrival.send_modify(|version| *version += 1);
+                }
             }
         }
     }
@@ -174,8 +187,9 @@ impl GroupState {
         }
     }
 
-    /// A receiver that changes whenever messages are applied to `topic`/`queue_id`. Mark
-    /// it seen before reading the queue, so an arrival in between still wakes the reader.
+    /// A receiver that changes whenever messages are applied to `topic`/`queue_id` (to any
+    /// queue of `topic` for `POP_ANY_QUEUE`). Mark it seen before reading the queue, so an
+    /// arrival in between still wakes the reader.
     pub fn watch_queue(&self, topic: &str, queue_id: i32) -> watch::Receiver<u64> {
         let mut arrivals = self.lock_arrivals();
         if arrivals.len() >= QUEUE_ARRIVALS_KEPT {

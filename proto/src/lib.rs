@@ -37,6 +37,10 @@ pub mod nameserver {
     tonic::include_proto!("rocketraft.nameserver");
 }
 
+/// A `PopRequest.queue_id` asking for any readable queue of the topic in the broker group (as
+/// RocketMQ 5.x's proxy pops): the broker tries them in turn and waits on all of them.
+pub const POP_ANY_QUEUE: i32 = -1;
+
 /// gRPC metadata key carrying the numeric [`common::ResponseCode`] of a failed call.
 pub const RESPONSE_CODE_HEADER: &str = "rr-code";
 /// gRPC metadata key carrying the leader's address when a follower answers `NOT_LEADER`.

@@ -16,6 +16,7 @@ use std::time::Duration;
 use rocketraft_client::brokers::Brokers;
 use rocketraft_client::brokers::CallError;
 use rocketraft_client::message::MessageExt;
+use rocketraft_proto::POP_ANY_QUEUE;
 use rocketraft_proto::broker as broker_pb;
 use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::limits::LONG_POLLING_MS_MAX;
@@ -172,10 +173,12 @@ async fn pop(
         .route(&topic)
         .await
         .map_err(|error| (Code::TopicNotFound, error.to_string()))?;
+    // The client names one queue, but a consumer waiting on one empty queue while others
+    // fill would starve: the broker group pops any of the topic's queues (as RocketMQ's proxy).
     let pop = broker_pb::PopRequest {
         group,
         topic,
-        queue_id: queue.id,
+        queue_id: POP_ANY_QUEUE,
         max_messages: request.batch_size as u32,
         invisible_ms: invisible.as_millis() as u64,
         tags,

@@ -851,9 +851,9 @@ async fn consumer_settings(endpoint: SocketAddr, group: &str) -> anyhow::Result<
     ))
 }
 
-/// One raw receive by client `client_id` of `group` from the queue `sent` went to: its status
-/// code and messages. `auto_renew` leaves the invisible time to the endpoint, as push
-/// consumers do; otherwise the messages are invisible for a second.
+/// One raw receive by client `client_id` of `group` naming the queue `sent` went to: its
+/// status code and messages. `auto_renew` leaves the invisible time to the endpoint, as push
+/// consumers do; otherwise the message is invisible for a second.
 async fn raw_receive(
     endpoint: SocketAddr,
     client_id: &str,
@@ -861,32 +861,61 @@ async fn raw_receive(
     sent: &SendResult,
     auto_renew: bool,
 ) -> anyhow::Result<(v5::Code, Vec<v5::Message>)> {
-    let mut request = tonic::Request::new(v5::ReceiveMessageRequest {
-        group: resource(group),
-        message_queue: Some(v5::MessageQueue {
-            topic: resource(TOPIC),
-            id: sent.queue_id,
-            broker: Some(v5::Broker {
-                name: sent.group.clone(),
-                ..v5::Broker::default()
-            }),
-            ..v5::MessageQueue::default()
-        }),
-        filter_expression: Some(v5::FilterExpression {
-            r#type: v5::FilterType::Tag as i32,
-            expression: "*".into(),
-        }),
+    let receive = ReceiveOf {
+        group,
+        broker_group: &sent.group,
+        queue_id: sent.queue_id,
         batch_size: 1,
-        invisible_duration: (!auto_renew).then_some(prost_types::Duration {
-            seconds: 1,
-            nanos: 0,
-        }),
-        auto_renew,
-        long_polling_timeout: Some(prost_types::Duration {
-            seconds: 2,
-            nanos: 0,
-        }),
-    });
+        long_polling: Duration::from_secs(2),
+    };
+    raw_receive_with(endpoint, client_id, receive.request(auto_renew)).await
+}
+
+/// A raw receive of consumer `group` naming queue `queue_id` of `broker_group`, each
+/// message invisible for a second unless the endpoint renews it.
+struct ReceiveOf<'a> {
+    group: &'a str,
+    broker_group: &'a str,
+    queue_id: i32,
+    batch_size: i32,
+    long_polling: Duration,
+}
+
+impl ReceiveOf<'_> {
+    fn request(&self, auto_renew: bool) -> v5::ReceiveMessageRequest {
+        v5::ReceiveMessageRequest {
+            group: resource(self.group),
+            message_queue: Some(v5::MessageQueue {
+                topic: resource(TOPIC),
+                id: self.queue_id,
+                broker: Some(v5::Broker {
+                    name: self.broker_group.to_owned(),
+                    ..v5::Broker::default()
+                }),
+                ..v5::MessageQueue::default()
+            }),
+            filter_expression: Some(v5::FilterExpression {
+                r#type: v5::FilterType::Tag as i32,
+                expression: "*".into(),
+            }),
+            batch_size: self.batch_size,
+            invisible_duration: (!auto_renew).then_some(prost_types::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            auto_renew,
+            long_polling_timeout: prost_types::Duration::try_from(self.long_polling).ok(),
+        }
+    }
+}
+
+/// Sends `receive` as client `client_id`: the status code and the messages it answered.
+async fn raw_receive_with(
+    endpoint: SocketAddr,
+    client_id: &str,
+    receive: v5::ReceiveMessageRequest,
+) -> anyhow::Result<(v5::Code, Vec<v5::Message>)> {
+    let mut request = tonic::Request::new(receive);
     request
         .metadata_mut()
         .insert("x-mq-client-id", client_id.parse()?);
@@ -901,6 +930,112 @@ async fn raw_receive(
         }
     }
     Ok((code, messages))
+}
+
+/// Acks `messages` for consumer `group` with the receipt handles they came with: the overall
+/// status code.
+async fn ack_raw(
+    endpoint: SocketAddr,
+    group: &str,
+    messages: &[v5::Message],
+) -> anyhow::Result<v5::Code> {
+    let entries = messages
+        .iter()
+        .filter_map(|message| {
+            let system = message.system_properties.as_ref()?;
+            Some(v5::AckMessageEntry {
+                message_id: system.message_id.clone(),
+                receipt_handle: system.receipt_handle.clone()?,
+            })
+        })
+        .collect();
+    let mut raw = MessagingServiceClient::connect(format!("http://{endpoint}")).await?;
+    let acked = raw
+        .ack_message(v5::AckMessageRequest {
+            group: resource(group),
+            topic: resource(TOPIC),
+            entries,
+        })
+        .await?
+        .into_inner();
+    Ok(acked.status.context("an ack status")?.code())
+}
+
+/// The message ids of `messages`, each with its queue.
+fn ids_and_queues(messages: &[v5::Message]) -> BTreeSet<(String, i32)> {
+    messages
+        .iter()
+        .filter_map(|message| {
+            let system = message.system_properties.as_ref()?;
+            Some((system.message_id.clone(), system.queue_id))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_receive_naming_one_queue_it_should_take_and_wait_for_every_queue_of_its_group()
+-> anyhow::Result<()> {
+    init_tracing();
+    let cluster = start_cluster(0x5005_000d).await?;
+    let endpoint = follower_endpoint(&cluster, GROUPS[0]).await?;
+    let producer = Producer::builder(cluster.nameservers(), "v5-any-queue-producer").build()?;
+    let route = producer.route(TOPIC).await?;
+    let group_index = route
+        .groups
+        .iter()
+        .position(|queues| queues.group == GROUPS[0])
+        .context("the first group in the route")?;
+    // A key of each of the group's two queues.
+    let key_of = |queue_id: i32| {
+        (0..)
+            .map(|i| format!("key-{i}"))
+            .find(|key| {
+                let hash = rocketraft_proto::stable_hash::fnv1a_64(key.as_bytes());
+                route.keyed_queue(hash) == Some((group_index, queue_id))
+            })
+            .expect("some key hashes to every queue")
+    };
+    let receive = ReceiveOf {
+        group: "v5-any-queue",
+        broker_group: GROUPS[0],
+        queue_id: 0,
+        batch_size: 32,
+        long_polling: Duration::from_secs(20),
+    };
+
+    info!("--- a receive waiting on queue 0 wakes for a message in queue 1");
+    let waiting = tokio::spawn(raw_receive_with(
+        endpoint,
+        "any-queue",
+        receive.request(false),
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let woke = producer
+        .send_ordered(Message::new(TOPIC, "to queue 1"), &key_of(1))
+        .await?;
+    assert_eq!((woke.group.as_str(), woke.queue_id), (GROUPS[0], 1));
+    let (code, got) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .context("the waiting receive did not wake")???;
+    assert_eq!(code, v5::Code::Ok);
+    assert_eq!(
+        ids_and_queues(&got),
+        BTreeSet::from([(woke.msg_id.clone(), 1)])
+    );
+    assert_eq!(ack_raw(endpoint, "v5-any-queue", &got).await?, v5::Code::Ok);
+
+    info!("--- one receive naming queue 0 takes the messages of both queues");
+    let mut expected = BTreeSet::new();
+    for (i, queue_id) in [0, 1, 1, 0, 1, 1].into_iter().enumerate() {
+        let message = Message::new(TOPIC, format!("spread {i}"));
+        let sent = producer.send_ordered(message, &key_of(queue_id)).await?;
+        expected.insert((sent.msg_id, sent.queue_id));
+    }
+    let (code, got) = raw_receive_with(endpoint, "any-queue", receive.request(false)).await?;
+    assert_eq!(code, v5::Code::Ok);
+    assert_eq!(ids_and_queues(&got), expected, "all of them, in one batch");
+    cluster.shutdown().await;
+    Ok(())
 }
 
 /// A Telemetry stream of client `client_id` (a simple consumer of `group`), open until the
@@ -955,29 +1090,12 @@ async fn given_an_auto_renew_receive_the_endpoint_should_keep_it_invisible_while
     let held = producer.send(Message::new(TOPIC, "held")).await?;
     let (code, got) = raw_receive(endpoint, "pusher", "v5-renew", &held, true).await?;
     assert_eq!((code, got.len()), (v5::Code::Ok, 1));
-    let handle = got[0]
-        .system_properties
-        .as_ref()
-        .and_then(|system| system.receipt_handle.clone())
-        .context("a receipt handle")?;
     tokio::time::sleep(Duration::from_secs(6)).await;
     let (code, _) = raw_receive(endpoint, "other", "v5-renew", &held, false).await?;
     assert_eq!(code, v5::Code::MessageNotFound, "still invisible: renewed");
-    let mut raw = MessagingServiceClient::connect(format!("http://{endpoint}")).await?;
-    let acked = raw
-        .ack_message(v5::AckMessageRequest {
-            group: resource("v5-renew"),
-            topic: resource(TOPIC),
-            entries: vec![v5::AckMessageEntry {
-                message_id: held.msg_id.clone(),
-                receipt_handle: handle,
-            }],
-        })
-        .await?
-        .into_inner();
     assert_eq!(
-        acked.status.map(|status| status.code()),
-        Some(v5::Code::Ok),
+        ack_raw(endpoint, "v5-renew", &got).await?,
+        v5::Code::Ok,
         "the first handle acks the renewed delivery"
     );
 

@@ -113,9 +113,10 @@ async fn run(client: &Client, seed: u64) -> anyhow::Result<Option<Value>> {
         config.grpc_v5_access_keys = BTreeMap::from([(ACCESS_KEY.into(), SECRET.into())]);
     })
     .await?;
-    // One queue per broker group: the Node.js client's simple consumer reads only queue 0 of
-    // each (its SubscriptionLoadBalancer compares the queue id where it means the broker id).
-    cluster.create_topic(TOPIC, 1).await?;
+    // Two queues per broker group: the Node.js client's simple consumer names only queue 0 of
+    // each (its SubscriptionLoadBalancer compares the queue id where it means the broker id),
+    // and receives from both as the endpoint pops any queue of the group.
+    cluster.create_topic(TOPIC, 2).await?;
     cluster.wait_for_route(TOPIC).await?;
     let orderly = GroupSettings {
         consume_orderly: true,

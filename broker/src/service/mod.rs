@@ -104,6 +104,8 @@ pub struct BrokerService {
     metrics: Arc<BrokerMetrics>,
     /// Pops of one group's queue take turns (`pop.rs`).
     pop_turns: pop_turns::PopTurns,
+    /// Where the next pop of any queue starts trying queues (`pop.rs`).
+    pop_rotation: std::sync::atomic::AtomicUsize,
 }
 
 impl BrokerService {
@@ -133,6 +135,7 @@ impl BrokerService {
             admin_token: options.admin_token,
             leadership: options.leadership,
             pop_turns: pop_turns::PopTurns::default(),
+            pop_rotation: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 

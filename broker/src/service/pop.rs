@@ -1,7 +1,12 @@
 //! `Pop` and `ChangePopped`: pop consumption on the leader (RocketMQ 5.x's consumers, through
 //! the 5.x endpoint), over the replicated [`crate::pop_state`].
 //!
-//! A pop takes first the group's in-flight messages of the queue whose invisibility ended
+//! A pop names one queue or, as RocketMQ 5.x's proxy does, any queue of the topic
+//! (`POP_ANY_QUEUE`): then it tries the readable queues in turn, each queue's pop a commit of
+//! its own, until it has its count or the response's byte budget is spent, and an empty one
+//! waits on all of them.
+//!
+//! A pop of a queue takes first the group's in-flight messages whose invisibility ended
 //! (delivered again, one attempt more; past the group's last attempt, `retry_max_times + 1`,
 //! moved to `%DLQ%<group>` in the same entry instead), then fresh ones past the group's pop
 //! offset, filtered
@@ -17,10 +22,12 @@
 //! consumer giving up on a message (`dead_letter`) is one `PopDeadLetter` entry: the ack and
 //! the copy in `%DLQ%<group>` land together or not at all.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
 
+use rocketraft_proto::POP_ANY_QUEUE;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::limits::POP_BATCH_COUNT_MAX;
 use rocketraft_proto::limits::POP_INVISIBLE_MS_MAX as INVISIBLE_MS_MAX;
@@ -40,6 +47,7 @@ use crate::raft::propose::propose;
 use crate::raft::types::Command;
 use crate::raft::types::CommandResult;
 use crate::service::BrokerService;
+use crate::service::pull::ByteBudget;
 use crate::service::pull::Filter;
 use crate::service::pull::PULL_SCAN_UNITS_MAX;
 use crate::service::pull::pick_units;
@@ -70,27 +78,24 @@ impl BrokerService {
     ) -> Result<pb::PopResponse, BrokerError> {
         let filter = validate_pop(&request)?;
         self.ensure_leader()?;
-        self.check_readable_queue(&request.topic, request.queue_id)?;
-        // Deliveries before a message goes to the dead-letter topic: the first and the
-        // group's retries.
-        let attempts_max = self.group_config(&request.group).await?.retry_max_times + 1;
-        let key = PopQueueKey {
-            group: request.group.clone(),
-            topic: request.topic.clone(),
-            queue_id: request.queue_id,
+        let queues = self.queues_to_pop(&request.topic, request.queue_id)?;
+        let terms = PopTerms {
+            filter: &filter,
+            invisible_ms: request.invisible_ms,
+            // Deliveries before a message goes to the dead-letter topic: the first and the
+            // group's retries.
+            attempts_max: self.group_config(&request.group).await?.retry_max_times + 1,
         };
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(u64::from(request.max_wait_ms));
+        // `POP_ANY_QUEUE` watches every queue of the topic.
         let mut arrivals = self.group.watch_queue(&request.topic, request.queue_id);
         let mut leadership = self.leadership.clone();
         let mut hold = None;
         loop {
             arrivals.borrow_and_update();
             leadership.borrow_and_update();
-            let messages = {
-                let _turn = self.pop_turns.take(&key).await;
-                self.pop_once(&key, &request, &filter, attempts_max).await?
-            };
+            let messages = self.pop_queues(&request, &queues, &terms).await?;
             if !messages.is_empty() || request.max_wait_ms == 0 {
                 return Ok(pb::PopResponse { messages });
             }
@@ -104,7 +109,16 @@ impl BrokerService {
                 })?);
             }
             let now = now_ms();
-            let revival = self.group.metadata().pops.next_revival_ms(&key, now);
+            let revival = {
+                let metadata = self.group.metadata();
+                queues
+                    .iter()
+                    .filter_map(|&queue_id| {
+                        let key = pop_key(&request, queue_id);
+                        metadata.pops.next_revival_ms(&key, now)
+                    })
+                    .min()
+            };
             let wake = revival.map_or(deadline, |at_ms| {
                 let after = Duration::from_millis(at_ms.saturating_sub(now).max(0) as u64);
                 deadline.min(tokio::time::Instant::now() + after)
@@ -128,19 +142,78 @@ impl BrokerService {
         }
     }
 
-    /// One pop: what is due and fresh, proposed and committed.
+    /// The queues a pop of `queue_id` tries, in order: that one, or for `POP_ANY_QUEUE`
+    /// every readable queue of `topic`, starting one further than the previous such pop
+    /// started, so consumers of a topic spread over its queues.
+    fn queues_to_pop(&self, topic: &str, queue_id: i32) -> Result<Vec<i32>, BrokerError> {
+        let read_queue_count = self.readable_queue_count(topic, queue_id)?;
+        if queue_id != POP_ANY_QUEUE {
+            return Ok(vec![queue_id]);
+        }
+        let first = self.pop_rotation.fetch_add(1, Ordering::Relaxed) % read_queue_count;
+        Ok((first..read_queue_count)
+            .chain(0..first)
+            .map(|queue_id| queue_id as i32)
+            .collect())
+    }
+
+    /// Pops `queues` in turn until the request's count or the response's byte budget is
+    /// reached; what each queue's pop delivered is committed.
+    async fn pop_queues(
+        &self,
+        request: &pb::PopRequest,
+        queues: &[i32],
+        terms: &PopTerms<'_>,
+    ) -> Result<Vec<pb::PoppedMessage>, BrokerError> {
+        let max = request.max_messages as usize;
+        let mut budget = ByteBudget::new(PULL_RESPONSE_BYTES_MAX);
+        let mut messages = Vec::new();
+        for &queue_id in queues {
+            let key = pop_key(request, queue_id);
+            let popped = {
+                let _turn = self.pop_turns.take(&key).await;
+                self.pop_once(&key, terms, max - messages.len(), &mut budget)
+                    .await
+            };
+            match popped {
+                Ok(popped) => messages.extend(popped),
+                // What earlier queues delivered is in flight already: hand it over.
+                Err(error) if !messages.is_empty() => {
+                    tracing::warn!(
+                        group = key.group,
+                        topic = key.topic,
+                        queue_id,
+                        %error,
+                        "a pop of one more queue failed; answering with what the others gave"
+                    );
+                    break;
+                }
+                Err(error) => return Err(error),
+            }
+            if messages.len() >= max || budget.is_spent() {
+                break;
+            }
+        }
+        Ok(messages)
+    }
+
+    /// One pop of one queue: what is due and fresh, up to `max` messages within `budget`,
+    /// proposed and committed.
     async fn pop_once(
         &self,
         key: &PopQueueKey,
-        request: &pb::PopRequest,
-        filter: &Filter,
-        attempts_max: u32,
+        terms: &PopTerms<'_>,
+        max: usize,
+        budget: &mut ByteBudget,
     ) -> Result<Vec<pb::PoppedMessage>, BrokerError> {
-        let max = request.max_messages as usize;
         for _ in 0..POP_CONFLICT_RETRIES {
             let now = now_ms();
-            let (pop, dead_letters, dead_lettered) =
-                self.plan_pop(key, max, filter, now, request.invisible_ms, attempts_max)?;
+            let mut planned_budget = *budget;
+            let PopPlan {
+                pop,
+                dead_letters,
+                dead_lettered,
+            } = self.plan_pop(key, terms, max, now, &mut planned_budget)?;
             if pop.revived.is_empty()
                 && pop.fresh.is_empty()
                 && pop.dead.is_empty()
@@ -156,7 +229,7 @@ impl BrokerService {
                     topic = key.topic,
                     queue_id = key.queue_id,
                     count = dead_lettered,
-                    attempts_max,
+                    attempts_max = terms.attempts_max,
                     "popped messages past their last attempt moved to the dead-letter topic"
                 );
             }
@@ -172,23 +245,23 @@ impl BrokerService {
             let Some(delivered) = delivered else {
                 continue;
             };
+            *budget = planned_budget;
             return self.popped_messages(key, &delivered, receipt, invisible_until_ms);
         }
         Ok(Vec::new())
     }
 
     /// The pop this leader proposes now for `key`: due messages first, then fresh matching
-    /// ones, `max` in all, within the in-flight limit; due messages past their last attempt
-    /// go to the dead-letter topic instead (with their copies, encoded, and their count).
+    /// ones, `max` in all, within the in-flight limit and `budget`; due messages past their
+    /// last attempt go to the dead-letter topic instead (with their copies, encoded).
     fn plan_pop(
         &self,
         key: &PopQueueKey,
+        terms: &PopTerms<'_>,
         max: usize,
-        filter: &Filter,
         now: i64,
-        invisible_ms: u64,
-        attempts_max: u32,
-    ) -> Result<(Pop, Bytes, usize), BrokerError> {
+        budget: &mut ByteBudget,
+    ) -> Result<PopPlan, BrokerError> {
         // The metadata first, then the store: never both locks at once.
         // An orderly group's queue delivers again only its oldest in-flight messages that are
         // due (never one after a message still invisible), and nothing new while any is in
@@ -237,11 +310,25 @@ impl BrokerService {
                 "popped messages retention deleted before they were acked leave flight undelivered"
             );
         }
-        let (dead, revived): (Vec<Due>, Vec<Due>) = due
-            .into_iter()
-            .take(max)
-            .partition(|(_, attempt)| *attempt >= attempts_max);
-        let revived: Vec<i64> = revived.into_iter().map(|(offset, _)| offset).collect();
+        let mut dead: Vec<Due> = Vec::new();
+        let mut revived: Vec<i64> = Vec::new();
+        for (offset, attempt) in due {
+            if dead.len() + revived.len() >= max {
+                break;
+            }
+            if attempt >= terms.attempts_max {
+                dead.push((offset, attempt));
+                continue;
+            }
+            let size = store
+                .consume_queue_units(&key.topic, key.queue_id, offset)
+                .next()
+                .map_or(0, |unit| unit.size);
+            if !budget.take(size) {
+                break;
+            }
+            revived.push(offset);
+        }
         let mut dead_letters = Vec::new();
         for &(offset, attempt) in &dead {
             let Some(unit) = store
@@ -255,7 +342,7 @@ impl BrokerService {
                 &key.group,
                 unit.commit_log_offset,
                 attempt,
-                attempts_max,
+                terms.attempts_max,
             )?
             .encode_into(&mut dead_letters)
             .map_err(BrokerError::illegal)?;
@@ -280,23 +367,22 @@ impl BrokerService {
             let units = store
                 .consume_queue_units(&key.topic, key.queue_id, scan_from)
                 .take(PULL_SCAN_UNITS_MAX);
-            let (picked, next_offset) =
-                pick_units(units, scan_from, room, PULL_RESPONSE_BYTES_MAX, |unit| {
-                    let matches = match filter {
-                        Filter::All => true,
-                        Filter::Tags { codes, names } => {
-                            codes.contains(&unit.tags_code) && {
-                                let view = store.read_view(unit.commit_log_offset)?;
-                                view.property(TAGS)?.is_some_and(|tag| names.contains(tag))
-                            }
-                        }
-                        Filter::Sql(sql) => {
+            let (picked, next_offset) = pick_units(units, scan_from, room, budget, |unit| {
+                let matches = match terms.filter {
+                    Filter::All => true,
+                    Filter::Tags { codes, names } => {
+                        codes.contains(&unit.tags_code) && {
                             let view = store.read_view(unit.commit_log_offset)?;
-                            sql.matches(|name| view.property(name).ok().flatten())
+                            view.property(TAGS)?.is_some_and(|tag| names.contains(tag))
                         }
-                    };
-                    Ok::<_, BrokerError>(matches.then_some(()))
-                })?;
+                    }
+                    Filter::Sql(sql) => {
+                        let view = store.read_view(unit.commit_log_offset)?;
+                        sql.matches(|name| view.property(name).ok().flatten())
+                    }
+                };
+                Ok::<_, BrokerError>(matches.then_some(()))
+            })?;
             (
                 picked.into_iter().map(|(offset, _, ())| offset).collect(),
                 next_offset,
@@ -310,9 +396,13 @@ impl BrokerService {
             revived,
             dead,
             now_ms: now,
-            invisible_until_ms: now.saturating_add(invisible_ms as i64),
+            invisible_until_ms: now.saturating_add(terms.invisible_ms as i64),
         };
-        Ok((pop, dead_letters.into(), dead_lettered))
+        Ok(PopPlan {
+            pop,
+            dead_letters: dead_letters.into(),
+            dead_lettered,
+        })
     }
 
     /// The copy for `group`'s dead-letter topic of the message at `commit_log_offset`,
@@ -512,19 +602,51 @@ impl BrokerService {
         Ok(record.into())
     }
 
-    /// Fails unless `topic` exists here with a readable queue `queue_id`.
-    fn check_readable_queue(&self, topic: &str, queue_id: i32) -> Result<(), BrokerError> {
+    /// `topic`'s read queue count here; fails unless the topic exists with a readable queue
+    /// `queue_id` (or, for `POP_ANY_QUEUE`, any readable queue).
+    fn readable_queue_count(&self, topic: &str, queue_id: i32) -> Result<usize, BrokerError> {
         let metadata = self.group.metadata();
         let Some(config) = metadata.topics.get(topic) else {
             return Err(BrokerError::TopicNotExist(topic.to_owned()));
         };
-        if queue_id < 0 || queue_id >= config.read_queue_count as i32 {
+        let count = config.read_queue_count as i32;
+        let readable = if queue_id == POP_ANY_QUEUE {
+            count > 0
+        } else {
+            (0..count).contains(&queue_id)
+        };
+        if !readable {
             return Err(BrokerError::QueueIllegal {
                 queue_id,
-                reason: format!("{topic} has {} read queues here", config.read_queue_count),
+                reason: format!("{topic} has {count} read queues here"),
             });
         }
-        Ok(())
+        Ok(count as usize)
+    }
+}
+
+/// What a pop asks of every queue it tries.
+struct PopTerms<'a> {
+    filter: &'a Filter,
+    invisible_ms: u64,
+    /// Deliveries before a message goes to the dead-letter topic.
+    attempts_max: u32,
+}
+
+/// A pop of one queue, as planned: the entry, the dead-letter copies it carries (encoded)
+/// and their count.
+struct PopPlan {
+    pop: Pop,
+    dead_letters: Bytes,
+    dead_lettered: usize,
+}
+
+/// `request`'s group and topic, queue `queue_id`.
+fn pop_key(request: &pb::PopRequest, queue_id: i32) -> PopQueueKey {
+    PopQueueKey {
+        group: request.group.clone(),
+        topic: request.topic.clone(),
+        queue_id,
     }
 }
 

@@ -173,7 +173,7 @@ impl BrokerService {
             units,
             request.queue_offset,
             request.max_messages as usize,
-            PULL_RESPONSE_BYTES_MAX,
+            &mut ByteBudget::new(PULL_RESPONSE_BYTES_MAX),
             // A SQL92 filter reads the record to decide; the view it read is kept for the
             // message, so a selected record is read (and its CRC checked) once.
             |unit| match filter {
@@ -212,20 +212,47 @@ impl BrokerService {
 /// Picked units (queue offset, unit, what `keep` said) and the next pull's offset.
 type Picked<V> = (Vec<(i64, CqUnit, V)>, i64);
 
+/// The stored bytes a response may carry: up to its maximum, except that the response's first
+/// message is taken whatever its size, so a queue never stalls behind a large message.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ByteBudget {
+    taken: usize,
+    max: usize,
+}
+
+impl ByteBudget {
+    pub(super) fn new(max: usize) -> ByteBudget {
+        ByteBudget { taken: 0, max }
+    }
+
+    /// Takes a message of `size` stored bytes if it fits; false (nothing taken) if not.
+    pub(super) fn take(&mut self, size: i32) -> bool {
+        let size = usize::try_from(size).unwrap_or(usize::MAX);
+        if self.taken > 0 && self.taken.saturating_add(size) > self.max {
+            return false;
+        }
+        self.taken = self.taken.saturating_add(size);
+        true
+    }
+
+    /// No further message fits.
+    pub(super) fn is_spent(&self) -> bool {
+        self.taken >= self.max
+    }
+}
+
 /// The units a pull from `first_offset` returns, with their queue offsets and what `keep`
 /// said of them, and the offset the next pull starts at: units in order, skipping those
-/// `keep` refuses (`None`), until `max_messages` are taken or the next one would pass
-/// `bytes_max` (the first is taken whatever its size, so a queue never stalls behind a large
-/// message). Units are taken from `units` only as long as the pull may still take one.
+/// `keep` refuses (`None`), until `max_messages` are taken or the next one does not fit
+/// `budget`. Units are taken from `units` only as long as the pull may still take one.
 pub(super) fn pick_units<V, E>(
     units: impl IntoIterator<Item = CqUnit>,
     first_offset: i64,
     max_messages: usize,
-    bytes_max: usize,
+    budget: &mut ByteBudget,
     mut keep: impl FnMut(&CqUnit) -> Result<Option<V>, E>,
 ) -> Result<Picked<V>, E> {
     let mut picked = Vec::new();
-    let mut bytes = 0usize;
     let mut next_offset = first_offset;
     let mut units = units.into_iter();
     while picked.len() < max_messages {
@@ -236,11 +263,9 @@ pub(super) fn pick_units<V, E>(
             next_offset += 1;
             continue;
         };
-        let size = usize::try_from(unit.size).unwrap_or(usize::MAX);
-        if !picked.is_empty() && bytes.saturating_add(size) > bytes_max {
+        if !budget.take(unit.size) {
             break;
         }
-        bytes = bytes.saturating_add(size);
         picked.push((next_offset, unit, kept));
         next_offset += 1;
     }
@@ -320,7 +345,13 @@ mod tests {
             let kept = wanted.is_none_or(|codes| codes.contains(&unit.tags_code));
             Ok::<_, std::convert::Infallible>(kept.then_some(()))
         };
-        match pick_units(units, first_offset, max_messages, bytes_max, keep) {
+        match pick_units(
+            units,
+            first_offset,
+            max_messages,
+            &mut ByteBudget::new(bytes_max),
+            keep,
+        ) {
             Ok(picked) => picked,
         }
     }
@@ -352,6 +383,26 @@ mod tests {
         );
         let (picked, next) = pick(queue.iter().copied(), 0, 2, usize::MAX, None);
         assert_eq!((offsets(&picked), next), (vec![0, 1], 2), "the count limit");
+    }
+
+    #[test]
+    fn a_budget_takes_its_first_message_whatever_its_size_and_then_only_what_fits() {
+        let mut budget = ByteBudget::new(1000);
+        assert!(budget.take(5000), "a response's first message");
+        assert!(budget.is_spent());
+        let mut budget = ByteBudget::new(1000);
+        assert!(budget.take(600));
+        assert!(!budget.take(401), "one byte past the budget");
+        assert!(!budget.is_spent());
+        let keep_all = |_: &CqUnit| Ok::<_, std::convert::Infallible>(Some(()));
+        let Ok((picked, next)) = pick_units(units(&[500, 400], 1), 3, 32, &mut budget, keep_all);
+        assert_eq!(
+            (offsets(&picked), next),
+            (Vec::<i64>::new(), 3),
+            "a budget holding messages of an earlier queue takes no large one"
+        );
+        assert!(budget.take(400), "exactly the budget");
+        assert!(budget.is_spent());
     }
 
     #[test]
