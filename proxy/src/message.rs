@@ -83,6 +83,23 @@ pub fn to_ms(timestamp: &prost_types::Timestamp) -> i64 {
         .saturating_add(i64::from(timestamp.nanos / 1_000_000))
 }
 
+/// Seconds since the epoch from which a delivery timestamp's `seconds` field must hold
+/// milliseconds instead (the year 5138): the Python client 5.1.2 writes the time it was given
+/// into `seconds` unconverted, and its apps give milliseconds, the unit it reads back.
+const SECONDS_THAT_ARE_MILLISECONDS: i64 = 100_000_000_000;
+
+/// A message's delivery time in epoch milliseconds. A timestamp whose `seconds` are only
+/// plausible as milliseconds (and carry no nanoseconds) is read as milliseconds: such a time
+/// is millennia past any delay a broker accepts, so this only turns a sure refusal into what
+/// the client meant.
+pub fn delivery_ms(timestamp: &prost_types::Timestamp) -> i64 {
+    if timestamp.seconds >= SECONDS_THAT_ARE_MILLISECONDS && timestamp.nanos == 0 {
+        timestamp.seconds
+    } else {
+        to_ms(timestamp)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -137,5 +154,27 @@ mod tests {
         for ms in [0, 1, 999, 1_000, 1_700_000_000_123, -1, -1_001] {
             assert_eq!(to_ms(&timestamp(ms)), ms, "{ms}");
         }
+    }
+
+    #[test]
+    fn a_delivery_time_only_plausible_as_milliseconds_is_read_so() {
+        let at = |seconds, nanos| delivery_ms(&prost_types::Timestamp { seconds, nanos });
+        assert_eq!(at(1_764_000_000, 250_000_000), 1_764_000_000_250, "seconds");
+        assert_eq!(
+            at(SECONDS_THAT_ARE_MILLISECONDS - 1, 0),
+            (SECONDS_THAT_ARE_MILLISECONDS - 1) * 1000,
+            "the last second read as seconds"
+        );
+        assert_eq!(
+            at(SECONDS_THAT_ARE_MILLISECONDS, 0),
+            SECONDS_THAT_ARE_MILLISECONDS,
+            "milliseconds in the seconds field"
+        );
+        assert_eq!(at(1_764_000_000_250, 0), 1_764_000_000_250);
+        assert_eq!(
+            at(1_764_000_000_250, 1),
+            1_764_000_000_250_000,
+            "with nanoseconds it is seconds: far past any delay"
+        );
     }
 }

@@ -30,6 +30,7 @@ use rocketraft_proto::property_keys::TRAN_MSG;
 use rocketraft_proto::property_keys::UNIQ_KEY;
 use rocketraft_proto::time::now_ms;
 
+use crate::message::delivery_ms;
 use crate::message::to_ms;
 use crate::pb;
 use crate::pb::Code;
@@ -217,7 +218,7 @@ fn to_message(message: pb::Message, timer_max_delay_ms: u64) -> Result<Message, 
         converted = converted.with_property(BORN_HOST, system.born_host);
     }
     let kind = pb::MessageType::try_from(system.message_type).unwrap_or_default();
-    let delivery = system.delivery_timestamp.as_ref().map(to_ms);
+    let delivery = system.delivery_timestamp.as_ref().map(delivery_ms);
     match (kind, &system.message_group, delivery) {
         (pb::MessageType::Normal, None, None) => {}
         (pb::MessageType::Fifo, Some(group), None) => {

@@ -28,7 +28,7 @@ def config(creds):
     return ClientConfiguration(endpoint, creds, request_timeout=5)
 
 
-def message(body, tag, group=None, key=None, deliver_at_s=None):
+def message(body, tag, group=None, key=None, deliver_at=None):
     m = Message()
     m.topic = topic
     m.body = body.encode()
@@ -37,8 +37,8 @@ def message(body, tag, group=None, key=None, deliver_at_s=None):
         m.message_group = group
     if key:
         m.keys = key
-    if deliver_at_s:
-        m.delivery_timestamp = deliver_at_s
+    if deliver_at:
+        m.delivery_timestamp = deliver_at
     return m
 
 
@@ -88,11 +88,10 @@ out["normal"] = producer.send(message("plain", "Plain", key="client-key")).messa
 out["fifo_sent"] = [
     producer.send(message(f"step {step}", "Fifo", group="py-order")).message_id for step in range(5)
 ]
-# This client takes a delivery time in whole epoch seconds (it fills the protobuf
-# timestamp's seconds with it).
-deliver_at_s = int(time.time()) + 3
-deliver_at = deliver_at_s * 1000
-out["delay"] = producer.send(message("later", "Delay", deliver_at_s=deliver_at_s)).message_id
+# This client writes the delivery time it is given into the protobuf timestamp's seconds,
+# unconverted; given epoch milliseconds (the unit it reads back), the endpoint reads them so.
+deliver_at = int(time.time() * 1000) + 3000
+out["delay"] = producer.send(message("later", "Delay", deliver_at=deliver_at)).message_id
 for body, end in (("committed", "commit"), ("rolled back", "rollback")):
     transaction = producer.begin_transaction()
     producer.send(message(body, "Tx"), transaction)
