@@ -382,7 +382,10 @@ async fn purges_every_log_and_keeps_serving(
         })
         .await?;
     }
-    info!("--- a follower whose purge mark rotted counts its log purged up to its snapshot");
+    info!(
+        "--- a follower whose purge mark rotted counts its log purged up to its snapshot, and \
+         one whose vote's first copy rotted reads it from the second"
+    );
     // Entries past the last snapshot, applied (and checkpointed at the stop): the damaged
     // mark must not be replaced by the applied point, which openraft refuses (the purge
     // point may not pass the snapshot).
@@ -396,9 +399,19 @@ async fn purges_every_log_and_keeps_serving(
         .join("log")
         .join("purged");
     flip_byte(&mark, std::fs::metadata(&mark)?.len() - 1, 0x01)?;
+    let log_dir = group.data_dir(follower).join("raft").join("log");
+    let (vote, mirror) = (log_dir.join("vote"), log_dir.join("vote-mirror"));
+    flip_byte(&vote, std::fs::metadata(&vote)?.len() - 1, 0x01)?;
+    assert_ne!(std::fs::read(&vote)?, std::fs::read(&mirror)?);
     group.restart(follower).await?;
     send_many(&group, 100, 4).await?;
     assert_converged(&group, leader).await?;
+    group.stop(follower).await;
+    assert_eq!(
+        std::fs::read(&vote)?,
+        std::fs::read(&mirror)?,
+        "the damaged copy was restored"
+    );
     group.shutdown().await;
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! A seeded crash simulation of one node's Raft log on a [`SimDisk`]: appends, conflict
 //! truncations, purges and votes, interrupted by power losses at chosen disk operations,
-//! torn tails and flipped bits, each followed by recovery and a check against a model.
+//! torn tails and flipped bits (in segments, and in one copy of the vote), each followed by
+//! recovery and a check against a model.
 //!
 //! Even seeds run `flush = sync`, odd ones `flush = async`, whose flusher rounds (the
 //! interval's fsync) are steps of the simulation. The checker asserts, after every recovery:
@@ -42,6 +43,7 @@ use crate::raft::types::Entry;
 use crate::raft::types::LogId;
 use crate::raft::types::TypeConfig;
 use crate::raft::types::Vote;
+use crate::raft::vote_file;
 use crate::seeded_rng::SeededRng;
 use crate::sim_disk::SimDisk;
 
@@ -87,6 +89,8 @@ struct Stats {
     crashes: u64,
     power_cuts_mid_operation: u64,
     flips: u64,
+    /// Bits flipped in one copy of the vote.
+    vote_flips: u64,
     acked_entries_checked: u64,
     repairs: u64,
 }
@@ -308,6 +312,9 @@ impl Sim {
         if self.rng.below(4) == 0 {
             self.flip_segment()?;
         }
+        if self.rng.below(4) == 0 {
+            self.flip_vote_copy()?;
+        }
         open(&self.disk, &self.dir, self.flush)
             .map_err(|error| self.fail(format!("reopen after a crash: {error}")))
     }
@@ -334,6 +341,22 @@ impl Sim {
             .map_err(|e| self.fail(format!("flip: {e}")))?;
         self.model.flipped = true;
         self.stats.flips += 1;
+        Ok(())
+    }
+
+    /// Flips a bit in one copy of the vote, if there is one: recovery must read the vote from
+    /// the other copy (which holds it, or the vote before a save that never returned).
+    fn flip_vote_copy(&mut self) -> Result<(), String> {
+        let copies = vote_file::copy_paths(&self.dir);
+        let path = &copies[self.rng.below(2) as usize];
+        let Ok(bytes) = self.disk.read(path) else {
+            return Ok(());
+        };
+        let (offset, bit) = (self.rng.below(bytes.len() as u64), self.rng.below(8) as u8);
+        self.disk
+            .flip_bit(path, offset, bit)
+            .map_err(|e| self.fail(format!("flip the vote: {e}")))?;
+        self.stats.vote_flips += 1;
         Ok(())
     }
 
@@ -464,6 +487,7 @@ fn seeded_power_losses_lose_no_acknowledged_entry() {
         total.crashes += stats.crashes;
         total.power_cuts_mid_operation += stats.power_cuts_mid_operation;
         total.flips += stats.flips;
+        total.vote_flips += stats.vote_flips;
         total.acked_entries_checked += stats.acked_entries_checked;
         total.repairs += stats.repairs;
     }

@@ -1,5 +1,5 @@
-//! The durable Raft log of a node: segment files ([`LogSegment`]) plus the vote and the purge
-//! mark, implementing openraft's `RaftLogStorage`.
+//! The durable Raft log of a node: segment files ([`LogSegment`]) plus the vote (in two
+//! copies, [`vote_file`]) and the purge mark, implementing openraft's `RaftLogStorage`.
 //!
 //! Invariants:
 //! - entries are contiguous from `last_purged + 1` to `last_log_id`; no holes;
@@ -53,6 +53,7 @@ use crate::raft::types::LogId;
 use crate::raft::types::LogTypes;
 use crate::raft::types::TypeConfig;
 use crate::raft::types::Vote;
+use crate::raft::vote_file;
 
 /// The record format of the segments (see `log_segment`); kept in the log's `format` file.
 /// Format 1 had no header checksum.
@@ -198,9 +199,7 @@ impl<C: LogTypes> LogStore<C> {
         let segments_dir = config.dir.join("segments");
         disk.create_dir_all(&segments_dir)?;
         check_record_format(&*disk, &config.dir, &segments_dir)?;
-        let vote: Option<Vote> = durable_file::read_on(&*disk, &config.dir.join("vote"))?
-            .map(|bytes| codec::decode("raft vote", &bytes))
-            .transpose()?;
+        let vote = vote_file::open(&*disk, &config.dir)?;
         let last_purged = read_purge_mark(&*disk, &config.dir, config.purged_if_mark_damaged)?;
         let (segments, damage) = recover_segments(&disk, &segments_dir, last_purged.as_ref())?;
         if let Some(found) = damage {
@@ -505,7 +504,7 @@ fn check_record_format(disk: &dyn Disk, root: &Path, segments_dir: &Path) -> io:
         found => {
             let in_use = found.is_some()
                 || !disk.list(segments_dir)?.is_empty()
-                || durable_file::read_on(disk, &root.join("vote"))?.is_some();
+                || vote_file::exists(disk, root)?;
             if in_use {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -747,8 +746,7 @@ impl<C: LogTypes> RaftLogStorage<C> for LogStore<C> {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
         let mut files = self.write_files()?;
-        let encoded = codec::encode("raft vote", vote)?;
-        durable_file::write_atomic_on(&*files.disk, &files.root.join("vote"), &encoded)?;
+        vote_file::save(&*files.disk, &files.root, vote)?;
         files.vote = Some(*vote);
         Ok(())
     }

@@ -43,3 +43,4 @@ pub mod state_machine;
 #[cfg(test)]
 mod transport_tests;
 pub mod types;
+pub mod vote_file;
