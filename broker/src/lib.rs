@@ -34,6 +34,7 @@ pub mod registration;
 pub mod retention;
 pub mod schedule;
 pub mod scrub;
+pub mod scrub_suspects;
 pub mod seeded_rng;
 pub mod service;
 #[cfg(test)]

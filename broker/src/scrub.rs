@@ -8,6 +8,11 @@
 //! record with a peer's copy: the record is repaired if they differ, the unit rewritten if not.
 //! Damage no peer can help with is counted, logged, and looked at again on the next pass.
 //!
+//! A read that finds a unit pointing at the wrong bytes reports it ([`SuspectUnits`]); the
+//! scrubber then checks, at once and unpaced, the CommitLog between the nearest units before
+//! and after it that check out, which rewrites the unit from its record (or repairs the
+//! record), so a consumer waits seconds for it, not a pass.
+//!
 //! Invariants: the store lock is held only to copy a chunk, to compare units, and to write a
 //! repair, never across a peer call; a repair writes only bytes a peer's checks passed, over
 //! the same range (the CommitLog end and queue offsets never move).
@@ -25,6 +30,8 @@ use tokio_util::sync::CancellationToken;
 use crate::group_state::GroupState;
 use crate::raft::membership::PeerAddrs;
 use crate::raft::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
+use crate::scrub_suspects::SuspectUnit;
+use crate::scrub_suspects::SuspectUnits;
 use crate::store::scrub::CheckedRecord;
 use crate::store::scrub::RECORD_OR_FILLER_BYTES_MAX;
 use crate::store::scrub::WalkEnd;
@@ -38,6 +45,17 @@ pub const SCRUB_CHUNK_BYTES: usize = 1024 * 1024;
 pub const SCRUB_BYTES_PER_SEC_DEFAULT: u64 = 8 * 1024 * 1024;
 /// Default pause between the end of one pass and the start of the next.
 pub const SCRUB_PASS_INTERVAL_DEFAULT: Duration = Duration::from_secs(3600);
+/// Units tried on each side of a suspect one for a neighbour that checks out.
+const SUSPECT_NEIGHBOURS_TRIED: usize = 16;
+/// CommitLog bytes checked at most around one suspect unit.
+const SUSPECT_RANGE_BYTES_MAX: i64 = 64 * 1024 * 1024;
+
+/// Whether a range is checked at the configured rate (a pass) or at once (a suspect unit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pace {
+    Rate,
+    AtOnce,
+}
 /// How long one peer may take to answer a read.
 const PEER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -56,6 +74,8 @@ pub struct ScrubStatus {
     pub records_repaired: AtomicU64,
     pub units_repaired: AtomicU64,
     pub unrepaired: AtomicU64,
+    /// Units reads found wrong, to check now.
+    pub suspects: SuspectUnits,
     last_finding: Mutex<String>,
 }
 
@@ -101,7 +121,7 @@ pub async fn run_scrub(
         scrubber.status.passes.fetch_add(1, Ordering::Relaxed);
         tokio::select! {
             () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(options.pass_interval) => {}
+            () = scrubber.pause(options.pass_interval) => {}
         }
     }
 }
@@ -124,17 +144,84 @@ enum Outcome {
 }
 
 impl Scrubber {
+    /// One pass over the CommitLog as it is now, at the configured rate.
     async fn pass(&self) {
-        let (mut offset, end, segment_bytes, tags_code_fn) = {
+        let (start, end) = {
             let store = self.group.store();
-            let (tags_code_fn, segment_bytes) = store.layout();
-            (
-                store.commit_log_min_offset(),
-                store.commit_log_max_offset(),
-                segment_bytes,
-                tags_code_fn,
-            )
+            (store.commit_log_min_offset(), store.commit_log_max_offset())
         };
+        self.check_range(start, end, Pace::Rate).await;
+    }
+
+    /// Waits `duration`, checking suspect units as they are reported.
+    async fn pause(&self, duration: Duration) {
+        let until = tokio::time::Instant::now() + duration;
+        loop {
+            self.check_suspects().await;
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => return,
+                () = self.status.suspects.reported() => {}
+            }
+        }
+    }
+
+    /// Checks the CommitLog around each suspect unit reported, at once.
+    async fn check_suspects(&self) {
+        while let Some(suspect) = self.status.suspects.take() {
+            let Some((from, to)) = self.suspect_range(&suspect) else {
+                tracing::warn!(
+                    ?suspect,
+                    "no intact unit near a suspect one bounds a check: left to the next pass"
+                );
+                continue;
+            };
+            tracing::warn!(
+                ?suspect,
+                from,
+                to,
+                "checking the CommitLog around a suspect unit"
+            );
+            Box::pin(self.check_range(from, to, Pace::AtOnce)).await;
+        }
+    }
+
+    /// The CommitLog range that holds `suspect`'s record: from the record of the nearest
+    /// earlier unit that checks out (or the CommitLog's start, if the suspect is its queue's
+    /// first unit and close to it) to the end of the nearest later one's (or the end).
+    fn suspect_range(&self, suspect: &SuspectUnit) -> Option<(i64, i64)> {
+        let store = self.group.store();
+        let (topic, queue_id) = (suspect.topic.as_str(), suspect.queue_id);
+        let (first, end) = store.consume_queue_offsets(topic, queue_id);
+        let intact = |queue_offset: i64| {
+            let unit = store
+                .consume_queue_units(topic, queue_id, queue_offset)
+                .next()?;
+            store
+                .read_unit_view(topic, queue_id, queue_offset, &unit)
+                .is_ok()
+                .then_some(unit)
+        };
+        let to = (suspect.queue_offset + 1..end)
+            .take(SUSPECT_NEIGHBOURS_TRIED)
+            .find_map(intact)
+            .map_or(store.commit_log_max_offset(), |unit| {
+                unit.commit_log_offset + i64::from(unit.size)
+            });
+        let from = match (first..suspect.queue_offset)
+            .rev()
+            .take(SUSPECT_NEIGHBOURS_TRIED)
+            .find_map(intact)
+        {
+            Some(unit) => unit.commit_log_offset,
+            None if suspect.queue_offset == first => store.commit_log_min_offset(),
+            None => return None,
+        };
+        (to - from <= SUSPECT_RANGE_BYTES_MAX).then_some((from, to))
+    }
+
+    /// Checks the records from `offset` (a record's start) to `end`, repairing what is wrong.
+    async fn check_range(&self, mut offset: i64, end: i64, pace: Pace) {
+        let (tags_code_fn, segment_bytes) = self.group.store().layout();
         let mut want = SCRUB_CHUNK_BYTES;
         // The offset last repaired: damage found there again is not repaired twice.
         let mut repaired_at = None;
@@ -185,10 +272,12 @@ impl Scrubber {
                 .bytes_checked
                 .fetch_add(checked, Ordering::Relaxed);
             offset = next;
-            tokio::time::sleep(Duration::from_secs_f64(
-                checked as f64 / self.options.bytes_per_sec as f64,
-            ))
-            .await;
+            if pace == Pace::Rate {
+                self.pause(Duration::from_secs_f64(
+                    checked as f64 / self.options.bytes_per_sec as f64,
+                ))
+                .await;
+            }
         }
     }
 

@@ -48,6 +48,50 @@ async fn wait_for_status(
     .await
 }
 
+/// The body of message `i`.
+fn body(i: i64) -> Vec<u8> {
+    format!("message {i:06} ").repeat(64).into_bytes()
+}
+
+/// What a body says it is ("message 000150").
+fn label(body: &[u8]) -> String {
+    String::from_utf8_lossy(&body[..body.len().min(14)]).into_owned()
+}
+
+/// Sends `MESSAGES` messages to `TOPIC` queue 0 and waits until every node applied them;
+/// returns the CommitLog end.
+async fn send_messages(group: &TestGroup, leader: u64) -> anyhow::Result<i64> {
+    let client = group.group_client();
+    for i in 0..MESSAGES {
+        client
+            .send(send_request(TOPIC, 0, [body(i)]), SEND_TIMEOUT)
+            .await?;
+    }
+    let end = group.node(leader).group().store().commit_log_max_offset();
+    wait_for(
+        "every node applied every message",
+        REPAIR_TIMEOUT,
+        || async {
+            (1..=3)
+                .all(|id| group.node(id).group().store().commit_log_max_offset() == end)
+                .then_some(())
+        },
+    )
+    .await?;
+    Ok(end)
+}
+
+/// The ConsumeQueue file of `TOPIC` queue 0 on `node`.
+fn consume_queue_file(group: &TestGroup, node: u64) -> std::path::PathBuf {
+    group
+        .data_dir(node)
+        .join("store")
+        .join("consumequeue")
+        .join(TOPIC)
+        .join("0")
+        .join(format!("{:020}", 0))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_bit_rot_in_a_running_group_the_scrubber_should_repair_it_from_peers()
 -> anyhow::Result<()> {
@@ -62,24 +106,7 @@ async fn given_bit_rot_in_a_running_group_the_scrubber_should_repair_it_from_pee
     let other = (1..=3)
         .find(|id| *id != leader && *id != follower)
         .expect("3 nodes");
-    let client = group.group_client();
-    for i in 0..MESSAGES {
-        let body = format!("message {i:06} ").repeat(64).into_bytes();
-        client
-            .send(send_request(TOPIC, 0, [body]), SEND_TIMEOUT)
-            .await?;
-    }
-    let end = group.node(leader).group().store().commit_log_max_offset();
-    wait_for(
-        "every node applied every message",
-        REPAIR_TIMEOUT,
-        || async {
-            (1..=3)
-                .all(|id| group.node(id).group().store().commit_log_max_offset() == end)
-                .then_some(())
-        },
-    )
-    .await?;
+    let end = send_messages(&group, leader).await?;
     let commit_log_file = |node: u64| {
         group
             .data_dir(node)
@@ -132,17 +159,7 @@ async fn given_bit_rot_in_a_running_group_the_scrubber_should_repair_it_from_pee
         "--- a ConsumeQueue unit's size damaged on the other follower"
     );
     let intact_unit = unit(&group, leader, 150);
-    flip_byte(
-        &group
-            .data_dir(other)
-            .join("store")
-            .join("consumequeue")
-            .join(TOPIC)
-            .join("0")
-            .join(format!("{:020}", 0)),
-        150 * 20 + 11,
-        0x01,
-    )?;
+    flip_byte(&consume_queue_file(&group, other), 150 * 20 + 11, 0x01)?;
     assert_ne!(unit(&group, other, 150), intact_unit);
     let status = wait_for_status(&group, other, "the unit rewritten", |status| {
         status.scrub_units_repaired >= 1
@@ -156,6 +173,89 @@ async fn given_bit_rot_in_a_running_group_the_scrubber_should_repair_it_from_pee
         assert_eq!(status.scrub_unrepaired, 0, "node {node}: {status:?}");
         assert!(status.scrub_passes >= 1 && status.scrub_bytes_checked >= end as u64);
     }
+    group.shutdown().await;
+    Ok(())
+}
+
+/// Pulls up to `max` messages of `TOPIC` queue 0 from `queue_offset` on `node`.
+async fn pull(
+    group: &TestGroup,
+    node: u64,
+    queue_offset: i64,
+    max: u32,
+) -> Result<pb::PullResponse, tonic::Status> {
+    let request = pb::PullRequest {
+        group: "scrub-reader".into(),
+        topic: TOPIC.into(),
+        queue_id: 0,
+        queue_offset,
+        max_messages: max,
+        ..pb::PullRequest::default()
+    };
+    let mut client = group.client(node).await.expect("a client");
+    Ok(client.pull(request).await?.into_inner())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_unit_pointing_at_another_message_a_pull_should_stop_before_it_and_have_it_repaired_at_once()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_5C2C, |config| {
+        // The paced pass is as good as asleep: only the pull's report can repair the unit.
+        config.scrub_bytes_per_sec = 1;
+        config.scrub_pass_interval_ms = 3_600_000;
+    })
+    .await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    send_messages(&group, leader).await?;
+
+    info!(
+        leader,
+        "--- unit 150 of the leader made to point at message 151"
+    );
+    let (damaged, next) = (unit(&group, leader, 150), unit(&group, leader, 151));
+    let (from, to) = (
+        damaged.commit_log_offset.to_be_bytes(),
+        next.commit_log_offset.to_be_bytes(),
+    );
+    for (at, (old, new)) in from.iter().zip(to).enumerate() {
+        if *old != new {
+            flip_byte(
+                &consume_queue_file(&group, leader),
+                150 * 20 + at as u64,
+                old ^ new,
+            )?;
+        }
+    }
+    assert_eq!(
+        unit(&group, leader, 150).commit_log_offset,
+        next.commit_log_offset
+    );
+
+    info!("--- a pull delivers the messages before it and stops there");
+    let pulled = pull(&group, leader, 140, 32).await?;
+    let labels: Vec<String> = pulled.messages.iter().map(|m| label(&m.body)).collect();
+    assert_eq!(
+        labels,
+        (140..150).map(|i| label(&body(i))).collect::<Vec<_>>()
+    );
+    assert_eq!(pulled.next_offset, 150);
+
+    info!("--- the scrubber checks the CommitLog around it at once and rewrites it");
+    let repaired = wait_for("message 150 pulled", REPAIR_TIMEOUT, || async {
+        let pulled = pull(&group, leader, 150, 1).await.ok()?;
+        pulled.messages.into_iter().next()
+    })
+    .await?;
+    assert_eq!(label(&repaired.body), label(&body(150)));
+    assert_eq!(repaired.queue_offset, 150);
+    assert_eq!(unit(&group, leader, 150), damaged);
+    let status = group.status(leader).await?;
+    assert_eq!(
+        (status.scrub_units_repaired, status.scrub_records_repaired),
+        (1, 0)
+    );
+    assert_eq!(status.scrub_unrepaired, 0);
     group.shutdown().await;
     Ok(())
 }

@@ -57,6 +57,7 @@ use crate::service::pulled::to_pulled;
 use crate::service::send_back::into_dead_letter;
 use crate::service::system_topics::DLQ_QUEUE_COUNT;
 use crate::service::system_topics::dlq_topic;
+use crate::store::CqUnit;
 use crate::store::MessageStore;
 use crate::store::record::MessageRecord;
 use crate::topic::validate_group_name;
@@ -367,22 +368,26 @@ impl BrokerService {
             let units = store
                 .consume_queue_units(&key.topic, key.queue_id, scan_from)
                 .take(PULL_SCAN_UNITS_MAX);
-            let (picked, next_offset) = pick_units(units, scan_from, room, budget, |unit| {
-                let matches = match terms.filter {
-                    Filter::All => true,
-                    Filter::Tags { codes, names } => {
-                        codes.contains(&unit.tags_code) && {
-                            let view = store.read_view(unit.commit_log_offset)?;
-                            view.property(TAGS)?.is_some_and(|tag| names.contains(tag))
+            let read = |queue_offset, unit: &CqUnit| {
+                self.read_message(&store, &key.topic, key.queue_id, queue_offset, unit)
+            };
+            let (picked, next_offset) =
+                pick_units(units, scan_from, room, budget, |offset, unit| {
+                    let matches = match terms.filter {
+                        Filter::All => true,
+                        Filter::Tags { codes, names } => {
+                            codes.contains(&unit.tags_code) && {
+                                let view = read(offset, unit)?;
+                                view.property(TAGS)?.is_some_and(|tag| names.contains(tag))
+                            }
                         }
-                    }
-                    Filter::Sql(sql) => {
-                        let view = store.read_view(unit.commit_log_offset)?;
-                        sql.matches(|name| view.property(name).ok().flatten())
-                    }
-                };
-                Ok::<_, BrokerError>(matches.then_some(()))
-            })?;
+                        Filter::Sql(sql) => {
+                            let view = read(offset, unit)?;
+                            sql.matches(|name| view.property(name).ok().flatten())
+                        }
+                    };
+                    Ok::<_, BrokerError>(matches.then_some(()))
+                })?;
             (
                 picked.into_iter().map(|(offset, _, ())| offset).collect(),
                 next_offset,
@@ -456,7 +461,12 @@ impl BrokerService {
                 );
                 continue;
             };
-            let view = store.read_view(unit.commit_log_offset)?;
+            // A wrong unit (reported to the scrubber) leaves its message in flight: it comes
+            // back once its invisible time ends, by then repaired.
+            let Ok(view) = self.read_message(&store, &key.topic, key.queue_id, queue_offset, &unit)
+            else {
+                continue;
+            };
             messages.push(pb::PoppedMessage {
                 message: Some(to_pulled(
                     &view,

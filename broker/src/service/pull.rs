@@ -17,10 +17,14 @@ use rocketraft_proto::sql_filter::SqlFilter;
 
 use crate::error::BrokerError;
 use crate::raft::lease::Leadership;
+use crate::scrub_suspects::SuspectUnit;
 use crate::service::BrokerService;
 use crate::service::pulled::HostText;
 use crate::service::pulled::to_pulled;
 use crate::store::CqUnit;
+use crate::store::MessageStore;
+use crate::store::RecordView;
+use crate::store::StoreError;
 use crate::store::tags::tags_code;
 use crate::topic::validate_group_name;
 use crate::topic::validate_topic_name;
@@ -176,22 +180,43 @@ impl BrokerService {
             &mut ByteBudget::new(PULL_RESPONSE_BYTES_MAX),
             // A SQL92 filter reads the record to decide; the view it read is kept for the
             // message, so a selected record is read (and its CRC checked) once.
-            |unit| match filter {
+            |queue_offset, unit| match filter {
                 Filter::All => Ok::<_, BrokerError>(Some(None)),
                 Filter::Tags { codes, .. } => Ok(codes.contains(&unit.tags_code).then_some(None)),
                 Filter::Sql(sql) => {
-                    let view = store.read_view(unit.commit_log_offset)?;
+                    let view = self.read_message(
+                        &store,
+                        &request.topic,
+                        request.queue_id,
+                        queue_offset,
+                        unit,
+                    )?;
                     let selected = sql.matches(|name| view.property(name).ok().flatten());
                     Ok(selected.then_some(Some(view)))
                 }
             },
         )?;
         let mut messages = Vec::with_capacity(picked.len());
+        let mut next_offset = next_offset;
         let mut hosts = HostText::default();
         for (queue_offset, unit, view) in picked {
             let view = match view {
                 Some(view) => view,
-                None => store.read_view(unit.commit_log_offset)?,
+                None => match self.read_message(
+                    &store,
+                    &request.topic,
+                    request.queue_id,
+                    queue_offset,
+                    &unit,
+                ) {
+                    Ok(view) => view,
+                    // What comes before a wrong unit is delivered; the next pull starts at it.
+                    Err(_) if !messages.is_empty() => {
+                        next_offset = queue_offset;
+                        break;
+                    }
+                    Err(error) => return Err(error.into()),
+                },
             };
             messages.push(to_pulled(
                 &view,
@@ -206,6 +231,34 @@ impl BrokerService {
             pb::PullStatus::Found
         };
         Ok(answer(status, messages, next_offset))
+    }
+}
+
+impl BrokerService {
+    /// The message at `queue_offset` of `topic`/`queue_id`, whose unit is `unit`, checked to be
+    /// that message ([`MessageStore::read_unit_view`]); a unit that points at anything else is
+    /// reported to the scrubber, which repairs it from the group at once.
+    pub(super) fn read_message<'s>(
+        &self,
+        store: &'s MessageStore,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: i64,
+        unit: &CqUnit,
+    ) -> Result<RecordView<'s>, StoreError> {
+        store
+            .read_unit_view(topic, queue_id, queue_offset, unit)
+            .inspect_err(|error| {
+                tracing::error!(%error, "a read found a wrong ConsumeQueue unit or record");
+                let suspect = SuspectUnit {
+                    topic: topic.to_owned(),
+                    queue_id,
+                    queue_offset,
+                };
+                if !self.scrub.suspects.report(suspect) {
+                    tracing::warn!("too many suspect units wait: left to the scrubber's pass");
+                }
+            })
     }
 }
 
@@ -242,7 +295,7 @@ impl ByteBudget {
 }
 
 /// The units a pull from `first_offset` returns, with their queue offsets and what `keep`
-/// said of them, and the offset the next pull starts at: units in order, skipping those
+/// said of them (given each unit's queue offset), and the offset the next pull starts at: units in order, skipping those
 /// `keep` refuses (`None`), until `max_messages` are taken or the next one does not fit
 /// `budget`. Units are taken from `units` only as long as the pull may still take one.
 pub(super) fn pick_units<V, E>(
@@ -250,7 +303,7 @@ pub(super) fn pick_units<V, E>(
     first_offset: i64,
     max_messages: usize,
     budget: &mut ByteBudget,
-    mut keep: impl FnMut(&CqUnit) -> Result<Option<V>, E>,
+    mut keep: impl FnMut(i64, &CqUnit) -> Result<Option<V>, E>,
 ) -> Result<Picked<V>, E> {
     let mut picked = Vec::new();
     let mut next_offset = first_offset;
@@ -259,7 +312,7 @@ pub(super) fn pick_units<V, E>(
         let Some(unit) = units.next() else {
             break;
         };
-        let Some(kept) = keep(&unit)? else {
+        let Some(kept) = keep(next_offset, &unit)? else {
             next_offset += 1;
             continue;
         };
@@ -341,7 +394,7 @@ mod tests {
         bytes_max: usize,
         wanted: Option<&HashSet<i64>>,
     ) -> Picked<()> {
-        let keep = |unit: &CqUnit| {
+        let keep = |_, unit: &CqUnit| {
             let kept = wanted.is_none_or(|codes| codes.contains(&unit.tags_code));
             Ok::<_, std::convert::Infallible>(kept.then_some(()))
         };
@@ -394,7 +447,7 @@ mod tests {
         assert!(budget.take(600));
         assert!(!budget.take(401), "one byte past the budget");
         assert!(!budget.is_spent());
-        let keep_all = |_: &CqUnit| Ok::<_, std::convert::Infallible>(Some(()));
+        let keep_all = |_, _: &CqUnit| Ok::<_, std::convert::Infallible>(Some(()));
         let Ok((picked, next)) = pick_units(units(&[500, 400], 1), 3, 32, &mut budget, keep_all);
         assert_eq!(
             (offsets(&picked), next),

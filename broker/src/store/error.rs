@@ -31,6 +31,20 @@ pub enum StoreError {
         #[source]
         source: RecordError,
     },
+    /// A ConsumeQueue unit points at a record that is not its message (the unit is damaged,
+    /// or the record is): never served as that message.
+    #[error(
+        "ConsumeQueue {topic}/{queue_id} unit {queue_offset} points at CommitLog offset \
+         {commit_log_offset}, which holds {found}: the unit or the record is damaged (the \
+         scrubber was asked to repair it from the group)"
+    )]
+    UnitMismatch {
+        topic: String,
+        queue_id: i32,
+        queue_offset: i64,
+        commit_log_offset: i64,
+        found: String,
+    },
     /// A value exceeds one of the named limits.
     #[error("{limit} exceeded: {actual} > {max}")]
     LimitExceeded {

@@ -547,6 +547,44 @@ impl MessageStore {
         RecordView::parse(bytes).map_err(|source| StoreError::Corrupt { offset, source })
     }
 
+    /// The message at `queue_offset` of `topic`/`queue_id`, whose unit is `unit`, read in
+    /// place and checked to be that message (its record names the queue, the queue offset,
+    /// the CommitLog offset and the size of the unit): a damaged unit is an error, never
+    /// another message.
+    pub fn read_unit_view(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: i64,
+        unit: &CqUnit,
+    ) -> Result<RecordView<'_>, StoreError> {
+        let view = self.read_view(unit.commit_log_offset)?;
+        let is_its_message = view.topic() == topic
+            && view.queue_id() == queue_id
+            && view.queue_offset() == queue_offset
+            && view.physical_offset() == unit.commit_log_offset
+            && i32::try_from(view.total_size()).is_ok_and(|size| size == unit.size);
+        if !is_its_message {
+            return Err(StoreError::UnitMismatch {
+                topic: topic.to_owned(),
+                queue_id,
+                queue_offset,
+                commit_log_offset: unit.commit_log_offset,
+                found: format!(
+                    "a record of {}/{} at queue offset {}, CommitLog offset {}, {} bytes \
+                     (the unit says {} bytes)",
+                    view.topic(),
+                    view.queue_id(),
+                    view.queue_offset(),
+                    view.physical_offset(),
+                    view.total_size(),
+                    unit.size
+                ),
+            });
+        }
+        Ok(view)
+    }
+
     /// The bytes of the record (or filler) at `commit_log_offset`, by its TOTALSIZE.
     fn record_bytes(&self, commit_log_offset: i64) -> Result<(&[u8], u64), StoreError> {
         let offset = to_offset(commit_log_offset, &self.commit_log)?;
