@@ -680,6 +680,74 @@ async fn given_an_async_follower_that_forgot_acked_entries_in_a_reboot_should_re
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_forgetful_follower_whose_consenting_leader_stops_before_it_caught_up_the_two_left_should_still_elect()
+-> anyhow::Result<()> {
+    init_tracing();
+    let mut group = TestGroup::start(3, 0x5EED_002A, |config| {
+        config.flush = rocketraft_broker::config::FlushKind::Async;
+    })
+    .await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let follower = group.a_follower(leader);
+    let other = (1..=3)
+        .find(|id| *id != leader && *id != follower)
+        .context("a third node")?;
+    send_many(&group, 200, 8).await?;
+    assert_converged(&group, leader).await?;
+
+    info!(
+        follower,
+        "--- the follower restarts after a reboot, cut off from the group's Raft traffic"
+    );
+    group.stop(follower).await;
+    written_before_a_reboot(&group.data_dir(follower))?;
+    group.faults.isolate(follower);
+    group.restart(follower).await?;
+    // The consent is an admin call on the broker API, which the cut leaves alone.
+    let consented = wait_for("the leader's consent", CONVERGE_TIMEOUT, || async {
+        let status = group.status(follower).await.ok()?;
+        status
+            .raft_log_repair
+            .contains("votes for a candidate whose log reaches")
+            .then_some(status)
+    })
+    .await?;
+    assert!(
+        consented.raft_log_after_power_loss,
+        "it has not caught up: {:?}",
+        consented.raft_log_repair
+    );
+    let leader_last = group.status(leader).await?.last_log_index;
+    wait_for(
+        "the other node holding the leader's log",
+        CONVERGE_TIMEOUT,
+        || async { (group.status(other).await.ok()?.last_log_index >= leader_last).then_some(()) },
+    )
+    .await?;
+
+    info!(
+        leader,
+        "--- the leader stops before the follower caught up: the two left elect the other node"
+    );
+    group.stop(leader).await;
+    group.faults.heal();
+    assert_eq!(group.wait_for_leader(CONVERGE_TIMEOUT).await?, other);
+    send_many(&group, 100, 4).await?;
+    wait_for("the follower's catch-up", CONVERGE_TIMEOUT, || async {
+        (!group.status(follower).await.ok()?.raft_log_after_power_loss).then_some(())
+    })
+    .await?;
+    assert_converged(&group, other).await?;
+    let units: usize = consume_queues(group.node(follower))
+        .iter()
+        .map(Vec::len)
+        .sum();
+    assert_eq!(units, 300, "every acknowledged message is in the queues");
+    group.shutdown().await;
+    Ok(())
+}
+
 /// Makes `data_dir`'s Raft log look written with `flush = async` under an earlier boot of the
 /// machine, as after a power loss.
 fn written_before_a_reboot(data_dir: &std::path::Path) -> anyhow::Result<()> {

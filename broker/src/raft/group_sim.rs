@@ -14,11 +14,15 @@
 //! node that lost power forgets what it acknowledged in the last interval. Such a node does what a broker
 //! node does after a reboot (`raft::boot_check`, `raft::repair`): it takes replication only
 //! once a leader accepted its shorter log, and neither votes nor stands for election until it
-//! applied the leader's last index at that moment. No other node loses power meanwhile (a
-//! second power loss in that window can lose writes, as the README says); partitions and
-//! lossy links go on. Bits also rot in the Raft log of a node while it is down (one node at a
-//! time): its recovery marks the range for repair, and it repairs as a broker node does
-//! (`raft::repair`): consent, no votes until it applied up to the mark. The checker asserts:
+//! applied the leader's last index at that moment, except for a candidate whose log reaches
+//! the consenting leader's last log id (when that leader's term was at least its own). No
+//! other node loses power meanwhile (a second power loss in that window can lose writes, as
+//! the README says), but once every such node has that consent another node may be killed
+//! (its page cache survives), most often the leader that consented: the two left must elect
+//! through that rule. Partitions and lossy links go on. Bits also rot in the Raft log of a
+//! node while it is down (one node at a time): its recovery marks the range for repair, and
+//! it repairs as a broker node does (`raft::repair`): consent, no votes until it applied up
+//! to the mark but for the same rule. The checker asserts:
 //! - one leader per term;
 //! - every acknowledged write is applied by every node once the group heals, at the index it
 //!   was acknowledged with and with its bytes, and no two nodes apply different entries at
@@ -66,6 +70,7 @@ use openraft::rt::deterministic_rng::DeterministicRng;
 use openraft::storage::EntryResponder;
 use openraft::storage::RaftStateMachine;
 use openraft::type_config::TypeConfigExt;
+use openraft::type_config::alias::LogIdOf;
 use openraft::type_config::alias::SnapshotMetaOf;
 use openraft::type_config::alias::SnapshotOf;
 use openraft::type_config::alias::StoredMembershipOf;
@@ -255,6 +260,11 @@ struct Cluster {
     awaiting_consent: Mutex<BTreeSet<NodeId>>,
     /// Nodes that lost power under `async` and refuse votes until they caught up.
     refusing_votes: Mutex<BTreeSet<NodeId>>,
+    /// Of those, the ones a leader of their term or later consented to, with its last log id:
+    /// they vote for a candidate whose log reaches it.
+    vote_floors: Mutex<BTreeMap<NodeId, LogIdOf<SimTypeConfig>>>,
+    /// Votes and pre-votes granted through a vote floor.
+    floor_votes: Mutex<u64>,
 }
 
 impl Cluster {
@@ -289,19 +299,28 @@ impl Cluster {
             .await
     }
 
-    /// The running node `target`, for a vote: refused while it catches up.
+    /// The running node `target`, for a vote by a candidate whose last log id is
+    /// `candidate_last`: refused while it catches up, unless that reaches its vote floor
+    /// (`RepairState::refuses_vote_for`).
     async fn reach_for_vote(
         &self,
         from: NodeId,
         target: NodeId,
+        candidate_last: Option<&LogIdOf<SimTypeConfig>>,
     ) -> Result<SimRaft, Unreachable<SimTypeConfig>> {
-        self.reach_unless(
-            from,
-            target,
-            &self.refusing_votes,
-            "catches up before it votes",
-        )
-        .await
+        let raft = self.reach(from, target).await?;
+        if !lock(&self.refusing_votes).contains(&target) {
+            return Ok(raft);
+        }
+        match lock(&self.vote_floors).get(&target) {
+            Some(floor) if candidate_last >= Some(floor) => {
+                *lock(&self.floor_votes) += 1;
+                Ok(raft)
+            }
+            _ => Err(Unreachable::from_string(format!(
+                "node {target} catches up before it votes"
+            ))),
+        }
     }
 
     /// The running node `target`, unless it is in `refusing` (then it answers `why`).
@@ -369,7 +388,10 @@ impl RaftNetworkV2<SimTypeConfig> for SimLink {
         rpc: VoteRequest<SimTypeConfig>,
         _option: RPCOption,
     ) -> Result<VoteResponse<SimTypeConfig>, RPCError<SimTypeConfig>> {
-        let raft = self.cluster.reach_for_vote(self.from, self.target).await?;
+        let raft = self
+            .cluster
+            .reach_for_vote(self.from, self.target, rpc.last_log_id.as_ref())
+            .await?;
         raft.vote(rpc).await.map_err(|e| network_error(&e))
     }
 
@@ -378,7 +400,10 @@ impl RaftNetworkV2<SimTypeConfig> for SimLink {
         rpc: VoteRequest<SimTypeConfig>,
         _option: RPCOption,
     ) -> Result<VoteResponse<SimTypeConfig>, RPCError<SimTypeConfig>> {
-        let raft = self.cluster.reach_for_vote(self.from, self.target).await?;
+        let raft = self
+            .cluster
+            .reach_for_vote(self.from, self.target, rpc.last_log_id.as_ref())
+            .await?;
         raft.pre_vote(rpc).await.map_err(|e| network_error(&e))
     }
 
@@ -462,6 +487,8 @@ impl Sim {
                 faults,
                 awaiting_consent: Mutex::default(),
                 refusing_votes: Mutex::default(),
+                vote_floors: Mutex::default(),
+                floor_votes: Mutex::default(),
             }),
             nodes: NODES
                 .iter()
@@ -515,6 +542,7 @@ impl Sim {
         let rounds = store.flush_rounds().ok_or("no manual flusher")?;
         let mark = repair::load(&node.disk, Path::new(LOG_DIR))
             .map_err(|e| format!("node {id}: repair mark: {e}"))?;
+        lock(&self.cluster.vote_floors).remove(&id);
         if let Some(mark) = &mark {
             lock(&self.cluster.awaiting_consent).insert(id);
             lock(&self.cluster.refusing_votes).insert(id);
@@ -566,6 +594,7 @@ impl Sim {
     /// survives). A node that lost power under `async` waits for consent after its restart.
     async fn power_loss(&mut self, id: NodeId, kill: bool) {
         lock(&self.cluster.rafts).remove(&id);
+        lock(&self.cluster.vote_floors).remove(&id);
         let Some(node) = self.nodes.get_mut(&id) else {
             return;
         };
@@ -612,8 +641,10 @@ impl Sim {
     }
 
     /// Asks the leader to accept the shorter logs of the nodes waiting for it (the broker's
-    /// `PrepareNodeReplacement`), and lets a node vote again once it applied the leader's last
-    /// index at that moment.
+    /// `PrepareNodeReplacement`, answered once the leader applied an entry of its term), and
+    /// lets a node vote again once it applied the leader's last index at that moment, or
+    /// before that for a candidate whose log reaches the leader's last log id if the leader's
+    /// term is at least the node's (`raft::repair::Consented`).
     async fn grant_consents(&mut self) {
         let waiting: Vec<NodeId> = lock(&self.cluster.awaiting_consent)
             .iter()
@@ -621,9 +652,13 @@ impl Sim {
             .collect();
         for id in waiting {
             // A node asks once it runs again.
-            if self.nodes[&id].raft.is_none() {
+            let Some(own_term) = self.nodes[&id]
+                .raft
+                .as_ref()
+                .map(|raft| raft.metrics().borrow_watched().vote.leader_id().term)
+            else {
                 continue;
-            }
+            };
             let rafts = lock(&self.cluster.rafts).clone();
             let Some((leader, raft)) = rafts
                 .into_iter()
@@ -634,26 +669,42 @@ impl Sim {
             if leader == id {
                 // A node elected leader needs nobody's consent (`raft::repair`).
                 let last = raft.metrics().borrow_watched().last_log_index;
-                self.consented(id, last);
+                self.consented(id, last, None);
                 self.note(format_args!("{id} leads: its log stands"));
                 continue;
             }
-            if matches!(
+            if !matches!(
                 raft.trigger().allow_next_revert(&id, true).await,
                 Ok(Ok(()))
             ) {
-                let last = raft.metrics().borrow_watched().last_log_index;
-                self.consented(id, last);
-                self.note(format_args!(
-                    "{leader} accepted the log of {id} at {last:?}"
-                ));
+                continue;
             }
+            // A leader that has applied an entry of its term answers its last log id (as
+            // `raft::role::leader_ready` reads it; the broker waits up to a second for that).
+            let metrics = raft.metrics().borrow_watched().clone();
+            let applied_term = metrics
+                .last_applied
+                .map(|log_id| log_id.committed_leader_id().term);
+            let ready =
+                metrics.state == ServerState::Leader && applied_term == Some(metrics.current_term);
+            let last = metrics.last_log_index;
+            let floor = (ready && metrics.current_term >= own_term).then(|| {
+                LogIdOf::<SimTypeConfig>::new_term_index(metrics.current_term, last.unwrap_or(0))
+            });
+            self.consented(id, last, floor);
+            self.note(format_args!(
+                "{leader} accepted the log of {id} at {last:?}, vote floor {floor:?}"
+            ));
         }
     }
 
-    /// Records that the group accepted the log of `id`, whose leader's last index was `last`.
-    fn consented(&mut self, id: NodeId, last: Option<u64>) {
+    /// Records that the group accepted the log of `id`, whose leader's last index was `last`,
+    /// and the vote floor that gives it.
+    fn consented(&mut self, id: NodeId, last: Option<u64>, floor: Option<LogIdOf<SimTypeConfig>>) {
         lock(&self.cluster.awaiting_consent).remove(&id);
+        if let Some(floor) = floor {
+            lock(&self.cluster.vote_floors).insert(id, floor);
+        }
         if let Some(forgetful) = self.forgetful.get_mut(&id) {
             // As `raft::repair::run_repair` computes it.
             forgetful.catch_up_to = Some(match forgetful.mark_up_to {
@@ -699,16 +750,45 @@ impl Sim {
             let Some(raft) = node.raft.clone().filter(|_| caught_up) else {
                 continue;
             };
+            repair::sync_log(&node.disk, Path::new(LOG_DIR))
+                .map_err(|e| self.fail(format!("node {id}: sync log: {e}")))?;
             if forgetful.mark_up_to.is_some() {
                 repair::clear(&node.disk, Path::new(LOG_DIR))
                     .map_err(|e| self.fail(format!("node {id}: clear repair mark: {e}")))?;
             }
             lock(&self.cluster.refusing_votes).remove(&id);
+            lock(&self.cluster.vote_floors).remove(&id);
             raft.runtime_config().elect(true);
             self.forgetful.remove(&id);
             self.note(format_args!("{id} caught up"));
         }
         Ok(!self.forgetful.is_empty())
+    }
+
+    /// Whether every node that catches up has a vote floor.
+    fn all_forgetful_have_vote_floors(&self) -> bool {
+        let floors = lock(&self.cluster.vote_floors);
+        self.forgetful.keys().all(|id| floors.contains_key(id))
+    }
+
+    /// A running node that does not catch up: the leader, three times in four.
+    fn second_fault_victim(&mut self) -> Option<NodeId> {
+        let running: Vec<NodeId> = NODES
+            .iter()
+            .copied()
+            .filter(|id| !self.forgetful.contains_key(id) && self.nodes[id].raft.is_some())
+            .collect();
+        let leader = running.iter().copied().find(|id| {
+            self.nodes[id]
+                .raft
+                .as_ref()
+                .is_some_and(|raft| raft.metrics().borrow_watched().state == ServerState::Leader)
+        });
+        match leader {
+            Some(leader) if self.rng.below(4) > 0 => Some(leader),
+            _ if running.is_empty() => None,
+            _ => Some(running[self.rng.below(running.len() as u64) as usize]),
+        }
     }
 
     /// Flips a bit in one of the Raft log segments of `id`, which is down.
@@ -800,6 +880,16 @@ impl Sim {
                 80..84 if down.is_empty() && !catching_up => {
                     down = vec![NODES[self.rng.below(3) as usize]];
                     down_since = self.power_loss_of(&down).await;
+                }
+                // While nodes catch up that a leader consented to with a vote floor, another
+                // node's process dies, most often the leader's.
+                80..84 if down.is_empty() && self.all_forgetful_have_vote_floors() => {
+                    if let Some(id) = self.second_fault_victim() {
+                        self.note(format_args!("killing {id} while a node catches up"));
+                        self.power_loss(id, true).await;
+                        down = vec![id];
+                        down_since = tokio::time::Instant::now();
+                    }
                 }
                 // Rarely, the whole group: it must keep every acknowledged write.
                 94 if down.is_empty() && !catching_up => {
@@ -913,6 +1003,11 @@ impl Sim {
             }
         }
         let _ = writeln!(self.trace, "leaders {:?}", lock(&self.leaders));
+        let _ = writeln!(
+            self.trace,
+            "floor votes {}",
+            lock(&self.cluster.floor_votes)
+        );
         if lost_in_window > 0 {
             let _ = writeln!(
                 self.trace,
@@ -1009,12 +1104,19 @@ fn run_seed(seed: u64) -> Result<String, String> {
 #[test]
 fn seeded_group_runs_lose_no_acknowledged_write_and_replay_exactly() {
     let (mut acked, mut flips, mut repairs, mut group_losses, mut lost) = (0, 0, 0, 0, 0usize);
+    let (mut second_faults, mut floor_votes) = (0, 0usize);
     for seed in seeds() {
         let trace = run_seed(seed).unwrap_or_else(|failure| panic!("{failure}"));
         acked += trace.matches("acked ").count();
         flips += trace.matches(" flipped").count();
         repairs += trace.matches(" marked for repair").count();
         group_losses += trace.matches("votes: most voters lost power").count();
+        second_faults += trace.matches(" while a node catches up").count();
+        floor_votes += trace
+            .lines()
+            .filter_map(|line| line.strip_prefix("floor votes "))
+            .filter_map(|count| count.parse::<usize>().ok())
+            .sum::<usize>();
         lost += trace
             .lines()
             .filter_map(|line| line.strip_prefix("lost in the async window: "))
@@ -1029,7 +1131,8 @@ fn seeded_group_runs_lose_no_acknowledged_write_and_replay_exactly() {
         "raft group simulation, seeds {:?}: {acked} acknowledged writes checked; {flips} bits \
          flipped, {repairs} repairs; {group_losses} votes by the majority rule after an async \
          power loss of the group, which lost {lost} acknowledged writes (counted per node) \
-         acknowledged within {ASYNC_LOSS_WINDOW:?} before it",
+         acknowledged within {ASYNC_LOSS_WINDOW:?} before it; {second_faults} nodes killed \
+         while a node caught up, {floor_votes} (pre-)votes granted by a consent's vote floor",
         seeds()
     );
     assert!(acked > 0);

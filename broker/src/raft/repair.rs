@@ -20,6 +20,14 @@
 //! nobody holds more, and a group that waited for a node that cannot come back would never
 //! elect again.
 //!
+//! Before it caught up, such a node still votes for a candidate whose last log id reaches the
+//! consenting leader's last log id, if that leader's term is at least the node's own: every
+//! entry the node acknowledged before it forgot was appended by a leader of a term up to its
+//! own, so an entry that such an acknowledgement helped commit is in that leader's log (in
+//! its term, or, from earlier terms, by Raft's leader completeness), and so in any log that
+//! reaches the leader's last log id. Without this, a group that lost the consenting leader
+//! before the node caught up could elect nobody while that leader is down.
+//!
 //! Invariant: the mark is removed only after the node applied an index at or past it, and a
 //! restart in between finds the mark again (the cut entries are gone from disk by then).
 
@@ -42,9 +50,11 @@ use crate::disk::OsDisk;
 use crate::durable_file;
 use crate::raft::boot_check;
 use crate::raft::codec;
+use crate::raft::log_segment::LogSegment;
 use crate::raft::log_store::FlushMode;
 use crate::raft::membership::PeerAddrs;
 use crate::raft::membership::members;
+use crate::raft::types::LogId;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 use crate::tls::PeerConnector;
@@ -140,6 +150,24 @@ pub fn set_aside_for_rebuild(
     Ok(aside)
 }
 
+/// Makes everything written to the Raft log in `log_dir` so far durable: every segment file
+/// and their directory synced. A repair ends only once the entries it took back are on disk:
+/// under `flush = "async"` they may be in the page cache only, and a power loss right after
+/// the mark is gone (of the whole group, which `async` survives but for its last interval)
+/// would lose them again, this time unmarked, while the node counts towards a majority.
+pub fn sync_log(disk: &dyn Disk, log_dir: &Path) -> std::io::Result<()> {
+    let segments = log_dir.join("segments");
+    for (_, path) in LogSegment::list(disk, &segments)? {
+        match disk.open(&path) {
+            Ok(file) => file.sync_data()?,
+            // Purged meanwhile.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error),
+        }
+    }
+    disk.sync_dir(&segments)
+}
+
 /// Removes the mark in `log_dir` (the repair is done), durably.
 pub fn clear(disk: &dyn Disk, log_dir: &Path) -> std::io::Result<()> {
     let path = log_dir.join(MARK_FILE);
@@ -165,8 +193,23 @@ struct Progress {
     after_reboot: Option<AfterReboot>,
     /// The leader accepted that this node's log went back.
     consented: bool,
+    /// The consenting leader's last log id, if its term was at least this node's: a candidate
+    /// whose log reaches it gets this node's vote before it caught up.
+    vote_floor: Option<LogId>,
     /// What the last repair found and did, for the node status.
     note: String,
+}
+
+impl Progress {
+    fn refuses_votes(&self) -> Option<String> {
+        match (&self.pending, self.after_reboot) {
+            (Some(mark), _) => Some(mark.describe()),
+            (None, Some(after_reboot)) if !after_reboot.votes_allowed => {
+                Some(AFTER_REBOOT.to_owned())
+            }
+            _ => None,
+        }
+    }
 }
 
 /// A node whose log may have lost its unsynced tail to a reboot.
@@ -200,6 +243,7 @@ impl RepairState {
                     votes_allowed: false,
                 }),
                 consented: false,
+                vote_floor: None,
                 note,
             }),
         })
@@ -211,15 +255,40 @@ impl RepairState {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Records the leader's consent: this node takes replication now, and votes for a
+    /// candidate that reaches `vote_floor`, if there is one.
+    fn consent(&self, vote_floor: Option<LogId>) {
+        let mut progress = self.lock();
+        progress.consented = true;
+        if let Some(floor) = vote_floor {
+            progress.note = progress.note.replace(
+                "(in progress)",
+                &format!(
+                    "(in progress; votes for a candidate whose log reaches {})",
+                    describe_log_id(&floor)
+                ),
+            );
+        }
+        progress.vote_floor = vote_floor;
+    }
+
     /// Why this node must not vote now, if it must not.
     pub fn refuses_votes(&self) -> Option<String> {
+        self.lock().refuses_votes()
+    }
+
+    /// Why this node must not vote for a candidate whose last log id is `candidate_last`, if
+    /// it must not: while it repairs, only for one that reaches the consenting leader's log.
+    pub fn refuses_vote_for(&self, candidate_last: Option<&LogId>) -> Option<String> {
         let progress = self.lock();
-        match (&progress.pending, progress.after_reboot) {
-            (Some(mark), _) => Some(mark.describe()),
-            (None, Some(after_reboot)) if !after_reboot.votes_allowed => {
-                Some(AFTER_REBOOT.to_owned())
-            }
-            _ => None,
+        let reason = progress.refuses_votes()?;
+        match &progress.vote_floor {
+            Some(floor) if candidate_last >= Some(floor) => None,
+            Some(floor) => Some(format!(
+                "{reason}; votes only for a candidate whose log reaches {}",
+                describe_log_id(floor)
+            )),
+            None => Some(reason),
         }
     }
 
@@ -290,17 +359,21 @@ pub async fn run_repair(
         peers: &peers,
         admin_token: admin_token.as_deref(),
     };
-    let leader_last_index = tokio::select! {
-        index = asking.obtain() => index,
+    let consented = tokio::select! {
+        consented = asking.obtain() => consented,
         () = shutdown.cancelled() => return,
     };
-    state.lock().consented = true;
+    state.consent(consented.vote_floor);
     let up_to_index = match (&mark, after_reboot) {
         (Some(mark), None) => mark.up_to_index,
-        (mark, _) => leader_last_index.max(mark.as_ref().map_or(0, |mark| mark.up_to_index)),
+        (mark, _) => {
+            let leader_last_index = consented.leader_last_index;
+            leader_last_index.max(mark.as_ref().map_or(0, |mark| mark.up_to_index))
+        }
     };
     tracing::warn!(
         up_to_index,
+        vote_floor = ?consented.vote_floor,
         "the group accepted this node's raft log as it is; catching up"
     );
     let mut metrics = raft.metrics();
@@ -317,6 +390,10 @@ pub async fn run_repair(
             changed = metrics.changed() => if changed.is_err() { return },
             () = shutdown.cancelled() => return,
         }
+    }
+    if let Err(error) = sync_log(&OsDisk, &log_dir) {
+        tracing::error!(%error, "could not sync the raft log after catching up; not voting");
+        return;
     }
     if let Some(after_reboot) = after_reboot {
         let boot_id = boot_check::current_boot_id();
@@ -343,6 +420,40 @@ pub async fn run_repair(
     tracing::warn!(up_to_index, "raft log caught up: this node votes again");
 }
 
+/// A log id as the status and the errors say it.
+fn describe_log_id(log_id: &LogId) -> String {
+    format!(
+        "term {} index {}",
+        log_id.committed_leader_id().term,
+        log_id.index
+    )
+}
+
+/// What a leader's consent tells the repairing node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Consented {
+    /// The leader's last log index when it consented.
+    leader_last_index: u64,
+    /// The leader's last log id, if its term was at least this node's.
+    vote_floor: Option<LogId>,
+}
+
+impl Consented {
+    /// Reads a leader's answer for a node whose term is `own_term`. A leader of an older term
+    /// (this node had moved on to a later term before it stopped) still lets it take
+    /// replication, which shows that leader the later term, but sets no vote floor: its log
+    /// may lack entries this node acknowledged in that later term. So does a leader of an
+    /// earlier build, which sends no term.
+    fn from_answer(answer: &pb::PrepareNodeReplacementResponse, own_term: u64) -> Consented {
+        let term = answer.leader_last_log_term;
+        Consented {
+            leader_last_index: answer.leader_last_log_index,
+            vote_floor: (term > 0 && term >= own_term)
+                .then(|| LogId::new_term_index(term, answer.leader_last_log_index)),
+        }
+    }
+}
+
 /// A repairing node asking its group for the leader's consent.
 struct Consent<'a> {
     raft: &'a Raft,
@@ -354,22 +465,27 @@ struct Consent<'a> {
 
 impl Consent<'_> {
     /// Asks the group's other nodes until the leader among them lets this node rejoin with a
-    /// shorter log (an admin call: it carries the group's admin token, if one is set); returns
-    /// the leader's last log index. A node elected leader meanwhile needs nobody's consent:
-    /// no one replicates to it. While it asks, a node restarted after a reboot learns whether
-    /// most voters are in its state, and then votes.
-    async fn obtain(&self) -> u64 {
+    /// shorter log (an admin call: it carries the group's admin token, if one is set). A node
+    /// elected leader meanwhile needs nobody's consent: no one replicates to it. While it
+    /// asks, a node restarted after a reboot learns whether most voters are in its state, and
+    /// then votes.
+    async fn obtain(&self) -> Consented {
         loop {
             let metrics = self.raft.metrics().borrow_watched().clone();
             if metrics.current_leader == Some(self.node_id) {
-                return metrics.last_log_index.unwrap_or(0);
+                return Consented {
+                    leader_last_index: metrics.last_log_index.unwrap_or(0),
+                    vote_floor: None,
+                };
             }
+            // Nothing moves this node's term while it refuses votes and replication.
+            let own_term = metrics.vote.leader_id().term;
             // An admin call: to the broker API, not to Raft.
             for addr in self.peers.current().iter().map(|peer| &peer.api) {
                 match ask_consent(self.peers.connector(), addr, self.node_id, self.admin_token)
                     .await
                 {
-                    Ok(leader_last_index) => return leader_last_index,
+                    Ok(answer) => return Consented::from_answer(&answer, own_term),
                     Err(error) => {
                         tracing::debug!(%addr, %error, "no consent to a shorter raft log")
                     }
@@ -430,14 +546,14 @@ async fn ask_consent(
     addr: &str,
     node_id: NodeId,
     admin_token: Option<&str>,
-) -> Result<u64, String> {
+) -> Result<pb::PrepareNodeReplacementResponse, String> {
     let mut request = tonic::Request::new(pb::PrepareNodeReplacementRequest { node_id });
     if let Some(token) = admin_token {
         rocketraft_proto::secrets::attach(&mut request, ADMIN_TOKEN_HEADER, token);
     }
     call_peer(connector, addr, |mut client| async move {
         let response = client.prepare_node_replacement(request).await?;
-        Ok(response.into_inner().leader_last_log_index)
+        Ok(response.into_inner())
     })
     .await
 }
@@ -504,9 +620,85 @@ mod tests {
         let (up_to, note) = repairing.status();
         assert_eq!(up_to, 42);
         assert!(note.contains("damaged from entry 7"), "{note}");
-        repairing.lock().consented = true;
+        repairing.consent(None);
         assert!(repairing.refuses_votes().is_some());
+        assert!(
+            repairing
+                .refuses_vote_for(Some(&LogId::new_term_index(9, 1000)))
+                .is_some(),
+            "a consent without a floor lets it vote for nobody"
+        );
         assert_eq!(repairing.refuses_replication(), None);
+    }
+
+    #[test]
+    fn a_consent_from_a_leader_of_its_term_or_later_sets_a_floor_and_others_do_not() {
+        let answer = |index, term| pb::PrepareNodeReplacementResponse {
+            leader_last_log_index: index,
+            leader_last_log_term: term,
+        };
+        let floor = |term, index| Some(LogId::new_term_index(term, index));
+        assert_eq!(
+            Consented::from_answer(&answer(90, 5), 5).vote_floor,
+            floor(5, 90)
+        );
+        assert_eq!(
+            Consented::from_answer(&answer(90, 6), 5).vote_floor,
+            floor(6, 90)
+        );
+        let older = Consented::from_answer(&answer(90, 4), 5);
+        assert_eq!(
+            older,
+            Consented {
+                leader_last_index: 90,
+                vote_floor: None
+            },
+            "a leader of an older term still lets it take replication"
+        );
+        assert_eq!(
+            Consented::from_answer(&answer(90, 0), 0).vote_floor,
+            None,
+            "a leader of an earlier build sends no term"
+        );
+    }
+
+    #[test]
+    fn after_consent_a_repairing_node_votes_for_candidates_that_reach_the_leaders_log() {
+        let repairing = RepairState::new(Some(mark(7, 42)), None);
+        let floor = LogId::new_term_index(5, 90);
+        assert!(
+            repairing.refuses_vote_for(Some(&floor)).is_some(),
+            "before consent, for nobody"
+        );
+        repairing.consent(Some(floor));
+        assert_eq!(repairing.refuses_vote_for(Some(&floor)), None);
+        assert_eq!(
+            repairing.refuses_vote_for(Some(&LogId::new_term_index(6, 3))),
+            None,
+            "a later term reaches it"
+        );
+        for short in [
+            None,
+            Some(LogId::new_term_index(5, 89)),
+            Some(LogId::new_term_index(4, 500)),
+        ] {
+            let refused = repairing.refuses_vote_for(short.as_ref());
+            assert!(
+                refused
+                    .as_deref()
+                    .is_some_and(|reason| reason.ends_with("reaches term 5 index 90")),
+                "{short:?}: {refused:?}"
+            );
+        }
+        assert!(
+            repairing.refuses_votes().is_some(),
+            "it still does not lead"
+        );
+        let (_, note) = repairing.status();
+        assert!(
+            note.contains("votes for a candidate whose log reaches"),
+            "{note}"
+        );
     }
 
     #[test]
@@ -523,7 +715,7 @@ mod tests {
             after_reboot.votes_allowed = true;
         }
         assert_eq!(rebooted.refuses_votes(), None);
-        rebooted.lock().consented = true;
+        rebooted.consent(None);
         assert_eq!(rebooted.refuses_replication(), None);
         assert!(rebooted.after_power_loss(), "until it caught up");
     }

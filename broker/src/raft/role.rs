@@ -9,6 +9,7 @@ use openraft::async_runtime::watch::WatchReceiver;
 use openraft::metrics::RaftServerMetrics;
 use openraft::type_config::alias::WatchReceiverOf;
 
+use crate::raft::types::LogId;
 use crate::raft::types::Raft;
 use crate::raft::types::TypeConfig;
 
@@ -72,8 +73,9 @@ pub async fn on_every_role_change(raft: Raft, mut on_change: impl FnMut()) {
 
 /// Waits until this node is a leader that may act on the group's state: it leads, and it
 /// has applied an entry of its own term, so everything committed in earlier terms is applied
-/// too. Returns that term; `None` once Raft has stopped.
-pub async fn leader_ready(raft: &Raft) -> Option<u64> {
+/// too. Returns its last log id then, which is of its term (a leader appends only entries of
+/// its term after those of earlier ones); `None` once Raft has stopped.
+pub async fn leader_ready(raft: &Raft) -> Option<LogId> {
     let mut metrics = raft.metrics();
     loop {
         {
@@ -83,7 +85,8 @@ pub async fn leader_ready(raft: &Raft) -> Option<u64> {
                 .as_ref()
                 .map(|log_id| log_id.committed_leader_id().term);
             if now.state == ServerState::Leader && applied_term == Some(now.current_term) {
-                return Some(now.current_term);
+                let last_index = now.last_log_index.unwrap_or(0);
+                return Some(LogId::new_term_index(now.current_term, last_index));
             }
         }
         metrics.changed().await.ok()?;

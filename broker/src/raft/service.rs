@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 
 use futures::Stream;
 use futures::StreamExt;
+use openraft::raft::VoteRequest;
 use rocketraft_proto::raft as pb;
 use rocketraft_proto::raft::raft_server::Raft as RaftRpc;
 use tokio::io::AsyncWriteExt;
@@ -30,6 +31,7 @@ use crate::raft::snapshot::SnapshotData;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 use crate::raft::types::Snapshot;
+use crate::raft::types::TypeConfig;
 use crate::raft::types::Vote;
 use crate::store::scrub::RECORD_OR_FILLER_BYTES_MAX;
 
@@ -71,6 +73,13 @@ impl RaftService {
 
     fn refuse_vote_if_repairing(&self) -> Result<(), Status> {
         match self.repair.refuses_votes() {
+            Some(reason) => Err(Status::unavailable(format!("not voting: {reason}"))),
+            None => Ok(()),
+        }
+    }
+
+    fn refuse_vote_for_if_repairing(&self, rpc: &VoteRequest<TypeConfig>) -> Result<(), Status> {
+        match self.repair.refuses_vote_for(rpc.last_log_id.as_ref()) {
             Some(reason) => Err(Status::unavailable(format!("not voting: {reason}"))),
             None => Ok(()),
         }
@@ -250,8 +259,8 @@ impl RaftRpc for RaftService {
         request: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
         self.refuse_if_isolated()?;
-        self.refuse_vote_if_repairing()?;
         let rpc = decode("vote", request)?;
+        self.refuse_vote_for_if_repairing(&rpc)?;
         let response = self.raft.vote(rpc).await.map_err(internal)?;
         Ok(Response::new(encode("vote response", &response)?))
     }
@@ -261,8 +270,8 @@ impl RaftRpc for RaftService {
         request: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
         self.refuse_if_isolated()?;
-        self.refuse_vote_if_repairing()?;
         let rpc = decode("pre-vote", request)?;
+        self.refuse_vote_for_if_repairing(&rpc)?;
         let response = self.raft.pre_vote(rpc).await.map_err(internal)?;
         Ok(Response::new(encode("pre-vote response", &response)?))
     }

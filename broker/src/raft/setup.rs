@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::SnapshotPolicy;
 use openraft::async_runtime::watch::WatchReceiver;
@@ -16,11 +17,16 @@ use crate::raft::faults::FaultPlan;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::NetworkFactory;
 use crate::raft::node_addr::NodeAddr;
+use crate::raft::role::leader_ready;
 use crate::raft::state_machine::StateMachine;
+use crate::raft::types::LogId;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 use crate::raft::types::TypeConfig;
 use crate::tls::PeerConnector;
+
+/// How long [`allow_empty_rejoin`] waits for a new leader to apply an entry of its term.
+const LEADER_READY_WAIT: Duration = Duration::from_secs(1);
 
 /// Why Raft could not be started, a group founded, or a node let back in.
 #[derive(Debug, thiserror::Error)]
@@ -120,11 +126,26 @@ pub async fn bootstrap(raft: &Raft, peers: &BTreeMap<NodeId, NodeAddr>) -> Resul
 /// On the leader: lets the follower `node` come back with an empty log (its disk replaced),
 /// to be rebuilt from the leader's log or snapshot. Without this, a follower whose log went
 /// backwards is treated as a bug. Call it after stopping the node and before restarting it.
-/// Returns this leader's last log index once it allowed it.
-pub async fn allow_empty_rejoin(raft: &Raft, node: NodeId) -> Result<u64, SetupError> {
+/// Returns this leader's last log index once it allowed it, and its last log id if it has
+/// applied an entry of its own term within [`LEADER_READY_WAIT`] (so its last entry is of that
+/// term and follows every entry of earlier terms). Not waiting longer matters: a leader
+/// elected while most nodes wait for its consent cannot commit anything until it gave it.
+pub async fn allow_empty_rejoin(raft: &Raft, node: NodeId) -> Result<Rejoin, SetupError> {
     raft.trigger()
         .allow_next_revert(&node, true)
         .await?
         .map_err(|source| SetupError::Rejoin { node, source })?;
-    Ok(raft.metrics().borrow_watched().last_log_index.unwrap_or(0))
+    let ready = tokio::time::timeout(LEADER_READY_WAIT, leader_ready(raft)).await;
+    Ok(Rejoin {
+        last_log_index: raft.metrics().borrow_watched().last_log_index.unwrap_or(0),
+        last_log_of_its_term: ready.ok().flatten(),
+    })
+}
+
+/// What a leader answers when it let a node rejoin with a shorter log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rejoin {
+    pub last_log_index: u64,
+    /// Its last log id, of its own term, if it was ready in time.
+    pub last_log_of_its_term: Option<LogId>,
 }

@@ -113,8 +113,8 @@ pub async fn run_schedule_service(
     loop {
         let term = tokio::select! {
             () = shutdown.cancelled() => return,
-            term = leader_ready(&raft) => match term {
-                Some(term) => term,
+            last_log = leader_ready(&raft) => match last_log {
+                Some(last_log) => last_log.committed_leader_id().term,
                 None => return,
             },
         };

@@ -22,6 +22,7 @@ use crate::raft::propose::linearizable_read;
 use crate::raft::propose::propose;
 use crate::raft::role::TransferError;
 use crate::raft::role::transfer_leadership;
+use crate::raft::setup::Rejoin;
 use crate::raft::setup::SetupError;
 use crate::raft::setup::allow_empty_rejoin;
 use crate::raft::types::Command;
@@ -113,13 +114,12 @@ impl BrokerService {
         }))
     }
 
-    /// Returns the leader's last log index.
     pub(super) async fn handle_prepare_node_replacement(
         &self,
         node_id: u64,
-    ) -> Result<u64, BrokerError> {
+    ) -> Result<Rejoin, BrokerError> {
         self.ensure_leader()?;
-        let leader_last_log_index =
+        let rejoin =
             allow_empty_rejoin(&self.raft, node_id)
                 .await
                 .map_err(|error| match error {
@@ -128,9 +128,10 @@ impl BrokerService {
                 })?;
         tracing::warn!(
             node_id,
+            leader_last_log_index = rejoin.last_log_index,
             "node may rejoin with a shorter log (a replaced disk or a repaired log)"
         );
-        Ok(leader_last_log_index)
+        Ok(rejoin)
     }
 
     pub(super) async fn handle_transfer_leader(

@@ -236,12 +236,20 @@ impl pb::broker_server::Broker for BrokerService {
         request: Request<pb::PrepareNodeReplacementRequest>,
     ) -> Result<Response<pb::PrepareNodeReplacementResponse>, Status> {
         self.require_admin(&request, "PrepareNodeReplacement")?;
-        let leader_last_log_index = self
+        let rejoin = self
             .handle_prepare_node_replacement(request.into_inner().node_id)
             .await?;
-        Ok(Response::new(pb::PrepareNodeReplacementResponse {
-            leader_last_log_index,
-        }))
+        let response = match rejoin.last_log_of_its_term {
+            Some(last_log) => pb::PrepareNodeReplacementResponse {
+                leader_last_log_index: last_log.index,
+                leader_last_log_term: last_log.committed_leader_id().term,
+            },
+            None => pb::PrepareNodeReplacementResponse {
+                leader_last_log_index: rejoin.last_log_index,
+                leader_last_log_term: 0,
+            },
+        };
+        Ok(Response::new(response))
     }
 
     async fn pull(
