@@ -244,7 +244,7 @@ impl BrokerNode {
         tokio::spawn(on_every_role_change(raft.clone(), move || checks.reset()));
         let delay_levels = config.parsed_delay_levels()?;
         let schedule_status = Arc::new(ScheduleStatus::default());
-        let scrub_status = Arc::new(ScrubStatus::default());
+        let scrub_status = Arc::new(ScrubStatus::new(group.store().suspects().clone()));
         let metrics = Arc::new(BrokerMetrics::default());
         let metrics_addr = match config.metrics_listen {
             Some(metrics_listen) => {

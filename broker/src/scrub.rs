@@ -75,11 +75,19 @@ pub struct ScrubStatus {
     pub units_repaired: AtomicU64,
     pub unrepaired: AtomicU64,
     /// Units reads found wrong, to check now.
-    pub suspects: SuspectUnits,
+    pub suspects: Arc<SuspectUnits>,
     last_finding: Mutex<String>,
 }
 
 impl ScrubStatus {
+    /// A status whose suspects are those `suspects` (the store's) reports.
+    pub fn new(suspects: Arc<SuspectUnits>) -> ScrubStatus {
+        ScrubStatus {
+            suspects,
+            ..ScrubStatus::default()
+        }
+    }
+
     pub fn last_finding(&self) -> String {
         self.lock().clone()
     }
@@ -165,24 +173,62 @@ impl Scrubber {
         }
     }
 
-    /// Checks the CommitLog around each suspect unit reported, at once.
+    /// Checks the CommitLog around the block of each suspect unit reported, at once, then
+    /// reseals the block's checksum if all its units are now their records'.
     async fn check_suspects(&self) {
         while let Some(suspect) = self.status.suspects.take() {
-            let Some((from, to)) = self.suspect_range(&suspect) else {
-                tracing::warn!(
+            match self.block_range(&suspect) {
+                Some((from, to)) => {
+                    tracing::warn!(
+                        ?suspect,
+                        from,
+                        to,
+                        "checking the CommitLog around a suspect unit"
+                    );
+                    Box::pin(self.check_range(from, to, Pace::AtOnce)).await;
+                }
+                None => tracing::warn!(
                     ?suspect,
                     "no intact unit near a suspect one bounds a check: left to the next pass"
-                );
+                ),
+            }
+            let Ok(queue_offset) = u64::try_from(suspect.queue_offset) else {
                 continue;
             };
-            tracing::warn!(
-                ?suspect,
-                from,
-                to,
-                "checking the CommitLog around a suspect unit"
-            );
-            Box::pin(self.check_range(from, to, Pace::AtOnce)).await;
+            let resealed =
+                self.group
+                    .store_mut()
+                    .reseal_block(&suspect.topic, suspect.queue_id, queue_offset);
+            match resealed {
+                Ok(true) => {}
+                Ok(false) => self.unrepaired(format!(
+                    "ConsumeQueue {}/{} block of unit {queue_offset} still holds a unit that is \
+                     not its record's",
+                    suspect.topic, suspect.queue_id
+                )),
+                Err(error) => self.unrepaired(format!(
+                    "resealing ConsumeQueue {}/{} block of unit {queue_offset} failed: {error}",
+                    suspect.topic, suspect.queue_id
+                )),
+            }
         }
+    }
+
+    /// The CommitLog range that holds the records of every unit of `suspect`'s block (see
+    /// [`Scrubber::suspect_range`]).
+    fn block_range(&self, suspect: &SuspectUnit) -> Option<(i64, i64)> {
+        let queue_offset = u64::try_from(suspect.queue_offset).ok()?;
+        let block =
+            self.group
+                .store()
+                .block_bounds(&suspect.topic, suspect.queue_id, queue_offset)?;
+        let unit_at = |queue_offset: u64| SuspectUnit {
+            queue_offset: queue_offset as i64,
+            ..suspect.clone()
+        };
+        let (from, _) = self.suspect_range(&unit_at(block.start))?;
+        let (_, to) = self.suspect_range(&unit_at(block.end.max(block.start + 1) - 1))?;
+        (to - from <= SUSPECT_RANGE_BYTES_MAX).then_some((from, to))
     }
 
     /// The CommitLog range that holds `suspect`'s record: from the record of the nearest

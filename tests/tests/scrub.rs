@@ -227,9 +227,12 @@ async fn given_a_unit_pointing_at_another_message_a_pull_should_stop_before_it_a
             )?;
         }
     }
+    // Read from the file: a read through the store would already find it (its block's
+    // checksum no longer matches) and have it repaired before the pull below.
+    let on_disk = std::fs::read(consume_queue_file(&group, leader))?;
     assert_eq!(
-        unit(&group, leader, 150).commit_log_offset,
-        next.commit_log_offset
+        on_disk[150 * 20..150 * 20 + 8],
+        next.commit_log_offset.to_be_bytes()
     );
 
     info!("--- a pull delivers the messages before it and stops there");
@@ -256,6 +259,66 @@ async fn given_a_unit_pointing_at_another_message_a_pull_should_stop_before_it_a
         (1, 0)
     );
     assert_eq!(status.scrub_unrepaired, 0);
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_flipped_tags_code_a_tag_filtered_pull_should_still_deliver_its_message_and_the_unit_be_rewritten()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_5C2D, |config| {
+        // The paced pass is as good as asleep: only the block checksum finds the damage.
+        config.scrub_bytes_per_sec = 1;
+        config.scrub_pass_interval_ms = 3_600_000;
+    })
+    .await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let client = group.group_client();
+    for i in 0..MESSAGES {
+        let mut request = send_request(TOPIC, 0, [body(i)]);
+        let mut properties = Vec::new();
+        rocketraft_proto::properties::put_pair(&mut properties, "TAGS", "keep");
+        request.messages[0].properties = properties.into();
+        client.send(request, SEND_TIMEOUT).await?;
+    }
+
+    info!(leader, "--- rot in the tags code of the leader's unit 150");
+    let intact = unit(&group, leader, 150);
+    flip_byte(&consume_queue_file(&group, leader), 150 * 20 + 19, 0x01)?;
+
+    info!("--- a pull filtered by the tag still gets message 150");
+    let request = pb::PullRequest {
+        group: "scrub-reader".into(),
+        topic: TOPIC.into(),
+        queue_id: 0,
+        queue_offset: 148,
+        max_messages: 4,
+        tags: vec!["keep".into()],
+        ..pb::PullRequest::default()
+    };
+    let pulled = group
+        .client(leader)
+        .await?
+        .pull(request)
+        .await?
+        .into_inner();
+    let labels: Vec<String> = pulled.messages.iter().map(|m| label(&m.body)).collect();
+    assert_eq!(
+        labels,
+        (148..152).map(|i| label(&body(i))).collect::<Vec<_>>(),
+        "a damaged tags code must not hide its message from a filter"
+    );
+
+    info!("--- the scrubber rewrites the unit and reseals its block");
+    wait_for_status(&group, leader, "the unit rewritten", |status| {
+        status.scrub_units_repaired >= 1
+    })
+    .await?;
+    let on_disk = std::fs::read(consume_queue_file(&group, leader))?;
+    assert_eq!(on_disk[150 * 20 + 19], intact.tags_code.to_be_bytes()[7]);
+    let status = group.status(leader).await?;
+    assert_eq!(status.scrub_unrepaired, 0, "{status:?}");
     group.shutdown().await;
     Ok(())
 }

@@ -5,11 +5,15 @@
 //! named by their start byte offset, 20 digits); units are written only for CommitLog records
 //! already appended, with strictly increasing CommitLog offsets, and without holes between
 //! `min_offset` and `max_offset`; an all-zero unit marks the end (a valid unit has size > 0).
+//! Each segment's blocks of units have checksums in a file of the same name under `sums/`
+//! ([`SegmentSums`]): appends extend them; [`ConsumeQueue::block_intact`] tells a reader
+//! whether to trust a block or to check its units against their records.
 
 use std::path::{Path, PathBuf};
 
 use tracing::warn;
 
+use crate::store::cq_sums::{self, CQ_BLOCK_UNITS, SUMS_DIR, SegmentSums};
 use crate::store::error::StoreError;
 use crate::store::mapped_file::{self, Detached, FlushTarget, MappedFile};
 
@@ -64,6 +68,36 @@ pub fn queue_dir(store_dir: &Path, topic: &str, queue_id: i32) -> PathBuf {
         .join(queue_id.to_string())
 }
 
+/// One file of units and the checksums of its blocks.
+#[derive(Debug)]
+struct Segment {
+    units: MappedFile,
+    sums: SegmentSums,
+}
+
+impl Segment {
+    fn delete(self) -> Result<(), StoreError> {
+        self.units.delete()?;
+        self.sums.into_file().delete()
+    }
+
+    fn start_offset(&self) -> u64 {
+        self.units.start_offset()
+    }
+
+    /// The written units of block `block`, from its start.
+    fn block_bytes(&self, block: u64) -> &[u8] {
+        let written = self.units.written();
+        let start = (block * CQ_BLOCK_UNITS) as usize * CQ_UNIT_SIZE;
+        let end = (start + CQ_BLOCK_UNITS as usize * CQ_UNIT_SIZE).min(written.len());
+        written.get(start..end).unwrap_or_default()
+    }
+
+    fn block_intact(&self, block: u64) -> bool {
+        self.sums.get(block).covers(self.block_bytes(block))
+    }
+}
+
 /// One topic/queue ConsumeQueue.
 #[derive(Debug)]
 pub struct ConsumeQueue {
@@ -71,7 +105,7 @@ pub struct ConsumeQueue {
     queue_id: i32,
     dir: PathBuf,
     units_per_segment: u64,
-    segments: Vec<MappedFile>,
+    segments: Vec<Segment>,
     min_offset: u64,
 }
 
@@ -85,9 +119,11 @@ impl ConsumeQueue {
         units_per_segment: u64,
     ) -> Result<ConsumeQueue, StoreError> {
         let dir = queue_dir(store_dir, topic, queue_id);
-        mapped_file::create_dir_durable(&dir)?;
+        let sums_dir = dir.join(SUMS_DIR);
+        mapped_file::create_dir_durable(&sums_dir)?;
         let segment_bytes = units_per_segment * CQ_UNIT_SIZE as u64;
-        let mut segments: Vec<MappedFile> = Vec::new();
+        let mut segments: Vec<Segment> = Vec::new();
+        let mut unsummed = Vec::new();
         for (start, path) in mapped_file::list_segments(&dir)? {
             let expected_start = segments
                 .last()
@@ -99,7 +135,19 @@ impl ConsumeQueue {
                 });
             }
             extend_short_file(&path, segment_bytes)?;
-            segments.push(MappedFile::open(path, start, segment_bytes)?);
+            let units = MappedFile::open(path, start, segment_bytes)?;
+            let (sums, found) = SegmentSums::open_or_create(&sums_dir, start, units_per_segment)?;
+            if !found {
+                warn!(
+                    topic,
+                    queue_id,
+                    start,
+                    "consume queue file without checksums (written before they were kept): \
+                     they are taken from its units"
+                );
+                unsummed.push(start);
+            }
+            segments.push(Segment { units, sums });
         }
         let mut queue = ConsumeQueue {
             topic: topic.to_owned(),
@@ -110,7 +158,24 @@ impl ConsumeQueue {
             min_offset: 0,
         };
         queue.recover()?;
+        for start in unsummed {
+            queue.seal_segment(start)?;
+        }
         Ok(queue)
+    }
+
+    /// Takes the checksums of every block of the segment starting at byte `start` (if it is
+    /// still held) from its units as they are.
+    fn seal_segment(&mut self, start: u64) -> Result<(), StoreError> {
+        let first_unit = start / CQ_UNIT_SIZE as u64;
+        let blocks = cq_sums::blocks_per_segment(self.units_per_segment);
+        for block_start in (0..blocks).map(|block| first_unit + block * CQ_BLOCK_UNITS) {
+            if block_start >= self.max_offset() {
+                break;
+            }
+            self.seal_block(block_start)?;
+        }
+        Ok(())
     }
 
     fn recover(&mut self) -> Result<(), StoreError> {
@@ -118,6 +183,7 @@ impl ConsumeQueue {
             return Ok(());
         };
         let leading_zero_units = first
+            .units
             .whole()
             .chunks_exact(CQ_UNIT_SIZE)
             .take_while(|u| u.iter().all(|b| *b == 0))
@@ -133,7 +199,7 @@ impl ConsumeQueue {
         let mut from = leading_zero_units * CQ_UNIT_SIZE;
         let mut last_offset = -1;
         for index in 0..self.segments.len() {
-            let segment = &mut self.segments[index];
+            let segment = &mut self.segments[index].units;
             let valid_end = scan_units(&segment.whole()[from..], &mut last_offset) + from;
             if valid_end < segment.size_bytes() {
                 let dropped = segment.recover_to(valid_end);
@@ -172,7 +238,7 @@ impl ConsumeQueue {
     /// Queue offset the next unit gets.
     pub fn max_offset(&self) -> u64 {
         self.segments.last().map_or(self.min_offset, |s| {
-            (s.start_offset() + s.write_pos() as u64) / CQ_UNIT_SIZE as u64
+            (s.start_offset() + s.units.write_pos() as u64) / CQ_UNIT_SIZE as u64
         })
     }
 
@@ -227,19 +293,28 @@ impl ConsumeQueue {
                 queue_offset,
             });
         }
-        self.writable_segment()?.append(&unit.encode())?;
-        Ok(())
+        let segment = self.writable_segment()?;
+        let pos = segment.units.append(&unit.encode())? / CQ_UNIT_SIZE;
+        let block = pos as u64 / CQ_BLOCK_UNITS;
+        let Segment { units, sums } = segment;
+        let block_start = block as usize * CQ_BLOCK_UNITS as usize * CQ_UNIT_SIZE;
+        sums.extend(block, &units.written()[block_start..])
     }
 
-    fn writable_segment(&mut self) -> Result<&mut MappedFile, StoreError> {
+    fn writable_segment(&mut self) -> Result<&mut Segment, StoreError> {
         let segment_bytes = self.segment_bytes();
         let max_byte = self.max_offset() * CQ_UNIT_SIZE as u64;
-        let needs_new = self.segments.last().is_none_or(|s| s.remaining() == 0);
+        let needs_new = self
+            .segments
+            .last()
+            .is_none_or(|s| s.units.remaining() == 0);
         if needs_new {
             let start = max_byte - max_byte % segment_bytes;
-            let mut segment = MappedFile::create(&self.dir, start, segment_bytes)?;
-            segment.skip_zeros_to((max_byte - start) as usize);
-            self.segments.push(segment);
+            let sums =
+                SegmentSums::create(&self.dir.join(SUMS_DIR), start, self.units_per_segment)?;
+            let mut units = MappedFile::create(&self.dir, start, segment_bytes)?;
+            units.skip_zeros_to((max_byte - start) as usize);
+            self.segments.push(Segment { units, sums });
         }
         let max_offset = self.max_offset();
         self.segments
@@ -258,7 +333,7 @@ impl ConsumeQueue {
         let byte = queue_offset * CQ_UNIT_SIZE as u64;
         let segment_bytes = self.segment_bytes();
         let held = (self.min_offset..self.max_offset()).contains(&queue_offset);
-        let first = self.segments.first().map(MappedFile::start_offset);
+        let first = self.segments.first().map(Segment::start_offset);
         let segment = first
             .filter(|_| held)
             .and_then(|first| usize::try_from((byte - first) / segment_bytes).ok())
@@ -272,7 +347,7 @@ impl ConsumeQueue {
             });
         };
         let pos = (byte - segment.start_offset()) as usize;
-        segment.overwrite(pos, &unit.encode())
+        segment.units.overwrite(pos, &unit.encode())
     }
 
     /// The unit at `queue_offset`, if held.
@@ -286,7 +361,68 @@ impl ConsumeQueue {
             .segments
             .get(usize::try_from((byte - first) / self.segment_bytes()).ok()?)?;
         let pos = (byte - segment.start_offset()) as usize;
-        CqUnit::decode(segment.read(pos, CQ_UNIT_SIZE)?)
+        CqUnit::decode(segment.units.read(pos, CQ_UNIT_SIZE)?)
+    }
+
+    /// The segment and block holding `queue_offset`, if that unit is written.
+    fn locate(&self, queue_offset: u64) -> Option<(usize, u64)> {
+        if queue_offset >= self.max_offset() {
+            return None;
+        }
+        let byte = queue_offset * CQ_UNIT_SIZE as u64;
+        let first = self.segments.first()?.start_offset();
+        let index = usize::try_from(byte.checked_sub(first)? / self.segment_bytes()).ok()?;
+        let segment = self.segments.get(index)?;
+        let unit_in_segment = (byte - segment.start_offset()) / CQ_UNIT_SIZE as u64;
+        Some((index, unit_in_segment / CQ_BLOCK_UNITS))
+    }
+
+    /// The queue offsets of the block holding `queue_offset`, up to the last written unit.
+    pub fn block_bounds(&self, queue_offset: u64) -> std::ops::Range<u64> {
+        let in_segment = queue_offset % self.units_per_segment;
+        let start = queue_offset - in_segment % CQ_BLOCK_UNITS;
+        let segment_end = queue_offset - in_segment + self.units_per_segment;
+        let end = (start + CQ_BLOCK_UNITS)
+            .min(segment_end)
+            .min(self.max_offset());
+        start..end.max(start)
+    }
+
+    /// Whether the block holding `queue_offset` matches its checksum (a unit not written is
+    /// in no block).
+    pub fn block_intact(&self, queue_offset: u64) -> bool {
+        self.locate(queue_offset)
+            .is_none_or(|(index, block)| self.segments[index].block_intact(block))
+    }
+
+    /// Takes the block holding `queue_offset` as it is now: the caller checked its units.
+    pub fn seal_block(&mut self, queue_offset: u64) -> Result<(), StoreError> {
+        let Some((index, block)) = self.locate(queue_offset) else {
+            return Ok(());
+        };
+        let Segment { units, sums } = &mut self.segments[index];
+        let start = (block * CQ_BLOCK_UNITS) as usize * CQ_UNIT_SIZE;
+        let end = (start + CQ_BLOCK_UNITS as usize * CQ_UNIT_SIZE).min(units.write_pos());
+        sums.seal(block, &units.written()[start..end])
+    }
+
+    /// The first queue offset of every block whose checksum does not match its units (open
+    /// checks them all: a segment's units are read to recover it anyway).
+    pub fn damaged_blocks(&self) -> Vec<u64> {
+        let mut damaged = Vec::new();
+        for segment in &self.segments {
+            let first_unit = segment.start_offset() / CQ_UNIT_SIZE as u64;
+            for block in 0..cq_sums::blocks_per_segment(self.units_per_segment) {
+                let start = first_unit + block * CQ_BLOCK_UNITS;
+                if start >= self.max_offset() && segment.sums.get(block).count == 0 {
+                    break;
+                }
+                if !segment.block_intact(block) {
+                    damaged.push(start);
+                }
+            }
+        }
+        damaged
     }
 
     /// Up to `max_units` units from `from` (clamped to `min_offset`).
@@ -314,10 +450,23 @@ impl ConsumeQueue {
                 break;
             }
         }
-        if let Some(last) = self.segments.last_mut() {
-            last.truncate_to((byte - last.start_offset()) as usize);
+        let Some(last) = self.segments.last_mut() else {
+            return Ok(());
+        };
+        let pos = (byte - last.start_offset()) as usize;
+        let block = (pos / CQ_UNIT_SIZE) as u64 / CQ_BLOCK_UNITS;
+        // A block that checked out keeps a sum of what stays; a damaged one stays damaged.
+        if block >= cq_sums::blocks_per_segment(self.units_per_segment) {
+            return Ok(()); // the segment stays full
         }
-        Ok(())
+        let intact = last.block_intact(block);
+        last.units.truncate_to(pos);
+        if intact {
+            let Segment { units, sums } = &mut *last;
+            let start = (block * CQ_BLOCK_UNITS) as usize * CQ_UNIT_SIZE;
+            sums.seal(block, &units.written()[start..])?;
+        }
+        last.sums.clear_from(block + 1)
     }
 
     /// Drops units pointing at or beyond CommitLog offset `end`; returns how many.
@@ -342,7 +491,10 @@ impl ConsumeQueue {
             .take(self.segments.len().saturating_sub(1))
             .take_while(|s| s.start_offset() + self.segment_bytes() <= new_min_byte)
             .count();
-        self.segments.drain(..below).for_each(|s| detached.push(s));
+        self.segments.drain(..below).for_each(|s| {
+            detached.push(s.units);
+            detached.push(s.sums.into_file());
+        });
         self.min_offset = new_min;
         forgotten
     }
@@ -363,12 +515,17 @@ impl ConsumeQueue {
 
     /// Durably flushes changed segments.
     pub fn flush(&mut self) -> Result<(), StoreError> {
-        self.segments.iter_mut().try_for_each(MappedFile::flush)
+        let mut targets = Vec::new();
+        self.begin_flush(&mut targets);
+        targets.iter().try_for_each(FlushTarget::sync)
     }
 
     /// Marks every segment clean and adds what makes their writes durable to `targets`.
     pub fn begin_flush(&mut self, targets: &mut Vec<FlushTarget>) {
-        targets.extend(self.segments.iter_mut().filter_map(MappedFile::begin_flush));
+        for segment in &mut self.segments {
+            targets.extend(segment.units.begin_flush());
+            targets.extend(segment.sums.begin_flush());
+        }
     }
 }
 
@@ -527,6 +684,97 @@ mod tests {
         let cq = ConsumeQueue::open(dir.path(), "T", 1, UNITS).expect("reopen");
         assert_eq!((cq.min_offset(), cq.max_offset()), (6, 9));
         assert_eq!(cq.read(0, 10), (6..9).map(unit).collect::<Vec<_>>());
+    }
+
+    /// Flips one bit of byte `at` of the file named by `start` in the queue's directory (or its
+    /// `sums/`).
+    fn flip(dir: &Path, sums: bool, start: u64, at: usize) {
+        let mut path = queue_dir(dir, "T", 1);
+        if sums {
+            path = path.join(SUMS_DIR);
+        }
+        let path = path.join(mapped_file::file_name(start));
+        let mut bytes = std::fs::read(&path).expect("read");
+        bytes[at] ^= 0x04;
+        std::fs::write(&path, &bytes).expect("write");
+    }
+
+    #[test]
+    fn blocks_keep_their_checksums_through_puts_truncations_and_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cq = filled(dir.path(), 10);
+        assert!(cq.damaged_blocks().is_empty());
+        cq.truncate_to(6).expect("truncate");
+        cq.truncate_to(4).expect("truncate at a segment start");
+        assert!(cq.damaged_blocks().is_empty());
+        for i in 4..9 {
+            cq.put(i, unit(i)).expect("put");
+        }
+        cq.flush().expect("flush");
+        drop(cq);
+        let cq = ConsumeQueue::open(dir.path(), "T", 1, UNITS).expect("reopen");
+        assert_eq!(cq.max_offset(), 9);
+        assert!(cq.damaged_blocks().is_empty());
+    }
+
+    #[test]
+    fn blocks_are_64_units_and_never_cross_a_segment() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cq = ConsumeQueue::open(dir.path(), "T", 1, 200).expect("open");
+        for i in 0..210 {
+            cq.put(i, unit(i)).expect("put");
+        }
+        assert_eq!(cq.block_bounds(70), 64..128);
+        assert_eq!(cq.block_bounds(199), 192..200);
+        assert_eq!(cq.block_bounds(205), 200..210);
+        assert!(cq.damaged_blocks().is_empty());
+        cq.flush().expect("flush");
+        drop(cq);
+        // Rot in unit 70's tags code: only its block is damaged.
+        flip(dir.path(), false, 0, 70 * CQ_UNIT_SIZE + 15);
+        let mut cq = ConsumeQueue::open(dir.path(), "T", 1, 200).expect("reopen");
+        assert_eq!(
+            cq.max_offset(),
+            210,
+            "a flipped tags code still looks like a unit"
+        );
+        assert_eq!(cq.damaged_blocks(), vec![64]);
+        assert!(!cq.block_intact(127) && cq.block_intact(128) && cq.block_intact(63));
+        cq.seal_block(100).expect("seal");
+        assert!(cq.damaged_blocks().is_empty());
+    }
+
+    #[test]
+    fn a_flipped_checksum_damages_its_block_and_truncation_keeps_it_damaged() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cq = filled(dir.path(), 7);
+        cq.flush().expect("flush");
+        drop(cq);
+        flip(dir.path(), true, UNITS * CQ_UNIT_SIZE as u64, 6);
+        let mut cq = ConsumeQueue::open(dir.path(), "T", 1, UNITS).expect("reopen");
+        assert_eq!(cq.damaged_blocks(), vec![4]);
+        cq.truncate_to(5).expect("truncate");
+        assert_eq!(
+            cq.damaged_blocks(),
+            vec![4],
+            "a damaged block is not resealed by a cut"
+        );
+        cq.put(5, unit(5)).expect("put");
+        cq.put(6, unit(6)).expect("put");
+        assert_eq!(cq.damaged_blocks(), vec![4]);
+    }
+
+    #[test]
+    fn a_queue_file_without_checksums_takes_them_from_its_units() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cq = filled(dir.path(), 6);
+        cq.flush().expect("flush");
+        drop(cq);
+        std::fs::remove_dir_all(queue_dir(dir.path(), "T", 1).join(SUMS_DIR)).expect("rm sums");
+        let mut cq = ConsumeQueue::open(dir.path(), "T", 1, UNITS).expect("reopen");
+        assert!(cq.damaged_blocks().is_empty());
+        cq.put(6, unit(6)).expect("put");
+        assert!(cq.damaged_blocks().is_empty());
     }
 
     #[test]

@@ -160,6 +160,14 @@ impl Dispatcher {
         Some(&self.queues[self.slot(topic, queue_id)?])
     }
 
+    /// Every queue as `(topic, queue_id)`, in no order.
+    pub fn queue_names(&self) -> Vec<(String, i32)> {
+        self.queues
+            .iter()
+            .map(|queue| (queue.topic().to_owned(), queue.queue_id()))
+            .collect()
+    }
+
     /// The ids of `topic`'s queues, in no order.
     pub fn queue_ids(&self, topic: &str) -> impl Iterator<Item = i32> + '_ {
         self.slots

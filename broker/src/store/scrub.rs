@@ -184,7 +184,9 @@ impl MessageStore {
     ) -> Result<(), StoreError> {
         self.dispatcher
             .queue_mut(topic, queue_id)?
-            .overwrite(queue_offset, unit)
+            .overwrite(queue_offset, unit)?;
+        self.reseal_block(topic, queue_id, queue_offset)?;
+        Ok(())
     }
 }
 
