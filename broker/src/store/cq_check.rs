@@ -75,7 +75,7 @@ impl MessageStore {
         topic: &str,
         queue_id: i32,
         from: i64,
-    ) -> impl Iterator<Item = CqUnit> + '_ {
+    ) -> impl Iterator<Item = CqUnit> {
         let queue = self.dispatcher.queue(topic, queue_id);
         let (start, end) = queue.map_or((0, 0), |queue| {
             (
@@ -83,7 +83,6 @@ impl MessageStore {
                 queue.max_offset(),
             )
         });
-        let topic = topic.to_owned();
         // The block read last, and whether its units are checked one by one.
         let mut block: Option<(Range<u64>, bool)> = None;
         (start..end).map_while(move |queue_offset| {
@@ -100,7 +99,7 @@ impl MessageStore {
                             "a ConsumeQueue block does not match its checksum: its units are \
                              checked against their records"
                         );
-                        self.report(&topic, queue_id, bounds.start);
+                        self.report(topic, queue_id, bounds.start);
                     }
                     block = Some((bounds, checking));
                     checking
@@ -109,14 +108,14 @@ impl MessageStore {
             if !checking {
                 return Some(unit);
             }
-            match self.check_unit(&topic, queue_id, queue_offset, &unit) {
+            match self.check_unit(topic, queue_id, queue_offset, &unit) {
                 UnitCheck::Matches | UnitCheck::Gone => Some(unit),
                 UnitCheck::TagsCode(tags_code) => {
-                    self.report(&topic, queue_id, queue_offset);
+                    self.report(topic, queue_id, queue_offset);
                     Some(CqUnit { tags_code, ..unit })
                 }
                 UnitCheck::Wrong => {
-                    self.report(&topic, queue_id, queue_offset);
+                    self.report(topic, queue_id, queue_offset);
                     Some(unit)
                 }
             }
