@@ -740,21 +740,30 @@ fn a_batch_with_more_index_keys_than_wait_at_once_indexes_every_one() {
     }
 }
 
+/// Stores messages 0..30, flushes and closes the store; returns every unit it held.
+fn stored_and_closed(dir: &Path) -> Vec<Vec<CqUnit>> {
+    let (mut store, _) = open(dir);
+    append_n(&mut store, 0..30);
+    store.flush().expect("flush");
+    all_units(&store)
+}
+
+/// Flips the bits `mask` of byte `at` of the file at `path`.
+fn flip_bits(path: &Path, at: usize, mask: u8) {
+    let mut bytes = std::fs::read(path).expect("read");
+    bytes[at] ^= mask;
+    std::fs::write(path, &bytes).expect("write");
+}
+
 #[test]
 fn a_flipped_tags_code_is_found_at_open_served_from_its_record_and_resealed_by_a_repair() {
     use crate::scrub_suspects::SuspectUnit;
     let dir = tempfile::tempdir().expect("tempdir");
-    let (mut store, _) = open(dir.path());
-    append_n(&mut store, 0..30);
-    store.flush().expect("flush");
-    let expected = all_units(&store);
-    drop(store);
+    let expected = stored_and_closed(dir.path());
     // TopicA queue 0 holds messages 0, 6, 12, ...: rot in the tags code of its unit 1 (message
     // 6), which a tag filter would skip the message by; the unit still looks valid.
     let file = queue_dir(dir.path(), "TopicA", 0).join(mapped_file::file_name(0));
-    let mut bytes = std::fs::read(&file).expect("read");
-    bytes[CQ_UNIT_SIZE + 19] ^= 0x01;
-    std::fs::write(&file, &bytes).expect("write");
+    flip_bits(&file, CQ_UNIT_SIZE + 19, 0x01);
 
     let (mut store, report) = open(dir.path());
     assert_eq!(
@@ -798,19 +807,13 @@ fn a_flipped_tags_code_is_found_at_open_served_from_its_record_and_resealed_by_a
 #[test]
 fn a_checksum_that_disagrees_with_intact_units_is_resealed_at_open() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (mut store, _) = open(dir.path());
-    append_n(&mut store, 0..30);
-    store.flush().expect("flush");
-    let expected = all_units(&store);
-    drop(store);
+    let expected = stored_and_closed(dir.path());
     // As a crash can leave it: the checksum reached the disk, the unit it covers did not
     // (here the other way round, which open cannot tell apart: the units decide).
     let sums = queue_dir(dir.path(), "TopicB", 1)
         .join(crate::store::cq_sums::SUMS_DIR)
         .join(mapped_file::file_name(0));
-    let mut bytes = std::fs::read(&sums).expect("read");
-    bytes[5] ^= 0x80;
-    std::fs::write(&sums, &bytes).expect("write");
+    flip_bits(&sums, 5, 0x80);
 
     let (store, report) = open(dir.path());
     assert_eq!(
