@@ -24,12 +24,22 @@
 //! the newest file keeps the entries its header counts that are in order, and its slot table
 //! is rebuilt from them: nothing written after the last flush is trusted, and the store
 //! re-dispatches what the checkpoint does not cover.
+//!
+//! Entries have a CRC-32 per block of 64 in `index/sums/<same name>` ([`SegmentSums`],
+//! extended by each add). Apply's retry detection walks the index, so an entry damaged on
+//! one replica could make it decide differently from the others: at open, a file whose
+//! counted whole blocks do not match is damage, and the index is rebuilt from the
+//! CommitLog; a sealed file's slot table is checked against its entries and rewritten if it
+//! differs. The newest file's last, partial block is resealed from its counted entries (its
+//! checksum may cover entries written after the last flush).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use tracing::warn;
 
+use crate::store::consume_queue::CQ_UNIT_SIZE;
+use crate::store::cq_sums::{CQ_BLOCK_UNITS, SUMS_DIR, SegmentSums};
 use crate::store::error::StoreError;
 use crate::store::mapped_file;
 use crate::store::mapped_file::{Detached, FlushTarget, MappedFile};
@@ -38,6 +48,8 @@ use crate::store::slot_table::{SLOT_SIZE, SlotTable};
 /// Bytes per index entry: key hash u64 + CommitLog offset i64 + previous entry u32.
 pub const INDEX_ENTRY_SIZE: usize = 20;
 const _: () = assert!(INDEX_ENTRY_SIZE == 8 + 8 + 4);
+// Entries share the ConsumeQueue's block checksums, which count 20-byte units.
+const _: () = assert!(INDEX_ENTRY_SIZE == CQ_UNIT_SIZE);
 /// Sub-directory of the store holding the index.
 pub const INDEX_DIR: &str = "index";
 /// Entries per slot when a file is full (RocketMQ: 20 M entries over 5 M slots).
@@ -68,6 +80,8 @@ struct Entry {
 #[derive(Debug)]
 struct IndexFile {
     map: MappedFile,
+    /// The CRC-32s of the entries' blocks.
+    sums: SegmentSums,
     slots: u32,
     capacity: u32,
     count: u32,
@@ -89,10 +103,12 @@ fn u32_at(bytes: &[u8], pos: usize) -> u32 {
 impl IndexFile {
     fn create(dir: &Path, sequence: u64, capacity: u32) -> Result<IndexFile, StoreError> {
         let slots = (capacity / INDEX_ENTRIES_PER_SLOT).max(1);
+        let sums = SegmentSums::create(&dir.join(SUMS_DIR), sequence, u64::from(capacity))?;
         let mut map = MappedFile::create(dir, sequence, file_size(slots, capacity))?;
         map.set_full();
         let mut file = IndexFile {
             map,
+            sums,
             slots,
             capacity,
             count: 0,
@@ -106,8 +122,9 @@ impl IndexFile {
         Ok(file)
     }
 
-    /// Opens a file with the entry count of its header.
-    fn open(path: PathBuf, sequence: u64) -> Result<IndexFile, StoreError> {
+    /// Opens a file with the entry count of its header; the flag says whether its checksums
+    /// were found (a file written before them has none).
+    fn open(path: PathBuf, sequence: u64) -> Result<(IndexFile, bool), StoreError> {
         let bad = |reason: &'static str| StoreError::IndexFile {
             path: path.clone(),
             reason,
@@ -128,15 +145,84 @@ impl IndexFile {
         if slots == 0 || count > capacity || len != size {
             return Err(bad("header does not match the file"));
         }
+        let sums_dir = path
+            .parent()
+            .map_or_else(|| PathBuf::from(SUMS_DIR), |dir| dir.join(SUMS_DIR));
+        let (sums, found) = SegmentSums::open_or_create(&sums_dir, sequence, u64::from(capacity))?;
         let mut map = MappedFile::open(path, sequence, size)?;
         map.set_full();
-        Ok(IndexFile {
+        let file = IndexFile {
             map,
+            sums,
             slots,
             capacity,
             count,
             live_slots: None,
-        })
+        };
+        Ok((file, found))
+    }
+
+    /// Where in the file the entries of block `block` among the first `count` lie.
+    fn block_range(&self, block: u64, count: u32) -> std::ops::Range<usize> {
+        let start = (block * CQ_BLOCK_UNITS).min(u64::from(count)) as u32;
+        let end = ((block + 1) * CQ_BLOCK_UNITS).min(u64::from(count)) as u32;
+        self.entry_pos(start)..self.entry_pos(end)
+    }
+
+    /// The entries of block `block` among the first `count`.
+    fn block_bytes(&self, block: u64, count: u32) -> &[u8] {
+        &self.whole()[self.block_range(block, count)]
+    }
+
+    /// How many blocks the first `count` entries fill (the last block of a full file may be
+    /// shorter than the others).
+    fn whole_blocks(&self, count: u32) -> u64 {
+        if count == self.capacity {
+            u64::from(count).div_ceil(CQ_BLOCK_UNITS)
+        } else {
+            u64::from(count) / CQ_BLOCK_UNITS
+        }
+    }
+
+    /// Whether every block the first `count` entries fill matches its checksum.
+    fn whole_blocks_intact(&self, count: u32) -> bool {
+        (0..self.whole_blocks(count))
+            .all(|block| self.sums.get(block).covers(self.block_bytes(block, count)))
+    }
+
+    /// Takes the checksum of the first `count` entries' last, partial block from them, and
+    /// forgets those of later blocks; with `all`, of every block (a file without checksums).
+    fn seal_from(&mut self, count: u32, all: bool) -> Result<(), StoreError> {
+        let last = u64::from(count).div_ceil(CQ_BLOCK_UNITS);
+        let from = if all { 0 } else { self.whole_blocks(count) };
+        for block in from..last {
+            let range = self.block_range(block, count);
+            self.sums.seal(block, &self.map.whole()[range])?;
+        }
+        self.sums.clear_from(last)
+    }
+
+    /// A sealed file's slot table must name each slot's newest entry: rewritten from the
+    /// entries if it does not (its entries are checked; it is not). True if it was.
+    fn repair_slot_table(&mut self) -> Result<bool, StoreError> {
+        let mut table = SlotTable::new(self.slots)?;
+        for number in 0..self.count {
+            let slot = self.slot_number(self.entry(number).hash);
+            table.set(slot, number + 1);
+        }
+        let expected = table.as_file_bytes(self.slots);
+        let region = HEADER_SIZE..HEADER_SIZE + self.slots as usize * SLOT_SIZE;
+        if self.whole()[region] == *expected {
+            return Ok(false);
+        }
+        self.map.overwrite(HEADER_SIZE, expected)?;
+        Ok(true)
+    }
+
+    /// Unmaps and deletes the file and its checksums.
+    fn delete(self) -> Result<(), StoreError> {
+        self.map.delete()?;
+        self.sums.into_file().delete()
     }
 
     /// Keeps the longest in-order prefix of the first `counted` entries and relinks them
@@ -232,6 +318,9 @@ impl IndexFile {
         bytes[8..16].copy_from_slice(&offset.to_be_bytes());
         bytes[16..].copy_from_slice(&previous.to_be_bytes());
         self.map.overwrite(self.entry_pos(self.count), &bytes)?;
+        let block = u64::from(self.count) / CQ_BLOCK_UNITS;
+        let range = self.block_range(block, self.count + 1);
+        self.sums.extend(block, &self.map.whole()[range])?;
         self.count += 1;
         self.set_slot(hash, self.count)?;
         if self.is_full()
@@ -250,7 +339,17 @@ impl IndexFile {
         };
         let entry = self.entry(number);
         self.set_slot(entry.hash, entry.previous)?;
+        // A block that checked out keeps a checksum of what stays; a damaged one stays so.
+        let block = u64::from(number) / CQ_BLOCK_UNITS;
+        let intact = self
+            .sums
+            .get(block)
+            .covers(self.block_bytes(block, self.count));
         self.count = number;
+        if intact {
+            let range = self.block_range(block, number);
+            self.sums.seal(block, &self.map.whole()[range])?;
+        }
         Ok(())
     }
 
@@ -287,6 +386,11 @@ impl IndexFile {
         }
         Ok(self.map.begin_flush())
     }
+
+    /// What makes the file's checksums durable, if they changed.
+    fn begin_flush_sums(&mut self) -> Option<FlushTarget> {
+        self.sums.begin_flush()
+    }
 }
 
 /// The key index.
@@ -310,7 +414,7 @@ impl Index {
         trusted: u64,
     ) -> Result<Index, StoreError> {
         let dir = store_dir.join(INDEX_DIR);
-        mapped_file::create_dir_durable(&dir)?;
+        mapped_file::create_dir_durable(&dir.join(SUMS_DIR))?;
         let legacy = dir.join(LEGACY_FILE);
         if legacy.exists() {
             warn!(path = %legacy.display(), "removing the index of an earlier version; it is rebuilt");
@@ -318,24 +422,57 @@ impl Index {
             mapped_file::sync_dir(&dir)?;
         }
         let mut files: Vec<IndexFile> = Vec::new();
+        let mut damaged = None;
         let mut untrusted_files = 0;
         let mut remaining = trusted;
         for (sequence, path) in mapped_file::list_segments(&dir)? {
             if remaining == 0 && !files.is_empty() {
                 fs::remove_file(&path)
                     .map_err(|e| StoreError::io("remove index file", &path, e))?;
+                let sums = dir.join(SUMS_DIR).join(mapped_file::file_name(sequence));
+                if sums.exists() {
+                    fs::remove_file(&sums)
+                        .map_err(|e| StoreError::io("remove index sums", &sums, e))?;
+                }
                 untrusted_files += 1;
                 continue;
             }
-            let mut file = IndexFile::open(path, sequence)?;
+            let (mut file, summed) = IndexFile::open(path, sequence)?;
+            let kept = u32::try_from(remaining).map_or(file.count, |r| r.min(file.count));
+            if !summed {
+                warn!(
+                    sequence,
+                    "index file without checksums (written before they were kept): they are taken from its entries"
+                );
+                file.seal_from(kept, true)?;
+            }
+            if !file.whole_blocks_intact(kept) {
+                damaged = Some(sequence);
+                break;
+            }
             // The file still taking entries (not full) is rebuilt even when all of its
             // entries are trusted: slots written after its last flush may name others.
             if u64::from(file.count) > remaining || file.count < file.capacity {
-                let kept = u32::try_from(remaining).map_or(file.count, |r| r.min(file.count));
                 file.rebuild_slots(kept)?;
+            }
+            file.seal_from(file.count, false)?;
+            if file.live_slots.is_none() && file.repair_slot_table()? {
+                warn!(
+                    sequence,
+                    "index file: its slot table did not match its entries; rewritten"
+                );
             }
             remaining -= u64::from(file.count);
             files.push(file);
+        }
+        if let Some(sequence) = damaged {
+            tracing::error!(
+                sequence,
+                "index file damaged (an entry block does not match its checksum): the index \
+                 is rebuilt from the CommitLog"
+            );
+            files.drain(..).try_for_each(IndexFile::delete)?;
+            remove_all_files(&dir)?;
         }
         if untrusted_files > 0 {
             warn!(
@@ -465,6 +602,7 @@ impl Index {
             .drain(..below)
             .map(|file| {
                 detached.push(file.map);
+                detached.push(file.sums.into_file());
                 u64::from(file.count)
             })
             .sum()
@@ -483,7 +621,7 @@ impl Index {
                 Some(_) => break,
                 None if self.files.len() > 1 => {
                     let empty = self.files.pop().expect("more than one file");
-                    empty.map.delete()?;
+                    empty.delete()?;
                 }
                 None => break,
             }
@@ -503,9 +641,21 @@ impl Index {
     pub fn begin_flush(&mut self, targets: &mut Vec<FlushTarget>) -> Result<(), StoreError> {
         for file in &mut self.files {
             targets.extend(file.begin_flush()?);
+            targets.extend(file.begin_flush_sums());
         }
         Ok(())
     }
+}
+
+/// Deletes every index file and checksum file left in `dir` (a damaged index is rebuilt).
+fn remove_all_files(dir: &Path) -> Result<(), StoreError> {
+    for dir in [dir.to_path_buf(), dir.join(SUMS_DIR)] {
+        for (_, path) in mapped_file::list_segments(&dir)? {
+            fs::remove_file(&path).map_err(|e| StoreError::io("remove index file", &path, e))?;
+        }
+        mapped_file::sync_dir(&dir)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -513,6 +663,75 @@ mod tests {
     use super::*;
 
     const SMALL: u32 = 8;
+
+    /// An index of `n` keys `k{i}` at offsets `10·i` in files of `SMALL` entries, flushed.
+    fn flushed(dir: &Path, n: i64) -> Index {
+        let mut index = Index::open(dir, SMALL, 0).expect("open");
+        for i in 0..n {
+            index.add(&format!("k{i}"), i * 10).expect("add");
+        }
+        index.flush().expect("flush");
+        index
+    }
+
+    /// Flips one bit of byte `at` of index file `sequence`.
+    fn flip(dir: &Path, sequence: u64, at: usize) {
+        let path = dir.join(INDEX_DIR).join(mapped_file::file_name(sequence));
+        let mut bytes = fs::read(&path).expect("read");
+        bytes[at] ^= 0x02;
+        fs::write(&path, &bytes).expect("write");
+    }
+
+    fn every_key_found(index: &Index, n: i64) {
+        for i in 0..n {
+            assert_eq!(
+                index.lookup(&format!("k{i}")).collect::<Vec<_>>(),
+                [i * 10],
+                "k{i}"
+            );
+        }
+    }
+
+    #[test]
+    fn checksums_follow_adds_truncations_and_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut index = flushed(dir.path(), 20);
+        assert_eq!(index.truncate(150).expect("truncate"), 5);
+        for i in 15..21 {
+            index.add(&format!("k{i}"), i * 10).expect("add");
+        }
+        index.flush().expect("flush");
+        drop(index);
+        let index = Index::open(dir.path(), SMALL, 21).expect("reopen");
+        assert_eq!(index.len(), 21, "nothing damaged: nothing dropped");
+        every_key_found(&index, 21);
+    }
+
+    #[test]
+    fn a_flipped_entry_drops_the_whole_index_for_a_rebuild() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(flushed(dir.path(), 20));
+        let entries = HEADER_SIZE + (SMALL / INDEX_ENTRIES_PER_SLOT) as usize * SLOT_SIZE;
+        // The CommitLog offset of entry 3 of the second file: still in order, still a
+        // plausible offset, so nothing but its checksum tells.
+        flip(dir.path(), 1, entries + 3 * INDEX_ENTRY_SIZE + 15);
+        let index = Index::open(dir.path(), SMALL, 20).expect("reopen");
+        assert_eq!(index.len(), 0, "the store re-dispatches the whole index");
+        assert_eq!(index.files.len(), 1);
+        let left = |dir: PathBuf| mapped_file::list_segments(&dir).expect("list").len();
+        assert_eq!(left(dir.path().join(INDEX_DIR)), 1);
+        assert_eq!(left(dir.path().join(INDEX_DIR).join(SUMS_DIR)), 1);
+    }
+
+    #[test]
+    fn a_flipped_slot_of_a_sealed_file_is_rewritten_from_its_entries() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(flushed(dir.path(), 20));
+        flip(dir.path(), 0, HEADER_SIZE + 3);
+        let index = Index::open(dir.path(), SMALL, 20).expect("reopen");
+        assert_eq!(index.len(), 20);
+        every_key_found(&index, 20);
+    }
 
     #[test]
     fn fnv1a_is_stable() {
