@@ -411,7 +411,8 @@ impl Producer {
                 };
                 let deadline = attempt.deadline;
                 async move {
-                    let response = send_request(&inner.brokers, &group, &request, deadline).await?;
+                    let response =
+                        send_request(&inner.brokers, group.name(), &request, deadline).await?;
                     Ok((group, response.results))
                 }
             })
@@ -426,7 +427,7 @@ impl Producer {
         Ok(results
             .into_iter()
             .zip(ids)
-            .map(|(result, id)| to_result(result, id, &topic, &group))
+            .map(|(result, id)| to_result(result, id, &topic, group.name()))
             .collect())
     }
 
@@ -463,18 +464,19 @@ impl Producer {
                 async move {
                     let result = inner
                         .lanes
-                        .send(&group, topic, queue_id, wire, attempt)
+                        .send(group.name(), topic, queue_id, wire, attempt)
                         .await?;
                     Ok((group, result))
                 }
             })
             .await?;
-        Ok(to_result(result, id, &topic, &group))
+        Ok(to_result(result, id, &topic, group.name()))
     }
 
     /// Runs `attempt` on a queue of `topic` until it succeeds, is refused, or the retries or
     /// the send timeout run out; a failed attempt refreshes the route and prefers another
-    /// broker group. `attempt` gets the group, the queue id and the [`Attempt`].
+    /// broker group. `attempt` gets the group (a share of the route, no copy of its name),
+    /// the queue id and the [`Attempt`].
     async fn deliver<T, F, Fut>(
         &self,
         topic: &str,
@@ -482,7 +484,7 @@ impl Producer {
         mut attempt: F,
     ) -> Result<T, ProducerError>
     where
-        F: FnMut(String, i32, Attempt) -> Fut,
+        F: FnMut(RouteGroup, i32, Attempt) -> Fut,
         Fut: Future<Output = Result<T, CallError>>,
     {
         let inner = &self.inner;
@@ -503,7 +505,11 @@ impl Producer {
                         topic: topic.to_owned(),
                     },
                 )?;
-            let group = route.groups[group_index].group.clone();
+            let name = &route.groups[group_index].group;
+            let group = RouteGroup {
+                route: route.clone(),
+                index: group_index,
+            };
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
                 break;
@@ -512,22 +518,22 @@ impl Producer {
                 deadline: Instant::now() + remaining / (attempts - attempt_index),
                 retry: attempt_index > 0,
             };
-            match attempt(group.clone(), queue_id, this_attempt).await {
+            match attempt(group, queue_id, this_attempt).await {
                 Ok(value) => return Ok(value),
                 // This group's disk is full; another group may take the message.
                 Err(CallError::Rejected { status, .. })
                     if rocketraft_proto::response_code(&status) == Some(ResponseCode::DiskFull) =>
                 {
-                    last_error = Some(format!("{group}: {}", status.message()));
+                    last_error = Some(format!("{name}: {}", status.message()));
                 }
                 Err(CallError::Rejected { status, .. }) => {
-                    return Err(ProducerError::from_rejection(&status, topic, &group));
+                    return Err(ProducerError::from_rejection(&status, topic, name));
                 }
                 Err(CallError::Unavailable {
                     last_error: error, ..
-                }) => last_error = Some(format!("{group}: {error}")),
+                }) => last_error = Some(format!("{name}: {error}")),
             }
-            avoid_group = Some(group);
+            avoid_group = Some(name.clone());
         }
         Err(ProducerError::AllGroupsUnavailable {
             attempts,
@@ -599,6 +605,19 @@ fn pick_queue(
                 .find(|(group, _)| Some(route.groups[*group].group.as_str()) != avoid_group)
                 .or_else(|| route.write_queue(start % count))
         }
+    }
+}
+
+/// A broker group of a topic's route, as a send attempt gets it: a share of the route and
+/// the group's place in it, so an attempt copies no group name.
+struct RouteGroup {
+    route: Arc<TopicRoute>,
+    index: usize,
+}
+
+impl RouteGroup {
+    pub fn name(&self) -> &str {
+        &self.route.groups[self.index].group
     }
 }
 
