@@ -87,15 +87,25 @@ impl Segment {
 
     /// The written units of block `block`, from its start.
     fn block_bytes(&self, block: u64) -> &[u8] {
-        let written = self.units.written();
-        let start = (block * CQ_BLOCK_UNITS) as usize * CQ_UNIT_SIZE;
-        let end = (start + CQ_BLOCK_UNITS as usize * CQ_UNIT_SIZE).min(written.len());
-        written.get(start..end).unwrap_or_default()
+        &self.units.written()[block_range(block, self.units.write_pos())]
     }
 
     fn block_intact(&self, block: u64) -> bool {
         self.sums.get(block).covers(self.block_bytes(block))
     }
+
+    /// Takes block `block`'s checksum from its written units as they are.
+    fn seal(&mut self, block: u64) -> Result<(), StoreError> {
+        let range = block_range(block, self.units.write_pos());
+        self.sums.seal(block, &self.units.written()[range])
+    }
+}
+
+/// Where in a segment the written units of block `block` lie, given the write position.
+fn block_range(block: u64, write_pos: usize) -> std::ops::Range<usize> {
+    let start = ((block * CQ_BLOCK_UNITS) as usize * CQ_UNIT_SIZE).min(write_pos);
+    let end = (start + CQ_BLOCK_UNITS as usize * CQ_UNIT_SIZE).min(write_pos);
+    start..end
 }
 
 /// One topic/queue ConsumeQueue.
@@ -199,10 +209,14 @@ impl ConsumeQueue {
         let mut from = leading_zero_units * CQ_UNIT_SIZE;
         let mut last_offset = -1;
         for index in 0..self.segments.len() {
-            let segment = &mut self.segments[index].units;
-            let valid_end = scan_units(&segment.whole()[from..], &mut last_offset) + from;
-            if valid_end < segment.size_bytes() {
-                let dropped = segment.recover_to(valid_end);
+            let segment = &mut self.segments[index];
+            let valid_end = scan_units(&segment.units.whole()[from..], &mut last_offset) + from;
+            if valid_end < segment.units.size_bytes() {
+                let dropped = segment.units.recover_to(valid_end);
+                // The cut block keeps its checksum (checked once re-dispatch wrote it back);
+                // those of later blocks named units that are gone.
+                let cut_block = (valid_end / CQ_UNIT_SIZE) as u64 / CQ_BLOCK_UNITS;
+                segment.sums.clear_from(cut_block + 1)?;
                 for later in self.segments.drain(index + 1..) {
                     later.delete()?;
                 }
@@ -216,7 +230,7 @@ impl ConsumeQueue {
                 }
                 return Ok(());
             }
-            segment.set_full();
+            segment.units.set_full();
             from = 0;
         }
         Ok(())
@@ -296,9 +310,8 @@ impl ConsumeQueue {
         let segment = self.writable_segment()?;
         let pos = segment.units.append(&unit.encode())? / CQ_UNIT_SIZE;
         let block = pos as u64 / CQ_BLOCK_UNITS;
-        let Segment { units, sums } = segment;
-        let block_start = block as usize * CQ_BLOCK_UNITS as usize * CQ_UNIT_SIZE;
-        sums.extend(block, &units.written()[block_start..])
+        let range = block_range(block, segment.units.write_pos());
+        segment.sums.extend(block, &segment.units.written()[range])
     }
 
     fn writable_segment(&mut self) -> Result<&mut Segment, StoreError> {
@@ -400,10 +413,7 @@ impl ConsumeQueue {
         let Some((index, block)) = self.locate(queue_offset) else {
             return Ok(());
         };
-        let Segment { units, sums } = &mut self.segments[index];
-        let start = (block * CQ_BLOCK_UNITS) as usize * CQ_UNIT_SIZE;
-        let end = (start + CQ_BLOCK_UNITS as usize * CQ_UNIT_SIZE).min(units.write_pos());
-        sums.seal(block, &units.written()[start..end])
+        self.segments[index].seal(block)
     }
 
     /// The first queue offset of every block whose checksum does not match its units (open
@@ -414,7 +424,7 @@ impl ConsumeQueue {
             let first_unit = segment.start_offset() / CQ_UNIT_SIZE as u64;
             for block in 0..cq_sums::blocks_per_segment(self.units_per_segment) {
                 let start = first_unit + block * CQ_BLOCK_UNITS;
-                if start >= self.max_offset() && segment.sums.get(block).count == 0 {
+                if start >= self.max_offset() {
                     break;
                 }
                 if !segment.block_intact(block) {
@@ -462,9 +472,7 @@ impl ConsumeQueue {
         let intact = last.block_intact(block);
         last.units.truncate_to(pos);
         if intact {
-            let Segment { units, sums } = &mut *last;
-            let start = (block * CQ_BLOCK_UNITS) as usize * CQ_UNIT_SIZE;
-            sums.seal(block, &units.written()[start..])?;
+            last.seal(block)?;
         }
         last.sums.clear_from(block + 1)
     }
@@ -742,6 +750,45 @@ mod tests {
         assert!(!cq.block_intact(127) && cq.block_intact(128) && cq.block_intact(63));
         cq.seal_block(100).expect("seal");
         assert!(cq.damaged_blocks().is_empty());
+    }
+
+    #[test]
+    fn a_torn_tail_cut_at_open_forgets_the_checksums_of_blocks_after_the_cut() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cq = ConsumeQueue::open(dir.path(), "T", 1, 200).expect("open");
+        for i in 0..150 {
+            cq.put(i, unit(i)).expect("put");
+        }
+        cq.flush().expect("flush");
+        drop(cq);
+        // A power cut: the checksums reached the disk, units 70.. did not.
+        let path = queue_dir(dir.path(), "T", 1).join(mapped_file::file_name(0));
+        let mut bytes = std::fs::read(&path).expect("read");
+        bytes[70 * CQ_UNIT_SIZE..150 * CQ_UNIT_SIZE].fill(0);
+        std::fs::write(&path, &bytes).expect("write");
+        let mut cq = ConsumeQueue::open(dir.path(), "T", 1, 200).expect("reopen");
+        assert_eq!(cq.max_offset(), 70);
+        assert_eq!(
+            cq.damaged_blocks(),
+            vec![64],
+            "the cut block: its units decide"
+        );
+        // Other units take the lost places (the CommitLog lost them too).
+        for i in 70..150 {
+            cq.put(
+                i,
+                CqUnit {
+                    tags_code: 99,
+                    ..unit(i)
+                },
+            )
+            .expect("put");
+        }
+        assert_eq!(
+            cq.damaged_blocks(),
+            vec![64],
+            "a block after the cut starts afresh"
+        );
     }
 
     #[test]

@@ -229,6 +229,17 @@ mod tests {
     }
 
     #[test]
+    fn creating_over_a_stale_file_starts_empty() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let block = units(3, 2);
+        let mut stale = SegmentSums::create(dir.path(), 0, 64).expect("create");
+        stale.extend(0, &block).expect("extend");
+        drop(stale);
+        let sums = SegmentSums::create(dir.path(), 0, 64).expect("create over it");
+        assert_eq!(sums.get(0), BlockSum::default());
+    }
+
+    #[test]
     fn sums_survive_reopen_and_a_wrong_length_file_starts_over() {
         let dir = tempfile::tempdir().expect("tempdir");
         let block = units(3, 5);
