@@ -237,7 +237,16 @@ impl RaftRpc for RaftService {
                 .inspect_err(|status| tracing::debug!(%status, "replication stream closed"))
                 .ok()
                 .and_then(|payload| {
-                    codec::decode_shared("append entries", &payload.data)
+                    // The entries' records become slices of what they are decoded from and
+                    // live until applied and evicted from the log cache. Decoded from a copy,
+                    // they leave the stream's receive buffer free for the next request: it
+                    // is reused warm, where slices of it would make every request land in a
+                    // freshly allocated, page-faulting buffer (W1, 300k messages, three
+                    // alternated pairs: 12k fewer page faults per follower, servers 10.8-11.3
+                    // against 11.3-11.9 us of CPU a message).
+                    let received = bytes::Bytes::copy_from_slice(&payload.data);
+                    drop(payload);
+                    codec::decode_shared("append entries", &received)
                         .inspect_err(|error| tracing::warn!(%error, "undecodable append entries"))
                         .ok()
                 });
