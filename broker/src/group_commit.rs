@@ -303,6 +303,39 @@ mod tests {
         group.node.shutdown().await;
     }
 
+    /// A retry whose first copy's index entry rotted while the node runs (in its page cache)
+    /// is still recognised: the lookup meets the damaged block, which is rebuilt from the
+    /// CommitLog before the retry is decided.
+    #[tokio::test]
+    async fn a_retry_whose_first_copys_index_entry_rotted_is_still_stored_once() {
+        use crate::store::tests::{flip_bits, index_entry_byte};
+        let group = OneNode::start().await;
+        let commit = GroupCommit::start(group.node.raft().clone());
+        let message = records("rot", 1, 100);
+        let first = commit
+            .append(message.clone(), 1, false)
+            .await
+            .expect("stored");
+        let store_dir = crate::config::store_dir(group.dir.path());
+        // The low byte of the first entry's key hash: its chain would no longer find it.
+        let (file, at) = index_entry_byte(&store_dir, 0, 0, 7);
+        flip_bits(&file, at, 0x01);
+        assert_eq!(
+            group.node.group().store().damaged_index_blocks(0, 0..1),
+            [0]
+        );
+
+        let retry = commit.append(message, 1, true).await.expect("answered");
+
+        assert_eq!(first, retry, "the retry is answered with the first copy");
+        {
+            let store = group.node.group().store();
+            assert_eq!(store.consume_queue_offsets("TopicA", 0).1, 1, "one copy");
+            assert!(store.damaged_index_blocks(0, 0..1).is_empty(), "rebuilt");
+        }
+        group.node.shutdown().await;
+    }
+
     fn message(queue_offset: i64) -> AppendedMessage {
         AppendedMessage {
             queue_id: 0,

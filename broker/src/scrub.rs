@@ -13,6 +13,11 @@
 //! and after it that check out, which rewrites the unit from its record (or repairs the
 //! record), so a consumer waits seconds for it, not a pass.
 //!
+//! After each pass the key index is checked too, block by block against its checksums, at
+//! the same rate; a damaged block is rebuilt from the CommitLog
+//! ([`MessageStore::repair_index_block`](crate::store::MessageStore::repair_index_block)),
+//! oldest first, so each block's predecessor, which anchors its rebuild, is whole.
+//!
 //! Invariants: the store lock is held only to copy a chunk, to compare units, and to write a
 //! repair, never across a peer call; a repair writes only bytes a peer's checks passed, over
 //! the same range (the CommitLog end and queue offsets never move).
@@ -32,6 +37,9 @@ use crate::raft::membership::PeerAddrs;
 use crate::raft::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
 use crate::scrub_suspects::SuspectUnit;
 use crate::scrub_suspects::SuspectUnits;
+use crate::store::cq_sums::CQ_BLOCK_UNITS;
+use crate::store::index::BlockRepair;
+use crate::store::index::INDEX_ENTRY_SIZE;
 use crate::store::scrub::CheckedRecord;
 use crate::store::scrub::RECORD_OR_FILLER_BYTES_MAX;
 use crate::store::scrub::WalkEnd;
@@ -45,6 +53,8 @@ pub const SCRUB_CHUNK_BYTES: usize = 1024 * 1024;
 pub const SCRUB_BYTES_PER_SEC_DEFAULT: u64 = 8 * 1024 * 1024;
 /// Default pause between the end of one pass and the start of the next.
 pub const SCRUB_PASS_INTERVAL_DEFAULT: Duration = Duration::from_secs(3600);
+/// Key index blocks (of 64 entries, 1,280 bytes) checked per store lock.
+const SCRUB_INDEX_BLOCKS_PER_STEP: u64 = 1024;
 /// Units tried on each side of a suspect one for a neighbour that checks out.
 const SUSPECT_NEIGHBOURS_TRIED: usize = 16;
 /// CommitLog bytes checked at most around one suspect unit.
@@ -73,6 +83,7 @@ pub struct ScrubStatus {
     pub bytes_checked: AtomicU64,
     pub records_repaired: AtomicU64,
     pub units_repaired: AtomicU64,
+    pub index_blocks_repaired: AtomicU64,
     pub unrepaired: AtomicU64,
     /// Units reads found wrong, to check now.
     pub suspects: Arc<SuspectUnits>,
@@ -159,6 +170,54 @@ impl Scrubber {
             (store.commit_log_min_offset(), store.commit_log_max_offset())
         };
         self.check_range(start, end, Pace::Rate).await;
+        self.check_index().await;
+    }
+
+    /// Checks every block of the key index against its checksum, at the configured rate,
+    /// and rebuilds the damaged ones from the CommitLog.
+    async fn check_index(&self) {
+        let files = self.group.store().index_files();
+        for (sequence, blocks) in files {
+            let mut from = 0;
+            while from < blocks {
+                let to = (from + SCRUB_INDEX_BLOCKS_PER_STEP).min(blocks);
+                let damaged = self.group.store().damaged_index_blocks(sequence, from..to);
+                for block in damaged {
+                    self.repair_index_block(sequence, block);
+                }
+                let checked = (to - from) * CQ_BLOCK_UNITS * INDEX_ENTRY_SIZE as u64;
+                self.pause(Duration::from_secs_f64(
+                    checked as f64 / self.options.bytes_per_sec as f64,
+                ))
+                .await;
+                from = to;
+            }
+        }
+    }
+
+    fn repair_index_block(&self, sequence: u64, block: u64) {
+        let repaired = self.group.store_mut().repair_index_block(sequence, block);
+        match repaired {
+            Ok(BlockRepair::Intact) => {}
+            Ok(outcome @ (BlockRepair::Rewritten | BlockRepair::Resealed)) => {
+                let finding = format!(
+                    "key index file {sequence} block {block}: damaged, {outcome:?} from the CommitLog"
+                );
+                tracing::warn!(%finding, "scrub repaired");
+                self.status
+                    .index_blocks_repaired
+                    .fetch_add(1, Ordering::Relaxed);
+                self.status.found(finding);
+            }
+            Ok(BlockRepair::Mismatch) => self.unrepaired(format!(
+                "key index file {sequence} block {block}: damaged, and the CommitLog does not \
+                 give what its checksum covers (lookups through it fail until the index is \
+                 rebuilt at the next start)"
+            )),
+            Err(error) => self.unrepaired(format!(
+                "key index file {sequence} block {block}: rebuilding it failed: {error}"
+            )),
+        }
     }
 
     /// Waits `duration`, checking suspect units as they are reported.

@@ -22,7 +22,7 @@ const LEADS_WITHIN: Duration = Duration::from_secs(5);
 pub(crate) struct OneNode {
     pub(crate) node: BrokerNode,
     pub(crate) faults: Arc<FaultPlan>,
-    _dir: TempDir,
+    pub(crate) dir: TempDir,
 }
 
 impl OneNode {
@@ -64,11 +64,7 @@ impl OneNode {
             .await
             .expect("the founding node leads in time")
             .expect("raft running");
-        OneNode {
-            node,
-            faults,
-            _dir: dir,
-        }
+        OneNode { node, faults, dir }
     }
 
     pub(crate) fn addr(&self) -> SocketAddr {

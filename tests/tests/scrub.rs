@@ -322,3 +322,72 @@ async fn given_a_flipped_tags_code_a_tag_filtered_pull_should_still_deliver_its_
     group.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_rot_in_a_running_nodes_key_index_the_scrubber_should_rebuild_the_block_from_its_commit_log()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_5C2E, |config| {
+        config.scrub_bytes_per_sec = 64 * 1024 * 1024;
+        config.scrub_pass_interval_ms = 50;
+    })
+    .await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let follower = group.a_follower(leader);
+    let client = group.group_client();
+    for i in 0..MESSAGES {
+        let mut request = send_request(TOPIC, 0, [body(i)]);
+        let mut properties = Vec::new();
+        rocketraft_proto::properties::put_pair(&mut properties, "UNIQ_KEY", &format!("U{i}"));
+        request.messages[0].properties = properties.into();
+        client.send(request, SEND_TIMEOUT).await?;
+    }
+    let end = group.node(leader).group().store().commit_log_max_offset();
+    wait_for(
+        "the follower applied every message",
+        REPAIR_TIMEOUT,
+        || async {
+            (group.node(follower).group().store().commit_log_max_offset() == end).then_some(())
+        },
+    )
+    .await?;
+
+    info!(
+        follower,
+        "--- rot in the CommitLog offset of the follower's index entry 10"
+    );
+    let index_file = |node: u64| {
+        group
+            .data_dir(node)
+            .join("store")
+            .join("index")
+            .join(format!("{:020}", 0))
+    };
+    let header = std::fs::read(index_file(follower))?;
+    let slots = u32::from_be_bytes(header[4..8].try_into()?) as u64;
+    let entry_10 = 16 + slots * 4 + 10 * 20;
+    let entry = |node: u64| -> anyhow::Result<Vec<u8>> {
+        let bytes = std::fs::read(index_file(node))?;
+        Ok(bytes[entry_10 as usize..][..20].to_vec())
+    };
+    let intact = entry(leader)?;
+    flip_byte(&index_file(follower), entry_10 + 15, 0x10)?;
+    assert_ne!(entry(follower)?, intact);
+
+    let status = wait_for_status(&group, follower, "the index block rebuilt", |status| {
+        status.scrub_index_blocks_repaired >= 1
+    })
+    .await?;
+    assert_eq!(entry(follower)?, intact, "rebuilt as it was");
+    assert_eq!(status.scrub_unrepaired, 0, "{status:?}");
+    {
+        let store = group.node(follower).group().store();
+        for i in 0..MESSAGES {
+            let found = store.query_by_key(&format!("U{i}"))?;
+            assert_eq!(found.len(), 1, "U{i}");
+            assert_eq!(label(found[0].body()), label(&body(i)));
+        }
+    }
+    group.shutdown().await;
+    Ok(())
+}

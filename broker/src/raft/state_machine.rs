@@ -253,7 +253,7 @@ impl StateMachine {
                 half_offset,
                 records,
             } => {
-                if transaction_ended(&self.group.store(), &msg_id, half_offset)? {
+                if transaction_ended(&self.group, &msg_id, half_offset)? {
                     return Ok(CommandResult::Appended(Vec::new()));
                 }
                 Ok(CommandResult::Appended(append_records(
@@ -268,16 +268,13 @@ impl StateMachine {
                 let mut ended = Vec::with_capacity(ends.len());
                 let mut ending = std::collections::HashSet::new();
                 let mut records = Vec::new();
-                {
-                    let store = self.group.store();
-                    for end in &ends {
-                        let applies = !transaction_ended(&store, &end.msg_id, end.half_offset)?
-                            && ending.insert(end.msg_id.as_str());
-                        if applies {
-                            records.extend_from_slice(&end.records);
-                        }
-                        ended.push(applies);
+                for end in &ends {
+                    let applies = !transaction_ended(&self.group, &end.msg_id, end.half_offset)?
+                        && ending.insert(end.msg_id.as_str());
+                    if applies {
+                        records.extend_from_slice(&end.records);
                     }
+                    ended.push(applies);
                 }
                 if !records.is_empty() {
                     append_records(&self.group, &records, &[])?;
@@ -509,7 +506,6 @@ enum EarlierCopy {
 /// it in the batch: the same topic, `UNIQ_KEY` and reconsume count (records without a
 /// `UNIQ_KEY` have none).
 fn find_earlier_copies(group: &GroupState, records: &[u8]) -> io::Result<Vec<Option<EarlierCopy>>> {
-    let store = group.store();
     let mut found = Vec::new();
     let mut in_batch: HashMap<(&str, &str, i32), usize> = HashMap::new();
     let mut position = 0usize;
@@ -528,14 +524,15 @@ fn find_earlier_copies(group: &GroupState, records: &[u8]) -> io::Result<Vec<Opt
                     Some(index) => Some(EarlierCopy::InBatch(*index)),
                     None => {
                         in_batch.insert(copy, found.len());
-                        store.find_unique(copy.0, copy.1, copy.2)?.map(|stored| {
-                            EarlierCopy::Stored(AppendedMessage {
-                                queue_id: stored.queue_id,
-                                queue_offset: stored.queue_offset,
-                                commit_log_offset: stored.commit_log_offset,
-                                size: stored.size,
+                        with_index_repair(group, |store| store.find_unique(copy.0, copy.1, copy.2))?
+                            .map(|stored| {
+                                EarlierCopy::Stored(AppendedMessage {
+                                    queue_id: stored.queue_id,
+                                    queue_offset: stored.queue_offset,
+                                    commit_log_offset: stored.commit_log_offset,
+                                    size: stored.size,
+                                })
                             })
-                        })
                     }
                 }
             }
@@ -547,13 +544,43 @@ fn find_earlier_copies(group: &GroupState, records: &[u8]) -> io::Result<Vec<Opt
     Ok(found)
 }
 
+/// Runs `lookup`, a search through the key index. Apply decides with such searches, so every
+/// replica must answer alike: a damaged index block the search meets is rebuilt from the
+/// CommitLog (`MessageStore::repair_index_block`) and the search run again; a block that
+/// cannot be rebuilt fails the apply (the node stops rather than decide differently).
+fn with_index_repair<T>(
+    group: &GroupState,
+    lookup: impl Fn(&MessageStore) -> Result<T, StoreError>,
+) -> io::Result<T> {
+    let mut repaired = Vec::new();
+    loop {
+        let result = lookup(&group.store());
+        match result {
+            Err(StoreError::IndexDamaged { sequence, block })
+                if !repaired.contains(&(sequence, block)) =>
+            {
+                repaired.push((sequence, block));
+                let outcome = group.store_mut().repair_index_block(sequence, block)?;
+                tracing::warn!(
+                    sequence,
+                    block,
+                    ?outcome,
+                    "a lookup met a damaged index block: rebuilt from the CommitLog"
+                );
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
 /// Whether the transaction of half message `msg_id` (first stored at `half_offset`) has an
 /// op record: then it ended, and another end of it is skipped.
-fn transaction_ended(store: &MessageStore, msg_id: &str, half_offset: i64) -> io::Result<bool> {
+fn transaction_ended(group: &GroupState, msg_id: &str, half_offset: i64) -> io::Result<bool> {
     let since = half_offset.max(0) as u64;
-    let ended = store
-        .find_unique_since(TRANSACTION_OP_TOPIC, msg_id, 0, since)?
-        .is_some();
+    let ended = with_index_repair(group, |store| {
+        store.find_unique_since(TRANSACTION_OP_TOPIC, msg_id, 0, since)
+    })?
+    .is_some();
     if ended {
         tracing::info!(msg_id, "transaction ended already; this end is skipped");
     }

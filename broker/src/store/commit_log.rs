@@ -12,6 +12,7 @@
 //! [`CommitLog::write_staged`] (or every [`STAGED_BYTES_MAX`] bytes). Staged records count in
 //! `max_offset` but are not readable: the store writes them before any `&self` read can run.
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -453,10 +454,10 @@ impl CommitLog {
     }
 
     /// Calls `f(offset, record)` for every message record from `offset` (a record boundary)
-    /// to the end, skipping blank fillers. Stops at the first error `f` returns.
+    /// to the end, skipping blank fillers, until `f` breaks or fails.
     pub fn for_each_record_from<F>(&self, offset: u64, mut f: F) -> Result<(), StoreError>
     where
-        F: FnMut(u64, RecordView<'_>) -> Result<(), StoreError>,
+        F: FnMut(u64, RecordView<'_>) -> Result<ControlFlow<()>, StoreError>,
     {
         debug_assert!(self.staged.is_empty(), "read with staged records");
         if offset < self.min_offset() || offset > self.max_offset() {
@@ -477,7 +478,9 @@ impl CommitLog {
             match probe(data, segment.size_bytes() - rel).map_err(corrupt)? {
                 Entry::Message(view) => {
                     let len = view.total_size();
-                    f(pos, view)?;
+                    if f(pos, view)?.is_break() {
+                        return Ok(());
+                    }
                     pos += len as u64;
                 }
                 Entry::Blank(len) => pos += len as u64,
@@ -611,7 +614,7 @@ mod tests {
         log.for_each_record_from(0, |offset, view| {
             assert_eq!(view.physical_offset() as u64, offset);
             seen.push(offset);
-            Ok(())
+            Ok(ControlFlow::Continue(()))
         })
         .expect("walk");
         assert_eq!(seen, offsets);
@@ -692,7 +695,7 @@ mod tests {
         let mut count = 0;
         log.for_each_record_from(0, |_, _| {
             count += 1;
-            Ok(())
+            Ok(ControlFlow::Continue(()))
         })
         .expect("walk");
         assert_eq!(count, offsets.len() + 1);

@@ -184,6 +184,14 @@ impl Dispatcher {
         &self.index
     }
 
+    pub fn index_mut(&mut self) -> &mut Index {
+        debug_assert!(
+            self.pending_keys.is_empty(),
+            "index changed inside a run of dispatches"
+        );
+        &mut self.index
+    }
+
     /// Writes the unit for the record at CommitLog `offset` at `queue_offset`, and queues its
     /// index entries for [`Dispatcher::finish_dispatch`]. With `allow_start`, an empty queue
     /// may begin at a later queue offset. Returns whether a unit was added (false: the same
@@ -383,7 +391,11 @@ mod tests {
         assert_eq!(dispatcher.queue_count(), 1);
         assert_eq!(dispatcher.queue_offset_sum(), 1);
         assert_eq!(
-            dispatcher.index().lookup("order-1").collect::<Vec<_>>(),
+            dispatcher
+                .index()
+                .lookup("order-1", 0)
+                .collect::<Result<Vec<_>, _>>()
+                .expect("lookup"),
             [0]
         );
     }

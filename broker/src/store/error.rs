@@ -115,6 +115,9 @@ pub enum StoreError {
     /// An index entry for an offset below the last indexed offset that is not already present.
     #[error("index entry at commit log offset {offset} is older than last indexed offset {last}")]
     IndexOutOfOrder { offset: i64, last: i64 },
+    /// Entries of an index file that do not match their block's checksum.
+    #[error("index file {sequence}: entry block {block} does not match its checksum")]
+    IndexDamaged { sequence: u64, block: u64 },
     /// An index file whose header is missing or does not match the file.
     #[error("index file {path}: {reason}")]
     IndexFile { path: PathBuf, reason: &'static str },

@@ -33,6 +33,7 @@
 //! differs. The newest file's last, partial block is resealed from its counted entries (its
 //! checksum may cover entries written after the last flush).
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -88,6 +89,38 @@ struct IndexFile {
     /// While the file takes entries, its slot table lives here and reaches the file when
     /// the file fills; `None`: the file's own table is current.
     live_slots: Option<SlotTable>,
+}
+
+/// An entry as stored: `previous` is the slot's entry before it, as number + 1.
+fn encode_entry(hash: u64, offset: i64, previous: u32) -> [u8; INDEX_ENTRY_SIZE] {
+    let mut bytes = [0u8; INDEX_ENTRY_SIZE];
+    bytes[..8].copy_from_slice(&hash.to_be_bytes());
+    bytes[8..16].copy_from_slice(&offset.to_be_bytes());
+    bytes[16..].copy_from_slice(&previous.to_be_bytes());
+    bytes
+}
+
+/// Where the entries of a block come from, for [`Index::repair_block`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockOrigin {
+    /// How many entries the block holds.
+    pub entries: usize,
+    /// `(key hash, CommitLog offset)` of the entry before the block (in its file or the
+    /// file before); `None`: the block starts the index.
+    pub after: Option<(u64, i64)>,
+}
+
+/// What [`Index::repair_block`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockRepair {
+    /// The entries and their checksum agreed already.
+    Intact,
+    /// The entries were damaged and are written again as they were.
+    Rewritten,
+    /// The entries were right and their checksum damaged: it is taken from them again.
+    Resealed,
+    /// What the CommitLog gives does not match the checksum: nothing was changed.
+    Mismatch,
 }
 
 fn file_size(slots: u32, capacity: u32) -> u64 {
@@ -312,11 +345,7 @@ impl IndexFile {
     /// Appends an entry and makes it its slot's newest (the file has room).
     /// The last entry seals the file: its slot table is written into it.
     fn push(&mut self, hash: u64, offset: i64) -> Result<(), StoreError> {
-        let previous = self.slot(hash);
-        let mut bytes = [0u8; INDEX_ENTRY_SIZE];
-        bytes[..8].copy_from_slice(&hash.to_be_bytes());
-        bytes[8..16].copy_from_slice(&offset.to_be_bytes());
-        bytes[16..].copy_from_slice(&previous.to_be_bytes());
+        let bytes = encode_entry(hash, offset, self.slot(hash));
         self.map.overwrite(self.entry_pos(self.count), &bytes)?;
         let block = u64::from(self.count) / CQ_BLOCK_UNITS;
         let range = self.block_range(block, self.count + 1);
@@ -353,29 +382,112 @@ impl IndexFile {
         Ok(())
     }
 
-    /// The entries of `hash`'s slot in this file (any hash), newest first.
-    fn slot_entries(&self, hash: u64) -> impl Iterator<Item = Entry> + '_ {
+    /// The entries of `hash`'s slot in this file (any hash), newest first, with their
+    /// numbers.
+    fn slot_entries(&self, hash: u64) -> impl Iterator<Item = (u32, Entry)> + '_ {
         let mut link = self.slot(hash);
         std::iter::from_fn(move || {
             // A link names an older counted entry; anything else ends the chain.
             if link == NO_ENTRY || link > self.count {
                 return None;
             }
-            let entry = self.entry(link - 1);
+            let number = link - 1;
+            let entry = self.entry(number);
             link = if entry.previous < link {
                 entry.previous
             } else {
                 NO_ENTRY
             };
-            Some(entry)
+            Some((number, entry))
         })
     }
 
-    /// The offsets of `hash`'s entries in this file, newest first.
-    fn chain(&self, hash: u64) -> impl Iterator<Item = i64> + '_ {
-        self.slot_entries(hash)
-            .filter(move |entry| entry.hash == hash)
-            .map(|entry| entry.offset)
+    /// The offsets of `hash`'s entries in this file at or after CommitLog offset `since`,
+    /// newest first. Each entry is used only once its block matched its checksum; a block
+    /// that does not ends the chain with [`StoreError::IndexDamaged`] (a damaged entry could
+    /// skip entries, name others, or end the chain early).
+    fn chain(&self, hash: u64, since: i64) -> impl Iterator<Item = Result<i64, StoreError>> + '_ {
+        let mut entries = self.slot_entries(hash);
+        let mut verified = None;
+        let mut done = false;
+        std::iter::from_fn(move || {
+            if done {
+                return None;
+            }
+            for (number, entry) in entries.by_ref() {
+                let block = u64::from(number) / CQ_BLOCK_UNITS;
+                if verified != Some(block) {
+                    if !self.block_intact(block) {
+                        done = true;
+                        return Some(Err(StoreError::IndexDamaged {
+                            sequence: self.sequence(),
+                            block,
+                        }));
+                    }
+                    verified = Some(block);
+                }
+                if entry.offset < since {
+                    break;
+                }
+                if entry.hash == hash {
+                    return Some(Ok(entry.offset));
+                }
+            }
+            done = true;
+            None
+        })
+    }
+
+    /// The CommitLog offset of the first entry, if its block checks out.
+    fn checked_first_offset(&self) -> Option<i64> {
+        (self.count > 0 && self.block_intact(0)).then(|| self.entry(0).offset)
+    }
+
+    fn sequence(&self) -> u64 {
+        self.map.start_offset()
+    }
+
+    /// How many blocks the entries fill (the last may be partial).
+    fn blocks(&self) -> u64 {
+        u64::from(self.count).div_ceil(CQ_BLOCK_UNITS)
+    }
+
+    /// Whether block `block`'s entries match its checksum.
+    fn block_intact(&self, block: u64) -> bool {
+        self.sums
+            .get(block)
+            .covers(self.block_bytes(block, self.count))
+    }
+
+    /// Block `block` as stored, for entries with these `(hash, offset)` pairs: each links to
+    /// the newest earlier entry of its slot, found by reading back from the block's start.
+    fn rebuilt_block(&self, block: u64, pairs: &[(u64, i64)]) -> Vec<u8> {
+        let first = (block * CQ_BLOCK_UNITS) as u32;
+        // Per slot the block uses: its newest entry before the block, once found.
+        let mut newest: HashMap<usize, Option<u32>> = pairs
+            .iter()
+            .map(|(hash, _)| (self.slot_number(*hash), None))
+            .collect();
+        let mut unresolved = newest.len();
+        for number in (0..first).rev() {
+            if unresolved == 0 {
+                break;
+            }
+            let slot = self.slot_number(self.entry(number).hash);
+            if let Some(link @ None) = newest.get_mut(&slot) {
+                *link = Some(number + 1);
+                unresolved -= 1;
+            }
+        }
+        let mut bytes = Vec::with_capacity(pairs.len() * INDEX_ENTRY_SIZE);
+        for (number, &(hash, offset)) in (first..).zip(pairs) {
+            let link = newest
+                .get_mut(&self.slot_number(hash))
+                .expect("every slot of the block is listed");
+            bytes.extend_from_slice(&encode_entry(hash, offset, link.unwrap_or(NO_ENTRY)));
+            *link = Some(number + 1);
+        }
+        bytes
     }
 
     /// Writes the entry count into the header and hands back what makes the file durable,
@@ -560,8 +672,8 @@ impl Index {
         for file in self.files.iter().rev() {
             if file
                 .slot_entries(hash)
-                .take_while(|entry| entry.offset >= offset)
-                .any(|entry| entry.hash == hash && entry.offset == offset)
+                .take_while(|(_, entry)| entry.offset >= offset)
+                .any(|(_, entry)| entry.hash == hash && entry.offset == offset)
             {
                 return true;
             }
@@ -573,16 +685,128 @@ impl Index {
         false
     }
 
-    /// Candidate CommitLog offsets for `key`, newest first (verify against the record).
-    pub fn lookup(&self, key: &str) -> impl Iterator<Item = i64> + '_ {
-        self.chain(key_hash(key))
+    /// Candidate CommitLog offsets for `key` at or after `since`, newest first (verify them
+    /// against the record). A damaged entry block on the way is an
+    /// [`StoreError::IndexDamaged`] item, never a missed or made-up candidate: stop there
+    /// ([`Index::repair_block`] mends it). Files whose entries all lie below `since` (by the
+    /// first entry of the file after them) are not read, so damage there does not matter.
+    pub fn lookup(
+        &self,
+        key: &str,
+        since: i64,
+    ) -> impl Iterator<Item = Result<i64, StoreError>> + '_ {
+        let hash = key_hash(key);
+        let newer_first = self
+            .files
+            .iter()
+            .skip(1)
+            .map(IndexFile::checked_first_offset);
+        let reaching = self
+            .files
+            .iter()
+            .zip(newer_first.map(Some).chain([None]))
+            .filter(move |(_, newer_first)| {
+                newer_first.is_none_or(|first| first.is_none_or(|first| first >= since))
+            })
+            .map(|(file, _)| file)
+            .collect::<Vec<_>>();
+        reaching
+            .into_iter()
+            .rev()
+            .flat_map(move |file| file.chain(hash, since))
     }
 
-    fn chain(&self, hash: u64) -> impl Iterator<Item = i64> + '_ {
+    /// Every file as `(sequence, blocks its entries fill)`, oldest first.
+    pub fn files(&self) -> Vec<(u64, u64)> {
         self.files
             .iter()
-            .rev()
-            .flat_map(move |file| file.chain(hash))
+            .map(|file| (file.sequence(), file.blocks()))
+            .collect()
+    }
+
+    /// Which of `blocks` of file `sequence` do not match their checksums (none if the file
+    /// is gone or holds fewer blocks).
+    pub fn damaged_blocks(&self, sequence: u64, blocks: std::ops::Range<u64>) -> Vec<u64> {
+        self.file(sequence).map_or_else(Vec::new, |file| {
+            (blocks.start..blocks.end.min(file.blocks()))
+                .filter(|block| !file.block_intact(*block))
+                .collect()
+        })
+    }
+
+    fn file(&self, sequence: u64) -> Option<&IndexFile> {
+        self.files.iter().find(|file| file.sequence() == sequence)
+    }
+
+    /// Where block `block` of file `sequence` comes from; `None` if there is no such block
+    /// or the entry before it is itself in a damaged block (repair that one first).
+    pub fn block_origin(&self, sequence: u64, block: u64) -> Option<BlockOrigin> {
+        let position = self
+            .files
+            .iter()
+            .position(|file| file.sequence() == sequence)?;
+        let file = &self.files[position];
+        if block >= file.blocks() {
+            return None;
+        }
+        let entries = file.block_range(block, file.count).len() / INDEX_ENTRY_SIZE;
+        let first = block * CQ_BLOCK_UNITS;
+        let (holder, number) = if first > 0 {
+            (file, (first - 1) as u32)
+        } else {
+            match position.checked_sub(1).map(|p| &self.files[p]) {
+                Some(previous) if previous.count > 0 => (previous, previous.count - 1),
+                _ => {
+                    return Some(BlockOrigin {
+                        entries,
+                        after: None,
+                    });
+                }
+            }
+        };
+        if !holder.block_intact(u64::from(number) / CQ_BLOCK_UNITS) {
+            return None;
+        }
+        let entry = holder.entry(number);
+        let after = Some((entry.hash, entry.offset));
+        Some(BlockOrigin { entries, after })
+    }
+
+    /// Rebuilds block `block` of file `sequence` from `pairs`, the `(key hash, CommitLog
+    /// offset)` pairs the CommitLog gives for its entries, in order ([`BlockOrigin`]). The
+    /// result is written only if it matches the block's checksum, so a repair restores
+    /// exactly what was there or changes nothing.
+    pub fn repair_block(
+        &mut self,
+        sequence: u64,
+        block: u64,
+        pairs: &[(u64, i64)],
+    ) -> Result<BlockRepair, StoreError> {
+        let Some(file) = self
+            .files
+            .iter_mut()
+            .find(|file| file.sequence() == sequence)
+        else {
+            return Ok(BlockRepair::Mismatch);
+        };
+        let range = file.block_range(block, file.count);
+        if block >= file.blocks() || pairs.len() * INDEX_ENTRY_SIZE != range.len() {
+            return Ok(BlockRepair::Mismatch);
+        }
+        let rebuilt = file.rebuilt_block(block, pairs);
+        let sum = file.sums.get(block);
+        if file.whole()[range.clone()] == *rebuilt {
+            if sum.covers(&rebuilt) {
+                return Ok(BlockRepair::Intact);
+            }
+            file.sums.seal(block, &rebuilt)?;
+            return Ok(BlockRepair::Resealed);
+        }
+        if !sum.covers(&rebuilt) {
+            return Ok(BlockRepair::Mismatch);
+        }
+        file.map.overwrite(range.start, &rebuilt)?;
+        Ok(BlockRepair::Rewritten)
     }
 
     /// Deletes the oldest files whose entries all point below CommitLog offset
@@ -682,13 +906,17 @@ mod tests {
         fs::write(&path, &bytes).expect("write");
     }
 
+    /// What a lookup of `key` finds, which must not meet damage.
+    fn found(index: &Index, key: &str) -> Vec<i64> {
+        index
+            .lookup(key, i64::MIN)
+            .collect::<Result<_, _>>()
+            .expect("no damaged block")
+    }
+
     fn every_key_found(index: &Index, n: i64) {
         for i in 0..n {
-            assert_eq!(
-                index.lookup(&format!("k{i}")).collect::<Vec<_>>(),
-                [i * 10],
-                "k{i}"
-            );
+            assert_eq!(found(index, &format!("k{i}")), [i * 10], "k{i}");
         }
     }
 
@@ -724,6 +952,38 @@ mod tests {
     }
 
     #[test]
+    fn a_lookup_fails_at_damage_it_reaches_and_skips_files_below_where_it_starts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let index = flushed(dir.path(), 20);
+        let entries = HEADER_SIZE + (SMALL / INDEX_ENTRIES_PER_SLOT) as usize * SLOT_SIZE;
+        // Entry 3 of file 0 (offset 30), written in place: the mapping sees it at once.
+        let path = dir.path().join(INDEX_DIR).join(mapped_file::file_name(0));
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open");
+        std::os::unix::fs::FileExt::write_all_at(&file, &[0x7f], (entries + 3 * 20 + 15) as u64)
+            .expect("write");
+
+        assert!(matches!(
+            index.lookup("k3", 0).collect::<Vec<_>>()[..],
+            [Err(StoreError::IndexDamaged {
+                sequence: 0,
+                block: 0
+            })]
+        ));
+        // File 1 starts at 80: file 0 holds nothing from 100 on and is not read.
+        assert_eq!(
+            index
+                .lookup("k19", 100)
+                .collect::<Result<Vec<_>, _>>()
+                .expect("no damage read"),
+            [190]
+        );
+        assert_eq!(index.damaged_blocks(0, 0..1), [0]);
+    }
+
+    #[test]
     fn a_flipped_slot_of_a_sealed_file_is_rewritten_from_its_entries() {
         let dir = tempfile::tempdir().expect("tempdir");
         drop(flushed(dir.path(), 20));
@@ -747,8 +1007,8 @@ mod tests {
         index.add("k2", 0).expect("add");
         index.add("k1", 100).expect("add");
         index.add("k1", 100).expect("duplicate is a no-op");
-        assert_eq!(index.lookup("k1").collect::<Vec<_>>(), [100, 0]);
-        assert_eq!(index.lookup("nope").count(), 0);
+        assert_eq!(found(&index, "k1"), [100, 0]);
+        assert_eq!(index.lookup("nope", 0).count(), 0);
         assert_eq!(index.len(), 3);
         assert!(matches!(
             index.add("k3", 50),
@@ -773,7 +1033,7 @@ mod tests {
             Err(StoreError::IndexOutOfOrder { .. })
         ));
         assert_eq!(index.len(), 8);
-        assert_eq!(index.lookup("reused").collect::<Vec<_>>(), [30, 20, 10, 0]);
+        assert_eq!(found(&index, "reused"), [30, 20, 10, 0]);
     }
 
     #[test]
@@ -786,21 +1046,18 @@ mod tests {
         }
         assert_eq!(index.len(), 40);
         assert_eq!(index.files.len(), 5, "8 entries per file");
-        assert_eq!(index.lookup("k3").collect::<Vec<_>>(), [30]);
-        assert_eq!(index.lookup("every").count(), 20);
+        assert_eq!(found(&index, "k3"), [30]);
+        assert_eq!(index.lookup("every", 0).count(), 20);
         index
             .add("k3", 30)
             .expect("a pair in an older file is found");
         assert_eq!(index.len(), 40);
         assert_eq!(index.truncate(55).expect("truncate"), 28);
         assert_eq!(index.files.len(), 2, "emptied files are deleted");
-        assert_eq!(
-            index.lookup("every").collect::<Vec<_>>(),
-            [50, 40, 30, 20, 10, 0]
-        );
-        assert_eq!(index.lookup("k6").count(), 0);
+        assert_eq!(found(&index, "every"), [50, 40, 30, 20, 10, 0]);
+        assert_eq!(index.lookup("k6", 0).count(), 0);
         index.add("k6", 60).expect("add after truncation");
-        assert_eq!(index.lookup("k6").collect::<Vec<_>>(), [60]);
+        assert_eq!(found(&index, "k6"), [60]);
         assert_eq!(index.truncate(0).expect("clear"), 13);
         assert!(index.is_empty());
         assert_eq!(index.files.len(), 1);
@@ -833,21 +1090,21 @@ mod tests {
             2,
             "the file holding only later entries is gone"
         );
-        assert_eq!(index.lookup("k9").collect::<Vec<_>>(), [90]);
+        assert_eq!(found(&index, "k9"), [90]);
         for i in 0..8 {
             assert_eq!(
-                index.lookup(&format!("k{i}")).collect::<Vec<_>>(),
+                found(&index, &format!("k{i}")),
                 [i * 10],
                 "the full file's slot table was written into it when it filled"
             );
         }
         assert_eq!(
-            index.lookup("k11").count(),
+            index.lookup("k11", 0).count(),
             0,
             "its slot was rebuilt without it"
         );
         index.add("k11", 110).expect("re-dispatch adds it again");
-        assert_eq!(index.lookup("k11").collect::<Vec<_>>(), [110]);
+        assert_eq!(found(&index, "k11"), [110]);
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod cq_sums;
 pub mod dispatch;
 pub mod error;
 pub mod index;
+pub mod index_repair;
 pub mod mapped_file;
 pub mod power_loss;
 pub mod properties;
@@ -34,6 +35,8 @@ pub use error::StoreError;
 pub use properties::Properties;
 pub use record::{DecodedRecord, MessageRecord, RecordView};
 pub use tags::tags_code;
+
+use std::ops::ControlFlow;
 
 use tracing::{error, info, warn};
 
@@ -275,7 +278,7 @@ impl MessageStore {
             let unit_added = dispatcher.dispatch(offset, &info, queue_offset, allow_start)?;
             done.records += 1;
             done.units += u64::from(unit_added);
-            Ok(())
+            Ok(ControlFlow::Continue(()))
         });
         let finished = dispatcher.finish_dispatch();
         done.index_entries = (dispatcher.index().len() - index_entries_before) as u64;
@@ -631,8 +634,9 @@ impl MessageStore {
         reconsume_times: i32,
         since: u64,
     ) -> Result<Option<Stored>, StoreError> {
-        let candidates = self.dispatcher.index().lookup(unique_key);
-        for commit_log_offset in candidates.take_while(|offset| *offset as u64 >= since) {
+        let since = i64::try_from(since).unwrap_or(i64::MAX);
+        for candidate in self.dispatcher.index().lookup(unique_key, since) {
+            let commit_log_offset = candidate?;
             let view = self.read_view(commit_log_offset)?;
             if view.topic() == topic
                 && view.reconsume_times() == reconsume_times
@@ -669,9 +673,9 @@ impl MessageStore {
     /// offset (retention deleted their records) are not read.
     pub fn query_by_key(&self, key: &str) -> Result<Vec<RecordView<'_>>, StoreError> {
         let mut found = Vec::new();
-        let min = self.commit_log.min_offset();
-        let candidates = self.dispatcher.index().lookup(key);
-        for offset in candidates.take_while(|offset| *offset as u64 >= min) {
+        let min = self.commit_log.min_offset() as i64;
+        for candidate in self.dispatcher.index().lookup(key, min) {
+            let offset = candidate?;
             let view = self.read_view(offset)?;
             let matches = view.property(properties::UNIQ_KEY)? == Some(key)
                 || view
@@ -743,4 +747,4 @@ impl AppendBatch<'_> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

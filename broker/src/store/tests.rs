@@ -3,7 +3,7 @@
 
 use std::fs::OpenOptions;
 use std::io::{Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::store::commit_log::COMMIT_LOG_DIR;
@@ -749,11 +749,19 @@ fn stored_and_closed(dir: &Path) -> Vec<Vec<CqUnit>> {
     all_units(&store)
 }
 
-/// Flips the bits `mask` of byte `at` of the file at `path`.
-fn flip_bits(path: &Path, at: usize, mask: u8) {
-    let mut bytes = std::fs::read(path).expect("read");
-    bytes[at] ^= mask;
-    std::fs::write(path, &bytes).expect("write");
+/// Flips the bits `mask` of byte `at` of the file at `path`, in place (a store that has the
+/// file mapped sees it at once, as it would rot in its page cache).
+pub(crate) fn flip_bits(path: &Path, at: usize, mask: u8) {
+    use std::os::unix::fs::FileExt;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open");
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, at as u64).expect("read");
+    byte[0] ^= mask;
+    file.write_all_at(&byte, at as u64).expect("write");
 }
 
 #[test]
@@ -847,4 +855,91 @@ fn a_damaged_index_entry_has_the_index_rebuilt_from_the_commit_log_at_open() {
             Some(format!("k{i} shared").as_str())
         );
     }
+}
+
+/// Byte `byte` of entry `entry` of index file `sequence` of the store in `dir` (the file's
+/// slot count is in its header).
+pub(crate) fn index_entry_byte(
+    dir: &Path,
+    sequence: u64,
+    entry: usize,
+    byte: usize,
+) -> (PathBuf, usize) {
+    let file = dir.join(INDEX_DIR).join(mapped_file::file_name(sequence));
+    let header = std::fs::read(&file).expect("read");
+    let slots = u32::from_be_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
+    (file, 16 + slots * 4 + entry * 20 + byte)
+}
+
+#[test]
+fn index_damage_in_a_running_store_fails_lookups_until_its_block_is_rebuilt_from_the_commit_log() {
+    use crate::store::index::BlockRepair;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = MessageStore::open(StoreConfig {
+        index_entries_per_file: 16,
+        ..config(dir.path())
+    })
+    .expect("open");
+    // Three keys a message (U{i}, k{i}, shared): 90 entries in files 0..=5 of 16.
+    append_n(&mut store, 0..30);
+    let shared = |store: &MessageStore| store.query_by_key("shared").map(|found| found.len());
+    let expected = shared(&store).expect("an intact index");
+
+    // Rot in the CommitLog offsets of entry 7 of files 2 and 3: "shared" chains through both.
+    for sequence in [2, 3] {
+        let (file, at) = index_entry_byte(dir.path(), sequence, 7, 15);
+        flip_bits(&file, at, 0x04);
+    }
+    assert!(
+        matches!(
+            shared(&store),
+            Err(StoreError::IndexDamaged {
+                sequence: 3,
+                block: 0
+            })
+        ),
+        "a lookup stops at the damage instead of answering without it"
+    );
+    assert_eq!(store.damaged_index_blocks(2, 0..1), [0]);
+    assert_eq!(store.damaged_index_blocks(3, 0..u64::MAX), [0]);
+    assert_eq!(
+        store.repair_index_block(3, 0).expect("repair"),
+        BlockRepair::Mismatch,
+        "the entry before file 3's block is damaged too: nothing to anchor it on"
+    );
+    assert_eq!(
+        store.repair_index_block(2, 0).expect("repair"),
+        BlockRepair::Rewritten
+    );
+    assert_eq!(
+        store.repair_index_block(3, 0).expect("repair"),
+        BlockRepair::Rewritten
+    );
+    assert_eq!(shared(&store).expect("repaired"), expected);
+    for i in 0..30 {
+        let found = store.query_by_key(&format!("U{i}")).expect("query");
+        assert_eq!(found.len(), 1, "U{i}");
+    }
+
+    // Rot in a checksum over intact entries: they are right, the checksum is taken again.
+    let sums = dir
+        .path()
+        .join(INDEX_DIR)
+        .join(crate::store::cq_sums::SUMS_DIR)
+        .join(mapped_file::file_name(4));
+    flip_bits(&sums, 6, 0x10);
+    assert_eq!(store.damaged_index_blocks(4, 0..1), [0]);
+    assert_eq!(
+        store.repair_index_block(4, 0).expect("repair"),
+        BlockRepair::Resealed
+    );
+    assert_eq!(
+        store.repair_index_block(4, 0).expect("repair"),
+        BlockRepair::Intact
+    );
+    store.flush().expect("flush");
+    drop(store);
+    let (store, report) = open(dir.path());
+    assert_ne!(report.redispatch_from, 0, "no rebuild at open: {report:?}");
+    assert_eq!(shared(&store).expect("intact after reopen"), expected);
 }

@@ -1,0 +1,82 @@
+//! Mending the key index from the CommitLog while the store runs: a block of index entries
+//! that does not match its checksum (found by a lookup or by the scrubber) is rebuilt from the
+//! records it indexes.
+//!
+//! Invariant: a block is only ever written back as it was. The records after the entry
+//! before the block give the block's `(key hash, offset)` pairs, in the order dispatch added
+//! them; their links are recomputed; and [`Index::repair_block`] writes the result only if
+//! it matches the block's checksum. Anything else leaves the index as it is, so a lookup
+//! through the block keeps failing instead of answering wrong.
+
+use std::ops::ControlFlow;
+
+use crate::store::MessageStore;
+use crate::store::dispatch::RecordInfo;
+use crate::store::error::StoreError;
+use crate::store::index::BlockRepair;
+use crate::store::index::key_hash;
+
+impl MessageStore {
+    /// The index files as `(sequence, blocks)`, oldest first, for a check of their blocks.
+    pub fn index_files(&self) -> Vec<(u64, u64)> {
+        self.dispatcher.index().files()
+    }
+
+    /// Which of `blocks` of index file `sequence` do not match their checksums.
+    pub fn damaged_index_blocks(&self, sequence: u64, blocks: std::ops::Range<u64>) -> Vec<u64> {
+        self.dispatcher.index().damaged_blocks(sequence, blocks)
+    }
+
+    /// Rebuilds block `block` of index file `sequence` from the CommitLog (see the module
+    /// comment). `Mismatch` if the block cannot be anchored (the entry before it is damaged
+    /// too, or the records it indexed are gone) or what the CommitLog gives is not what the
+    /// checksum covers.
+    pub fn repair_index_block(
+        &mut self,
+        sequence: u64,
+        block: u64,
+    ) -> Result<BlockRepair, StoreError> {
+        let Some(origin) = self.dispatcher.index().block_origin(sequence, block) else {
+            return Ok(BlockRepair::Mismatch);
+        };
+        let from = origin
+            .after
+            .map_or(self.commit_log.min_offset(), |(_, offset)| offset as u64);
+        if from < self.commit_log.min_offset() {
+            return Ok(BlockRepair::Mismatch);
+        }
+        let tags_code_fn = self.config.tags_code_fn;
+        let mut pairs = Vec::with_capacity(origin.entries);
+        // The entry before the block: its record's pairs up to it are the file's already.
+        let mut skip_through = origin.after;
+        let mut record_hashes = Vec::new();
+        self.commit_log.for_each_record_from(from, |offset, view| {
+            let info = RecordInfo::from_view(&view, tags_code_fn(&view))?;
+            // A pair is stored once: a key repeated in a record (or two keys of one hash)
+            // added one entry.
+            record_hashes.clear();
+            for hash in info.keys().map(key_hash) {
+                if !record_hashes.contains(&hash) {
+                    record_hashes.push(hash);
+                }
+            }
+            let mut hashes = record_hashes.as_slice();
+            if let Some((hash, at)) = skip_through.take()
+                && at == offset as i64
+                && let Some(position) = hashes.iter().position(|h| *h == hash)
+            {
+                hashes = &hashes[position + 1..];
+            }
+            for hash in hashes {
+                pairs.push((*hash, offset as i64));
+                if pairs.len() == origin.entries {
+                    return Ok(ControlFlow::Break(()));
+                }
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
+        self.dispatcher
+            .index_mut()
+            .repair_block(sequence, block, &pairs)
+    }
+}
