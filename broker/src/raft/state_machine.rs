@@ -546,30 +546,27 @@ fn find_earlier_copies(group: &GroupState, records: &[u8]) -> io::Result<Vec<Opt
 
 /// Runs `lookup`, a search through the key index. Apply decides with such searches, so every
 /// replica must answer alike: a damaged index block the search meets is rebuilt from the
-/// CommitLog (`MessageStore::repair_index_block`) and the search run again; a block that
-/// cannot be rebuilt fails the apply (the node stops rather than decide differently).
+/// CommitLog (`MessageStore::repair_index_block`), a damaged slot from the file's entries
+/// (`MessageStore::repair_index_slot`), and the search run again; damage that cannot be
+/// mended fails the apply (the node stops rather than decide differently).
 fn with_index_repair<T>(
     group: &GroupState,
     lookup: impl Fn(&MessageStore) -> Result<T, StoreError>,
 ) -> io::Result<T> {
     let mut repaired = Vec::new();
     loop {
-        let result = lookup(&group.store());
-        match result {
-            Err(StoreError::IndexDamaged { sequence, block })
-                if !repaired.contains(&(sequence, block)) =>
-            {
-                repaired.push((sequence, block));
-                let outcome = group.store_mut().repair_index_block(sequence, block)?;
-                tracing::warn!(
-                    sequence,
-                    block,
-                    ?outcome,
-                    "a lookup met a damaged index block: rebuilt from the CommitLog"
-                );
-            }
-            other => return Ok(other?),
+        let damage = match lookup(&group.store()) {
+            Ok(found) => return Ok(found),
+            Err(error) if error.is_index_damage() => error,
+            Err(error) => return Err(error.into()),
+        };
+        let what = damage.to_string();
+        if repaired.contains(&what) {
+            return Err(damage.into());
         }
+        let outcome = group.store_mut().repair_index(&damage)?;
+        tracing::warn!(damage = %what, ?outcome, "a lookup met a damaged key index: repaired");
+        repaired.push(what);
     }
 }
 

@@ -118,6 +118,9 @@ pub enum StoreError {
     /// Entries of an index file that do not match their block's checksum.
     #[error("index file {sequence}: entry block {block} does not match its checksum")]
     IndexDamaged { sequence: u64, block: u64 },
+    /// A sealed index file's slot names no entry of that slot (its slot table rotted).
+    #[error("index file {sequence}: slot {slot} does not name an entry of that slot")]
+    IndexSlotDamaged { sequence: u64, slot: u64 },
     /// An index file whose header is missing or does not match the file.
     #[error("index file {path}: {reason}")]
     IndexFile { path: PathBuf, reason: &'static str },
@@ -138,6 +141,14 @@ impl StoreError {
             path: path.into(),
             source,
         }
+    }
+
+    /// Damage a key index lookup met, which `MessageStore::repair_index` mends.
+    pub fn is_index_damage(&self) -> bool {
+        matches!(
+            self,
+            StoreError::IndexDamaged { .. } | StoreError::IndexSlotDamaged { .. }
+        )
     }
 }
 

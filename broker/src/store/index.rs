@@ -406,13 +406,29 @@ impl IndexFile {
     /// newest first. Each entry is used only once its block matched its checksum; a block
     /// that does not ends the chain with [`StoreError::IndexDamaged`] (a damaged entry could
     /// skip entries, name others, or end the chain early).
+    ///
+    /// A sealed file's slot table (on disk, without a checksum) is checked where a lookup
+    /// reads it: the slot must name a counted entry of that slot, or none
+    /// ([`StoreError::IndexSlotDamaged`] otherwise).
     fn chain(&self, hash: u64, since: i64) -> impl Iterator<Item = Result<i64, StoreError>> + '_ {
+        let slot = self.slot_number(hash);
+        let slot_damaged = StoreError::IndexSlotDamaged {
+            sequence: self.sequence(),
+            slot: slot as u64,
+        };
+        let sealed = self.live_slots.is_none();
+        let mut head_damaged = (sealed && self.slot(hash) > self.count).then_some(slot_damaged);
         let mut entries = self.slot_entries(hash);
         let mut verified = None;
+        let mut head_checked = !sealed;
         let mut done = false;
         std::iter::from_fn(move || {
             if done {
                 return None;
+            }
+            if let Some(damage) = head_damaged.take() {
+                done = true;
+                return Some(Err(damage));
             }
             for (number, entry) in entries.by_ref() {
                 let block = u64::from(number) / CQ_BLOCK_UNITS;
@@ -425,6 +441,16 @@ impl IndexFile {
                         }));
                     }
                     verified = Some(block);
+                }
+                if !head_checked {
+                    head_checked = true;
+                    if self.slot_number(entry.hash) != slot {
+                        done = true;
+                        return Some(Err(StoreError::IndexSlotDamaged {
+                            sequence: self.sequence(),
+                            slot: slot as u64,
+                        }));
+                    }
                 }
                 if entry.offset < since {
                     break;
@@ -457,6 +483,25 @@ impl IndexFile {
         self.sums
             .get(block)
             .covers(self.block_bytes(block, self.count))
+    }
+
+    /// The newest entry of slot `slot`, as number + 1 (0: none), read back from the last
+    /// entry; `None` if a block on the way does not match its checksum.
+    fn newest_of_slot(&self, slot: usize) -> Option<u32> {
+        let mut verified = None;
+        for number in (0..self.count).rev() {
+            let block = u64::from(number) / CQ_BLOCK_UNITS;
+            if verified != Some(block) {
+                if !self.block_intact(block) {
+                    return None;
+                }
+                verified = Some(block);
+            }
+            if self.slot_number(self.entry(number).hash) == slot {
+                return Some(number + 1);
+            }
+        }
+        Some(NO_ENTRY)
     }
 
     /// Block `block` as stored, for entries with these `(hash, offset)` pairs: each links to
@@ -809,6 +854,35 @@ impl Index {
         Ok(BlockRepair::Rewritten)
     }
 
+    /// Rewrites slot `slot` of sealed file `sequence` from the file's entries if it does
+    /// not name the slot's newest entry (a file still taking entries keeps its slots in
+    /// memory: `Intact`). `Mismatch` if an entry block on the way is damaged: repair that
+    /// first.
+    pub fn repair_slot(&mut self, sequence: u64, slot: u64) -> Result<BlockRepair, StoreError> {
+        let Some(file) = self
+            .files
+            .iter_mut()
+            .find(|file| file.sequence() == sequence)
+        else {
+            return Ok(BlockRepair::Mismatch);
+        };
+        let Ok(slot) = usize::try_from(slot) else {
+            return Ok(BlockRepair::Mismatch);
+        };
+        if file.live_slots.is_some() || slot >= file.slots as usize {
+            return Ok(BlockRepair::Intact);
+        }
+        let Some(newest) = file.newest_of_slot(slot) else {
+            return Ok(BlockRepair::Mismatch);
+        };
+        let at = HEADER_SIZE + slot * SLOT_SIZE;
+        if u32_at(file.whole(), at) == newest {
+            return Ok(BlockRepair::Intact);
+        }
+        file.map.overwrite(at, &newest.to_be_bytes())?;
+        Ok(BlockRepair::Rewritten)
+    }
+
     /// Deletes the oldest files whose entries all point below CommitLog offset
     /// `commit_log_min` (retention deleted those records); the newest file always stays.
     /// They go to `detached`. Returns how many entries went with them.
@@ -898,12 +972,30 @@ mod tests {
         index
     }
 
+    /// Writes `bytes` at `at` of index file `sequence`, in place: an index that has the file
+    /// mapped sees them at once.
+    fn put(dir: &Path, sequence: u64, at: usize, bytes: &[u8]) {
+        use std::os::unix::fs::FileExt;
+        let path = dir.join(INDEX_DIR).join(mapped_file::file_name(sequence));
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open");
+        file.write_all_at(bytes, at as u64).expect("write");
+    }
+
     /// Flips one bit of byte `at` of index file `sequence`.
     fn flip(dir: &Path, sequence: u64, at: usize) {
         let path = dir.join(INDEX_DIR).join(mapped_file::file_name(sequence));
-        let mut bytes = fs::read(&path).expect("read");
-        bytes[at] ^= 0x02;
-        fs::write(&path, &bytes).expect("write");
+        let byte = fs::read(&path).expect("read")[at];
+        put(dir, sequence, at, &[byte ^ 0x02]);
+    }
+
+    /// Where entry `number` of a file of `SMALL` entries starts.
+    fn entry_at(number: usize) -> usize {
+        HEADER_SIZE
+            + (SMALL / INDEX_ENTRIES_PER_SLOT) as usize * SLOT_SIZE
+            + number * INDEX_ENTRY_SIZE
     }
 
     /// What a lookup of `key` finds, which must not meet damage.
@@ -955,15 +1047,8 @@ mod tests {
     fn a_lookup_fails_at_damage_it_reaches_and_skips_files_below_where_it_starts() {
         let dir = tempfile::tempdir().expect("tempdir");
         let index = flushed(dir.path(), 20);
-        let entries = HEADER_SIZE + (SMALL / INDEX_ENTRIES_PER_SLOT) as usize * SLOT_SIZE;
-        // Entry 3 of file 0 (offset 30), written in place: the mapping sees it at once.
-        let path = dir.path().join(INDEX_DIR).join(mapped_file::file_name(0));
-        let file = fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .expect("open");
-        std::os::unix::fs::FileExt::write_all_at(&file, &[0x7f], (entries + 3 * 20 + 15) as u64)
-            .expect("write");
+        // Entry 3 of file 0 (offset 30): the mapping sees it at once.
+        put(dir.path(), 0, entry_at(3) + 15, &[0x7f]);
 
         assert!(matches!(
             index.lookup("k3", 0).collect::<Vec<_>>()[..],
@@ -981,6 +1066,40 @@ mod tests {
             [190]
         );
         assert_eq!(index.damaged_blocks(0, 0..1), [0]);
+    }
+
+    #[test]
+    fn a_sealed_slot_naming_another_slots_entry_or_none_counted_fails_lookups_until_rewritten() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut index = flushed(dir.path(), 20);
+        let file = &index.files[0];
+        let slot_of = |i: u32| file.slot_number(key_hash(&format!("k{i}")));
+        let (k, other) = (0..SMALL)
+            .find_map(|i| Some((i, (0..SMALL).find(|j| slot_of(*j) != slot_of(i))?)))
+            .expect("two slots in use");
+        let (key, slot) = (format!("k{k}"), slot_of(k));
+        let intact = file.slot(key_hash(&key));
+        for wrong in [other + 1, SMALL + 1] {
+            put(
+                dir.path(),
+                0,
+                HEADER_SIZE + slot * SLOT_SIZE,
+                &wrong.to_be_bytes(),
+            );
+            let found: Vec<_> = index.lookup(&key, 0).collect();
+            assert!(
+                matches!(
+                    found[..],
+                    [Err(StoreError::IndexSlotDamaged { sequence: 0, slot: s })] if s == slot as u64
+                ),
+                "slot -> {wrong}: {found:?}"
+            );
+            let repair = |index: &mut Index| index.repair_slot(0, slot as u64).expect("repair");
+            assert_eq!(repair(&mut index), BlockRepair::Rewritten);
+            assert_eq!(index.files[0].slot(key_hash(&key)), intact);
+            assert_eq!(repair(&mut index), BlockRepair::Intact);
+        }
+        every_key_found(&index, 20);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Mending the key index from the CommitLog while the store runs: a block of index entries
 //! that does not match its checksum (found by a lookup or by the scrubber) is rebuilt from the
-//! records it indexes.
+//! records it indexes; a sealed file's slot that names no entry of its slot (found by a
+//! lookup) is rewritten from the file's entries.
 //!
 //! Invariant: a block is only ever written back as it was. The records after the entry
 //! before the block give the block's `(key hash, offset)` pairs, in the order dispatch added
@@ -25,6 +26,21 @@ impl MessageStore {
     /// Which of `blocks` of index file `sequence` do not match their checksums.
     pub fn damaged_index_blocks(&self, sequence: u64, blocks: std::ops::Range<u64>) -> Vec<u64> {
         self.dispatcher.index().damaged_blocks(sequence, blocks)
+    }
+
+    /// Mends the damage a lookup reported ([`StoreError::is_index_damage`]): a block is
+    /// rebuilt from the CommitLog, a sealed file's slot rewritten from the file's entries.
+    /// Any other error is left alone (`Mismatch`).
+    pub fn repair_index(&mut self, damage: &StoreError) -> Result<BlockRepair, StoreError> {
+        match *damage {
+            StoreError::IndexDamaged { sequence, block } => {
+                self.repair_index_block(sequence, block)
+            }
+            StoreError::IndexSlotDamaged { sequence, slot } => {
+                self.dispatcher.index_mut().repair_slot(sequence, slot)
+            }
+            _ => Ok(BlockRepair::Mismatch),
+        }
     }
 
     /// Rebuilds block `block` of index file `sequence` from the CommitLog (see the module
