@@ -41,6 +41,8 @@ pub mod setup;
 pub mod snapshot;
 pub mod state_machine;
 #[cfg(test)]
+mod state_machine_sim;
+#[cfg(test)]
 mod transport_tests;
 pub mod types;
 pub mod vote_file;

@@ -11,6 +11,8 @@
 
 use std::ops::ControlFlow;
 
+use tracing::warn;
+
 use crate::store::MessageStore;
 use crate::store::dispatch::RecordInfo;
 use crate::store::error::StoreError;
@@ -44,10 +46,63 @@ impl MessageStore {
     }
 
     /// Rebuilds block `block` of index file `sequence` from the CommitLog (see the module
-    /// comment). `Mismatch` if the block cannot be anchored (the entry before it is damaged
-    /// too, or the records it indexed are gone) or what the CommitLog gives is not what the
-    /// checksum covers.
+    /// comment), after the damaged blocks right before it, each of which anchors the next.
+    /// `Mismatch` if a block cannot be anchored (the records it indexed are gone) or what the
+    /// CommitLog gives is not what its checksum covers.
     pub fn repair_index_block(
+        &mut self,
+        sequence: u64,
+        block: u64,
+    ) -> Result<BlockRepair, StoreError> {
+        let mut damaged_run = vec![(sequence, block)];
+        while let Some((sequence, block)) = damaged_run
+            .last()
+            .and_then(|(sequence, block)| self.dispatcher.index().block_before(*sequence, *block))
+            .filter(|(sequence, block)| {
+                !self
+                    .damaged_index_blocks(*sequence, *block..block + 1)
+                    .is_empty()
+            })
+        {
+            damaged_run.push((sequence, block));
+        }
+        let mut outcome = BlockRepair::Intact;
+        while let Some((sequence, block)) = damaged_run.pop() {
+            outcome = self.rebuild_index_block(sequence, block)?;
+            if outcome == BlockRepair::Mismatch {
+                break;
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Checks the index block holding the newest entry, which the next adds read, and
+    /// rebuilds it if it rotted; an error if it cannot be.
+    pub(super) fn mend_newest_index_block(&mut self) -> Result<(), StoreError> {
+        let Some((sequence, block)) = self.dispatcher.index().newest_block() else {
+            return Ok(());
+        };
+        if self
+            .damaged_index_blocks(sequence, block..block + 1)
+            .is_empty()
+        {
+            return Ok(());
+        }
+        let outcome = self.repair_index_block(sequence, block)?;
+        warn!(
+            sequence,
+            block,
+            ?outcome,
+            "the newest key index block was damaged"
+        );
+        match outcome {
+            BlockRepair::Mismatch => Err(StoreError::IndexDamaged { sequence, block }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Rebuilds one block whose predecessor is intact.
+    fn rebuild_index_block(
         &mut self,
         sequence: u64,
         block: u64,

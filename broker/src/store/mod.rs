@@ -312,10 +312,15 @@ impl MessageStore {
     /// costs a few writes instead of a page fault every few records, and its index slot
     /// loads overlap. If either fails, the batch's records are dropped from the
     /// ConsumeQueues and the index again, and the store ends where it did before.
+    ///
+    /// Adds read the index's newest entries (its last offset, the pairs stored at it), so
+    /// the block holding them is checked first and, if it rotted, rebuilt from the CommitLog
+    /// ([`MessageStore::repair_index_block`]).
     pub fn append_batch<T, E: From<StoreError>>(
         &mut self,
         f: impl FnOnce(&mut AppendBatch<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
+        self.mend_newest_index_block()?;
         let start = self.commit_log.max_offset();
         let result = f(&mut AppendBatch { store: self });
         if let Err(error) = self.dispatcher.finish_dispatch() {
