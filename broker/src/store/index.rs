@@ -808,6 +808,11 @@ impl Index {
         self.files.get(self.position(sequence)?)
     }
 
+    fn file_mut(&mut self, sequence: u64) -> Option<&mut IndexFile> {
+        let position = self.position(sequence)?;
+        self.files.get_mut(position)
+    }
+
     /// The file holding the entry just before block `block` of the file at `position`, and
     /// that entry's number; `None` if the block starts the index.
     fn entry_before(&self, position: usize, block: u64) -> Option<(&IndexFile, u32)> {
@@ -869,11 +874,7 @@ impl Index {
         block: u64,
         pairs: &[(u64, i64)],
     ) -> Result<BlockRepair, StoreError> {
-        let Some(file) = self
-            .files
-            .iter_mut()
-            .find(|file| file.sequence() == sequence)
-        else {
+        let Some(file) = self.file_mut(sequence) else {
             return Ok(BlockRepair::Mismatch);
         };
         let range = file.block_range(block, file.count);
@@ -901,11 +902,7 @@ impl Index {
     /// memory: `Intact`). `Mismatch` if an entry block on the way is damaged: repair that
     /// first.
     pub fn repair_slot(&mut self, sequence: u64, slot: u64) -> Result<BlockRepair, StoreError> {
-        let Some(file) = self
-            .files
-            .iter_mut()
-            .find(|file| file.sequence() == sequence)
-        else {
+        let Some(file) = self.file_mut(sequence) else {
             return Ok(BlockRepair::Mismatch);
         };
         let Ok(slot) = usize::try_from(slot) else {

@@ -873,17 +873,23 @@ pub(crate) fn index_entry_byte(
     (file, 16 + slots * 4 + entry * 20 + byte)
 }
 
+/// A store of messages 0..30 whose key index files hold 16 entries: three keys a message
+/// (U{i}, k{i}, shared), 90 entries in files 0..=5.
+fn thirty_in_small_index_files(dir: &Path) -> MessageStore {
+    let (mut store, _) = MessageStore::open(StoreConfig {
+        index_entries_per_file: 16,
+        ..config(dir)
+    })
+    .expect("open");
+    append_n(&mut store, 0..30);
+    store
+}
+
 #[test]
 fn index_damage_in_a_running_store_fails_lookups_until_its_block_is_rebuilt_from_the_commit_log() {
     use crate::store::index::BlockRepair;
     let dir = tempfile::tempdir().expect("tempdir");
-    let (mut store, _) = MessageStore::open(StoreConfig {
-        index_entries_per_file: 16,
-        ..config(dir.path())
-    })
-    .expect("open");
-    // Three keys a message (U{i}, k{i}, shared): 90 entries in files 0..=5 of 16.
-    append_n(&mut store, 0..30);
+    let mut store = thirty_in_small_index_files(dir.path());
     let shared = |store: &MessageStore| store.query_by_key("shared").map(|found| found.len());
     let expected = shared(&store).expect("an intact index");
 
@@ -946,13 +952,8 @@ fn index_damage_in_a_running_store_fails_lookups_until_its_block_is_rebuilt_from
 #[test]
 fn rot_in_the_newest_index_entry_is_mended_before_the_next_append_reads_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (mut store, _) = MessageStore::open(StoreConfig {
-        index_entries_per_file: 16,
-        ..config(dir.path())
-    })
-    .expect("open");
-    // 90 entries: file 5 holds the last 10; the newest is its entry 9.
-    append_n(&mut store, 0..30);
+    // File 5 holds the last 10 entries; the newest is its entry 9.
+    let mut store = thirty_in_small_index_files(dir.path());
     // The high byte of its CommitLog offset: unchecked, the next add would find the new
     // record older than the newest entry and refuse it.
     let (file, at) = index_entry_byte(dir.path(), 5, 9, 8);
