@@ -13,10 +13,12 @@
 //! and after it that check out, which rewrites the unit from its record (or repairs the
 //! record), so a consumer waits seconds for it, not a pass.
 //!
-//! After each pass the key index is checked too, block by block against its checksums, at
-//! the same rate; a damaged block is rebuilt from the CommitLog
+//! After each pass the key index is checked too, at the same rate: block by block against its
+//! checksums, a damaged block rebuilt from the CommitLog
 //! ([`MessageStore::repair_index_block`](crate::store::MessageStore::repair_index_block)),
-//! oldest first, so each block's predecessor, which anchors its rebuild, is whole.
+//! oldest first, so each block's predecessor, which anchors its rebuild, is whole; and each
+//! slot table on disk (it has no checksum) against the one its entries give, a wrong slot
+//! rewritten from them.
 //!
 //! Invariants: the store lock is held only to copy a chunk, to compare units, and to write a
 //! repair, never across a peer call; a repair writes only bytes a peer's checks passed, over
@@ -37,6 +39,7 @@ use crate::raft::membership::PeerAddrs;
 use crate::raft::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
 use crate::scrub_suspects::SuspectUnit;
 use crate::scrub_suspects::SuspectUnits;
+use crate::store::StoreError;
 use crate::store::cq_sums::CQ_BLOCK_UNITS;
 use crate::store::index::BlockRepair;
 use crate::store::index::INDEX_ENTRY_SIZE;
@@ -83,7 +86,7 @@ pub struct ScrubStatus {
     pub bytes_checked: AtomicU64,
     pub records_repaired: AtomicU64,
     pub units_repaired: AtomicU64,
-    pub index_blocks_repaired: AtomicU64,
+    pub index_repairs: AtomicU64,
     pub unrepaired: AtomicU64,
     /// Units reads found wrong, to check now.
     pub suspects: Arc<SuspectUnits>,
@@ -173,8 +176,9 @@ impl Scrubber {
         self.check_index().await;
     }
 
-    /// Checks every block of the key index against its checksum, at the configured rate,
-    /// and rebuilds the damaged ones from the CommitLog.
+    /// Checks every block of the key index against its checksum, and each slot table on
+    /// disk against its file's entries, at the configured rate; rebuilds damaged blocks from
+    /// the CommitLog and rewrites wrong slots from their entries.
     async fn check_index(&self) {
         let files = self.group.store().index_files();
         for (sequence, blocks) in files {
@@ -183,40 +187,78 @@ impl Scrubber {
                 let to = (from + SCRUB_INDEX_BLOCKS_PER_STEP).min(blocks);
                 let damaged = self.group.store().damaged_index_blocks(sequence, from..to);
                 for block in damaged {
-                    self.repair_index_block(sequence, block);
+                    let repaired = self.group.store_mut().repair_index_block(sequence, block);
+                    self.index_repaired(
+                        &format!("key index file {sequence} block {block}"),
+                        repaired,
+                    );
                 }
-                let checked = (to - from) * CQ_BLOCK_UNITS * INDEX_ENTRY_SIZE as u64;
-                self.pause(Duration::from_secs_f64(
-                    checked as f64 / self.options.bytes_per_sec as f64,
-                ))
-                .await;
+                self.pace_index((to - from) * CQ_BLOCK_UNITS * INDEX_ENTRY_SIZE as u64)
+                    .await;
                 from = to;
+            }
+            self.check_slot_table(sequence).await;
+        }
+    }
+
+    /// Rebuilds file `sequence`'s slot table from its entries, a step at a time (the store
+    /// lock is held for one step only), then compares it with the one on disk. A file that
+    /// changes meanwhile, or has a damaged block, is left to the next pass.
+    async fn check_slot_table(&self, sequence: u64) {
+        let Some((slots, count)) = self.group.store().index_slot_table_on_disk(sequence) else {
+            return;
+        };
+        let mut table = vec![0u32; slots as usize];
+        let step = (SCRUB_INDEX_BLOCKS_PER_STEP * CQ_BLOCK_UNITS) as u32;
+        let mut from = 0;
+        while from < count {
+            let to = from.saturating_add(step).min(count);
+            let read =
+                self.group
+                    .store()
+                    .index_newest_per_slot(sequence, count, from..to, &mut table);
+            if !read {
+                return;
+            }
+            self.pace_index(u64::from(to - from) * INDEX_ENTRY_SIZE as u64)
+                .await;
+            from = to;
+        }
+        let step = step as usize;
+        for start in (0..slots as usize).step_by(step) {
+            let slots = start..(start + step).min(slots as usize);
+            let wrong = self
+                .group
+                .store()
+                .index_slots_differing(sequence, &table, slots);
+            for slot in wrong {
+                let repaired = self.group.store_mut().repair_index_slot(sequence, slot);
+                self.index_repaired(&format!("key index file {sequence} slot {slot}"), repaired);
             }
         }
     }
 
-    fn repair_index_block(&self, sequence: u64, block: u64) {
-        let repaired = self.group.store_mut().repair_index_block(sequence, block);
+    async fn pace_index(&self, bytes: u64) {
+        self.pause(Duration::from_secs_f64(
+            bytes as f64 / self.options.bytes_per_sec as f64,
+        ))
+        .await;
+    }
+
+    fn index_repaired(&self, what: &str, repaired: Result<BlockRepair, StoreError>) {
         match repaired {
             Ok(BlockRepair::Intact) => {}
             Ok(outcome @ (BlockRepair::Rewritten | BlockRepair::Resealed)) => {
-                let finding = format!(
-                    "key index file {sequence} block {block}: damaged, {outcome:?} from the CommitLog"
-                );
+                let finding = format!("{what}: damaged, {outcome:?}");
                 tracing::warn!(%finding, "scrub repaired");
-                self.status
-                    .index_blocks_repaired
-                    .fetch_add(1, Ordering::Relaxed);
+                self.status.index_repairs.fetch_add(1, Ordering::Relaxed);
                 self.status.found(finding);
             }
             Ok(BlockRepair::Mismatch) => self.unrepaired(format!(
-                "key index file {sequence} block {block}: damaged, and the CommitLog does not \
-                 give what its checksum covers (lookups through it fail until the index is \
-                 rebuilt at the next start)"
+                "{what}: damaged, and what it is rebuilt from does not match (lookups through \
+                 it fail until the index is rebuilt at the next start)"
             )),
-            Err(error) => self.unrepaired(format!(
-                "key index file {sequence} block {block}: rebuilding it failed: {error}"
-            )),
+            Err(error) => self.unrepaired(format!("{what}: rebuilding it failed: {error}")),
         }
     }
 

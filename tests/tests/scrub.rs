@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use rocketraft_broker::store::CqUnit;
+use rocketraft_broker::store::index::key_hash;
 use rocketraft_proto::broker as pb;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::flip_byte;
@@ -17,6 +18,8 @@ const REPAIR_TIMEOUT: Duration = Duration::from_secs(30);
 const SEND_TIMEOUT: Duration = Duration::from_secs(20);
 const TOPIC: &str = "ScrubTopic";
 const MESSAGES: i64 = 200;
+/// Key index entries per file where a test needs full files.
+const INDEX_ENTRIES_PER_FILE: u32 = 64;
 
 /// The unit of `TOPIC` queue 0 at `queue_offset` on `node`.
 fn unit(group: &TestGroup, node: u64, queue_offset: i64) -> CqUnit {
@@ -330,6 +333,8 @@ async fn given_rot_in_a_running_nodes_key_index_the_scrubber_should_rebuild_the_
     let group = TestGroup::start(3, 0x5EED_5C2E, |config| {
         config.scrub_bytes_per_sec = 64 * 1024 * 1024;
         config.scrub_pass_interval_ms = 50;
+        // Files of 64 entries: file 0 is full, its slot table on disk.
+        config.store.index_entries_per_file = INDEX_ENTRIES_PER_FILE;
     })
     .await?;
     let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
@@ -375,10 +380,33 @@ async fn given_rot_in_a_running_nodes_key_index_the_scrubber_should_rebuild_the_
     assert_ne!(entry(follower)?, intact);
 
     let status = wait_for_status(&group, follower, "the index block rebuilt", |status| {
-        status.scrub_index_blocks_repaired >= 1
+        status.scrub_index_repairs >= 1
     })
     .await?;
     assert_eq!(entry(follower)?, intact, "rebuilt as it was");
+    assert_eq!(status.scrub_unrepaired, 0, "{status:?}");
+
+    info!(
+        follower,
+        "--- rot in the follower's file 0 slot of U5: it names no entry now"
+    );
+    let slot_count = u64::from(INDEX_ENTRIES_PER_FILE / 4);
+    assert_eq!(slots, slot_count);
+    let slot = 16 + (key_hash("U5") % slot_count) * 4;
+    let slot_bytes = |node: u64| -> anyhow::Result<Vec<u8>> {
+        Ok(std::fs::read(index_file(node))?[slot as usize..][..4].to_vec())
+    };
+    let intact = slot_bytes(leader)?;
+    assert_ne!(intact, [0; 4]);
+    for (i, byte) in intact.iter().enumerate() {
+        flip_byte(&index_file(follower), slot + i as u64, *byte)?;
+    }
+    assert_eq!(slot_bytes(follower)?, [0; 4]);
+    let status = wait_for_status(&group, follower, "the slot rewritten", |status| {
+        status.scrub_index_repairs >= 2
+    })
+    .await?;
+    assert_eq!(slot_bytes(follower)?, intact);
     assert_eq!(status.scrub_unrepaired, 0, "{status:?}");
     {
         let store = group.node(follower).group().store();

@@ -831,6 +831,65 @@ impl Index {
             .position(|file| file.sequence() == sequence)
     }
 
+    /// A file whose slot table is on disk (without a checksum) as `(slots, entries)`; `None`
+    /// for the file taking entries (its table is in memory) or no such file.
+    pub fn slot_table_on_disk(&self, sequence: u64) -> Option<(u32, u32)> {
+        let file = self.file(sequence)?;
+        file.live_slots
+            .is_none()
+            .then_some((file.slots, file.count))
+    }
+
+    /// Records in `table` (one value per slot) the newest of entries `entries` of file
+    /// `sequence` per slot, as number + 1, reading them oldest first; false, and nothing
+    /// recorded, if the file no longer has `count` entries with its table on disk or a block
+    /// among them does not match its checksum.
+    pub fn newest_per_slot(
+        &self,
+        sequence: u64,
+        count: u32,
+        entries: std::ops::Range<u32>,
+        table: &mut [u32],
+    ) -> bool {
+        let Some(file) = self.file(sequence) else {
+            return false;
+        };
+        let blocks = u64::from(entries.start) / CQ_BLOCK_UNITS
+            ..u64::from(entries.end).div_ceil(CQ_BLOCK_UNITS);
+        if file.live_slots.is_some()
+            || file.count != count
+            || entries.end > count
+            || table.len() != file.slots as usize
+            || blocks.clone().any(|block| !file.block_intact(block))
+        {
+            return false;
+        }
+        for number in entries {
+            table[file.slot_number(file.entry(number).hash)] = number + 1;
+        }
+        true
+    }
+
+    /// Which of `slots` of file `sequence`'s table on disk differ from `table`.
+    pub fn slots_differing(
+        &self,
+        sequence: u64,
+        table: &[u32],
+        slots: std::ops::Range<usize>,
+    ) -> Vec<u64> {
+        let Some(file) = self.file(sequence).filter(|file| file.live_slots.is_none()) else {
+            return Vec::new();
+        };
+        slots
+            .filter(|slot| {
+                table.get(*slot).is_some_and(|expected| {
+                    u32_at(file.whole(), HEADER_SIZE + slot * SLOT_SIZE) != *expected
+                })
+            })
+            .map(|slot| slot as u64)
+            .collect()
+    }
+
     /// The block (as `(sequence, block)`) holding the newest entry, if any.
     pub fn newest_block(&self) -> Option<(u64, u64)> {
         let file = self.files.iter().rev().find(|file| file.count > 0)?;

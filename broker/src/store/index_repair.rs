@@ -30,6 +30,46 @@ impl MessageStore {
         self.dispatcher.index().damaged_blocks(sequence, blocks)
     }
 
+    /// See [`Index::slot_table_on_disk`](crate::store::index::Index::slot_table_on_disk).
+    pub fn index_slot_table_on_disk(&self, sequence: u64) -> Option<(u32, u32)> {
+        self.dispatcher.index().slot_table_on_disk(sequence)
+    }
+
+    /// See [`Index::newest_per_slot`](crate::store::index::Index::newest_per_slot).
+    pub fn index_newest_per_slot(
+        &self,
+        sequence: u64,
+        count: u32,
+        entries: std::ops::Range<u32>,
+        table: &mut [u32],
+    ) -> bool {
+        self.dispatcher
+            .index()
+            .newest_per_slot(sequence, count, entries, table)
+    }
+
+    /// See [`Index::slots_differing`](crate::store::index::Index::slots_differing).
+    pub fn index_slots_differing(
+        &self,
+        sequence: u64,
+        table: &[u32],
+        slots: std::ops::Range<usize>,
+    ) -> Vec<u64> {
+        self.dispatcher
+            .index()
+            .slots_differing(sequence, table, slots)
+    }
+
+    /// Rewrites slot `slot` of index file `sequence` from the file's entries if it does not
+    /// name the slot's newest entry.
+    pub fn repair_index_slot(
+        &mut self,
+        sequence: u64,
+        slot: u64,
+    ) -> Result<BlockRepair, StoreError> {
+        self.dispatcher.index_mut().repair_slot(sequence, slot)
+    }
+
     /// Mends the damage a lookup reported ([`StoreError::is_index_damage`]): a block is
     /// rebuilt from the CommitLog, a sealed file's slot rewritten from the file's entries.
     /// Any other error is left alone (`Mismatch`).
@@ -39,7 +79,7 @@ impl MessageStore {
                 self.repair_index_block(sequence, block)
             }
             StoreError::IndexSlotDamaged { sequence, slot } => {
-                self.dispatcher.index_mut().repair_slot(sequence, slot)
+                self.repair_index_slot(sequence, slot)
             }
             _ => Ok(BlockRepair::Mismatch),
         }
