@@ -180,7 +180,7 @@ impl Scrubber {
     /// disk against its file's entries, at the configured rate; rebuilds damaged blocks from
     /// the CommitLog and rewrites wrong slots from their entries.
     async fn check_index(&self) {
-        let files = self.group.store().index_files();
+        let files = self.group.store().index().files();
         for (sequence, blocks) in files {
             let mut from = 0;
             while from < blocks {
@@ -205,7 +205,7 @@ impl Scrubber {
     /// lock is held for one step only), then compares it with the one on disk. A file that
     /// changes meanwhile, or has a damaged block, is left to the next pass.
     async fn check_slot_table(&self, sequence: u64) {
-        let Some((slots, count)) = self.group.store().index_slot_table_on_disk(sequence) else {
+        let Some((slots, count)) = self.group.store().index().slot_table_on_disk(sequence) else {
             return;
         };
         let mut table = vec![0u32; slots as usize];
@@ -216,7 +216,8 @@ impl Scrubber {
             let read =
                 self.group
                     .store()
-                    .index_newest_per_slot(sequence, count, from..to, &mut table);
+                    .index()
+                    .newest_per_slot(sequence, count, from..to, &mut table);
             if !read {
                 return;
             }
@@ -230,7 +231,8 @@ impl Scrubber {
             let wrong = self
                 .group
                 .store()
-                .index_slots_differing(sequence, &table, slots);
+                .index()
+                .slots_differing(sequence, &table, slots);
             for slot in wrong {
                 let repaired = self.group.store_mut().repair_index_slot(sequence, slot);
                 self.index_repaired(&format!("key index file {sequence} slot {slot}"), repaired);

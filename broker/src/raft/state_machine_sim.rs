@@ -246,7 +246,7 @@ impl Workload {
 /// sees it), as bit rot in the page cache would.
 fn rot_index_entry(node: &Node, node_dir: &Path, rng: &mut SeededRng) {
     use std::os::unix::fs::FileExt;
-    let files = node.group.store().index_files();
+    let files = node.group.store().index().files();
     let (sequence, blocks) = files[rng.below(files.len() as u64) as usize];
     let entries = blocks * CQ_BLOCK_UNITS;
     if entries == 0 {

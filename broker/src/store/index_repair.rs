@@ -17,47 +17,18 @@ use crate::store::MessageStore;
 use crate::store::dispatch::RecordInfo;
 use crate::store::error::StoreError;
 use crate::store::index::BlockRepair;
+use crate::store::index::Index;
 use crate::store::index::key_hash;
 
 impl MessageStore {
-    /// The index files as `(sequence, blocks)`, oldest first, for a check of their blocks.
-    pub fn index_files(&self) -> Vec<(u64, u64)> {
-        self.dispatcher.index().files()
+    /// The key index, for checks of its blocks and slot tables (the scrubber's).
+    pub fn index(&self) -> &Index {
+        self.dispatcher.index()
     }
 
     /// Which of `blocks` of index file `sequence` do not match their checksums.
     pub fn damaged_index_blocks(&self, sequence: u64, blocks: std::ops::Range<u64>) -> Vec<u64> {
-        self.dispatcher.index().damaged_blocks(sequence, blocks)
-    }
-
-    /// See [`Index::slot_table_on_disk`](crate::store::index::Index::slot_table_on_disk).
-    pub fn index_slot_table_on_disk(&self, sequence: u64) -> Option<(u32, u32)> {
-        self.dispatcher.index().slot_table_on_disk(sequence)
-    }
-
-    /// See [`Index::newest_per_slot`](crate::store::index::Index::newest_per_slot).
-    pub fn index_newest_per_slot(
-        &self,
-        sequence: u64,
-        count: u32,
-        entries: std::ops::Range<u32>,
-        table: &mut [u32],
-    ) -> bool {
-        self.dispatcher
-            .index()
-            .newest_per_slot(sequence, count, entries, table)
-    }
-
-    /// See [`Index::slots_differing`](crate::store::index::Index::slots_differing).
-    pub fn index_slots_differing(
-        &self,
-        sequence: u64,
-        table: &[u32],
-        slots: std::ops::Range<usize>,
-    ) -> Vec<u64> {
-        self.dispatcher
-            .index()
-            .slots_differing(sequence, table, slots)
+        self.index().damaged_blocks(sequence, blocks)
     }
 
     /// Rewrites slot `slot` of index file `sequence` from the file's entries if it does not
@@ -119,7 +90,7 @@ impl MessageStore {
     /// Checks the index block holding the newest entry, which the next adds read, and
     /// rebuilds it if it rotted; an error if it cannot be.
     pub(super) fn mend_newest_index_block(&mut self) -> Result<(), StoreError> {
-        let Some((sequence, block)) = self.dispatcher.index().newest_block() else {
+        let Some((sequence, block)) = self.index().newest_block() else {
             return Ok(());
         };
         if self
