@@ -321,7 +321,7 @@ mod tests {
         let (file, at) = index_entry_byte(&store_dir, 0, 0, 7);
         flip_bits(&file, at, 0x01);
         assert_eq!(
-            group.node.group().store().damaged_index_blocks(0, 0..1),
+            group.node.group().store().index().damaged_blocks(0, 0..1),
             [0]
         );
 
@@ -331,7 +331,7 @@ mod tests {
         {
             let store = group.node.group().store();
             assert_eq!(store.consume_queue_offsets("TopicA", 0).1, 1, "one copy");
-            assert!(store.damaged_index_blocks(0, 0..1).is_empty(), "rebuilt");
+            assert!(store.index().damaged_blocks(0, 0..1).is_empty(), "rebuilt");
         }
         group.node.shutdown().await;
     }

@@ -185,7 +185,11 @@ impl Scrubber {
             let mut from = 0;
             while from < blocks {
                 let to = (from + SCRUB_INDEX_BLOCKS_PER_STEP).min(blocks);
-                let damaged = self.group.store().damaged_index_blocks(sequence, from..to);
+                let damaged = self
+                    .group
+                    .store()
+                    .index()
+                    .damaged_blocks(sequence, from..to);
                 for block in damaged {
                     let repaired = self.group.store_mut().repair_index_block(sequence, block);
                     self.index_repaired(

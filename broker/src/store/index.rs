@@ -766,24 +766,17 @@ impl Index {
         since: i64,
     ) -> impl Iterator<Item = Result<i64, StoreError>> + '_ {
         let hash = key_hash(key);
-        let newer_first = self
-            .files
-            .iter()
-            .skip(1)
-            .map(IndexFile::checked_first_offset);
-        let reaching = self
-            .files
-            .iter()
-            .zip(newer_first.map(Some).chain([None]))
-            .filter(move |(_, newer_first)| {
-                newer_first.is_none_or(|first| first.is_none_or(|first| first >= since))
-            })
-            .map(|(file, _)| file)
-            .collect::<Vec<_>>();
-        reaching
-            .into_iter()
+        let files = &self.files;
+        // A file holds no entry above the next one's first; an unreadable first stops nothing.
+        (0..files.len())
             .rev()
-            .flat_map(move |file| file.chain(hash, since))
+            .take_while(move |i| {
+                files
+                    .get(i + 1)
+                    .and_then(IndexFile::checked_first_offset)
+                    .is_none_or(|first| first >= since)
+            })
+            .flat_map(move |i| files[i].chain(hash, since))
     }
 
     /// Every file as `(sequence, blocks its entries fill)`, oldest first.
@@ -802,6 +795,12 @@ impl Index {
                 .filter(|block| !file.block_intact(*block))
                 .collect()
         })
+    }
+
+    /// Whether block `block` of file `sequence` does not match its checksum.
+    pub fn is_damaged(&self, sequence: u64, block: u64) -> bool {
+        self.file(sequence)
+            .is_some_and(|file| block < file.blocks() && !file.block_intact(block))
     }
 
     fn file(&self, sequence: u64) -> Option<&IndexFile> {

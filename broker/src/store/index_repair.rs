@@ -26,11 +26,6 @@ impl MessageStore {
         self.dispatcher.index()
     }
 
-    /// Which of `blocks` of index file `sequence` do not match their checksums.
-    pub fn damaged_index_blocks(&self, sequence: u64, blocks: std::ops::Range<u64>) -> Vec<u64> {
-        self.index().damaged_blocks(sequence, blocks)
-    }
-
     /// Rewrites slot `slot` of index file `sequence` from the file's entries if it does not
     /// name the slot's newest entry.
     pub fn repair_index_slot(
@@ -68,12 +63,8 @@ impl MessageStore {
         let mut damaged_run = vec![(sequence, block)];
         while let Some((sequence, block)) = damaged_run
             .last()
-            .and_then(|(sequence, block)| self.dispatcher.index().block_before(*sequence, *block))
-            .filter(|(sequence, block)| {
-                !self
-                    .damaged_index_blocks(*sequence, *block..block + 1)
-                    .is_empty()
-            })
+            .and_then(|(sequence, block)| self.index().block_before(*sequence, *block))
+            .filter(|(sequence, block)| self.index().is_damaged(*sequence, *block))
         {
             damaged_run.push((sequence, block));
         }
@@ -93,10 +84,7 @@ impl MessageStore {
         let Some((sequence, block)) = self.index().newest_block() else {
             return Ok(());
         };
-        if self
-            .damaged_index_blocks(sequence, block..block + 1)
-            .is_empty()
-        {
+        if !self.index().is_damaged(sequence, block) {
             return Ok(());
         }
         let outcome = self.repair_index_block(sequence, block)?;
@@ -118,7 +106,7 @@ impl MessageStore {
         sequence: u64,
         block: u64,
     ) -> Result<BlockRepair, StoreError> {
-        let Some(origin) = self.dispatcher.index().block_origin(sequence, block) else {
+        let Some(origin) = self.index().block_origin(sequence, block) else {
             return Ok(BlockRepair::Mismatch);
         };
         let from = origin

@@ -908,14 +908,14 @@ fn index_damage_in_a_running_store_fails_lookups_until_its_block_is_rebuilt_from
         ),
         "a lookup stops at the damage instead of answering without it"
     );
-    assert_eq!(store.damaged_index_blocks(2, 0..1), [0]);
-    assert_eq!(store.damaged_index_blocks(3, 0..u64::MAX), [0]);
+    assert_eq!(store.index().damaged_blocks(2, 0..1), [0]);
+    assert_eq!(store.index().damaged_blocks(3, 0..u64::MAX), [0]);
     assert_eq!(
         store.repair_index_block(3, 0).expect("repair"),
         BlockRepair::Rewritten,
         "file 2's damaged block, which anchors file 3's, is rebuilt first"
     );
-    assert!(store.damaged_index_blocks(2, 0..1).is_empty());
+    assert!(store.index().damaged_blocks(2, 0..1).is_empty());
     assert_eq!(
         store.repair_index_block(2, 0).expect("repair"),
         BlockRepair::Intact
@@ -933,7 +933,7 @@ fn index_damage_in_a_running_store_fails_lookups_until_its_block_is_rebuilt_from
         .join(crate::store::cq_sums::SUMS_DIR)
         .join(mapped_file::file_name(4));
     flip_bits(&sums, 6, 0x10);
-    assert_eq!(store.damaged_index_blocks(4, 0..1), [0]);
+    assert_eq!(store.index().damaged_blocks(4, 0..1), [0]);
     assert_eq!(
         store.repair_index_block(4, 0).expect("repair"),
         BlockRepair::Resealed
@@ -958,11 +958,11 @@ fn rot_in_the_newest_index_entry_is_mended_before_the_next_append_reads_it() {
     // record older than the newest entry and refuse it.
     let (file, at) = index_entry_byte(dir.path(), 5, 9, 8);
     flip_bits(&file, at, 0x40);
-    assert_eq!(store.damaged_index_blocks(5, 0..1), [0]);
+    assert_eq!(store.index().damaged_blocks(5, 0..1), [0]);
 
     append_n(&mut store, 30..31);
 
-    assert!(store.damaged_index_blocks(5, 0..1).is_empty());
+    assert!(store.index().damaged_blocks(5, 0..1).is_empty());
     for i in 0..31 {
         assert_eq!(
             store.query_by_key(&format!("U{i}")).expect("query").len(),
