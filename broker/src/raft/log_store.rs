@@ -599,9 +599,9 @@ fn recover_segments(
                 }
             }
         }
-        if !segment.is_empty() {
-            previous_end = Some(segment.end_index());
-        }
+        // Even an empty one: a segment cut to nothing for damage at its first entry must not
+        // let the next segment pass as the start of the log.
+        previous_end = Some(segment.end_index());
         previous_cut_damaged = recovered.damaged_up_to.is_some();
         if segment.is_empty() || segment.end_index() <= after_purge {
             segment.delete()?;
@@ -1069,6 +1069,39 @@ mod tests {
             "the new segment is no gap: everything before it is purged"
         );
         assert_eq!(repair::load(&OsDisk, dir.path()).expect("mark"), Some(mark));
+    }
+
+    #[tokio::test]
+    async fn damage_at_the_first_entry_after_the_purge_point_leaves_no_hole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        append(&mut store, (0..40).map(|i| entry(1, i))).await;
+        let segments = LogSegment::list(&OsDisk, &dir.path().join("segments")).expect("list");
+        assert!(segments.len() > 2);
+        // Purge every segment before the second to last, then flip a byte in its first
+        // entry: recovery cuts it to nothing, and the last segment follows a gap.
+        let (first, path) = segments[segments.len() - 2].clone();
+        store
+            .purge(LogId::new_term_index(1, first - 1))
+            .await
+            .expect("purge");
+        drop(store);
+        let mut bytes = std::fs::read(&path).expect("read");
+        bytes[RECORD_HEADER_SIZE as usize + 10] ^= 1;
+        std::fs::write(&path, &bytes).expect("write");
+
+        let mut store = open(dir.path());
+        assert_eq!(
+            indexes(&mut store).await,
+            Vec::<u64>::new(),
+            "the last segment's entries would follow a hole"
+        );
+        let state = store.get_log_state().await.expect("state");
+        assert_eq!(state.last_log_id, state.last_purged_log_id);
+        let mark = repair::load(&OsDisk, dir.path())
+            .expect("mark")
+            .expect("acknowledged entries past the purge point were cut");
+        assert_eq!((mark.cut_at_index, mark.up_to_index), (first, 39));
     }
 
     #[tokio::test]
