@@ -569,7 +569,7 @@ async fn open_raft(
         dir: raft_dir.clone(),
         source,
     };
-    let (state_machine, group) = match open_state(config, &raft_dir) {
+    let (mut state_machine, group) = match open_state(config, &raft_dir) {
         Err(StartError::RaftState { source, dir }) => {
             let Some(lost) = StoreLostFlushedData::in_error(&source) else {
                 return Err(StartError::RaftState { source, dir });
@@ -606,6 +606,10 @@ async fn open_raft(
         state_machine.snapshot_last_log_id().map_err(raft_error)?,
     )
     .map_err(raft_error)?;
+    state_machine
+        .snapshot_over_log_gap(log_store.last_index().map_err(raft_error)?)
+        .await
+        .map_err(raft_error)?;
     let pending_repair = repair::load(&OsDisk, &log_dir).map_err(raft_error)?;
     let boot_id = boot_check::current_boot_id();
     let after_reboot =

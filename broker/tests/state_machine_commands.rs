@@ -18,6 +18,7 @@ use rocketraft_broker::raft::state_machine::StateMachine;
 use rocketraft_broker::raft::types::Command;
 use rocketraft_broker::raft::types::Entry;
 use rocketraft_broker::raft::types::LogId;
+use rocketraft_broker::raft::types::TypeConfig;
 use rocketraft_broker::store::MessageStore;
 use rocketraft_broker::store::StoreConfig;
 use rocketraft_broker::store::properties::Properties;
@@ -201,11 +202,7 @@ async fn given_every_command_when_applied_should_survive_restart_and_snapshot() 
         })
         .collect();
     let last = entries.last().map(|entry| entry.log_id);
-    machine
-        .apply(futures::stream::iter(
-            entries.into_iter().map(|entry| Ok((entry, None))),
-        ))
-        .await?;
+    apply(&mut machine, entries).await?;
     assert_eq!(*group.metadata(), expected_metadata());
     assert_eq!(
         queue_lengths(&group),
@@ -218,7 +215,9 @@ async fn given_every_command_when_applied_should_survive_restart_and_snapshot() 
 
     let (mut machine, group) = open(dir.path())?;
     assert_eq!(
-        machine.applied_state().await?.0,
+        RaftStateMachine::<TypeConfig>::applied_state(&mut machine)
+            .await?
+            .0,
         last,
         "the checkpoint holds the last applied id"
     );
@@ -229,17 +228,24 @@ async fn given_every_command_when_applied_should_survive_restart_and_snapshot() 
     );
     assert_eq!(queue_lengths(&group), vec![3, 2]);
 
-    let snapshot = machine
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await?;
+    let snapshot = RaftSnapshotBuilder::<TypeConfig>::build_snapshot(
+        &mut RaftStateMachine::<TypeConfig>::get_snapshot_builder(&mut machine).await,
+    )
+    .await?;
     let other = tempfile::tempdir()?;
     let (mut receiver, receiver_group) = open(other.path())?;
-    receiver
-        .install_snapshot(&snapshot.meta, snapshot.snapshot)
-        .await?;
-    assert_eq!(receiver.applied_state().await?.0, last);
+    RaftStateMachine::<TypeConfig>::install_snapshot(
+        &mut receiver,
+        &snapshot.meta,
+        snapshot.snapshot,
+    )
+    .await?;
+    assert_eq!(
+        RaftStateMachine::<TypeConfig>::applied_state(&mut receiver)
+            .await?
+            .0,
+        last
+    );
     assert_eq!(
         *receiver_group.metadata(),
         expected_metadata(),
@@ -254,4 +260,13 @@ async fn given_every_command_when_applied_should_survive_restart_and_snapshot() 
     );
     assert_eq!(queue_lengths(&receiver_group), vec![3, 2]);
     Ok(())
+}
+
+/// Applies `entries` as the broker's Raft does.
+async fn apply(machine: &mut StateMachine, entries: Vec<Entry>) -> std::io::Result<()> {
+    RaftStateMachine::<TypeConfig>::apply(
+        machine,
+        futures::stream::iter(entries.into_iter().map(|entry| Ok((entry, None)))),
+    )
+    .await
 }

@@ -1,36 +1,46 @@
 //! A seeded, deterministic simulation of one Raft group in one process: three nodes of real
-//! openraft over the real Raft log store, each on its own [`SimDisk`], joined
-//! by an in-process network that drops, delays and partitions as the seed says, with tokio's
-//! time paused and advanced only when every task waits. openraft draws its random numbers
-//! (election timeouts, tick phases) from its runtime, here `DeterministicRng`, so a seed
-//! replays exactly: the test runs a seed twice and compares the traces.
+//! openraft over the real Raft log store, each on its own [`SimDisk`], applying to the
+//! broker's own [`StateMachine`] over a real message store (in a temporary directory: the
+//! store is read through mmap, which a simulated disk cannot serve), joined by an in-process
+//! network that drops, delays and partitions as the seed says, with tokio's time paused and
+//! advanced only when every task waits. openraft draws its random numbers (election timeouts,
+//! tick phases) from its runtime, here `DeterministicRng`, so a seed replays exactly: the test
+//! runs a seed twice and compares the traces. The state machine writes its checkpoints in its
+//! apply task here (`StateMachine::writing_inline`), not on a thread of its own.
+//!
+//! The workload is a broker's: sends (some batched, some a producer's retry of a recent one,
+//! `AppendOnce`), consumer offset commits, and delay levels' due ranges read from the
+//! leader's state (half of them proposed again later, as a stale second leader would).
 //!
 //! Faults: a power loss of one node, or rarely of all three, at a disk operation the seed
-//! picks (a node loses what it had not fsynced and keeps a torn prefix of the rest), their
-//! restart, a partition of one node, lossy links. Even seeds run `flush = sync`; odd ones
-//! `flush = async`, which promises to survive killed processes (the page cache survives)
-//! and one power loss at a time: there the whole group's stop is a kill or a power loss that
-//! may lose what was acknowledged in the last [`ASYNC_LOSS_WINDOW`] (and nothing older), and a
-//! node that lost power forgets what it acknowledged in the last interval. Such a node does what a broker
-//! node does after a reboot (`raft::boot_check`, `raft::repair`): it takes replication only
-//! once a leader accepted its shorter log, and neither votes nor stands for election until it
-//! applied the leader's last index at that moment, except for a candidate whose log reaches
-//! the consenting leader's last log id (when that leader's term was at least its own). No
-//! other node loses power meanwhile (a second power loss in that window can lose writes, as
-//! the README says), but once every such node has that consent another node may be killed
-//! (its page cache survives), most often the leader that consented: the two left must elect
-//! through that rule. Partitions and lossy links go on. Bits also rot in the Raft log of a
-//! node while it is down (one node at a time): its recovery marks the range for repair, and
-//! it repairs as a broker node does (`raft::repair`): consent, no votes until it applied up
-//! to the mark but for the same rule. The checker asserts:
-//! - one leader per term;
-//! - every acknowledged write is applied by every node once the group heals, at the index it
-//!   was acknowledged with and with its bytes, and no two nodes apply different entries at
-//!   one index;
-//! - a node's applied index never goes back while it runs.
+//! picks (a node loses what it had not fsynced and keeps a torn prefix of the rest; its store
+//! keeps its checkpoints as they were when the power failed and loses every CommitLog byte
+//! they do not count, `store::power_loss::lose_unsynced`), their restart, a partition of one
+//! node, lossy links. Even seeds run `flush = sync`; odd ones `flush = async`, which promises
+//! to survive killed processes (the page cache survives) and one power loss at a time: there
+//! the whole group's stop is a kill or a power loss that may lose what was acknowledged in the
+//! last [`ASYNC_LOSS_WINDOW`] (and nothing older), and a node that lost power forgets what it
+//! acknowledged in the last interval. Such a node does what a broker node does after a reboot
+//! (`raft::boot_check`, `raft::repair`): it takes replication only once a leader accepted its
+//! shorter log, and neither votes nor stands for election until it applied the leader's last
+//! index at that moment, except for a candidate whose log reaches the consenting leader's last
+//! log id (when that leader's term was at least its own). No other node loses power meanwhile
+//! (a second power loss in that window can lose writes, as the README says), but once every
+//! such node has that consent another node may be killed (its page cache survives), most often
+//! the leader that consented: the two left must elect through that rule. Partitions and lossy
+//! links go on. Bits also rot in the Raft log of a node while it is down (one node at a time):
+//! its recovery marks the range for repair, and it repairs as a broker node does
+//! (`raft::repair`): consent, no votes until it applied up to the mark but for the same rule.
+//! A node whose log ends before its checkpoint starts as a broker node does
+//! (`StateMachine::snapshot_over_log_gap`). The checker asserts:
+//! - one leader per term, and a node's applied index never goes back while it runs;
+//! - once the group heals, every node applied the same entries: byte-identical CommitLogs and
+//!   equal metadata (consumer offsets, schedule progress, topics);
+//! - on every node, every acknowledged message (a send, a retry's first copy, a delivered
+//!   delayed message) is in its queue at the offsets it was acknowledged with; every message is
+//!   stored once, retries and delayed ranges proposed twice included; every consumer offset is
+//!   at least the last one acknowledged (a committed offset never goes back).
 //!
-//! The state machine is a small in-memory one that re-applies the log after a restart, not the
-//! broker's: the broker's store is read through mmap, which a simulated disk cannot serve.
 //! `SIM_SEED=N` replays one seed (`SIM_TRACE=1` prints its events as they happen);
 //! `GROUP_SIM_SEEDS=N` runs seeds `0..N`.
 
@@ -38,7 +48,6 @@ use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io;
-use std::io::Cursor;
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -46,14 +55,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::Stream;
-use futures::TryStreamExt;
-use openraft::EntryPayload;
 use openraft::RaftNetworkFactory;
-use openraft::RaftSnapshotBuilder;
 use openraft::ServerState;
 use openraft::async_runtime::watch::WatchReceiver;
-use openraft::entry::RaftEntry;
 use openraft::errors::NetworkError;
 use openraft::errors::RPCError;
 use openraft::errors::ReplicationClosed;
@@ -67,18 +71,15 @@ use openraft::raft::SnapshotResponse;
 use openraft::raft::VoteRequest;
 use openraft::raft::VoteResponse;
 use openraft::rt::deterministic_rng::DeterministicRng;
-use openraft::storage::EntryResponder;
-use openraft::storage::RaftStateMachine;
 use openraft::type_config::TypeConfigExt;
 use openraft::type_config::alias::LogIdOf;
-use openraft::type_config::alias::SnapshotMetaOf;
 use openraft::type_config::alias::SnapshotOf;
-use openraft::type_config::alias::StoredMembershipOf;
 use openraft_rt_tokio::TokioRuntime;
 use tokio_util::sync::CancellationToken;
 
 use crate::disk::Disk;
-use crate::raft::codec;
+use crate::group_state::GroupState;
+use crate::metadata::QueueOffset;
 use crate::raft::faults::FaultPlan;
 use crate::raft::faults::Verdict;
 use crate::raft::log_flusher::ManualRounds;
@@ -89,13 +90,22 @@ use crate::raft::log_store::LogStoreConfig;
 use crate::raft::node_addr::NodeAddr;
 use crate::raft::repair;
 use crate::raft::setup::openraft_config;
+use crate::raft::snapshot::SnapshotData;
+use crate::raft::state_machine::StateMachine;
+use crate::raft::state_machine_sim::open_small_node;
+use crate::raft::state_machine_sim::random_body;
+use crate::raft::state_machine_sim::unique_keys;
+use crate::raft::types::AppendedMessage;
 use crate::raft::types::Command;
 use crate::raft::types::CommandResult;
-use crate::raft::types::LogId;
 use crate::raft::types::NodeId;
 use crate::raft::types::Vote;
 use crate::seeded_rng::SeededRng;
 use crate::sim_disk::SimDisk;
+use crate::store::RecordView;
+use crate::store::power_loss::lose_unsynced;
+use crate::store::properties::UNIQ_KEY;
+use crate::store::record::tests::keyed;
 
 openraft::declare_raft_types!(
     /// The broker's Raft types on a runtime whose random numbers follow the seed.
@@ -111,9 +121,8 @@ openraft::declare_raft_types!(
 
 impl crate::raft::types::LogTypes for SimTypeConfig {}
 
-type SimRaft = openraft::Raft<SimTypeConfig, SimStateMachine>;
-type StoredMembership = StoredMembershipOf<SimTypeConfig>;
-type Snapshot = SnapshotOf<SimTypeConfig, Cursor<Vec<u8>>>;
+type SimRaft = openraft::Raft<SimTypeConfig, StateMachine>;
+type Snapshot = SnapshotOf<SimTypeConfig, SnapshotData>;
 
 /// Seeds run by default.
 const SEEDS_DEFAULT: u64 = 200;
@@ -136,119 +145,20 @@ const ASYNC_LOSS_WINDOW: Duration = ASYNC_FLUSH_INTERVAL;
 const LOG_DIR: &str = "/sim/raft/log";
 /// A write not acknowledged within this is given up (it may still commit).
 const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// What a node's state machine applied.
-#[derive(Debug, Default)]
-struct Applied {
-    last: Option<LogId>,
-    membership: StoredMembership,
-    /// Index → the entry's log id and the bytes of its `Append`.
-    entries: BTreeMap<u64, (LogId, Bytes)>,
-}
-
-/// An in-memory state machine; its `Applied` is shared with the checker.
-struct SimStateMachine {
-    applied: Arc<Mutex<Applied>>,
-    snapshot: Option<(SnapshotMetaOf<SimTypeConfig>, Vec<u8>)>,
-}
+/// How often a node's state machine checkpoints while entries arrive.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(200);
+const TOPICS: [&str; 2] = ["SimA", "SimB"];
+const QUEUES: u64 = 2;
+const DELAYED_TOPIC: &str = "SimDelayed";
+const DELAY_LEVELS: u64 = 2;
+const CONSUMER_GROUPS: [&str; 2] = ["g1", "g2"];
+/// A producer's retry repeats one of this many latest sends.
+const RETRY_OF_LAST_SENDS: usize = 8;
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-impl RaftStateMachine<SimTypeConfig> for SimStateMachine {
-    type SnapshotData = Cursor<Vec<u8>>;
-    type SnapshotBuilder = SimSnapshotBuilder;
-
-    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
-        let applied = lock(&self.applied);
-        Ok((applied.last, applied.membership.clone()))
-    }
-
-    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
-    where
-        Strm: Stream<Item = Result<EntryResponder<SimTypeConfig>, io::Error>> + Unpin + Send,
-    {
-        while let Some((entry, responder)) = entries.try_next().await? {
-            let log_id = entry.log_id();
-            {
-                let mut applied = lock(&self.applied);
-                match entry.payload {
-                    EntryPayload::Normal(Command::Append { records }) => {
-                        applied.entries.insert(log_id.index, (log_id, records));
-                    }
-                    EntryPayload::Membership(membership) => {
-                        applied.membership = StoredMembership::new(Some(log_id), membership);
-                    }
-                    _ => {}
-                }
-                applied.last = Some(log_id);
-            }
-            if let Some(responder) = responder {
-                responder.send(CommandResult::Done);
-            }
-        }
-        Ok(())
-    }
-
-    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        SimSnapshotBuilder {
-            applied: self.applied.clone(),
-        }
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        meta: &SnapshotMetaOf<SimTypeConfig>,
-        snapshot: Self::SnapshotData,
-    ) -> Result<(), io::Error> {
-        let bytes = snapshot.into_inner();
-        let entries: Vec<(u64, LogId, Vec<u8>)> = codec::decode("sim snapshot", &bytes)?;
-        let mut applied = lock(&self.applied);
-        applied.entries = entries
-            .into_iter()
-            .map(|(index, log_id, records)| (index, (log_id, Bytes::from(records))))
-            .collect();
-        applied.last = meta.last_log_id;
-        applied.membership = meta.last_membership.clone();
-        drop(applied);
-        self.snapshot = Some((meta.clone(), bytes));
-        Ok(())
-    }
-
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        Ok(self.snapshot.clone().map(|(meta, bytes)| Snapshot {
-            meta,
-            snapshot: Cursor::new(bytes),
-        }))
-    }
-}
-
-struct SimSnapshotBuilder {
-    applied: Arc<Mutex<Applied>>,
-}
-
-impl RaftSnapshotBuilder<SimTypeConfig> for SimSnapshotBuilder {
-    type SnapshotData = Cursor<Vec<u8>>;
-
-    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
-        let applied = lock(&self.applied);
-        let entries: Vec<(u64, LogId, Vec<u8>)> = applied
-            .entries
-            .iter()
-            .map(|(index, (log_id, records))| (*index, *log_id, records.to_vec()))
-            .collect();
-        let meta = SnapshotMetaOf::<SimTypeConfig> {
-            last_log_id: applied.last,
-            last_membership: applied.membership.clone(),
-        };
-        Ok(Snapshot {
-            meta,
-            snapshot: Cursor::new(codec::encode("sim snapshot", &entries)?),
-        })
-    }
 }
 
 /// The nodes that run, and the network's faults.
@@ -367,7 +277,7 @@ fn network_error(error: &(impl std::error::Error + 'static)) -> RPCError<SimType
 }
 
 impl RaftNetworkV2<SimTypeConfig> for SimLink {
-    type SnapshotData = Cursor<Vec<u8>>;
+    type SnapshotData = SnapshotData;
 
     async fn append_entries(
         &mut self,
@@ -438,12 +348,49 @@ struct Forgetful {
 
 /// One node as the simulation sees it.
 struct SimNode {
+    /// Its Raft log's disk.
     disk: SimDisk,
-    applied: Arc<Mutex<Applied>>,
-    /// Its Raft while it runs.
+    /// Its store and state machine checkpoint, on the real file system (the store is read
+    /// through mmap, which a simulated disk cannot serve).
+    dir: PathBuf,
+    /// Its Raft, and the group state its state machine applies to, while it runs.
     raft: Option<SimRaft>,
+    group: Option<Arc<GroupState>>,
+    /// Its checkpoints as they were when its power failed (what is written after that never
+    /// reaches its disk).
+    checkpoints_at_power_loss: Vec<(PathBuf, Option<Vec<u8>>)>,
     /// Cancelled when this life ends: its flusher and watcher stop with it.
     life: CancellationToken,
+}
+
+impl SimNode {
+    fn applied_index(&self) -> Option<u64> {
+        let raft = self.raft.as_ref()?;
+        raft.metrics()
+            .borrow_watched()
+            .last_applied
+            .map(|log_id| log_id.index)
+    }
+
+    /// The files that say what its store holds durably.
+    fn checkpoint_files(&self) -> [PathBuf; 2] {
+        [
+            self.dir.join("state").join("checkpoint"),
+            self.dir
+                .join("store")
+                .join(crate::store::checkpoint::CHECKPOINT_FILE),
+        ]
+    }
+}
+
+/// A message whose send (or delayed delivery) was acknowledged: where the leader said it
+/// landed, and when.
+#[derive(Debug, Clone)]
+struct AckedMessage {
+    key: String,
+    topic: &'static str,
+    at: AppendedMessage,
+    acked_at: tokio::time::Instant,
 }
 
 struct Sim {
@@ -452,8 +399,21 @@ struct Sim {
     rng: SeededRng,
     cluster: Arc<Cluster>,
     nodes: BTreeMap<NodeId, SimNode>,
-    /// Acknowledged writes: index → the log id and bytes acknowledged, and when.
-    acked: BTreeMap<u64, (LogId, Bytes, tokio::time::Instant)>,
+    /// The nodes' directories.
+    _dirs: tempfile::TempDir,
+    /// The messages acknowledged, sent or delivered from a delay level.
+    acked: Vec<AckedMessage>,
+    /// The highest log index a write was acknowledged at.
+    last_acked_index: Option<u64>,
+    /// Sends so far (each message's `UNIQ_KEY` counts them), and the latest, for retries.
+    sends: u64,
+    recent_sends: Vec<Bytes>,
+    /// Per (consumer group, topic, queue): the offset last proposed, and the offsets
+    /// acknowledged with when.
+    offsets_proposed: BTreeMap<(String, String, i32), i64>,
+    offsets_acked: BTreeMap<(String, String, i32), Vec<(i64, tokio::time::Instant)>>,
+    /// Deliveries proposed once, proposed again later (a stale second leader).
+    stale_deliveries: Vec<Command>,
     /// When the whole group lost power under `async`: writes acknowledged shortly before
     /// may be lost ([`ASYNC_LOSS_WINDOW`]).
     group_power_losses: Vec<tokio::time::Instant>,
@@ -471,9 +431,10 @@ struct Sim {
 }
 
 impl Sim {
-    fn new(seed: u64) -> Sim {
+    fn new(seed: u64) -> Result<Sim, String> {
         let faults = FaultPlan::new(seed ^ 0x5eed);
-        Sim {
+        let dirs = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
+        Ok(Sim {
             seed,
             flush: match seed % 2 {
                 0 => FlushMode::Sync,
@@ -495,14 +456,23 @@ impl Sim {
                 .map(|id| {
                     let node = SimNode {
                         disk: SimDisk::default(),
-                        applied: Arc::default(),
+                        dir: dirs.path().join(format!("node-{id}")),
                         raft: None,
+                        group: None,
+                        checkpoints_at_power_loss: Vec::new(),
                         life: CancellationToken::new(),
                     };
                     (*id, node)
                 })
                 .collect(),
-            acked: BTreeMap::new(),
+            _dirs: dirs,
+            acked: Vec::new(),
+            last_acked_index: None,
+            sends: 0,
+            recent_sends: Vec::new(),
+            offsets_proposed: BTreeMap::new(),
+            offsets_acked: BTreeMap::new(),
+            stale_deliveries: Vec::new(),
             group_power_losses: Vec::new(),
             leaders: Arc::default(),
             violations: Arc::default(),
@@ -510,7 +480,7 @@ impl Sim {
             trace: String::new(),
             writes: 0,
             began: tokio::time::Instant::now(),
-        }
+        })
     }
 
     fn fail(&self, reason: String) -> String {
@@ -528,17 +498,31 @@ impl Sim {
         let _ = writeln!(self.trace, "{at} us {event}");
     }
 
-    /// Starts (or restarts) `id` over its disk; its state machine starts empty.
+    /// Starts (or restarts) `id` over its disk and its store, as a broker node does: the
+    /// state machine from its checkpoint, then the Raft log.
     async fn start(&mut self, id: NodeId) -> Result<(), String> {
         let node = self.nodes.get_mut(&id).ok_or("no such node")?;
+        let (state_machine, group) = open_small_node(&node.dir, CHECKPOINT_INTERVAL)
+            .map_err(|e| format!("node {id}: open state machine: {e}"))?;
+        let mut state_machine = state_machine.writing_inline();
+        let snapshot = state_machine
+            .snapshot_last_log_id()
+            .map_err(|e| format!("node {id}: snapshot: {e}"))?;
         let store: LogStore<SimTypeConfig> = LogStore::open_flushed_by_caller(LogStoreConfig {
             disk: Arc::new(node.disk.clone()),
             dir: PathBuf::from(LOG_DIR),
             segment_size_bytes: 16 * 1024,
             flush: self.flush,
-            purged_if_mark_damaged: None,
+            purged_if_mark_damaged: snapshot,
         })
         .map_err(|e| format!("node {id}: open log: {e}"))?;
+        let log_last_index = store
+            .last_index()
+            .map_err(|e| format!("node {id}: log end: {e}"))?;
+        let snapshot_over_gap = state_machine
+            .snapshot_over_log_gap(log_last_index)
+            .await
+            .map_err(|e| format!("node {id}: snapshot over the log's gap: {e}"))?;
         let rounds = store.flush_rounds().ok_or("no manual flusher")?;
         let mark = repair::load(&node.disk, Path::new(LOG_DIR))
             .map_err(|e| format!("node {id}: repair mark: {e}"))?;
@@ -550,11 +534,6 @@ impl Sim {
             forgetful.mark_up_to = Some(mark.up_to_index);
             forgetful.catch_up_to = None;
         }
-        node.applied = Arc::default();
-        let state_machine = SimStateMachine {
-            applied: node.applied.clone(),
-            snapshot: None,
-        };
         let network = SimNetworkFactory {
             from: id,
             cluster: self.cluster.clone(),
@@ -582,7 +561,11 @@ impl Sim {
         );
         lock(&self.cluster.rafts).insert(id, raft.clone());
         node.raft = Some(raft);
+        node.group = Some(group);
         self.note(format_args!("start {id}"));
+        if snapshot_over_gap {
+            self.note(format_args!("{id}: snapshot over the log's gap"));
+        }
         if let Some(mark) = mark {
             self.note(format_args!("{id} marked for repair: {mark:?}"));
         }
@@ -592,11 +575,11 @@ impl Sim {
     /// The node stops where it is: a power loss (its disk keeps only what a crash keeps) or,
     /// with `flush = async` when the whole group stops, a killed process (the page cache
     /// survives). A node that lost power under `async` waits for consent after its restart.
-    async fn power_loss(&mut self, id: NodeId, kill: bool) {
+    async fn power_loss(&mut self, id: NodeId, kill: bool) -> Result<(), String> {
         lock(&self.cluster.rafts).remove(&id);
         lock(&self.cluster.vote_floors).remove(&id);
         let Some(node) = self.nodes.get_mut(&id) else {
-            return;
+            return Ok(());
         };
         node.life.cancel();
         if let Some(raft) = node.raft.take() {
@@ -604,13 +587,27 @@ impl Sim {
             node.disk.fail_from_op(node.disk.ops() + 1);
             let _ = raft.shutdown().await;
         }
+        let checkpoints = std::mem::take(&mut node.checkpoints_at_power_loss);
+        if let Some(group) = node.group.take() {
+            stopped(id, group).await?;
+        }
         if kill {
             node.disk.process_killed();
             self.note(format_args!("killed {id}"));
-            return;
+            return Ok(());
         }
         let report = node.disk.crash(&mut self.rng);
-        self.note(format_args!("power loss {id}: {report:?}"));
+        for (path, bytes) in checkpoints {
+            restore(&path, bytes.as_deref())
+                .map_err(|e| self.fail(format!("node {id}: restore {path:?}: {e}")))?;
+        }
+        let node = &self.nodes[&id];
+        let store = lose_unsynced(&node.dir.join("store"))
+            .map_err(|e| self.fail(format!("node {id}: lose unsynced: {e}")))?;
+        self.note(format_args!(
+            "power loss {id}: {report:?}, store lost {} bytes past {}",
+            store.bytes_lost, store.flushed_offset
+        ));
         if self.flush != FlushMode::Sync {
             lock(&self.cluster.awaiting_consent).insert(id);
             lock(&self.cluster.refusing_votes).insert(id);
@@ -618,26 +615,40 @@ impl Sim {
             forgetful.after_power_loss = true;
             forgetful.catch_up_to = None;
         }
+        Ok(())
     }
 
     /// Cuts the power of `ids` a few disk operations from now each (mid-append or mid-fsync),
     /// then stops them; returns when. Under `async` the whole group is killed instead, or, in
     /// half the cases, loses power: then the writes of the last moments may be lost.
-    async fn power_loss_of(&mut self, ids: &[NodeId]) -> tokio::time::Instant {
+    /// The store loses power now (its checkpoints as they are now are what its disk keeps);
+    /// the Raft log a few operations later.
+    async fn power_loss_of(&mut self, ids: &[NodeId]) -> Result<tokio::time::Instant, String> {
         let whole_group = ids.len() > 1 && self.flush != FlushMode::Sync;
         let kill = whole_group && self.rng.below(2) == 0;
         if whole_group && !kill {
             self.group_power_losses.push(tokio::time::Instant::now());
         }
         for id in ids {
-            let disk = &self.nodes[id].disk;
-            disk.fail_from_op(disk.ops() + 1 + self.rng.below(12));
+            let node = self.nodes.get_mut(id).ok_or("no such node")?;
+            node.disk
+                .fail_from_op(node.disk.ops() + 1 + self.rng.below(12));
+            if !kill {
+                node.checkpoints_at_power_loss = node
+                    .checkpoint_files()
+                    .into_iter()
+                    .map(|path| {
+                        let bytes = std::fs::read(&path).ok();
+                        (path, bytes)
+                    })
+                    .collect();
+            }
         }
         tokio::time::sleep(Duration::from_millis(self.rng.below(20))).await;
         for id in ids {
-            self.power_loss(*id, kill).await;
+            self.power_loss(*id, kill).await?;
         }
-        tokio::time::Instant::now()
+        Ok(tokio::time::Instant::now())
     }
 
     /// Asks the leader to accept the shorter logs of the nodes waiting for it (the broker's
@@ -745,7 +756,7 @@ impl Sim {
             self.forgetful.iter().map(|(id, f)| (*id, *f)).collect();
         for (id, forgetful) in candidates {
             let node = &self.nodes[&id];
-            let applied = lock(&node.applied).last.map(|log_id| log_id.index);
+            let applied = node.applied_index();
             let caught_up = forgetful.catch_up_to.is_some_and(|to| applied >= Some(to));
             let Some(raft) = node.raft.clone().filter(|_| caught_up) else {
                 continue;
@@ -816,32 +827,181 @@ impl Sim {
         Ok(())
     }
 
-    /// Writes one message through whichever node believes it leads.
+    /// Proposes one command through whichever node believes it leads, as a broker's
+    /// clients and services would: a send (sometimes a producer's retry of a recent one), a
+    /// consumer's offset commit, or a delay level's next due range (sometimes one proposed
+    /// before, as a stale second leader would).
     async fn write(&mut self) {
         let leader = lock(&self.cluster.rafts)
-            .values()
-            .find(|raft| raft.metrics().borrow_watched().state == ServerState::Leader)
-            .cloned();
-        let Some(leader) = leader else {
+            .iter()
+            .find(|(_, raft)| raft.metrics().borrow_watched().state == ServerState::Leader)
+            .map(|(id, raft)| (*id, raft.clone()));
+        let Some((leader_id, leader)) = leader else {
             return;
         };
         self.writes += 1;
-        let records = Bytes::from(format!("seed {} write {}", self.seed, self.writes));
-        let command = Command::Append {
-            records: records.clone(),
-        };
         let write = self.writes;
-        match tokio::time::timeout(WRITE_TIMEOUT, leader.client_write(command)).await {
+        let command = match self.rng.below(100) {
+            0..55 => self.send(),
+            55..75 => self.offset_commit(),
+            75..92 => self.delivery(leader_id),
+            _ => match self.stale_deliveries.pop() {
+                Some(stale) => stale,
+                None => self.delivery(leader_id),
+            },
+        };
+        let described = command.to_string();
+        match tokio::time::timeout(WRITE_TIMEOUT, leader.client_write(command.clone())).await {
             Ok(Ok(response)) => {
-                self.note(format_args!("acked {write} at {}", response.log_id));
-                self.acked.insert(
-                    response.log_id.index,
-                    (response.log_id, records, tokio::time::Instant::now()),
-                );
+                self.note(format_args!(
+                    "acked {write} at {}: {described} -> {:?}",
+                    response.log_id, response.data
+                ));
+                self.last_acked_index = self.last_acked_index.max(Some(response.log_id.index));
+                self.acknowledged(&command, &response.data)
+                    .unwrap_or_else(|error| self.note(format_args!("{error}")));
             }
             Ok(Err(error)) => self.note(format_args!("write {write} failed: {error}")),
             Err(_) => self.note(format_args!("write {write} timed out")),
         }
+    }
+
+    /// New messages to one queue, or a producer's retry of a recent send.
+    fn send(&mut self) -> Command {
+        let recent = self.recent_sends.len();
+        if recent > 0 && self.rng.below(5) == 0 {
+            let records =
+                self.recent_sends[recent - 1 - self.rng.below(recent as u64) as usize].clone();
+            return Command::AppendOnce { records };
+        }
+        let topic = TOPICS[self.rng.below(TOPICS.len() as u64) as usize];
+        let queue_id = self.rng.below(QUEUES) as i32;
+        let mut records = Vec::new();
+        for _ in 0..1 + self.rng.below(3) {
+            self.sends += 1;
+            let body = random_body(&mut self.rng);
+            records.extend(keyed(
+                topic,
+                queue_id,
+                &body,
+                format!("send-{}", self.sends),
+            ));
+        }
+        let records = Bytes::from(records);
+        self.recent_sends.push(records.clone());
+        if self.recent_sends.len() > RETRY_OF_LAST_SENDS {
+            self.recent_sends.remove(0);
+        }
+        match self.rng.below(2) {
+            0 => Command::Append { records },
+            _ => Command::AppendOnce { records },
+        }
+    }
+
+    /// A consumer group's commit of offsets past the ones it proposed before.
+    fn offset_commit(&mut self) -> Command {
+        let group = CONSUMER_GROUPS[self.rng.below(CONSUMER_GROUPS.len() as u64) as usize];
+        let offsets = (0..1 + self.rng.below(2))
+            .map(|_| {
+                let topic = TOPICS[self.rng.below(TOPICS.len() as u64) as usize];
+                let queue_id = self.rng.below(QUEUES) as i32;
+                let key = (group.to_owned(), topic.to_owned(), queue_id);
+                let offset = self.offsets_proposed.get(&key).copied().unwrap_or(0)
+                    + 1
+                    + self.rng.below(4) as i64;
+                self.offsets_proposed.insert(key, offset);
+                QueueOffset {
+                    topic: topic.to_owned(),
+                    queue_id,
+                    offset,
+                }
+            })
+            .collect();
+        Command::CommitOffsets {
+            group: group.to_owned(),
+            offsets,
+        }
+    }
+
+    /// The next due range of a delay level, from where the leader's state says the level
+    /// is (as its schedule service reads it).
+    fn delivery(&mut self, leader: NodeId) -> Command {
+        let level = 1 + self.rng.below(DELAY_LEVELS) as u32;
+        let from_offset = self.nodes[&leader]
+            .group
+            .as_ref()
+            .map_or(0, |group| group.metadata().schedule_progress(level));
+        let next_offset = from_offset + 1 + self.rng.below(2) as i64;
+        let mut records = Vec::new();
+        for offset in from_offset..next_offset {
+            let body = random_body(&mut self.rng);
+            let key = format!("delayed-{level}-{offset}");
+            records.extend(keyed(DELAYED_TOPIC, 0, &body, key));
+        }
+        let command = Command::DeliverDelayed {
+            level,
+            from_offset,
+            next_offset,
+            records: records.into(),
+        };
+        if self.rng.below(2) == 0 {
+            self.stale_deliveries.push(command.clone());
+        }
+        command
+    }
+
+    /// Records what the acknowledgement of `command` promises.
+    fn acknowledged(&mut self, command: &Command, result: &CommandResult) -> Result<(), String> {
+        let now = tokio::time::Instant::now();
+        match (command, result) {
+            (
+                Command::Append { records }
+                | Command::AppendOnce { records }
+                | Command::DeliverDelayed { records, .. },
+                CommandResult::Appended(appended),
+            ) => {
+                let mut position = 0;
+                for at in appended {
+                    let view = RecordView::parse(&records[position..])
+                        .map_err(|e| format!("acknowledged records: {e}"))?;
+                    position += view.total_size();
+                    let topic = TOPICS
+                        .into_iter()
+                        .chain([DELAYED_TOPIC])
+                        .find(|topic| *topic == view.topic())
+                        .ok_or("acknowledged a record of an unknown topic")?;
+                    let key = view
+                        .property(UNIQ_KEY)
+                        .map_err(|e| e.to_string())?
+                        .unwrap_or_default()
+                        .to_owned();
+                    self.acked.push(AckedMessage {
+                        key,
+                        topic,
+                        at: *at,
+                        acked_at: now,
+                    });
+                }
+            }
+            (Command::CommitOffsets { group, offsets }, _) => {
+                for offset in offsets {
+                    self.offsets_acked
+                        .entry((group.clone(), offset.topic.clone(), offset.queue_id))
+                        .or_default()
+                        .push((offset.offset, now));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Whether a promise made at `acked_at` may be broken: `async` loses what the group had
+    /// not synced when it all lost power.
+    fn in_async_loss_window(&self, acked_at: tokio::time::Instant) -> bool {
+        self.group_power_losses
+            .iter()
+            .any(|at| acked_at <= *at && at.duration_since(acked_at) <= ASYNC_LOSS_WINDOW)
     }
 
     async fn run(mut self) -> Result<String, String> {
@@ -879,14 +1039,14 @@ impl Sim {
                 0..80 => self.write().await,
                 80..84 if down.is_empty() && !catching_up => {
                     down = vec![NODES[self.rng.below(3) as usize]];
-                    down_since = self.power_loss_of(&down).await;
+                    down_since = self.power_loss_of(&down).await?;
                 }
                 // While nodes catch up that a leader consented to with a vote floor, another
                 // node's process dies, most often the leader's.
                 80..84 if down.is_empty() && self.all_forgetful_have_vote_floors() => {
                     if let Some(id) = self.second_fault_victim() {
                         self.note(format_args!("killing {id} while a node catches up"));
-                        self.power_loss(id, true).await;
+                        self.power_loss(id, true).await?;
                         down = vec![id];
                         down_since = tokio::time::Instant::now();
                     }
@@ -894,7 +1054,7 @@ impl Sim {
                 // Rarely, the whole group: it must keep every acknowledged write.
                 94 if down.is_empty() && !catching_up => {
                     down = NODES.to_vec();
-                    down_since = self.power_loss_of(&down).await;
+                    down_since = self.power_loss_of(&down).await?;
                 }
                 84..88 => {
                     let id = NODES[self.rng.below(3) as usize];
@@ -939,27 +1099,30 @@ impl Sim {
         Ok(self.trace)
     }
 
-    /// Waits for every node to apply every acknowledged write, then checks.
+    /// Waits for every node to apply every acknowledged write and the same entries, then
+    /// checks what was promised on each.
     async fn converge_and_check(&mut self) -> Result<(), String> {
         // One more write through a leader commits everything of its term and before.
         let deadline = tokio::time::Instant::now() + CONVERGE_WITHIN;
-        let needed = loop {
+        let applied = loop {
             self.grant_consents().await;
             self.forgetful_catching_up()?;
-            self.write().await;
-            let last_acked = self.acked.keys().next_back().copied();
-            let everywhere = self
-                .nodes
-                .values()
-                .all(|node| lock(&node.applied).last.map(|l| l.index) >= last_acked);
-            if everywhere && last_acked.is_some() {
-                break last_acked;
+            let applied: BTreeSet<Option<u64>> =
+                self.nodes.values().map(SimNode::applied_index).collect();
+            if let [applied] = applied.into_iter().collect::<Vec<_>>()[..]
+                && applied.is_some()
+                && applied >= self.last_acked_index
+            {
+                break applied;
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(self.fail(format!(
-                    "the healed group did not apply up to {last_acked:?} within {CONVERGE_WITHIN:?}"
+                    "the healed group did not apply up to {:?} everywhere within \
+                     {CONVERGE_WITHIN:?}",
+                    self.last_acked_index
                 )));
             }
+            self.write().await;
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         if let Some(violation) = lock(&self.violations).first() {
@@ -967,39 +1130,32 @@ impl Sim {
         }
         let mut lost_in_window = 0;
         for (id, node) in &self.nodes {
-            let applied = lock(&node.applied);
-            for (index, (log_id, records, acked_at)) in &self.acked {
-                match applied.entries.get(index) {
-                    Some((found, bytes)) if found == log_id && bytes == records => {}
-                    // `async` loses what the group had not synced when it all lost power.
-                    _ if self.group_power_losses.iter().any(|at| {
-                        *acked_at <= *at && at.duration_since(*acked_at) <= ASYNC_LOSS_WINDOW
-                    }) =>
-                    {
-                        lost_in_window += 1;
-                    }
-                    found => {
-                        return Err(self.fail(format!(
-                            "node {id} applied {found:?} at {index}, acknowledged {log_id} \
-                             (applied up to {needed:?})"
-                        )));
-                    }
-                }
-            }
+            let group = node.group.as_ref().ok_or("a healed node runs")?;
+            lost_in_window += self
+                .check_promises(group)
+                .map_err(|e| self.fail(format!("node {id}, applied up to {applied:?}: {e}")))?;
         }
-        let first = &self.nodes[&NODES[0]];
-        let reference = lock(&first.applied);
-        for (id, node) in self.nodes.iter().skip(1) {
-            let applied = lock(&node.applied);
-            for (index, entry) in &applied.entries {
-                if let Some(other) = reference.entries.get(index)
-                    && other != entry
-                {
-                    return Err(self.fail(format!(
-                        "nodes {} and {id} applied different entries at {index}",
-                        NODES[0]
-                    )));
-                }
+        let groups: Vec<(NodeId, &Arc<GroupState>)> = self
+            .nodes
+            .iter()
+            .filter_map(|(id, node)| Some((*id, node.group.as_ref()?)))
+            .collect();
+        let (first, reference) = groups[0];
+        for (id, group) in &groups[1..] {
+            if *group.metadata() != *reference.metadata() {
+                return Err(self.fail(format!(
+                    "nodes {first} and {id} applied up to {applied:?} hold different metadata"
+                )));
+            }
+            let (ours, theirs) = (commit_log(reference), commit_log(group));
+            if ours != theirs {
+                let at = ours.iter().zip(&theirs).position(|(a, b)| a != b);
+                return Err(self.fail(format!(
+                    "nodes {first} and {id} applied up to {applied:?} hold different CommitLogs \
+                     ({} and {} bytes, first difference at {at:?})",
+                    ours.len(),
+                    theirs.len()
+                )));
             }
         }
         let _ = writeln!(self.trace, "leaders {:?}", lock(&self.leaders));
@@ -1007,6 +1163,12 @@ impl Sim {
             self.trace,
             "floor votes {}",
             lock(&self.cluster.floor_votes)
+        );
+        let _ = writeln!(
+            self.trace,
+            "messages {} offset commits {}",
+            self.acked.len(),
+            self.offsets_acked.values().map(Vec::len).sum::<usize>()
         );
         if lost_in_window > 0 {
             let _ = writeln!(
@@ -1016,6 +1178,100 @@ impl Sim {
         }
         Ok(())
     }
+
+    /// Checks one healed node: every acknowledged message is where it was acknowledged,
+    /// every message (send, retry or delayed delivery) is stored once, and every consumer
+    /// offset is at least the last one acknowledged. Returns the promises made within the
+    /// `async` loss window that it does not keep.
+    fn check_promises(&self, group: &GroupState) -> Result<usize, String> {
+        let mut lost_in_window = 0;
+        let store = group.store();
+        for acked in &self.acked {
+            let unit = store
+                .read_consume_queue(acked.topic, acked.at.queue_id, acked.at.queue_offset, 1)
+                .into_iter()
+                .next();
+            let key = match unit {
+                Some(unit) if unit.commit_log_offset == acked.at.commit_log_offset => store
+                    .read_view(unit.commit_log_offset)
+                    .ok()
+                    .and_then(|view| Some(view.property(UNIQ_KEY).ok()??.to_owned())),
+                _ => None,
+            };
+            if key.as_deref() == Some(&acked.key) {
+                continue;
+            }
+            if !self.in_async_loss_window(acked.acked_at) {
+                return Err(format!(
+                    "{} acknowledged at {:?} of {}, found {key:?} there",
+                    acked.key, acked.at, acked.topic
+                ));
+            }
+            lost_in_window += 1;
+        }
+        drop(store);
+        for topic in TOPICS.into_iter().chain([DELAYED_TOPIC]) {
+            for queue_id in 0..QUEUES as i32 {
+                let mut keys = unique_keys(group, topic, queue_id)?;
+                let stored = keys.len();
+                keys.sort();
+                keys.dedup();
+                if keys.len() != stored {
+                    return Err(format!(
+                        "{topic}#{queue_id} stores {stored} messages but {} keys: a retry or a \
+                         delayed range was stored twice",
+                        keys.len()
+                    ));
+                }
+            }
+        }
+        let metadata = group.metadata();
+        for ((consumer, topic, queue_id), acked) in &self.offsets_acked {
+            let kept = acked
+                .iter()
+                .filter(|(_, at)| !self.in_async_loss_window(*at))
+                .map(|(offset, _)| *offset)
+                .max();
+            let found = metadata.consumer_offset(consumer, topic, *queue_id);
+            if found < kept {
+                return Err(format!(
+                    "{consumer} {topic}#{queue_id} at {found:?}, acknowledged {kept:?}"
+                ));
+            }
+        }
+        Ok(lost_in_window)
+    }
+}
+
+/// Waits until the stopped node's state machine is gone (it holds the other reference to its
+/// group state): nothing it does may reach its store after this.
+async fn stopped(id: NodeId, group: Arc<GroupState>) -> Result<(), String> {
+    for _ in 0..1000 {
+        if Arc::strong_count(&group) == 1 {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Err(format!("node {id}'s state machine outlived its Raft"))
+}
+
+/// Puts back a file as it was (`None`: it did not exist).
+fn restore(path: &Path, bytes: Option<&[u8]>) -> io::Result<()> {
+    match bytes {
+        Some(bytes) => std::fs::write(path, bytes),
+        None => match std::fs::remove_file(path) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+            _ => Ok(()),
+        },
+    }
+}
+
+/// A node's whole CommitLog.
+fn commit_log(group: &GroupState) -> Vec<u8> {
+    let store = group.store();
+    store
+        .read_commit_log(store.commit_log_min_offset(), usize::MAX)
+        .unwrap_or_default()
 }
 
 /// Runs the node's fsync rounds while it runs.
@@ -1094,17 +1350,26 @@ fn run_seed(seed: u64) -> Result<String, String> {
     builder.enable_time().start_paused(true);
     builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
     let runtime = builder.build().map_err(|e| e.to_string())?;
-    runtime.block_on(DeterministicRng::<TokioRuntime>::scope(
-        seed,
-        // Built inside the runtime: its clock starts on the simulation's paused time.
-        async move { Sim::new(seed).run().await },
-    ))
+    runtime
+        .block_on(DeterministicRng::<TokioRuntime>::scope(
+            seed,
+            // Built inside the runtime: its clock starts on the simulation's paused time.
+            async move { Sim::new(seed)?.run().await },
+        ))
+        .map_err(|failure| match failure.starts_with("seed ") {
+            true => failure,
+            false => format!(
+                "seed {seed}: {failure} (replay: SIM_SEED={seed} cargo test -p rocketraft-broker \
+             group_sim)"
+            ),
+        })
 }
 
 #[test]
 fn seeded_group_runs_lose_no_acknowledged_write_and_replay_exactly() {
     let (mut acked, mut flips, mut repairs, mut group_losses, mut lost) = (0, 0, 0, 0, 0usize);
     let (mut second_faults, mut floor_votes) = (0, 0usize);
+    let (mut messages, mut offset_commits, mut gap_snapshots) = (0usize, 0usize, 0usize);
     for seed in seeds() {
         let trace = run_seed(seed).unwrap_or_else(|failure| panic!("{failure}"));
         acked += trace.matches("acked ").count();
@@ -1117,6 +1382,19 @@ fn seeded_group_runs_lose_no_acknowledged_write_and_replay_exactly() {
             .filter_map(|line| line.strip_prefix("floor votes "))
             .filter_map(|count| count.parse::<usize>().ok())
             .sum::<usize>();
+        gap_snapshots += trace.matches(": snapshot over the log's gap").count();
+        for line in trace.lines() {
+            if let Some(counts) = line.strip_prefix("messages ") {
+                let numbers: Vec<usize> = counts
+                    .split(' ')
+                    .filter_map(|word| word.parse().ok())
+                    .collect();
+                if let [sent, committed] = numbers[..] {
+                    messages += sent;
+                    offset_commits += committed;
+                }
+            }
+        }
         lost += trace
             .lines()
             .filter_map(|line| line.strip_prefix("lost in the async window: "))
@@ -1128,11 +1406,13 @@ fn seeded_group_runs_lose_no_acknowledged_write_and_replay_exactly() {
         }
     }
     eprintln!(
-        "raft group simulation, seeds {:?}: {acked} acknowledged writes checked; {flips} bits \
+        "raft group simulation, seeds {:?}: {acked} acknowledged writes checked ({messages} \
+         messages, {offset_commits} offset commits); {flips} bits \
          flipped, {repairs} repairs; {group_losses} votes by the majority rule after an async \
          power loss of the group, which lost {lost} acknowledged writes (counted per node) \
          acknowledged within {ASYNC_LOSS_WINDOW:?} before it; {second_faults} nodes killed \
-         while a node caught up, {floor_votes} (pre-)votes granted by a consent's vote floor",
+         while a node caught up, {floor_votes} (pre-)votes granted by a consent's vote floor; \
+         {gap_snapshots} starts over a Raft log that ended before the checkpoint",
         seeds()
     );
     assert!(acked > 0);

@@ -18,7 +18,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
-use std::time::Instant;
 
 use futures::Stream;
 use futures::TryStreamExt;
@@ -29,6 +28,7 @@ use openraft::storage::EntryResponder;
 use openraft::storage::RaftStateMachine;
 use serde::Deserialize;
 use serde::Serialize;
+use tokio::time::Instant;
 
 use crate::durable_file;
 use crate::group_state::GroupState;
@@ -48,10 +48,9 @@ use crate::raft::types::AppendedMessage;
 use crate::raft::types::Command;
 use crate::raft::types::CommandResult;
 use crate::raft::types::LogId;
-use crate::raft::types::Snapshot;
+use crate::raft::types::LogTypes;
 use crate::raft::types::SnapshotMeta;
 use crate::raft::types::StoredMembership;
-use crate::raft::types::TypeConfig;
 use crate::store::Appended;
 use crate::store::MessageStore;
 use crate::store::RecordView;
@@ -113,6 +112,18 @@ pub struct StateMachine {
     /// runtime's blocking pool), so dropping the state machine can wait for it: a node
     /// reopened in the same process must not race a checkpoint of its previous life.
     checkpoint_in_flight: Option<std::thread::JoinHandle<io::Result<()>>>,
+    writes: DurableWrites,
+}
+
+/// Where the fsyncs and file writes of checkpoints and snapshots run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DurableWrites {
+    /// Off the apply task, while applying goes on (the broker).
+    Background,
+    /// In the apply task, before it goes on: the group simulation, whose runtime must not wait
+    /// on other threads to replay exactly.
+    #[cfg(test)]
+    Inline,
 }
 
 impl Drop for StateMachine {
@@ -206,8 +217,16 @@ impl StateMachine {
             checkpoint_interval,
             last_checkpoint_at: Instant::now(),
             checkpoint_in_flight: None,
+            writes: DurableWrites::Background,
         };
         Ok((machine, group))
+    }
+
+    /// Writes checkpoints and snapshots in the apply task (for the deterministic simulation).
+    #[cfg(test)]
+    pub fn writing_inline(mut self) -> StateMachine {
+        self.writes = DurableWrites::Inline;
+        self
     }
 
     /// Applies `command`, the entry at log `index`.
@@ -382,15 +401,22 @@ impl StateMachine {
             topic_types: trailing.topic_types,
         };
         self.last_checkpoint_at = Instant::now();
-        let task = std::thread::Builder::new()
-            .name("checkpoint".into())
-            .spawn(move || {
-                flush.finish()?;
-                let encoded = codec::encode("state machine checkpoint", &checkpoint)?;
-                durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
-            })?;
-        self.checkpoint_in_flight = Some(task);
-        Ok(())
+        let write = move || {
+            flush.finish()?;
+            let encoded = codec::encode("state machine checkpoint", &checkpoint)?;
+            durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
+        };
+        match self.writes {
+            DurableWrites::Background => {
+                let task = std::thread::Builder::new()
+                    .name("checkpoint".into())
+                    .spawn(write)?;
+                self.checkpoint_in_flight = Some(task);
+                Ok(())
+            }
+            #[cfg(test)]
+            DurableWrites::Inline => write(),
+        }
     }
 
     /// The outcome of the checkpoint in flight, if it finished (or, with `wait`, once it
@@ -405,6 +431,34 @@ impl StateMachine {
                 .await
                 .map_err(io::Error::other)?,
             None => Ok(()),
+        }
+    }
+
+    /// Before Raft starts over a Raft log that ends before the applied state (a power loss
+    /// took the log's unsynced tail under `async`, or damage cut it short): openraft closes
+    /// that gap by purging the log up to the applied state, which must not pass the newest
+    /// snapshot. If that is older, builds one at the applied state (the checkpoint's, whose
+    /// store is durable up to there). Returns whether it did.
+    pub async fn snapshot_over_log_gap(&mut self, log_last_index: Option<u64>) -> io::Result<bool> {
+        let applied_index = self.last_applied.map(|log_id| log_id.index);
+        if applied_index <= log_last_index || self.snapshot_last_log_id()? >= self.last_applied {
+            return Ok(false);
+        }
+        self.snapshot_builder().write().await?;
+        tracing::warn!(
+            ?log_last_index, last_applied = ?self.last_applied,
+            "the raft log ends before the applied state: snapshot taken at the applied state"
+        );
+        Ok(true)
+    }
+
+    fn snapshot_builder(&self) -> SnapshotBuilder {
+        SnapshotBuilder {
+            state: self.capture_snapshot_state(),
+            group: self.group.clone(),
+            dir: self.dir.clone(),
+            current_snapshot: self.current_snapshot.clone(),
+            writes: self.writes,
         }
     }
 
@@ -664,7 +718,10 @@ fn read_snapshot(path: &Path) -> io::Result<Option<SnapshotState>> {
         .transpose()
 }
 
-impl RaftStateMachine<TypeConfig> for StateMachine {
+/// openraft's snapshot of a broker group under type configuration `C`.
+type Snapshot<C> = openraft::type_config::alias::SnapshotOf<C, SnapshotData>;
+
+impl<C: LogTypes> RaftStateMachine<C> for StateMachine {
     type SnapshotData = SnapshotData;
     type SnapshotBuilder = SnapshotBuilder;
 
@@ -674,7 +731,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
     where
-        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + Send,
+        Strm: Stream<Item = Result<EntryResponder<C>, io::Error>> + Unpin + Send,
     {
         while let Some((entry, responder)) = entries.try_next().await? {
             let log_id = entry.log_id();
@@ -701,12 +758,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        SnapshotBuilder {
-            state: self.capture_snapshot_state(),
-            group: self.group.clone(),
-            dir: self.dir.clone(),
-            current_snapshot: self.current_snapshot.clone(),
-        }
+        self.snapshot_builder()
     }
 
     async fn install_snapshot(
@@ -735,9 +787,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok(())
     }
 
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<C>>, io::Error> {
         let current = lock_snapshot(&self.current_snapshot)?.clone();
-        Ok(current.map(|state| Snapshot {
+        Ok(current.map(|state| Snapshot::<C> {
             meta: state.meta.clone(),
             snapshot: SnapshotData {
                 state,
@@ -762,33 +814,117 @@ pub struct SnapshotBuilder {
     group: Arc<GroupState>,
     dir: PathBuf,
     current_snapshot: Arc<Mutex<Option<SnapshotState>>>,
+    writes: DurableWrites,
 }
 
-impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+impl<C: LogTypes> RaftSnapshotBuilder<C> for SnapshotBuilder {
     type SnapshotData = SnapshotData;
 
-    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
-        // Everything below commit_log_end must be durable before the snapshot lets the Raft
-        // log be purged past it.
-        let group = self.group.clone();
-        let path = self.dir.join(SNAPSHOT_FILE);
-        let encoded = codec::encode("snapshot", &self.state)?;
-        let flush = group.begin_flush().await?;
-        tokio::task::spawn_blocking(move || {
-            flush.finish()?;
-            durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
-        })
-        .await
-        .map_err(io::Error::other)??;
-        self.group.note_durable_snapshot(self.state.commit_log_end);
-        *lock_snapshot(&self.current_snapshot)? = Some(self.state.clone());
-        tracing::debug!(last_log_id = ?self.state.meta.last_log_id, commit_log_end = self.state.commit_log_end, "snapshot built");
-        Ok(Snapshot {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<C>, io::Error> {
+        self.write().await?;
+        Ok(Snapshot::<C> {
             meta: self.state.meta.clone(),
             snapshot: SnapshotData {
                 state: self.state.clone(),
                 commit_log: CommitLogSource::Store(self.group.clone()),
             },
         })
+    }
+}
+
+impl SnapshotBuilder {
+    /// Makes the captured state the current snapshot, durably.
+    async fn write(&mut self) -> io::Result<()> {
+        // Everything below commit_log_end must be durable before the snapshot lets the Raft
+        // log be purged past it.
+        let group = self.group.clone();
+        let path = self.dir.join(SNAPSHOT_FILE);
+        let encoded = codec::encode("snapshot", &self.state)?;
+        let flush = group.begin_flush().await?;
+        let write = move || {
+            flush.finish()?;
+            durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
+        };
+        match self.writes {
+            DurableWrites::Background => tokio::task::spawn_blocking(write)
+                .await
+                .map_err(io::Error::other)??,
+            #[cfg(test)]
+            DurableWrites::Inline => write()?,
+        }
+        self.group.note_durable_snapshot(self.state.commit_log_end);
+        *lock_snapshot(&self.current_snapshot)? = Some(self.state.clone());
+        tracing::debug!(last_log_id = ?self.state.meta.last_log_id, commit_log_end = self.state.commit_log_end, "snapshot built");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::EntryPayload;
+
+    use super::*;
+    use crate::raft::state_machine_sim::open_small_node;
+    use crate::raft::types::Entry;
+    use crate::raft::types::TypeConfig;
+    use crate::store::record::tests::keyed;
+
+    /// Opens the node in `dir`, checkpointing after every apply, in the apply task.
+    fn open(dir: &Path) -> StateMachine {
+        open_small_node(dir, Duration::ZERO)
+            .expect("open")
+            .0
+            .writing_inline()
+    }
+
+    async fn apply(machine: &mut StateMachine, indexes: std::ops::RangeInclusive<u64>) {
+        let entries = indexes.map(|index| {
+            let records = keyed("T", 0, b"body", format!("m{index}"));
+            Ok((
+                Entry {
+                    log_id: LogId::new_term_index(1, index),
+                    payload: EntryPayload::Normal(Command::Append {
+                        records: records.into(),
+                    }),
+                },
+                None,
+            ))
+        });
+        RaftStateMachine::<TypeConfig>::apply(machine, futures::stream::iter(entries))
+            .await
+            .expect("apply");
+    }
+
+    #[tokio::test]
+    async fn a_raft_log_that_ends_before_the_checkpoint_gets_a_snapshot_at_the_applied_state() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut machine = open(dir.path());
+        apply(&mut machine, 1..=3).await;
+        machine.snapshot_builder().write().await.expect("snapshot");
+        apply(&mut machine, 4..=10).await;
+        drop(machine);
+
+        let mut machine = open(dir.path());
+        let at = |index| Some(LogId::new_term_index(1, index));
+        assert_eq!(machine.last_applied, at(10), "checkpointed at 10");
+        assert_eq!(machine.snapshot_last_log_id().expect("snapshot"), at(3));
+        assert!(
+            !machine.snapshot_over_log_gap(Some(10)).await.expect("gap"),
+            "a log that reaches the applied state needs no snapshot"
+        );
+        assert!(
+            machine.snapshot_over_log_gap(Some(6)).await.expect("gap"),
+            "openraft purges a log that ends at 6 up to the applied 10, past the snapshot at 3"
+        );
+        assert_eq!(machine.snapshot_last_log_id().expect("snapshot"), at(10));
+        drop(machine);
+
+        let mut machine = open(dir.path());
+        assert_eq!(
+            machine.snapshot_last_log_id().expect("snapshot"),
+            at(10),
+            "the snapshot is durable"
+        );
+        assert!(!machine.snapshot_over_log_gap(Some(6)).await.expect("gap"));
     }
 }

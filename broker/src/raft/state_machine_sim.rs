@@ -21,8 +21,8 @@
 //! reads: a lookup that meets the damage has the block rebuilt from the CommitLog first.
 //!
 //! Group-wide faults (elections, lost votes, partitions) are the group simulation's
-//! (`group_sim`, over an in-memory state machine); this one checks what the broker's state
-//! machine makes of crashes. `SM_SIM_SEED=N` replays one seed; `SM_SIM_SEEDS=N` runs `0..N`.
+//! (`group_sim`, over this same state machine); this one checks, against a twin, what the
+//! state machine makes of many crashes in one long log. `SM_SIM_SEED=N` replays one seed; `SM_SIM_SEEDS=N` runs `0..N`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -39,6 +39,7 @@ use crate::raft::state_machine::StateMachine;
 use crate::raft::types::Command;
 use crate::raft::types::Entry;
 use crate::raft::types::LogId;
+use crate::raft::types::TypeConfig;
 use crate::seeded_rng::SeededRng;
 use crate::store::MessageStore;
 use crate::store::StoreConfig;
@@ -48,7 +49,7 @@ use crate::store::index::INDEX_ENTRY_SIZE;
 use crate::store::mapped_file;
 use crate::store::power_loss::lose_unsynced;
 use crate::store::properties::UNIQ_KEY;
-use crate::store::record::tests::sample;
+use crate::store::record::tests::keyed;
 
 const SEEDS_DEFAULT: u64 = 24;
 /// Entries in one seed's log.
@@ -73,29 +74,40 @@ struct Node {
     group: Arc<GroupState>,
 }
 
+/// Opens the state machine of a node whose store (`<dir>/store`) has small files, so a short
+/// run rolls CommitLog segments, ConsumeQueue files and index files; its checkpoint and
+/// snapshot are in `<dir>/state`.
+pub(crate) fn open_small_node(
+    dir: &Path,
+    checkpoint_interval: Duration,
+) -> std::io::Result<(StateMachine, Arc<GroupState>)> {
+    let (store, _report) = MessageStore::open(StoreConfig {
+        commit_log_segment_bytes: 64 * 1024,
+        consume_queue_units_per_segment: 64,
+        index_entries_per_file: 64,
+        ..StoreConfig::new(dir.join("store"))
+    })?;
+    StateMachine::open(&dir.join("state"), store, checkpoint_interval)
+}
+
 impl Node {
     fn open(dir: &Path, checkpoint_interval: Duration) -> Node {
-        let store = MessageStore::open(StoreConfig {
-            commit_log_segment_bytes: 64 * 1024,
-            consume_queue_units_per_segment: 64,
-            index_entries_per_file: 64,
-            ..StoreConfig::new(dir.join("store"))
-        })
-        .expect("open store")
-        .0;
-        let (machine, group) =
-            StateMachine::open(&dir.join("state"), store, checkpoint_interval).expect("open");
+        let (machine, group) = open_small_node(dir, checkpoint_interval).expect("open");
         Node { machine, group }
     }
 
     async fn applied_index(&mut self) -> u64 {
-        let (applied, _) = self.machine.applied_state().await.expect("applied state");
+        let (applied, _) = RaftStateMachine::<TypeConfig>::applied_state(&mut self.machine)
+            .await
+            .expect("applied state");
         applied.map_or(0, |log_id| log_id.index)
     }
 
     async fn apply(&mut self, entries: &[Entry]) {
         let stream = futures::stream::iter(entries.iter().cloned().map(|entry| Ok((entry, None))));
-        self.machine.apply(stream).await.expect("apply");
+        RaftStateMachine::<TypeConfig>::apply(&mut self.machine, stream)
+            .await
+            .expect("apply");
     }
 
     fn commit_log(&self) -> Vec<u8> {
@@ -146,10 +158,7 @@ impl Workload {
     }
 
     fn record(&mut self, topic: &str, queue_id: i32, key: String) -> Vec<u8> {
-        let body = vec![b'a' + (self.rng.below(26) as u8); 40 + self.rng.below(400) as usize];
-        let mut record = sample(topic, queue_id, &body);
-        record.properties.insert(UNIQ_KEY, key).expect("uniq");
-        record.encode().expect("encode")
+        keyed(topic, queue_id, &random_body(&mut self.rng), key)
     }
 
     fn next_command(&mut self) -> Command {
@@ -240,6 +249,11 @@ impl Workload {
     fn entries(&self, from: u64, to: u64) -> &[Entry] {
         &self.entries[from as usize..to as usize]
     }
+}
+
+/// A message body of 40 to 439 bytes of one letter.
+pub(crate) fn random_body(rng: &mut SeededRng) -> Vec<u8> {
+    vec![b'a' + (rng.below(26) as u8); 40 + rng.below(400) as usize]
 }
 
 /// Flips a bit of a random entry of the node's key index as it runs (in place: its mapping
@@ -367,7 +381,7 @@ fn check_promises(seed: u64, workload: &Workload, node: &Node) -> Result<(), Str
         }
     }
     drop(metadata);
-    let delayed = unique_keys(node, DELAYED_TOPIC, 0)?;
+    let delayed = unique_keys(&node.group, DELAYED_TOPIC, 0)?;
     if delayed != workload.delivered {
         return Err(format!(
             "seed {seed}: delayed messages delivered {delayed:?}, expected each of {:?} once",
@@ -377,7 +391,7 @@ fn check_promises(seed: u64, workload: &Workload, node: &Node) -> Result<(), Str
     let mut sends = Vec::new();
     for topic in TOPICS {
         for queue_id in 0..QUEUES as i32 {
-            sends.extend(unique_keys(node, topic, queue_id)?);
+            sends.extend(unique_keys(&node.group, topic, queue_id)?);
         }
     }
     sends.sort_by_key(|key| key.trim_start_matches("send-").parse::<u64>().unwrap_or(0));
@@ -393,8 +407,12 @@ fn check_promises(seed: u64, workload: &Workload, node: &Node) -> Result<(), Str
 }
 
 /// The `UNIQ_KEY`s of the messages of `topic`'s queue `queue_id`, in queue order.
-fn unique_keys(node: &Node, topic: &str, queue_id: i32) -> Result<Vec<String>, String> {
-    let store = node.group.store();
+pub(crate) fn unique_keys(
+    group: &GroupState,
+    topic: &str,
+    queue_id: i32,
+) -> Result<Vec<String>, String> {
+    let store = group.store();
     let mut keys = Vec::new();
     for unit in store.read_consume_queue(topic, queue_id, 0, usize::MAX) {
         let view = store

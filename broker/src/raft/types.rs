@@ -32,12 +32,13 @@ openraft::declare_raft_types!(
         LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
 );
 
-/// Type configurations whose entries, votes and log ids are the broker's: the Raft log store
-/// serves any of them (the broker's own, and the crash simulation's, which differs only in
-/// its async runtime).
+/// Type configurations whose entries, votes, log ids and results are the broker's: the Raft
+/// log store and the state machine serve any of them (the broker's own, and the crash
+/// simulation's, which differs only in its async runtime).
 pub trait LogTypes:
     openraft::RaftTypeConfig<
         D = Command,
+        R = CommandResult,
         NodeId = u64,
         Node = crate::raft::node_addr::NodeAddr,
         Term = u64,

@@ -572,6 +572,13 @@ pub(crate) mod tests {
     use super::*;
     use crate::store::properties::{KEYS, TAGS, UNIQ_KEY};
 
+    /// The encoded record of `body` on `topic`/`queue_id` whose `UNIQ_KEY` is `key`.
+    pub(crate) fn keyed(topic: &str, queue_id: i32, body: &[u8], key: String) -> Vec<u8> {
+        let mut record = sample(topic, queue_id, body);
+        record.properties.insert(UNIQ_KEY, key).expect("uniq");
+        record.encode().expect("encode")
+    }
+
     /// A small valid record on `topic`/`queue_id` with the given tag and keys.
     pub(crate) fn sample(topic: &str, queue_id: i32, body: &[u8]) -> MessageRecord {
         let mut properties = Properties::new();
