@@ -2,11 +2,11 @@
 //! over a real [`MessageStore`] in a temporary directory applies a seeded command log (sends,
 //! producers' retries, consumer offset commits, delayed deliveries, each range proposed twice
 //! as two leaders would) and loses power between applies at points the seed picks. A power
-//! loss drops the node's memory and, from its store, every CommitLog byte its last
-//! checkpoint did not count (`store::power_loss::lose_unsynced`: what a machine that lost
-//! power may have lost). The node reopens as a broker does, from its checkpoint, and applies
-//! the log again from there (the Raft log is durable: `flush = sync`). A twin that never
-//! crashes applies the same log.
+//! loss drops the node's memory and, from its store, any of the CommitLog pages its last
+//! checkpoint did not count (`store::power_loss::lose_unsynced_pages`: what a machine that
+//! lost power may have lost, writeback having reached some pages and not others). The node
+//! reopens as a broker does, from its checkpoint, and applies the log again from there (the
+//! Raft log is durable: `flush = sync`). A twin that never crashes applies the same log.
 //!
 //! The checker asserts, after each recovery once the node re-applied up to where it was:
 //! - its consumer offsets, schedule progress and other metadata are the twin's, and its
@@ -47,7 +47,7 @@ use crate::store::cq_sums::CQ_BLOCK_UNITS;
 use crate::store::index::INDEX_DIR;
 use crate::store::index::INDEX_ENTRY_SIZE;
 use crate::store::mapped_file;
-use crate::store::power_loss::lose_unsynced;
+use crate::store::power_loss::lose_unsynced_pages;
 use crate::store::properties::UNIQ_KEY;
 use crate::store::record::tests::keyed;
 
@@ -320,7 +320,8 @@ async fn run(seed: u64) -> Result<Stats, String> {
             continue;
         }
         drop(node);
-        let lost = lose_unsynced(&node_dir.join("store")).map_err(|e| e.to_string())?;
+        let lost = lose_unsynced_pages(&node_dir.join("store"), || rng.below(2) == 0)
+            .map_err(|e| e.to_string())?;
         stats.power_losses += 1;
         stats.bytes_lost += lost.bytes_lost;
         node = Node::open(&node_dir, interval);

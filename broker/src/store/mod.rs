@@ -250,9 +250,16 @@ impl MessageStore {
 
     /// Re-dispatches from `from`; if a queue turns out to have a hole (it lost units the
     /// checkpoint could not tell us about), starts over from the CommitLog start.
+    ///
+    /// A record past the checkpoint's flushed offset that disagrees with the queue unit
+    /// already written for its queue offset is torn: a power loss can keep a later page of an
+    /// unflushed write and lose an earlier one, leaving a record whose body (checked by its
+    /// CRC) survived but whose header or properties (which no CRC covers) did not. The
+    /// CommitLog is cut there; nothing past the flushed offset was promised, and the state
+    /// machine replays it from the Raft log.
     fn redispatch(&mut self, from: u64) -> Result<Redispatch, StoreError> {
         let min = self.commit_log.min_offset();
-        match self.dispatch_from(from, from == min) {
+        let (done, torn) = match self.dispatch_from(from, from == min) {
             Err(StoreError::ConsumeQueueGap {
                 topic, queue_id, ..
             }) if from > min => {
@@ -260,11 +267,28 @@ impl MessageStore {
                 self.dispatch_from(min, true)
             }
             other => other,
+        }?;
+        if let Some(offset) = torn {
+            warn!(
+                offset,
+                flushed = self.last_checkpoint.commit_log_flushed_offset,
+                "a record past the flushed offset is torn: the CommitLog is cut there"
+            );
+            self.truncate(offset as i64)?;
         }
+        Ok(done)
     }
 
-    fn dispatch_from(&mut self, from: u64, allow_start: bool) -> Result<Redispatch, StoreError> {
+    /// Dispatches the records from `from`; stops at a torn record past the flushed offset
+    /// and returns where it is.
+    fn dispatch_from(
+        &mut self,
+        from: u64,
+        allow_start: bool,
+    ) -> Result<(Redispatch, Option<u64>), StoreError> {
         let mut done = Redispatch::default();
+        let mut torn = None;
+        let flushed = self.last_checkpoint.commit_log_flushed_offset;
         let tags_code_fn = self.config.tags_code_fn;
         let dispatcher = &mut self.dispatcher;
         let index_entries_before = dispatcher.index().len();
@@ -275,7 +299,13 @@ impl MessageStore {
                     offset,
                     source: RecordError::FieldLengths,
                 })?;
-            let unit_added = dispatcher.dispatch(offset, &info, queue_offset, allow_start)?;
+            let unit_added = match dispatcher.dispatch(offset, &info, queue_offset, allow_start) {
+                Err(StoreError::ConsumeQueueConflict { .. }) if offset >= flushed => {
+                    torn = Some(offset);
+                    return Ok(ControlFlow::Break(()));
+                }
+                other => other?,
+            };
             done.records += 1;
             done.units += u64::from(unit_added);
             Ok(ControlFlow::Continue(()))
@@ -283,7 +313,7 @@ impl MessageStore {
         let finished = dispatcher.finish_dispatch();
         done.index_entries = (dispatcher.index().len() - index_entries_before) as u64;
         scanned.and(finished)?;
-        Ok(done)
+        Ok((done, torn))
     }
 
     /// Appends one encoded record: assigns its queue offset and CommitLog offset, writes it

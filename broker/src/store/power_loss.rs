@@ -17,15 +17,17 @@ use crate::store::commit_log::COMMIT_LOG_DIR;
 use crate::store::error::StoreError;
 use crate::store::mapped_file::list_segments;
 
-/// Zeroes are written this many bytes at a time.
-const ZERO_CHUNK_BYTES: usize = 1 << 20;
+/// The files are read this many bytes at a time.
+const READ_CHUNK_BYTES: usize = 1 << 20;
+/// What a power loss keeps or loses as a unit: one page of the page cache.
+const PAGE_BYTES: usize = 4096;
 
 /// What [`lose_unsynced`] took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LostWrites {
     /// The last store checkpoint's flushed CommitLog offset: everything below it stays.
     pub flushed_offset: u64,
-    /// CommitLog bytes past it that held data (up to each segment's last non-zero byte),
+    /// CommitLog bytes past it that held data (up to each lost page's last non-zero byte),
     /// now zeros.
     pub bytes_lost: u64,
 }
@@ -33,11 +35,21 @@ pub struct LostWrites {
 /// Zeroes every CommitLog byte of the store under `store_dir` at or past the last
 /// checkpoint's flushed offset and syncs the files. The node must be stopped.
 pub fn lose_unsynced(store_dir: &Path) -> Result<LostWrites, StoreError> {
+    lose_unsynced_pages(store_dir, || true)
+}
+
+/// As [`lose_unsynced`], page by page: of the pages past the flushed offset that hold data,
+/// zeroes those `lose_page` picks (in file order) and keeps the others, as a power loss does
+/// when writeback had reached some pages and not others.
+pub fn lose_unsynced_pages(
+    store_dir: &Path,
+    mut lose_page: impl FnMut() -> bool,
+) -> Result<LostWrites, StoreError> {
     let (checkpoint, _) = Checkpoint::load(store_dir)?;
     let flushed_offset = checkpoint.commit_log_flushed_offset;
     let dir = store_dir.join(COMMIT_LOG_DIR);
-    let zeros = vec![0u8; ZERO_CHUNK_BYTES];
-    let mut chunk = vec![0u8; ZERO_CHUNK_BYTES];
+    let zeros = [0u8; PAGE_BYTES];
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     let mut bytes_lost = 0;
     for (start, path) in list_segments(&dir)? {
         let io = |error| StoreError::io("zero unsynced CommitLog bytes", &path, error);
@@ -47,24 +59,36 @@ pub fn lose_unsynced(store_dir: &Path) -> Result<LostWrites, StoreError> {
             .open(&path)
             .map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
-        let from = flushed_offset.saturating_sub(start);
-        let mut at = from;
-        let mut data_end = from;
+        let mut at = flushed_offset.saturating_sub(start);
+        let mut zeroed = false;
         while at < len {
-            let size = usize::try_from(len - at)
-                .map_or(ZERO_CHUNK_BYTES, |left| left.min(ZERO_CHUNK_BYTES));
+            // Reads end on a page boundary, so no page is split between two.
+            let whole = READ_CHUNK_BYTES - (at % PAGE_BYTES as u64) as usize;
+            let size = usize::try_from(len - at).map_or(whole, |left| left.min(whole));
             let read = &mut chunk[..size];
             file.read_exact_at(read, at).map_err(io)?;
-            // Preallocated space reads as zeros already: only data is written over.
-            if let Some(last) = read.iter().rposition(|byte| *byte != 0) {
-                file.write_all_at(&zeros[..size], at).map_err(io)?;
-                data_end = at + last as u64 + 1;
+            // Pages end on multiples of the page size (the first may start inside one).
+            let mut page_start = 0;
+            while page_start < size {
+                let page_end = (((at + page_start as u64) / PAGE_BYTES as u64 + 1)
+                    * PAGE_BYTES as u64
+                    - at) as usize;
+                let page = &read[page_start..page_end.min(size)];
+                // Preallocated space reads as zeros already: only data is written over.
+                if let Some(last) = page.iter().rposition(|byte| *byte != 0)
+                    && lose_page()
+                {
+                    file.write_all_at(&zeros[..page.len()], at + page_start as u64)
+                        .map_err(io)?;
+                    bytes_lost += last as u64 + 1;
+                    zeroed = true;
+                }
+                page_start = page_end;
             }
             at += size as u64;
         }
-        if data_end > from {
+        if zeroed {
             file.sync_all().map_err(io)?;
-            bytes_lost += data_end - from;
         }
     }
     Ok(LostWrites {
@@ -123,6 +147,114 @@ mod tests {
             lose_unsynced(dir.path()).expect("again").bytes_lost,
             0,
             "nothing past the flush any more"
+        );
+    }
+
+    #[test]
+    fn a_record_past_the_flush_whose_tags_were_torn_is_cut_not_a_failed_open() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = StoreConfig::new(dir.path());
+        let (mut store, _) = MessageStore::open(config.clone()).expect("open");
+        let record = |i: usize| sample("T", 0, format!("body {i}").as_bytes());
+        for i in 0..10 {
+            store
+                .append(&record(i).encode().expect("encode"))
+                .expect("append");
+        }
+        store.flush().expect("checkpoint");
+        let mut torn = None;
+        for i in 10..20 {
+            let appended = store
+                .append(&record(i).encode().expect("encode"))
+                .expect("append");
+            if i == 15 {
+                torn = Some(appended);
+            }
+        }
+        drop(store.begin_flush().expect("write to the files"));
+        drop(store);
+        // The page holding record 15's properties was lost, its body's was not: its tags
+        // (the properties' first entry) read as zeros.
+        let torn = torn.expect("record 15");
+        let encoded = record(15).encode().expect("encode");
+        let tags_at = encoded
+            .windows(4)
+            .position(|window| window == b"TAGS")
+            .expect("tags");
+        let segment = dir
+            .path()
+            .join(crate::store::commit_log::COMMIT_LOG_DIR)
+            .join(crate::store::mapped_file::file_name(0));
+        let file = OpenOptions::new().write(true).open(segment).expect("open");
+        file.write_all_at(&[0u8; 8], torn.commit_log_offset as u64 + tags_at as u64)
+            .expect("tear");
+        drop(file);
+
+        let (store, report) = MessageStore::open(config).expect("a torn record is no failed open");
+        assert_eq!(
+            store.commit_log_max_offset(),
+            torn.commit_log_offset,
+            "cut at the torn record: {report:?}"
+        );
+        assert_eq!(store.consume_queue_offsets("T", 0).1, 15);
+    }
+
+    #[test]
+    fn pages_kept_after_a_lost_one_are_not_taken_for_data_or_damage() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = StoreConfig {
+            commit_log_segment_bytes: 256 * 1024,
+            ..StoreConfig::new(dir.path())
+        };
+        let (mut store, _) = MessageStore::open(config.clone()).expect("open");
+        let record = |i: usize| {
+            sample("T", 0, format!("body {i}").as_bytes())
+                .encode()
+                .expect("encode")
+        };
+        for i in 0..100 {
+            store.append(&record(i)).expect("append");
+        }
+        store.flush().expect("checkpoint");
+        let flushed = store.commit_log_max_offset() as u64;
+        for i in 100..600 {
+            store.append(&record(i)).expect("append");
+        }
+        let written_end = store.commit_log_max_offset() as u64;
+        drop(store.begin_flush().expect("write to the files"));
+        drop(store);
+
+        // Writeback reached the page holding the flushed offset and every page after the
+        // next one, but not that one.
+        let mut pages = 0;
+        let lost = lose_unsynced_pages(dir.path(), || {
+            pages += 1;
+            pages == 2
+        })
+        .expect("lose");
+        assert!(pages > 3, "{pages} pages past the flush");
+        assert!(lost.bytes_lost > 0 && lost.bytes_lost <= PAGE_BYTES as u64);
+        let (store, report) = MessageStore::open(config).expect("reopen");
+        let end = store.commit_log_max_offset() as u64;
+        let lost_page = (flushed / PAGE_BYTES as u64 + 1) * PAGE_BYTES as u64;
+        // A record may reach into the lost page by its properties (no CRC covers them: the
+        // state machine cuts the store back to its checkpoint), never past it.
+        assert!(
+            end > flushed && end < lost_page + PAGE_BYTES as u64 && end < written_end,
+            "recovery ends at the page lost, at {end}: {report:?}"
+        );
+        let (_, queued) = store.consume_queue_offsets("T", 0);
+        assert!(queued > 100 && queued < 600, "{queued} queued");
+        let last = store
+            .read_consume_queue("T", 0, queued - 1, 1)
+            .into_iter()
+            .next()
+            .expect("last unit");
+        assert_eq!(
+            last.commit_log_offset as u64 + last.size as u64,
+            end,
+            "no unit points past the CommitLog"
         );
     }
 }
