@@ -669,12 +669,15 @@ fn open_state(
             dir: store_config.dir.clone(),
             source,
         })?;
-    StateMachine::open(&raft_dir.join("state"), store, CHECKPOINT_INTERVAL_DEFAULT).map_err(
-        |source| StartError::RaftState {
-            dir: raft_dir.to_path_buf(),
-            source,
-        },
-    )
+    let (state_machine, group) =
+        StateMachine::open(&raft_dir.join("state"), store, CHECKPOINT_INTERVAL_DEFAULT).map_err(
+            |source| StartError::RaftState {
+                dir: raft_dir.to_path_buf(),
+                source,
+            },
+        )?;
+    let lag = config.flush_mode().durability_lag();
+    Ok((state_machine.with_durability_lag(lag), group))
 }
 
 /// Opens the node's Raft log; `snapshot` is the last entry of the node's durable snapshot,

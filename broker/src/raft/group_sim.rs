@@ -14,8 +14,9 @@
 //!
 //! Faults: a power loss of one node, or rarely of all three, at a disk operation the seed
 //! picks (a node loses what it had not fsynced and keeps a torn prefix of the rest; its store
-//! keeps its checkpoints as they were when the power failed and loses every CommitLog byte
-//! they do not count, `store::power_loss::lose_unsynced`), their restart, a partition of one
+//! keeps its checkpoints as they were when the power failed and loses any of the CommitLog
+//! pages they do not count, `store::power_loss::lose_unsynced_pages`), their restart, a
+//! partition of one
 //! node, lossy links. Even seeds run `flush = sync`; odd ones `flush = async`, which promises
 //! to survive killed processes (the page cache survives) and one power loss at a time: there
 //! the whole group's stop is a kill or a power loss that may lose what was acknowledged in the
@@ -103,7 +104,7 @@ use crate::raft::types::Vote;
 use crate::seeded_rng::SeededRng;
 use crate::sim_disk::SimDisk;
 use crate::store::RecordView;
-use crate::store::power_loss::lose_unsynced;
+use crate::store::power_loss::lose_unsynced_pages;
 use crate::store::properties::UNIQ_KEY;
 use crate::store::record::tests::keyed;
 
@@ -146,7 +147,7 @@ const LOG_DIR: &str = "/sim/raft/log";
 /// A write not acknowledged within this is given up (it may still commit).
 const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often a node's state machine checkpoints while entries arrive.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(200);
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(10);
 const TOPICS: [&str; 2] = ["SimA", "SimB"];
 const QUEUES: u64 = 2;
 const DELAYED_TOPIC: &str = "SimDelayed";
@@ -504,7 +505,9 @@ impl Sim {
         let node = self.nodes.get_mut(&id).ok_or("no such node")?;
         let (state_machine, group) = open_small_node(&node.dir, CHECKPOINT_INTERVAL)
             .map_err(|e| format!("node {id}: open state machine: {e}"))?;
-        let mut state_machine = state_machine.writing_inline();
+        let mut state_machine = state_machine
+            .writing_inline()
+            .with_durability_lag(self.flush.durability_lag());
         let snapshot = state_machine
             .snapshot_last_log_id()
             .map_err(|e| format!("node {id}: snapshot: {e}"))?;
@@ -601,8 +604,10 @@ impl Sim {
             restore(&path, bytes.as_deref())
                 .map_err(|e| self.fail(format!("node {id}: restore {path:?}: {e}")))?;
         }
-        let node = &self.nodes[&id];
-        let store = lose_unsynced(&node.dir.join("store"))
+        let store_dir = self.nodes[&id].dir.join("store");
+        // Writeback may have reached some of the pages written since, in any order.
+        let rng = &mut self.rng;
+        let store = lose_unsynced_pages(&store_dir, || rng.below(2) == 0)
             .map_err(|e| self.fail(format!("node {id}: lose unsynced: {e}")))?;
         self.note(format_args!(
             "power loss {id}: {report:?}, store lost {} bytes past {}",

@@ -76,6 +76,18 @@ pub enum FlushMode {
     Async { interval: Duration },
 }
 
+impl FlushMode {
+    /// How long after an entry is applied it may still be lost by a power loss of the whole
+    /// group: until the next flusher rounds of a majority (twice the interval, for slack).
+    /// Zero under `sync`. See `StateMachine::with_durability_lag`.
+    pub fn durability_lag(self) -> Duration {
+        match self {
+            FlushMode::Sync => Duration::ZERO,
+            FlushMode::Async { interval } => interval * 2,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct LogStoreConfig {
     pub disk: Arc<dyn Disk>,

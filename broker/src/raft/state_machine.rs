@@ -108,11 +108,27 @@ pub struct StateMachine {
     current_snapshot: Arc<Mutex<Option<SnapshotState>>>,
     checkpoint_interval: Duration,
     last_checkpoint_at: Instant,
-    /// The checkpoint being written in the background, if any. A thread of its own (not the
-    /// runtime's blocking pool), so dropping the state machine can wait for it: a node
-    /// reopened in the same process must not race a checkpoint of its previous life.
-    checkpoint_in_flight: Option<std::thread::JoinHandle<io::Result<()>>>,
+    /// The checkpoint between its cut and its file, if any.
+    checkpoint_in_flight: Option<InFlight>,
     writes: DurableWrites,
+    /// How long after its cut a checkpoint or snapshot may name the entries it holds
+    /// ([`StateMachine::with_durability_lag`]).
+    durability_lag: Duration,
+}
+
+/// A checkpoint whose state is cut and whose file is not written yet.
+enum InFlight {
+    /// Written by a thread of its own (not the runtime's blocking pool), so dropping the
+    /// state machine can wait for it: a node reopened in the same process must not race a
+    /// checkpoint of its previous life.
+    Thread(std::thread::JoinHandle<io::Result<()>>),
+    /// Flushed; its file is written in the apply task once `due` (the simulation). Dropped
+    /// unwritten if the node stops first.
+    #[cfg(test)]
+    Due {
+        due: Instant,
+        write: Box<dyn FnOnce() -> io::Result<()> + Send + Sync>,
+    },
 }
 
 /// Where the fsyncs and file writes of checkpoints and snapshots run.
@@ -128,7 +144,7 @@ enum DurableWrites {
 
 impl Drop for StateMachine {
     fn drop(&mut self) {
-        if let Some(task) = self.checkpoint_in_flight.take()
+        if let Some(InFlight::Thread(task)) = self.checkpoint_in_flight.take()
             && let Err(error) = join_checkpoint(task)
         {
             tracing::error!(%error, "the last checkpoint failed");
@@ -218,8 +234,22 @@ impl StateMachine {
             last_checkpoint_at: Instant::now(),
             checkpoint_in_flight: None,
             writes: DurableWrites::Background,
+            durability_lag: Duration::ZERO,
         };
         Ok((machine, group))
+    }
+
+    /// Under `flush = async` an applied entry may still be lost by the whole group for a
+    /// while: it is on a majority's page cache, not yet on their disks, until their next
+    /// flusher rounds. A checkpoint or snapshot that named it, on a node whose group then all
+    /// lost power, would restart that node from an entry the others no longer have (and may
+    /// fill with another): its state would differ from theirs for good. So each one names the
+    /// state it cut only `lag` after the cut (twice the flush interval), when the entries in it
+    /// are on a majority's disks. Zero (the default) under `sync`, where an entry is on a
+    /// majority's disks before it is applied.
+    pub fn with_durability_lag(mut self, lag: Duration) -> StateMachine {
+        self.durability_lag = lag;
+        self
     }
 
     /// Writes checkpoints and snapshots in the apply task (for the deterministic simulation).
@@ -401,21 +431,33 @@ impl StateMachine {
             topic_types: trailing.topic_types,
         };
         self.last_checkpoint_at = Instant::now();
-        let write = move || {
-            flush.finish()?;
+        let name = move || {
             let encoded = codec::encode("state machine checkpoint", &checkpoint)?;
             durable_file::write_atomic(&path, &encoded).map_err(io::Error::from)
         };
+        let lag = self.durability_lag;
         match self.writes {
             DurableWrites::Background => {
+                let cut_at = std::time::Instant::now();
                 let task = std::thread::Builder::new()
                     .name("checkpoint".into())
-                    .spawn(write)?;
-                self.checkpoint_in_flight = Some(task);
+                    .spawn(move || {
+                        flush.finish()?;
+                        std::thread::sleep(lag.saturating_sub(cut_at.elapsed()));
+                        name()
+                    })?;
+                self.checkpoint_in_flight = Some(InFlight::Thread(task));
                 Ok(())
             }
             #[cfg(test)]
-            DurableWrites::Inline => write(),
+            DurableWrites::Inline => {
+                flush.finish()?;
+                self.checkpoint_in_flight = Some(InFlight::Due {
+                    due: self.last_checkpoint_at + lag,
+                    write: Box::new(name),
+                });
+                self.reap_checkpoint(false).await
+            }
         }
     }
 
@@ -423,13 +465,22 @@ impl StateMachine {
     /// does). A failed checkpoint is a failed apply: the node stops.
     async fn reap_checkpoint(&mut self, wait: bool) -> io::Result<()> {
         match &self.checkpoint_in_flight {
-            Some(task) if wait || task.is_finished() => {}
+            Some(InFlight::Thread(task)) if wait || task.is_finished() => {}
+            #[cfg(test)]
+            Some(InFlight::Due { due, .. }) if wait || Instant::now() >= *due => {}
             _ => return Ok(()),
         }
         match self.checkpoint_in_flight.take() {
-            Some(task) => tokio::task::spawn_blocking(move || join_checkpoint(task))
-                .await
-                .map_err(io::Error::other)?,
+            Some(InFlight::Thread(task)) => {
+                tokio::task::spawn_blocking(move || join_checkpoint(task))
+                    .await
+                    .map_err(io::Error::other)?
+            }
+            #[cfg(test)]
+            Some(InFlight::Due { due, write }) => {
+                tokio::time::sleep_until(due).await;
+                write()
+            }
             None => Ok(()),
         }
     }
@@ -459,6 +510,7 @@ impl StateMachine {
             dir: self.dir.clone(),
             current_snapshot: self.current_snapshot.clone(),
             writes: self.writes,
+            durable_from: Instant::now() + self.durability_lag,
         }
     }
 
@@ -815,12 +867,16 @@ pub struct SnapshotBuilder {
     dir: PathBuf,
     current_snapshot: Arc<Mutex<Option<SnapshotState>>>,
     writes: DurableWrites,
+    /// When the entries of the captured state are on a majority's disks
+    /// ([`StateMachine::with_durability_lag`]).
+    durable_from: Instant,
 }
 
 impl<C: LogTypes> RaftSnapshotBuilder<C> for SnapshotBuilder {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot<C>, io::Error> {
+        tokio::time::sleep_until(self.durable_from).await;
         self.write().await?;
         Ok(Snapshot::<C> {
             meta: self.state.meta.clone(),
