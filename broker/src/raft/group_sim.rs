@@ -80,7 +80,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::disk::Disk;
 use crate::group_state::GroupState;
-use crate::metadata::QueueOffset;
 use crate::raft::faults::FaultPlan;
 use crate::raft::faults::Verdict;
 use crate::raft::log_flusher::ManualRounds;
@@ -93,6 +92,12 @@ use crate::raft::repair;
 use crate::raft::setup::openraft_config;
 use crate::raft::snapshot::SnapshotData;
 use crate::raft::state_machine::StateMachine;
+use crate::raft::state_machine_sim::DELAY_LEVELS;
+use crate::raft::state_machine_sim::DELAYED_TOPIC;
+use crate::raft::state_machine_sim::RETRY_OF_LAST_SENDS;
+use crate::raft::state_machine_sim::TOPICS;
+use crate::raft::state_machine_sim::delivery;
+use crate::raft::state_machine_sim::offset_commit;
 use crate::raft::state_machine_sim::open_small_node;
 use crate::raft::state_machine_sim::random_body;
 use crate::raft::state_machine_sim::unique_keys;
@@ -148,13 +153,7 @@ const LOG_DIR: &str = "/sim/raft/log";
 const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often a node's state machine checkpoints while entries arrive.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(10);
-const TOPICS: [&str; 2] = ["SimA", "SimB"];
 const QUEUES: u64 = 2;
-const DELAYED_TOPIC: &str = "SimDelayed";
-const DELAY_LEVELS: u64 = 2;
-const CONSUMER_GROUPS: [&str; 2] = ["g1", "g2"];
-/// A producer's retry repeats one of this many latest sends.
-const RETRY_OF_LAST_SENDS: usize = 8;
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
@@ -848,7 +847,7 @@ impl Sim {
         let write = self.writes;
         let command = match self.rng.below(100) {
             0..55 => self.send(),
-            55..75 => self.offset_commit(),
+            55..75 => offset_commit(&mut self.rng, &mut self.offsets_proposed, QUEUES),
             75..92 => self.delivery(leader_id),
             _ => match self.stale_deliveries.pop() {
                 Some(stale) => stale,
@@ -903,31 +902,6 @@ impl Sim {
         }
     }
 
-    /// A consumer group's commit of offsets past the ones it proposed before.
-    fn offset_commit(&mut self) -> Command {
-        let group = CONSUMER_GROUPS[self.rng.below(CONSUMER_GROUPS.len() as u64) as usize];
-        let offsets = (0..1 + self.rng.below(2))
-            .map(|_| {
-                let topic = TOPICS[self.rng.below(TOPICS.len() as u64) as usize];
-                let queue_id = self.rng.below(QUEUES) as i32;
-                let key = (group.to_owned(), topic.to_owned(), queue_id);
-                let offset = self.offsets_proposed.get(&key).copied().unwrap_or(0)
-                    + 1
-                    + self.rng.below(4) as i64;
-                self.offsets_proposed.insert(key, offset);
-                QueueOffset {
-                    topic: topic.to_owned(),
-                    queue_id,
-                    offset,
-                }
-            })
-            .collect();
-        Command::CommitOffsets {
-            group: group.to_owned(),
-            offsets,
-        }
-    }
-
     /// The next due range of a delay level, from where the leader's state says the level
     /// is (as its schedule service reads it).
     fn delivery(&mut self, leader: NodeId) -> Command {
@@ -936,23 +910,12 @@ impl Sim {
             .group
             .as_ref()
             .map_or(0, |group| group.metadata().schedule_progress(level));
-        let next_offset = from_offset + 1 + self.rng.below(2) as i64;
-        let mut records = Vec::new();
-        for offset in from_offset..next_offset {
-            let body = random_body(&mut self.rng);
-            let key = format!("delayed-{level}-{offset}");
-            records.extend(keyed(DELAYED_TOPIC, 0, &body, key));
-        }
-        let command = Command::DeliverDelayed {
+        delivery(
+            &mut self.rng,
             level,
             from_offset,
-            next_offset,
-            records: records.into(),
-        };
-        if self.rng.below(2) == 0 {
-            self.stale_deliveries.push(command.clone());
-        }
-        command
+            &mut self.stale_deliveries,
+        )
     }
 
     /// Records what the acknowledgement of `command` promises.

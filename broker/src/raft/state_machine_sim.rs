@@ -60,13 +60,13 @@ const APPLY_BATCH_MAX: u64 = 8;
 const POWER_LOSS_PPM: u32 = 120_000;
 /// Bit rot in a key index entry after an apply, in parts per million.
 const INDEX_ROT_PPM: u32 = 60_000;
-const TOPICS: [&str; 2] = ["SimA", "SimB"];
+pub(crate) const TOPICS: [&str; 2] = ["SimA", "SimB"];
 const QUEUES: u64 = 3;
-const DELAYED_TOPIC: &str = "SimDelayed";
-const DELAY_LEVELS: u64 = 3;
+pub(crate) const DELAYED_TOPIC: &str = "SimDelayed";
+pub(crate) const DELAY_LEVELS: u64 = 3;
 const CONSUMER_GROUPS: [&str; 2] = ["g1", "g2"];
 /// A retry repeats one of this many latest sends.
-const RETRY_OF_LAST_SENDS: usize = 8;
+pub(crate) const RETRY_OF_LAST_SENDS: usize = 8;
 
 /// One node: its state machine, and the group state it shares with it.
 struct Node {
@@ -181,28 +181,7 @@ impl Workload {
                 };
                 Command::AppendOnce { records }
             }
-            60..80 => {
-                let group = CONSUMER_GROUPS[self.rng.below(2) as usize];
-                let offsets = (0..1 + self.rng.below(3))
-                    .map(|_| {
-                        let topic = TOPICS[self.rng.below(2) as usize];
-                        let queue_id = self.rng.below(QUEUES) as i32;
-                        let key = (group.to_owned(), topic.to_owned(), queue_id);
-                        let offset = self.committed.get(&key).copied().unwrap_or(0)
-                            + self.rng.below(5) as i64;
-                        self.committed.insert(key, offset);
-                        QueueOffset {
-                            topic: topic.to_owned(),
-                            queue_id,
-                            offset,
-                        }
-                    })
-                    .collect();
-                Command::CommitOffsets {
-                    group: group.to_owned(),
-                    offsets,
-                }
-            }
+            60..80 => offset_commit(&mut self.rng, &mut self.committed, QUEUES),
             80..95 => self.delivery(),
             _ => match self.stale.pop() {
                 Some(stale) => stale,
@@ -226,28 +205,78 @@ impl Workload {
     fn delivery(&mut self) -> Command {
         let level = 1 + self.rng.below(DELAY_LEVELS) as u32;
         let from_offset = self.progress.get(&level).copied().unwrap_or(0);
-        let next_offset = from_offset + 1 + self.rng.below(3) as i64;
-        let mut records = Vec::new();
-        for offset in from_offset..next_offset {
-            let key = format!("delayed-{level}-{offset}");
-            self.delivered.push(key.clone());
-            records.extend(self.record(DELAYED_TOPIC, 0, key));
-        }
-        self.progress.insert(level, next_offset);
-        let command = Command::DeliverDelayed {
-            level,
-            from_offset,
-            next_offset,
-            records: records.into(),
-        };
-        if self.rng.below(2) == 0 {
-            self.stale.push(command.clone());
+        let command = delivery(&mut self.rng, level, from_offset, &mut self.stale);
+        if let Command::DeliverDelayed { next_offset, .. } = &command {
+            self.progress.insert(level, *next_offset);
+            self.delivered
+                .extend((from_offset..*next_offset).map(|offset| delayed_key(level, offset)));
         }
         command
     }
 
     fn entries(&self, from: u64, to: u64) -> &[Entry] {
         &self.entries[from as usize..to as usize]
+    }
+}
+
+/// The due range of delay `level` from `from_offset` (one to three messages) restored to
+/// [`DELAYED_TOPIC`]; half the time also kept in `stale`, to be proposed again later as a
+/// stale second leader would.
+pub(crate) fn delivery(
+    rng: &mut SeededRng,
+    level: u32,
+    from_offset: i64,
+    stale: &mut Vec<Command>,
+) -> Command {
+    let next_offset = from_offset + 1 + rng.below(3) as i64;
+    let mut records = Vec::new();
+    for offset in from_offset..next_offset {
+        let body = random_body(rng);
+        records.extend(keyed(DELAYED_TOPIC, 0, &body, delayed_key(level, offset)));
+    }
+    let command = Command::DeliverDelayed {
+        level,
+        from_offset,
+        next_offset,
+        records: records.into(),
+    };
+    if rng.below(2) == 0 {
+        stale.push(command.clone());
+    }
+    command
+}
+
+/// The `UNIQ_KEY` of the delayed message at `offset` of `level`.
+fn delayed_key(level: u32, offset: i64) -> String {
+    format!("delayed-{level}-{offset}")
+}
+
+/// A consumer group's commit of offsets (for one to three queues of [`TOPICS`] with
+/// `queues` each) at or past the ones `committed` says it proposed before, as a push consumer
+/// sends them; `committed` is brought up to date.
+pub(crate) fn offset_commit(
+    rng: &mut SeededRng,
+    committed: &mut BTreeMap<(String, String, i32), i64>,
+    queues: u64,
+) -> Command {
+    let group = CONSUMER_GROUPS[rng.below(CONSUMER_GROUPS.len() as u64) as usize];
+    let offsets = (0..1 + rng.below(3))
+        .map(|_| {
+            let topic = TOPICS[rng.below(TOPICS.len() as u64) as usize];
+            let queue_id = rng.below(queues) as i32;
+            let key = (group.to_owned(), topic.to_owned(), queue_id);
+            let offset = committed.get(&key).copied().unwrap_or(0) + rng.below(5) as i64;
+            committed.insert(key, offset);
+            QueueOffset {
+                topic: topic.to_owned(),
+                queue_id,
+                offset,
+            }
+        })
+        .collect();
+    Command::CommitOffsets {
+        group: group.to_owned(),
+        offsets,
     }
 }
 

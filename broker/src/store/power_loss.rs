@@ -104,12 +104,18 @@ mod tests {
     use crate::store::StoreConfig;
     use crate::store::record::tests::sample;
 
-    #[test]
-    fn what_the_last_checkpoint_did_not_flush_is_lost_and_recovery_ends_there() {
-        let dir = tempfile::tempdir().expect("tempdir");
+    /// A store in `dir` with segments of `segment_bytes` that flushed 100 records, then wrote
+    /// records up to `records` to its files (the page cache) and stopped before the fsyncs
+    /// and the checkpoint that would finish that flush. Returns its config, the flushed
+    /// offset and where the writes end.
+    fn written_past_a_flush(
+        dir: &Path,
+        segment_bytes: u64,
+        records: usize,
+    ) -> (StoreConfig, u64, u64) {
         let config = StoreConfig {
-            commit_log_segment_bytes: 64 * 1024,
-            ..StoreConfig::new(dir.path())
+            commit_log_segment_bytes: segment_bytes,
+            ..StoreConfig::new(dir)
         };
         let (mut store, _) = MessageStore::open(config.clone()).expect("open");
         let record = |i: usize| {
@@ -122,17 +128,20 @@ mod tests {
         }
         store.flush().expect("checkpoint");
         let flushed = store.commit_log_max_offset() as u64;
-        // Enough to fill the segment and start another, never flushed.
-        for i in 100..1000 {
+        for i in 100..records {
             store.append(&record(i)).expect("append");
         }
         let written_end = store.commit_log_max_offset() as u64;
+        drop(store.begin_flush().expect("write to the files"));
+        (config, flushed, written_end)
+    }
+
+    #[test]
+    fn what_the_last_checkpoint_did_not_flush_is_lost_and_recovery_ends_there() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Enough to fill the segment and start another, never flushed.
+        let (config, flushed, written_end) = written_past_a_flush(dir.path(), 64 * 1024, 1000);
         assert!(written_end > 64 * 1024);
-        // The writes reach the page cache (the files), and the crash comes before the fsyncs
-        // and the checkpoint that would finish this flush.
-        let unfinished = store.begin_flush().expect("write to the files");
-        drop(unfinished);
-        drop(store);
 
         let lost = lose_unsynced(dir.path()).expect("lose");
         assert_eq!(lost.flushed_offset, flushed);
@@ -203,27 +212,7 @@ mod tests {
     #[test]
     fn pages_kept_after_a_lost_one_are_not_taken_for_data_or_damage() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = StoreConfig {
-            commit_log_segment_bytes: 256 * 1024,
-            ..StoreConfig::new(dir.path())
-        };
-        let (mut store, _) = MessageStore::open(config.clone()).expect("open");
-        let record = |i: usize| {
-            sample("T", 0, format!("body {i}").as_bytes())
-                .encode()
-                .expect("encode")
-        };
-        for i in 0..100 {
-            store.append(&record(i)).expect("append");
-        }
-        store.flush().expect("checkpoint");
-        let flushed = store.commit_log_max_offset() as u64;
-        for i in 100..600 {
-            store.append(&record(i)).expect("append");
-        }
-        let written_end = store.commit_log_max_offset() as u64;
-        drop(store.begin_flush().expect("write to the files"));
-        drop(store);
+        let (config, flushed, written_end) = written_past_a_flush(dir.path(), 256 * 1024, 600);
 
         // Writeback reached the page holding the flushed offset and every page after the
         // next one, but not that one.
