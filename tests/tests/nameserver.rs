@@ -193,8 +193,17 @@ async fn given_topic_created_should_be_routed_by_the_nameserver_until_deleted() 
     Ok(())
 }
 
-/// A real nameserver service that counts the calls it serves.
-async fn counting_nameserver() -> anyhow::Result<(SharedRegistry, SocketAddr, Arc<AtomicUsize>)> {
+/// A real nameserver service that counts the calls it serves and answers each only after
+/// `answer_after`, as a slow nameserver would. It runs on a thread and runtime of its own, so
+/// its slowness never holds up the test's own tasks; it stops when the returned sender drops.
+async fn counting_nameserver(
+    answer_after: Duration,
+) -> anyhow::Result<(
+    SharedRegistry,
+    SocketAddr,
+    Arc<AtomicUsize>,
+    tokio::sync::oneshot::Sender<()>,
+)> {
     let registry = SharedRegistry::default();
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
@@ -202,24 +211,37 @@ async fn counting_nameserver() -> anyhow::Result<(SharedRegistry, SocketAddr, Ar
         NameServerService::new(registry.clone(), Default::default(), None),
         move |request| {
             counter.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(answer_after);
             Ok(request)
         },
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming(TcpIncoming::from(listener)),
-    );
-    Ok((registry, addr, calls))
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::spawn(move || {
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            let _ = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(TcpIncoming::from(listener), async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+    });
+    Ok((registry, addr, calls, stop))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_many_concurrent_lookups_of_a_topic_should_send_one_route_query() -> anyhow::Result<()>
 {
     init_tracing();
-    let (registry, addr, calls) = counting_nameserver().await?;
+    // Each answer takes 100 ms: lookups that start meanwhile share it.
+    let (registry, addr, calls, _stop) = counting_nameserver(Duration::from_millis(100)).await?;
     registry.lock().register(
         pb::RegisterBrokerRequest {
             cluster: "C".into(),
