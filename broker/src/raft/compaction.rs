@@ -14,6 +14,8 @@ use openraft::async_runtime::watch::WatchReceiver;
 use tokio_util::sync::CancellationToken;
 
 use crate::raft::log_store::LogSize;
+use crate::raft::state_machine::StateMachine;
+use crate::raft::types::LogTypes;
 use crate::raft::types::Raft;
 
 /// When a node compacts its log.
@@ -51,8 +53,8 @@ pub enum CompactionError {
 
 /// Takes a snapshot of everything applied so far, then purges the log up to `retained`
 /// entries behind it. Returns the index purged up to, if anything was purged.
-pub async fn compact_log(
-    raft: &Raft,
+pub async fn compact_log<C: LogTypes>(
+    raft: &openraft::Raft<C, StateMachine>,
     retained: u64,
     timeout: Duration,
 ) -> Result<Option<u64>, CompactionError> {

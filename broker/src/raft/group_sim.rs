@@ -10,7 +10,9 @@
 //!
 //! The workload is a broker's: sends (some batched, some a producer's retry of a recent one,
 //! `AppendOnce`), consumer offset commits, and delay levels' due ranges read from the
-//! leader's state (half of them proposed again later, as a stale second leader would).
+//! leader's state (half of them proposed again later, as a stale second leader would). Nodes
+//! compact their logs as the broker does (`raft::compaction::compact_log`, keeping only a few
+//! entries), so a node that lags behind a purge is sent a snapshot and installs it.
 //!
 //! Faults: a power loss of one node, or rarely of all three, at a disk operation the seed
 //! picks (a node loses what it had not fsynced and keeps a torn prefix of the rest; its store
@@ -80,6 +82,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::disk::Disk;
 use crate::group_state::GroupState;
+use crate::raft::compaction::compact_log;
 use crate::raft::faults::FaultPlan;
 use crate::raft::faults::Verdict;
 use crate::raft::log_flusher::ManualRounds;
@@ -151,6 +154,10 @@ const ASYNC_LOSS_WINDOW: Duration = ASYNC_FLUSH_INTERVAL;
 const LOG_DIR: &str = "/sim/raft/log";
 /// A write not acknowledged within this is given up (it may still commit).
 const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Entries a compaction keeps behind its snapshot (few, so lagging nodes need snapshots).
+const COMPACTION_RETAINED: u64 = 8;
+/// How long a compaction may take before it is given up.
+const COMPACTION_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a node's state machine checkpoints while entries arrive.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(10);
 const QUEUES: u64 = 2;
@@ -175,6 +182,8 @@ struct Cluster {
     vote_floors: Mutex<BTreeMap<NodeId, LogIdOf<SimTypeConfig>>>,
     /// Votes and pre-votes granted through a vote floor.
     floor_votes: Mutex<u64>,
+    /// Snapshots installed by a node that lagged behind a purge.
+    snapshots_installed: Mutex<u64>,
 }
 
 impl Cluster {
@@ -328,9 +337,12 @@ impl RaftNetworkV2<SimTypeConfig> for SimLink {
             .cluster
             .reach_for_replication(self.from, self.target)
             .await?;
-        raft.install_full_snapshot(vote, snapshot)
+        let installed = raft
+            .install_full_snapshot(vote, snapshot)
             .await
-            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))
+            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
+        *lock(&self.cluster.snapshots_installed) += 1;
+        Ok(installed)
     }
 }
 
@@ -450,6 +462,7 @@ impl Sim {
                 refusing_votes: Mutex::default(),
                 vote_floors: Mutex::default(),
                 floor_votes: Mutex::default(),
+                snapshots_installed: Mutex::default(),
             }),
             nodes: NODES
                 .iter()
@@ -806,6 +819,26 @@ impl Sim {
         }
     }
 
+    /// Compacts the log of a running node as the broker's compaction task does: a snapshot
+    /// of what it applied, then a purge a few entries behind it. A node that lags past the
+    /// purge then gets a snapshot (the CommitLog bytes it lacks, read from the sender's
+    /// store).
+    async fn compact(&mut self) {
+        let running: Vec<(NodeId, SimRaft)> = self
+            .nodes
+            .iter()
+            .filter_map(|(id, node)| Some((*id, node.raft.clone()?)))
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        let (id, raft) = running[self.rng.below(running.len() as u64) as usize].clone();
+        match compact_log(&raft, COMPACTION_RETAINED, COMPACTION_TIMEOUT).await {
+            Ok(purged) => self.note(format_args!("{id} compacted, purged up to {purged:?}")),
+            Err(error) => self.note(format_args!("{id} compaction failed: {error}")),
+        }
+    }
+
     /// Flips a bit in one of the Raft log segments of `id`, which is down.
     fn rot_a_bit(&mut self, id: NodeId) -> Result<(), String> {
         let disk = self.nodes[&id].disk.clone();
@@ -1039,6 +1072,7 @@ impl Sim {
                         .set_lossy(100_000, Duration::from_millis(5));
                     self.note("lossy");
                 }
+                95 => self.compact().await,
                 _ => tokio::time::sleep(Duration::from_millis(self.rng.below(50))).await,
             }
             if !down.is_empty() && down_since.elapsed() >= Duration::from_millis(300) {
@@ -1131,6 +1165,11 @@ impl Sim {
             self.trace,
             "floor votes {}",
             lock(&self.cluster.floor_votes)
+        );
+        let _ = writeln!(
+            self.trace,
+            "snapshots installed {}",
+            lock(&self.cluster.snapshots_installed)
         );
         let _ = writeln!(
             self.trace,
@@ -1338,6 +1377,7 @@ fn seeded_group_runs_lose_no_acknowledged_write_and_replay_exactly() {
     let (mut acked, mut flips, mut repairs, mut group_losses, mut lost) = (0, 0, 0, 0, 0usize);
     let (mut second_faults, mut floor_votes) = (0, 0usize);
     let (mut messages, mut offset_commits, mut gap_snapshots) = (0usize, 0usize, 0usize);
+    let (mut compactions, mut snapshots) = (0usize, 0usize);
     for seed in seeds() {
         let trace = run_seed(seed).unwrap_or_else(|failure| panic!("{failure}"));
         acked += trace.matches("acked ").count();
@@ -1351,6 +1391,12 @@ fn seeded_group_runs_lose_no_acknowledged_write_and_replay_exactly() {
             .filter_map(|count| count.parse::<usize>().ok())
             .sum::<usize>();
         gap_snapshots += trace.matches(": snapshot over the log's gap").count();
+        compactions += trace.matches(" compacted, purged up to Some").count();
+        snapshots += trace
+            .lines()
+            .filter_map(|line| line.strip_prefix("snapshots installed "))
+            .filter_map(|count| count.parse::<usize>().ok())
+            .sum::<usize>();
         for line in trace.lines() {
             if let Some(counts) = line.strip_prefix("messages ") {
                 let numbers: Vec<usize> = counts
@@ -1380,7 +1426,9 @@ fn seeded_group_runs_lose_no_acknowledged_write_and_replay_exactly() {
          power loss of the group, which lost {lost} acknowledged writes (counted per node) \
          acknowledged within {ASYNC_LOSS_WINDOW:?} before it; {second_faults} nodes killed \
          while a node caught up, {floor_votes} (pre-)votes granted by a consent's vote floor; \
-         {gap_snapshots} starts over a Raft log that ended before the checkpoint",
+         {gap_snapshots} starts over a Raft log that ended before the checkpoint; {compactions} \
+         compactions that purged the log, {snapshots} snapshots installed by a node behind a \
+         purge",
         seeds()
     );
     assert!(acked > 0);
