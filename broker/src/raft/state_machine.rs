@@ -8,7 +8,11 @@
 //!   flushed; at open the store is cut back to the checkpoint's CommitLog end, and openraft
 //!   replays the committed entries after it from the Raft log, so nothing is applied twice;
 //! - the Raft log is purged only up to a snapshot, and a snapshot is itself a checkpoint,
-//!   so the entries a restart must replay are always still in the log.
+//!   so the entries a restart must replay are always still in the log (where the log ends
+//!   before the checkpoint after all, a snapshot is taken at the checkpoint first:
+//!   `snapshot_over_log_gap`);
+//! - a checkpoint or snapshot is written no sooner than the durability lag after its cut
+//!   (under `flush = async`: until then the whole group may still lose entries in it).
 
 use crate::topic::TRANSACTION_OP_TOPIC;
 use std::collections::HashMap;
