@@ -94,6 +94,7 @@ use crate::raft::node_addr::NodeAddr;
 use crate::raft::repair;
 use crate::raft::setup::openraft_config;
 use crate::raft::snapshot::SnapshotData;
+use crate::raft::state_machine;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::state_machine_sim::DELAY_LEVELS;
 use crate::raft::state_machine_sim::DELAYED_TOPIC;
@@ -387,7 +388,7 @@ impl SimNode {
     /// The files that say what its store holds durably.
     fn checkpoint_files(&self) -> [PathBuf; 2] {
         [
-            self.dir.join("state").join("checkpoint"),
+            self.dir.join("state").join(state_machine::CHECKPOINT_FILE),
             self.dir
                 .join("store")
                 .join(crate::store::checkpoint::CHECKPOINT_FILE),
@@ -1171,10 +1172,10 @@ impl Sim {
             "snapshots installed {}",
             lock(&self.cluster.snapshots_installed)
         );
+        let _ = writeln!(self.trace, "messages {}", self.acked.len());
         let _ = writeln!(
             self.trace,
-            "messages {} offset commits {}",
-            self.acked.len(),
+            "offset commits {}",
             self.offsets_acked.values().map(Vec::len).sum::<usize>()
         );
         if lost_in_window > 0 {
@@ -1385,35 +1386,13 @@ fn seeded_group_runs_lose_no_acknowledged_write_and_replay_exactly() {
         repairs += trace.matches(" marked for repair").count();
         group_losses += trace.matches("votes: most voters lost power").count();
         second_faults += trace.matches(" while a node catches up").count();
-        floor_votes += trace
-            .lines()
-            .filter_map(|line| line.strip_prefix("floor votes "))
-            .filter_map(|count| count.parse::<usize>().ok())
-            .sum::<usize>();
+        floor_votes += counted(&trace, "floor votes ");
         gap_snapshots += trace.matches(": snapshot over the log's gap").count();
         compactions += trace.matches(" compacted, purged up to Some").count();
-        snapshots += trace
-            .lines()
-            .filter_map(|line| line.strip_prefix("snapshots installed "))
-            .filter_map(|count| count.parse::<usize>().ok())
-            .sum::<usize>();
-        for line in trace.lines() {
-            if let Some(counts) = line.strip_prefix("messages ") {
-                let numbers: Vec<usize> = counts
-                    .split(' ')
-                    .filter_map(|word| word.parse().ok())
-                    .collect();
-                if let [sent, committed] = numbers[..] {
-                    messages += sent;
-                    offset_commits += committed;
-                }
-            }
-        }
-        lost += trace
-            .lines()
-            .filter_map(|line| line.strip_prefix("lost in the async window: "))
-            .filter_map(|rest| rest.split(' ').next()?.parse::<usize>().ok())
-            .sum::<usize>();
+        snapshots += counted(&trace, "snapshots installed ");
+        messages += counted(&trace, "messages ");
+        offset_commits += counted(&trace, "offset commits ");
+        lost += counted(&trace, "lost in the async window: ");
         if seed < REPLAYED_SEEDS {
             let again = run_seed(seed).unwrap_or_else(|failure| panic!("{failure}"));
             assert_eq!(trace, again, "seed {seed} did not replay exactly");
@@ -1423,13 +1402,22 @@ fn seeded_group_runs_lose_no_acknowledged_write_and_replay_exactly() {
         "raft group simulation, seeds {:?}: {acked} acknowledged writes checked ({messages} \
          messages, {offset_commits} offset commits); {flips} bits \
          flipped, {repairs} repairs; {group_losses} votes by the majority rule after an async \
-         power loss of the group, which lost {lost} acknowledged writes (counted per node) \
-         acknowledged within {ASYNC_LOSS_WINDOW:?} before it; {second_faults} nodes killed \
+         power loss of the group, which broke {lost} promises (counted per node) made \
+         within {ASYNC_LOSS_WINDOW:?} before it; {second_faults} nodes killed \
          while a node caught up, {floor_votes} (pre-)votes granted by a consent's vote floor; \
          {gap_snapshots} starts over a Raft log that ended before the checkpoint; {compactions} \
          compactions that purged the log, {snapshots} snapshots installed by a node behind a \
          purge",
         seeds()
     );
-    assert!(acked > 0);
+    assert!(acked > 0 && messages > 0 && offset_commits > 0);
+}
+
+/// The sum over the trace's lines that start with `prefix` of the number right after it.
+fn counted(trace: &str, prefix: &str) -> usize {
+    trace
+        .lines()
+        .filter_map(|line| line.strip_prefix(prefix))
+        .filter_map(|rest| rest.split(' ').next()?.parse::<usize>().ok())
+        .sum()
 }

@@ -1044,25 +1044,38 @@ mod tests {
         append(&mut store, [entry(2, second_first - 1)]).await;
     }
 
-    #[tokio::test]
-    async fn damage_at_the_purge_point_leaves_a_log_that_goes_on_after_it() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut store = open(dir.path());
+    /// A log of 40 entries in `dir` purged up to `purge_to(first)`, where `first` is the
+    /// first index of its second to last segment, with byte `flip_at` of that segment
+    /// flipped while it is closed. Returns `first`.
+    async fn purged_then_flipped(dir: &Path, purge_to: fn(u64) -> u64, flip_at: usize) -> u64 {
+        let mut store = open(dir);
         append(&mut store, (0..40).map(|i| entry(1, i))).await;
-        let segments = LogSegment::list(&OsDisk, &dir.path().join("segments")).expect("list");
+        let segments = LogSegment::list(&OsDisk, &dir.join("segments")).expect("list");
         assert!(segments.len() > 2);
         let (first, path) = segments[segments.len() - 2].clone();
-        // Purge up to a few entries into the last full segment, then flip a byte in its
-        // second entry: recovery cuts that segment down to purged entries only.
-        let purged = first + 3;
         store
-            .purge(LogId::new_term_index(1, purged))
+            .purge(LogId::new_term_index(1, purge_to(first)))
             .await
             .expect("purge");
         drop(store);
         let mut bytes = std::fs::read(&path).expect("read");
-        bytes[(RECORD_HEADER_SIZE as usize + 300) * 3 / 2] ^= 1;
+        bytes[flip_at] ^= 1;
         std::fs::write(&path, &bytes).expect("write");
+        first
+    }
+
+    #[tokio::test]
+    async fn damage_at_the_purge_point_leaves_a_log_that_goes_on_after_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Purge up to a few entries into the last full segment, then flip a byte in its
+        // second entry: recovery cuts that segment down to purged entries only.
+        let first = purged_then_flipped(
+            dir.path(),
+            |first| first + 3,
+            (RECORD_HEADER_SIZE as usize + 300) * 3 / 2,
+        )
+        .await;
+        let purged = first + 3;
 
         let mut store = open(dir.path());
         assert_eq!(indexes(&mut store).await, Vec::<u64>::new());
@@ -1086,21 +1099,14 @@ mod tests {
     #[tokio::test]
     async fn damage_at_the_first_entry_after_the_purge_point_leaves_no_hole() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut store = open(dir.path());
-        append(&mut store, (0..40).map(|i| entry(1, i))).await;
-        let segments = LogSegment::list(&OsDisk, &dir.path().join("segments")).expect("list");
-        assert!(segments.len() > 2);
         // Purge every segment before the second to last, then flip a byte in its first
         // entry: recovery cuts it to nothing, and the last segment follows a gap.
-        let (first, path) = segments[segments.len() - 2].clone();
-        store
-            .purge(LogId::new_term_index(1, first - 1))
-            .await
-            .expect("purge");
-        drop(store);
-        let mut bytes = std::fs::read(&path).expect("read");
-        bytes[RECORD_HEADER_SIZE as usize + 10] ^= 1;
-        std::fs::write(&path, &bytes).expect("write");
+        let first = purged_then_flipped(
+            dir.path(),
+            |first| first - 1,
+            RECORD_HEADER_SIZE as usize + 10,
+        )
+        .await;
 
         let mut store = open(dir.path());
         assert_eq!(

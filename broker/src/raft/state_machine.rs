@@ -64,7 +64,8 @@ use crate::store::properties::UNIQ_KEY;
 /// How often applied state is flushed and checkpointed while entries keep arriving.
 pub const CHECKPOINT_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
 
-const CHECKPOINT_FILE: &str = "checkpoint";
+/// The state machine checkpoint's file, in its directory.
+pub(crate) const CHECKPOINT_FILE: &str = "checkpoint";
 const SNAPSHOT_FILE: &str = "snapshot";
 
 /// The durable record of applied state (also the content of a snapshot).
@@ -953,6 +954,32 @@ mod tests {
         RaftStateMachine::<TypeConfig>::apply(machine, futures::stream::iter(entries))
             .await
             .expect("apply");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_a_durability_lag_a_checkpoint_is_written_only_once_the_lag_passed() {
+        let lag = Duration::from_millis(40);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let applied_after_reopen = |dir: &Path| open(dir).last_applied.map(|id| id.index);
+        let mut machine = open(dir.path()).with_durability_lag(lag);
+        apply(&mut machine, 1..=3).await;
+        drop(machine);
+        assert_eq!(
+            applied_after_reopen(dir.path()),
+            None,
+            "the checkpoint cut at 3 was not due when the node stopped"
+        );
+
+        let mut machine = open(dir.path()).with_durability_lag(lag);
+        apply(&mut machine, 1..=3).await;
+        tokio::time::advance(lag).await;
+        apply(&mut machine, 4..=4).await;
+        drop(machine);
+        assert_eq!(
+            applied_after_reopen(dir.path()),
+            Some(3),
+            "due by the next apply: the cut at 3 is written (the one at 4 is not due yet)"
+        );
     }
 
     #[tokio::test]
