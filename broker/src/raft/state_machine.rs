@@ -59,6 +59,7 @@ use crate::store::Appended;
 use crate::store::MessageStore;
 use crate::store::RecordView;
 use crate::store::StoreError;
+use crate::store::index_repair::mending_index;
 use crate::store::properties::UNIQ_KEY;
 
 /// How often applied state is flushed and checkpointed while entries keep arriving.
@@ -664,21 +665,12 @@ fn with_index_repair<T>(
     group: &GroupState,
     lookup: impl Fn(&MessageStore) -> Result<T, StoreError>,
 ) -> io::Result<T> {
-    let mut repaired = Vec::new();
-    loop {
-        let damage = match lookup(&group.store()) {
-            Ok(found) => return Ok(found),
-            Err(error) if error.is_index_damage() => error,
-            Err(error) => return Err(error.into()),
-        };
-        let what = damage.to_string();
-        if repaired.contains(&what) {
-            return Err(damage.into());
-        }
-        let outcome = group.store_mut().repair_index(&damage)?;
-        tracing::warn!(damage = %what, ?outcome, "a lookup met a damaged key index: repaired");
-        repaired.push(what);
-    }
+    let found = mending_index(
+        &mut (),
+        |()| lookup(&group.store()),
+        |(), damage| group.store_mut().repair_index(damage),
+    )?;
+    Ok(found)
 }
 
 /// Whether the transaction of half message `msg_id` (first stored at `half_offset`) has an

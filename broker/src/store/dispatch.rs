@@ -231,6 +231,18 @@ impl Dispatcher {
         result
     }
 
+    /// Takes the index pairs of the current run of dispatches, for the store to add
+    /// (`MessageStore::finish_dispatch`, which mends damage an add meets).
+    pub fn take_pending_keys(&mut self) -> Vec<(u64, i64)> {
+        std::mem::take(&mut self.pending_keys)
+    }
+
+    /// Gives back the buffer [`Dispatcher::take_pending_keys`] took, emptied, for reuse.
+    pub fn recycle_pending_keys(&mut self, mut pairs: Vec<(u64, i64)>) {
+        pairs.clear();
+        self.pending_keys = pairs;
+    }
+
     /// Drops units and index entries at or beyond CommitLog offset `end`;
     /// returns `(units, index entries)` dropped.
     pub fn truncate(&mut self, end: u64) -> Result<(u64, u64), StoreError> {

@@ -26,8 +26,9 @@
 //! re-dispatches what the checkpoint does not cover.
 //!
 //! Entries have a CRC-32 per block of 64 in `index/sums/<same name>` ([`SegmentSums`],
-//! extended by each add). Apply's retry detection walks the index, so an entry damaged on
-//! one replica could make it decide differently from the others: at open, a file whose
+//! extended by each add). Apply's retry detection walks the index, and so does an add (is
+//! its pair stored already?), so an entry damaged on one replica could make it decide
+//! differently from the others: every walk checks each block it reads, and at open a file whose
 //! counted whole blocks do not match is damage, and the index is rebuilt from the
 //! CommitLog; a sealed file's slot table is checked against its entries and rewritten if it
 //! differs. The newest file's last, partial block is kept only if its checksum covers exactly
@@ -342,10 +343,6 @@ impl IndexFile {
         self.count
             .checked_sub(1)
             .map(|number| self.entry(number).offset)
-    }
-
-    fn first_offset(&self) -> Option<i64> {
-        (self.count > 0).then(|| self.entry(0).offset)
     }
 
     fn is_full(&self) -> bool {
@@ -721,7 +718,7 @@ impl Index {
         if let Some(last) = self.last_offset()
             && offset <= last
         {
-            if self.contains(hash, offset) {
+            if self.contains(hash, offset)? {
                 return Ok(());
             }
             if offset < last {
@@ -736,23 +733,16 @@ impl Index {
         self.newest().push(hash, offset)
     }
 
-    /// Whether the pair is stored. Entries are in offset order, so only the slot entries at
-    /// or after `offset` are read, in the files that can hold them.
-    fn contains(&self, hash: u64, offset: i64) -> bool {
-        for file in self.files.iter().rev() {
-            if file
-                .slot_entries(hash)
-                .take_while(|(_, entry)| entry.offset >= offset)
-                .any(|(_, entry)| entry.hash == hash && entry.offset == offset)
-            {
-                return true;
-            }
-            // Older files hold no offset above this file's first.
-            if file.first_offset().is_some_and(|first| first < offset) {
-                return false;
+    /// Whether the pair is stored: a search of `hash` from `offset` on, checked as
+    /// [`Index::lookup`]'s are. An add decides with it (store the pair or not), so a damaged
+    /// block on the way is an error, never a pair skipped or stored twice.
+    fn contains(&self, hash: u64, offset: i64) -> Result<bool, StoreError> {
+        for found in self.lookup_hash(hash, offset) {
+            if found? == offset {
+                return Ok(true);
             }
         }
-        false
+        Ok(false)
     }
 
     /// Candidate CommitLog offsets for `key` at or after `since`, newest first (verify them
@@ -765,7 +755,15 @@ impl Index {
         key: &str,
         since: i64,
     ) -> impl Iterator<Item = Result<i64, StoreError>> + '_ {
-        let hash = key_hash(key);
+        self.lookup_hash(key_hash(key), since)
+    }
+
+    /// [`Index::lookup`] of a key's hash.
+    fn lookup_hash(
+        &self,
+        hash: u64,
+        since: i64,
+    ) -> impl Iterator<Item = Result<i64, StoreError>> + '_ {
         let files = &self.files;
         // A file holds no entry above the next one's first; an unreadable first stops nothing.
         (0..files.len())
@@ -1223,6 +1221,34 @@ mod tests {
         let index = Index::open(dir.path(), SMALL, 20).expect("reopen");
         assert_eq!(index.len(), 20);
         every_key_found(&index, 20);
+    }
+
+    #[test]
+    fn an_add_that_reads_a_damaged_entry_is_an_error_not_a_pair_skipped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut index = flushed(dir.path(), 6);
+        // The newest entry of "x"'s slot rots into ("x", 50): read unchecked, the add of that
+        // pair (a record's second key, at the last offset) would find it stored.
+        let hash = key_hash("x");
+        let head = index.files[0].slot(hash);
+        assert_ne!(
+            head, NO_ENTRY,
+            "x's slot has an entry among six in two slots"
+        );
+        put(
+            dir.path(),
+            0,
+            entry_at(head as usize - 1),
+            &encode_entry(hash, 50, 0)[..16],
+        );
+
+        assert!(matches!(
+            index.add("x", 50),
+            Err(StoreError::IndexDamaged {
+                sequence: 0,
+                block: 0
+            })
+        ));
     }
 
     #[test]

@@ -20,7 +20,50 @@ use crate::store::index::BlockRepair;
 use crate::store::index::Index;
 use crate::store::index::key_hash;
 
+/// Runs `attempt`, which reads the key index, on `target`; where it meets damage
+/// ([`StoreError::is_index_damage`]), mends it with `repair` and runs it again. Damage that
+/// `repair` leaves as it was (the same error twice) is the error: an answer is never taken
+/// from a damaged block.
+pub fn mending_index<S, T>(
+    target: &mut S,
+    mut attempt: impl FnMut(&mut S) -> Result<T, StoreError>,
+    mut repair: impl FnMut(&mut S, &StoreError) -> Result<BlockRepair, StoreError>,
+) -> Result<T, StoreError> {
+    let mut mended = Vec::new();
+    loop {
+        let damage = match attempt(target) {
+            Err(error) if error.is_index_damage() => error,
+            other => return other,
+        };
+        let what = damage.to_string();
+        if mended.contains(&what) {
+            return Err(damage);
+        }
+        let outcome = repair(target, &damage)?;
+        warn!(damage = %what, ?outcome, "the key index was damaged where it was read: repaired");
+        mended.push(what);
+    }
+}
+
 impl MessageStore {
+    /// Adds the index pairs of a run of dispatches, mending damage the adds meet: an add
+    /// reads the index to decide whether its pair is stored already, and an add that
+    /// stopped there is run again after the repair (a stored pair is not stored twice).
+    /// Staged CommitLog records are written first, for the repair to read them.
+    pub(super) fn finish_dispatch(&mut self) -> Result<(), StoreError> {
+        let pairs = self.dispatcher.take_pending_keys();
+        let added = mending_index(
+            self,
+            |store| store.dispatcher.index_mut().add_all(&pairs),
+            |store, damage| {
+                store.commit_log.write_staged()?;
+                store.repair_index(damage)
+            },
+        );
+        self.dispatcher.recycle_pending_keys(pairs);
+        added
+    }
+
     /// The key index, for checks of its blocks and slot tables (the scrubber's).
     pub fn index(&self) -> &Index {
         self.dispatcher.index()

@@ -310,8 +310,8 @@ impl MessageStore {
             done.units += u64::from(unit_added);
             Ok(ControlFlow::Continue(()))
         });
-        let finished = dispatcher.finish_dispatch();
-        done.index_entries = (dispatcher.index().len() - index_entries_before) as u64;
+        let finished = self.finish_dispatch();
+        done.index_entries = (self.dispatcher.index().len() - index_entries_before) as u64;
         scanned.and(finished)?;
         Ok((done, torn))
     }
@@ -353,7 +353,7 @@ impl MessageStore {
         self.mend_newest_index_block()?;
         let start = self.commit_log.max_offset();
         let result = f(&mut AppendBatch { store: self });
-        if let Err(error) = self.dispatcher.finish_dispatch() {
+        if let Err(error) = self.finish_dispatch() {
             if let Err(rollback) = self.truncate(start as i64) {
                 error!(%rollback, "rolling back a batch whose index entries failed failed");
             }

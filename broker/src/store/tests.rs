@@ -971,3 +971,48 @@ fn rot_in_the_newest_index_entry_is_mended_before_the_next_append_reads_it() {
         );
     }
 }
+
+#[test]
+fn an_add_that_reads_a_damaged_older_block_mends_it_before_it_decides() {
+    use crate::store::index::key_hash;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // One index file of 256 entries in 64 slots: messages 0..30 fill blocks 0 (entries 0..64)
+    // and 1 (64..90, the newest, which an append checks before it adds).
+    let (mut store, _) = MessageStore::open(StoreConfig {
+        index_entries_per_file: 256,
+        ..config(dir.path())
+    })
+    .expect("open");
+    append_n(&mut store, 0..30);
+    let slot = |key: &str| key_hash(key) % 64;
+    let in_block_1: Vec<u64> = (21..30)
+        .flat_map(|i| [format!("U{i}"), format!("k{i}"), "shared".to_owned()])
+        .skip(1)
+        .map(|key| slot(&key))
+        .collect();
+    // A key of block 0 whose slot has no entry in block 1: adding it at a new offset reads
+    // its slot's chain in block 0 to see whether the pair is stored.
+    let i = (0..21)
+        .find(|i| !in_block_1.contains(&slot(&format!("k{i}"))))
+        .expect("a key whose slot block 1 does not use");
+    let (file, at) = index_entry_byte(dir.path(), 0, 3 * i + 1, 8);
+    flip_bits(&file, at, 0x40);
+    assert_eq!(store.index().damaged_blocks(0, 0..2), [0]);
+
+    let mut record = sample(TOPICS[0], 0, b"again");
+    record.properties.insert(UNIQ_KEY, "U-new").expect("uniq");
+    record
+        .properties
+        .insert(KEYS, format!("k{i}"))
+        .expect("keys");
+    store
+        .append(&record.encode().expect("encode"))
+        .expect("an append that meets damage mends it");
+
+    assert!(store.index().damaged_blocks(0, 0..2).is_empty(), "mended");
+    let found = store
+        .query_by_key(&format!("k{i}"))
+        .expect("an intact index");
+    assert_eq!(found.len(), 2, "the old pair and the new one");
+    assert_eq!(store.query_by_key("U-new").expect("query").len(), 1);
+}
