@@ -7,6 +7,7 @@
 //!   again; `boot_check`: whether an `async` log may have lost its unsynced tail to a reboot;
 //! - `state_machine` + `snapshot`: applying commands to the store, snapshots;
 //! - `network` (client) and `service` (server): the gRPC transport; `faults`: test faults;
+//!   `stalled_stream`: ends a replication stream that stopped advancing;
 //! - `propose`: submitting commands and mapping their outcome; `role`: this node's role;
 //!   `lease`: whether it leads with a live quorum;
 //! - `compaction`: snapshots and log purge behind them;
@@ -39,6 +40,7 @@ pub mod role;
 pub mod service;
 pub mod setup;
 pub mod snapshot;
+pub mod stalled_stream;
 pub mod state_machine;
 #[cfg(test)]
 mod state_machine_sim;

@@ -45,6 +45,7 @@ use crate::raft::node_addr::NodeAddr;
 use crate::raft::snapshot::CommitLogSource;
 use crate::raft::snapshot::SNAPSHOT_CHUNK_BYTES;
 use crate::raft::snapshot::SnapshotState;
+use crate::raft::stalled_stream::until_stalled;
 use crate::raft::types::NodeId;
 use crate::raft::types::Snapshot;
 use crate::raft::types::TypeConfig;
@@ -367,7 +368,7 @@ impl NetStreamAppend<TypeConfig> for PeerClient {
                 .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX);
             let (from, target, faults) = (self.from, self.target, self.faults.clone());
             // A dropped request ends the stream: openraft sees it close and retries.
-            let requests = input
+            let requests = until_stalled(input)
                 .then(move |request| {
                     let faults = faults.clone();
                     async move {

@@ -285,15 +285,19 @@ pub(crate) fn random_body(rng: &mut SeededRng) -> Vec<u8> {
     vec![b'a' + (rng.below(26) as u8); 40 + rng.below(400) as usize]
 }
 
-/// Flips a bit of a random entry of the node's key index as it runs (in place: its mapping
-/// sees it), as bit rot in the page cache would.
-fn rot_index_entry(node: &Node, node_dir: &Path, rng: &mut SeededRng) {
+/// Flips a bit of a random entry of the key index of `group` (whose store is in
+/// `<node_dir>/store`) as it runs (in place: its mapping sees it), as bit rot in the page
+/// cache would; false if the index has no entry to flip.
+pub(crate) fn rot_index_entry(group: &GroupState, node_dir: &Path, rng: &mut SeededRng) -> bool {
     use std::os::unix::fs::FileExt;
-    let files = node.group.store().index().files();
+    let files = group.store().index().files();
+    if files.is_empty() {
+        return false;
+    }
     let (sequence, blocks) = files[rng.below(files.len() as u64) as usize];
     let entries = blocks * CQ_BLOCK_UNITS;
     if entries == 0 {
-        return;
+        return false;
     }
     let path = node_dir
         .join("store")
@@ -314,6 +318,7 @@ fn rot_index_entry(node: &Node, node_dir: &Path, rng: &mut SeededRng) {
     file.read_exact_at(&mut byte, at).expect("read");
     byte[0] ^= 1 << rng.below(8);
     file.write_all_at(&byte, at).expect("write");
+    true
 }
 
 #[derive(Debug, Default)]
@@ -342,8 +347,7 @@ async fn run(seed: u64) -> Result<Stats, String> {
         twin.apply(workload.entries(applied, to)).await;
         applied = to;
         if rng.chance_ppm(INDEX_ROT_PPM) {
-            rot_index_entry(&node, &node_dir, &mut rng);
-            stats.index_rots += 1;
+            stats.index_rots += u64::from(rot_index_entry(&node.group, &node_dir, &mut rng));
         }
         if !rng.chance_ppm(POWER_LOSS_PPM) {
             continue;
