@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use tracing::warn;
 
-use crate::store::cq_sums::{self, CQ_BLOCK_UNITS, SUMS_DIR, SegmentSums};
+use crate::store::cq_sums::{self, CQ_BLOCK_UNITS, SUMS_DIR, SegmentSums, UNIT_SUMS};
 use crate::store::error::StoreError;
 use crate::store::mapped_file::{self, Detached, FlushTarget, MappedFile};
 
@@ -146,7 +146,8 @@ impl ConsumeQueue {
             }
             extend_short_file(&path, segment_bytes)?;
             let units = MappedFile::open(path, start, segment_bytes)?;
-            let (sums, found) = SegmentSums::open_or_create(&sums_dir, start, units_per_segment)?;
+            let (sums, found) =
+                SegmentSums::open_or_create(&sums_dir, start, units_per_segment, UNIT_SUMS)?;
             if !found {
                 warn!(
                     topic,
@@ -323,8 +324,12 @@ impl ConsumeQueue {
             .is_none_or(|s| s.units.remaining() == 0);
         if needs_new {
             let start = max_byte - max_byte % segment_bytes;
-            let sums =
-                SegmentSums::create(&self.dir.join(SUMS_DIR), start, self.units_per_segment)?;
+            let sums = SegmentSums::create(
+                &self.dir.join(SUMS_DIR),
+                start,
+                self.units_per_segment,
+                UNIT_SUMS,
+            )?;
             let mut units = MappedFile::create(&self.dir, start, segment_bytes)?;
             units.skip_zeros_to((max_byte - start) as usize);
             self.segments.push(Segment { units, sums });

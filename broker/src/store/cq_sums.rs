@@ -1,5 +1,6 @@
 //! `SegmentSums`: the block checksums of one ConsumeQueue segment, in a file of the same name
-//! under the queue's `sums/` directory. A unit damaged at rest (a flipped tags code that a tag
+//! under the queue's `sums/` directory (key index files and CommitLog segments, in their
+//! own [`SumsLayout`], have theirs the same way). A unit damaged at rest (a flipped tags code that a tag
 //! filter would skip its message by, an offset or size that still looks valid) is found by
 //! the first read of its block, not only by a scrub pass over the CommitLog.
 //!
@@ -28,6 +29,20 @@ const ENTRY_BYTES: usize = 8;
 /// Sub-directory of a queue's directory holding its segments' sums.
 pub const SUMS_DIR: &str = "sums";
 
+/// How a sums file divides its segment: units of `unit_bytes` bytes, `block_units` of them
+/// under one checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SumsLayout {
+    pub unit_bytes: usize,
+    pub block_units: u64,
+}
+
+/// ConsumeQueue units and key index entries (20 bytes each), 64 a block.
+pub const UNIT_SUMS: SumsLayout = SumsLayout {
+    unit_bytes: CQ_UNIT_SIZE,
+    block_units: CQ_BLOCK_UNITS,
+};
+
 /// One block's entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BlockSum {
@@ -36,17 +51,23 @@ pub struct BlockSum {
 }
 
 impl BlockSum {
-    /// The sum of `units` (the encoded units from the block's start).
-    pub fn of(units: &[u8]) -> BlockSum {
+    /// The sum of `units` (the encoded units from the block's start), of `unit_bytes` each.
+    pub fn of(units: &[u8], unit_bytes: usize) -> BlockSum {
         BlockSum {
-            count: (units.len() / CQ_UNIT_SIZE) as u32,
+            count: (units.len() / unit_bytes) as u32,
             crc: crc32fast::hash(units),
         }
     }
 
-    /// Whether this entry covers exactly `units` (the block's written units) and matches them.
+    /// Whether this entry covers exactly `units` (the block's written 20-byte units) and
+    /// matches them.
     pub fn covers(&self, units: &[u8]) -> bool {
-        self.count as usize * CQ_UNIT_SIZE == units.len() && self.crc == crc32fast::hash(units)
+        self.covers_units(units, CQ_UNIT_SIZE)
+    }
+
+    /// [`BlockSum::covers`] for units of `unit_bytes`.
+    pub fn covers_units(&self, units: &[u8], unit_bytes: usize) -> bool {
+        self.count as usize * unit_bytes == units.len() && self.crc == crc32fast::hash(units)
     }
 }
 
@@ -59,6 +80,7 @@ pub fn blocks_per_segment(units_per_segment: u64) -> u64 {
 #[derive(Debug)]
 pub struct SegmentSums {
     file: MappedFile,
+    layout: SumsLayout,
 }
 
 impl SegmentSums {
@@ -68,6 +90,7 @@ impl SegmentSums {
         dir: &Path,
         start_offset: u64,
         units_per_segment: u64,
+        layout: SumsLayout,
     ) -> Result<Self, StoreError> {
         let path = dir.join(crate::store::mapped_file::file_name(start_offset));
         match std::fs::remove_file(&path) {
@@ -75,9 +98,10 @@ impl SegmentSums {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
             Err(error) => return Err(StoreError::io("remove consume queue sums", &path, error)),
         }
-        let mut file = MappedFile::create(dir, start_offset, file_bytes(units_per_segment))?;
+        let mut file =
+            MappedFile::create(dir, start_offset, file_bytes(units_per_segment, layout))?;
         file.set_full();
-        Ok(SegmentSums { file })
+        Ok(SegmentSums { file, layout })
     }
 
     /// Opens the sums of the segment starting at `start_offset`; a missing file (a data dir
@@ -87,24 +111,36 @@ impl SegmentSums {
         dir: &Path,
         start_offset: u64,
         units_per_segment: u64,
+        layout: SumsLayout,
     ) -> Result<(Self, bool), StoreError> {
         let path = dir.join(crate::store::mapped_file::file_name(start_offset));
         if !path.exists() {
-            return Ok((Self::create(dir, start_offset, units_per_segment)?, false));
+            return Ok((
+                Self::create(dir, start_offset, units_per_segment, layout)?,
+                false,
+            ));
         }
-        let bytes = file_bytes(units_per_segment);
+        let bytes = file_bytes(units_per_segment, layout);
         let mut file = match MappedFile::open(path.clone(), start_offset, bytes) {
             Ok(file) => file,
             Err(StoreError::SegmentSize { .. }) => {
                 // A sums file of another length is useless: start it over.
                 std::fs::remove_file(&path)
                     .map_err(|e| StoreError::io("remove consume queue sums", &path, e))?;
-                return Ok((Self::create(dir, start_offset, units_per_segment)?, false));
+                return Ok((
+                    Self::create(dir, start_offset, units_per_segment, layout)?,
+                    false,
+                ));
             }
             Err(other) => return Err(other),
         };
         file.set_full();
-        Ok((SegmentSums { file }, true))
+        Ok((SegmentSums { file, layout }, true))
+    }
+
+    /// Whether block `block`'s entry covers exactly `units` (its written units) and matches.
+    pub fn intact(&self, block: u64, units: &[u8]) -> bool {
+        self.get(block).covers_units(units, self.layout.unit_bytes)
     }
 
     /// The entry of block `block`.
@@ -131,7 +167,7 @@ impl SegmentSums {
     /// block holds is left as it is (damaged, or units being written back after a cut).
     pub fn extend(&mut self, block: u64, units: &[u8]) -> Result<(), StoreError> {
         let sum = self.get(block);
-        let covered = sum.count as usize * CQ_UNIT_SIZE;
+        let covered = sum.count as usize * self.layout.unit_bytes;
         if covered >= units.len() {
             return Ok(());
         }
@@ -140,7 +176,7 @@ impl SegmentSums {
         self.set(
             block,
             BlockSum {
-                count: (units.len() / CQ_UNIT_SIZE) as u32,
+                count: (units.len() / self.layout.unit_bytes) as u32,
                 crc: hasher.finalize(),
             },
         )
@@ -148,7 +184,7 @@ impl SegmentSums {
 
     /// Block `block` holds `units`, which the caller checked: its entry covers exactly them.
     pub fn seal(&mut self, block: u64, units: &[u8]) -> Result<(), StoreError> {
-        self.set(block, BlockSum::of(units))
+        self.set(block, BlockSum::of(units, self.layout.unit_bytes))
     }
 
     /// Forgets the entries of blocks `from..` (their units were dropped).
@@ -172,8 +208,8 @@ impl SegmentSums {
     }
 }
 
-fn file_bytes(units_per_segment: u64) -> u64 {
-    blocks_per_segment(units_per_segment) * ENTRY_BYTES as u64
+fn file_bytes(units_per_segment: u64, layout: SumsLayout) -> u64 {
+    units_per_segment.div_ceil(layout.block_units) * ENTRY_BYTES as u64
 }
 
 #[cfg(test)]
@@ -189,12 +225,12 @@ mod tests {
     #[test]
     fn extending_unit_by_unit_equals_the_sum_of_the_whole_block() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut sums = SegmentSums::create(dir.path(), 0, 100).expect("create");
+        let mut sums = SegmentSums::create(dir.path(), 0, 100, UNIT_SUMS).expect("create");
         let block = units(64, 7);
         for n in 1..=64 {
             sums.extend(1, &block[..n * CQ_UNIT_SIZE]).expect("extend");
         }
-        assert_eq!(sums.get(1), BlockSum::of(&block));
+        assert_eq!(sums.get(1), BlockSum::of(&block, CQ_UNIT_SIZE));
         assert!(sums.get(1).covers(&block));
         assert_eq!(sums.get(0), BlockSum::default(), "other blocks untouched");
         assert!(sums.get(0).covers(&[]), "an empty block is intact");
@@ -203,7 +239,7 @@ mod tests {
     #[test]
     fn a_changed_unit_stays_visible_after_the_block_grows() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut sums = SegmentSums::create(dir.path(), 0, 64).expect("create");
+        let mut sums = SegmentSums::create(dir.path(), 0, 64, UNIT_SUMS).expect("create");
         let mut block = units(10, 1);
         sums.extend(0, &block).expect("extend");
         block[3] ^= 0x10; // rot in a unit the entry covers
@@ -217,7 +253,7 @@ mod tests {
     #[test]
     fn an_entry_covering_more_than_the_block_holds_is_kept() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut sums = SegmentSums::create(dir.path(), 0, 64).expect("create");
+        let mut sums = SegmentSums::create(dir.path(), 0, 64, UNIT_SUMS).expect("create");
         let block = units(5, 3);
         sums.extend(0, &block).expect("extend");
         sums.extend(0, &block[..3 * CQ_UNIT_SIZE]).expect("extend");
@@ -232,10 +268,10 @@ mod tests {
     fn creating_over_a_stale_file_starts_empty() {
         let dir = tempfile::tempdir().expect("tempdir");
         let block = units(3, 2);
-        let mut stale = SegmentSums::create(dir.path(), 0, 64).expect("create");
+        let mut stale = SegmentSums::create(dir.path(), 0, 64, UNIT_SUMS).expect("create");
         stale.extend(0, &block).expect("extend");
         drop(stale);
-        let sums = SegmentSums::create(dir.path(), 0, 64).expect("create over it");
+        let sums = SegmentSums::create(dir.path(), 0, 64, UNIT_SUMS).expect("create over it");
         assert_eq!(sums.get(0), BlockSum::default());
     }
 
@@ -244,15 +280,17 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let block = units(3, 5);
         {
-            let mut sums = SegmentSums::create(dir.path(), 640, 128).expect("create");
+            let mut sums = SegmentSums::create(dir.path(), 640, 128, UNIT_SUMS).expect("create");
             sums.extend(1, &block).expect("extend");
             sums.begin_flush().expect("dirty").sync().expect("sync");
         }
-        let (sums, existed) = SegmentSums::open_or_create(dir.path(), 640, 128).expect("open");
+        let (sums, existed) =
+            SegmentSums::open_or_create(dir.path(), 640, 128, UNIT_SUMS).expect("open");
         assert!(existed);
         assert!(sums.get(1).covers(&block));
         drop(sums);
-        let (sums, existed) = SegmentSums::open_or_create(dir.path(), 640, 200).expect("open");
+        let (sums, existed) =
+            SegmentSums::open_or_create(dir.path(), 640, 200, UNIT_SUMS).expect("open");
         assert!(!existed, "another segment size: started over");
         assert_eq!(sums.get(1), BlockSum::default());
         assert_eq!(blocks_per_segment(200), 4);

@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use tracing::warn;
 
 use crate::store::consume_queue::CQ_UNIT_SIZE;
-use crate::store::cq_sums::{CQ_BLOCK_UNITS, SUMS_DIR, SegmentSums};
+use crate::store::cq_sums::{CQ_BLOCK_UNITS, SUMS_DIR, SegmentSums, UNIT_SUMS};
 use crate::store::error::StoreError;
 use crate::store::mapped_file;
 use crate::store::mapped_file::{Detached, FlushTarget, MappedFile};
@@ -139,7 +139,12 @@ fn u32_at(bytes: &[u8], pos: usize) -> u32 {
 impl IndexFile {
     fn create(dir: &Path, sequence: u64, capacity: u32) -> Result<IndexFile, StoreError> {
         let slots = (capacity / INDEX_ENTRIES_PER_SLOT).max(1);
-        let sums = SegmentSums::create(&dir.join(SUMS_DIR), sequence, u64::from(capacity))?;
+        let sums = SegmentSums::create(
+            &dir.join(SUMS_DIR),
+            sequence,
+            u64::from(capacity),
+            UNIT_SUMS,
+        )?;
         let mut map = MappedFile::create(dir, sequence, file_size(slots, capacity))?;
         map.set_full();
         let mut file = IndexFile {
@@ -184,7 +189,8 @@ impl IndexFile {
         let sums_dir = path
             .parent()
             .map_or_else(|| PathBuf::from(SUMS_DIR), |dir| dir.join(SUMS_DIR));
-        let (sums, found) = SegmentSums::open_or_create(&sums_dir, sequence, u64::from(capacity))?;
+        let (sums, found) =
+            SegmentSums::open_or_create(&sums_dir, sequence, u64::from(capacity), UNIT_SUMS)?;
         let mut map = MappedFile::open(path, sequence, size)?;
         map.set_full();
         let file = IndexFile {
