@@ -1,7 +1,10 @@
 //! The scrubber: re-reads this node's whole CommitLog over and over at a bounded rate, so
 //! bit rot in cold segments is found before a consumer or a catching-up peer needs the bytes.
 //!
-//! Every record is checked (layout, body CRC, segment bounds) and so is its ConsumeQueue unit.
+//! Every record is checked (layout, body CRC, segment bounds) and so is its ConsumeQueue unit,
+//! and every whole 4 KiB block against its checksum, which covers the bytes no record check
+//! does (headers, properties, fillers): a damaged block is mended with a peer's copy its
+//! checksum covers, or, if the peer's bytes equal this node's, its checksum taken anew.
 //! A damaged record or filler is fetched from a peer (replicas' CommitLogs are byte-identical
 //! below their applied end) and written over in place. A unit that differs from its record is
 //! told apart from a record whose header changed without breaking its layout by comparing the
@@ -40,6 +43,7 @@ use crate::raft::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
 use crate::scrub_suspects::SuspectUnit;
 use crate::scrub_suspects::SuspectUnits;
 use crate::store::StoreError;
+use crate::store::commit_log_segment::COMMIT_LOG_BLOCK_BYTES;
 use crate::store::cq_sums::CQ_BLOCK_UNITS;
 use crate::store::index::BlockRepair;
 use crate::store::index::INDEX_ENTRY_SIZE;
@@ -85,6 +89,7 @@ pub struct ScrubStatus {
     pub passes: AtomicU64,
     pub bytes_checked: AtomicU64,
     pub records_repaired: AtomicU64,
+    pub blocks_repaired: AtomicU64,
     pub units_repaired: AtomicU64,
     pub index_repairs: AtomicU64,
     pub unrepaired: AtomicU64,
@@ -420,6 +425,7 @@ impl Scrubber {
                         .await
                 }
             };
+            self.check_blocks(offset, next).await;
             let checked = (next - offset).max(0) as u64;
             self.status
                 .bytes_checked
@@ -432,6 +438,72 @@ impl Scrubber {
                 .await;
             }
         }
+    }
+
+    /// Checks the CommitLog blocks wholly in `[from, to)` against their checksums (they cover
+    /// every byte, where a record's checks cover its body and layout only) and mends each
+    /// damaged one.
+    async fn check_blocks(&self, mut from: i64, to: i64) {
+        loop {
+            let damaged = self.group.store().damaged_commit_log_block(from, to);
+            let Some(block) = damaged else { return };
+            let finding = format!("CommitLog block at offset {block} does not match its checksum");
+            tracing::error!(offset = block, "scrub found a damaged CommitLog block");
+            self.status.found(finding.clone());
+            self.repair_block(block, &finding).await;
+            from = block + COMMIT_LOG_BLOCK_BYTES as i64;
+        }
+    }
+
+    /// Mends the CommitLog block at `block` with a peer's copy of its bytes that its checksum
+    /// covers; if a peer's bytes equal this node's, the checksum is what rotted, and is taken
+    /// anew. A copy that is neither (the peer's bytes damaged too) is not used.
+    async fn repair_block(&self, block: i64, finding: &str) {
+        let ours = match self.group.store().commit_log_block(block) {
+            Ok((_, ours)) => ours,
+            Err(error) => return self.unrepaired(format!("{finding}; reading it failed: {error}")),
+        };
+        let mut last_error = String::from("no peers");
+        for peer in self.peers.current().iter().map(|peer| &peer.raft) {
+            let copy = match read_peer(self.peers.connector(), peer, block, ours.len()).await {
+                Ok(copy) if copy.len() >= ours.len() => copy,
+                Ok(copy) => {
+                    last_error = format!(
+                        "{peer}: it holds {} of its {} bytes",
+                        copy.len(),
+                        ours.len()
+                    );
+                    continue;
+                }
+                Err(error) => {
+                    last_error = format!("{peer}: {error}");
+                    continue;
+                }
+            };
+            let copy = &copy[..ours.len()];
+            let mut store = self.group.store_mut();
+            let mended = if store.commit_log_block_matches(block, copy) {
+                store.repair_commit_log(block, copy)
+            } else if copy == ours.as_slice() {
+                store.reseal_commit_log_block(block)
+            } else {
+                last_error = format!("{peer}: its copy differs and does not match the checksum");
+                continue;
+            };
+            drop(store);
+            return match mended {
+                Ok(()) => {
+                    self.status.blocks_repaired.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(offset = block, peer, "scrub mended a CommitLog block");
+                }
+                Err(error) => {
+                    self.unrepaired(format!("{finding}; writing the repair failed: {error}"))
+                }
+            };
+        }
+        self.unrepaired(format!(
+            "{finding}; no peer had a copy it covers ({last_error})"
+        ));
     }
 
     /// Handles damage at `at`; returns where to go on.
@@ -516,7 +588,9 @@ impl Scrubber {
         let mut last_error = String::from("no peers");
         // `ReadCommitLog` is a Raft service call.
         for peer in self.peers.current().iter().map(|peer| &peer.raft) {
-            let copy = match read_peer(self.peers.connector(), peer, at).await {
+            let copy = match read_peer(self.peers.connector(), peer, at, RECORD_OR_FILLER_BYTES_MAX)
+                .await
+            {
                 Ok(copy) => copy,
                 Err(error) => {
                     last_error = format!("{peer}: {error}");
@@ -576,8 +650,13 @@ impl Scrubber {
     }
 }
 
-/// One record's worth of the peer's CommitLog from `offset`.
-async fn read_peer(connector: &PeerConnector, peer: &str, offset: i64) -> Result<Vec<u8>, String> {
+/// Up to `max_bytes` of the peer's CommitLog from `offset`.
+async fn read_peer(
+    connector: &PeerConnector,
+    peer: &str,
+    offset: i64,
+    max_bytes: usize,
+) -> Result<Vec<u8>, String> {
     let read = async {
         let channel = connector
             .endpoint(peer)?
@@ -589,7 +668,7 @@ async fn read_peer(connector: &PeerConnector, peer: &str, offset: i64) -> Result
         client
             .read_commit_log(pb::ReadCommitLogRequest {
                 offset,
-                max_bytes: RECORD_OR_FILLER_BYTES_MAX as u32,
+                max_bytes: max_bytes as u32,
             })
             .await
             .map(|response| response.into_inner().data.to_vec())

@@ -110,13 +110,7 @@ async fn given_bit_rot_in_a_running_group_the_scrubber_should_repair_it_from_pee
         .find(|id| *id != leader && *id != follower)
         .expect("3 nodes");
     let end = send_messages(&group, leader).await?;
-    let commit_log_file = |node: u64| {
-        group
-            .data_dir(node)
-            .join("store")
-            .join("commitlog")
-            .join(format!("{:020}", 0))
-    };
+    let commit_log_file = |node: u64| commit_log_file(&group, node);
 
     info!(follower, "--- a flipped bit in a record body of a follower");
     let body_rot = unit(&group, leader, 50);
@@ -175,6 +169,89 @@ async fn given_bit_rot_in_a_running_group_the_scrubber_should_repair_it_from_pee
         let status = group.status(node).await?;
         assert_eq!(status.scrub_unrepaired, 0, "node {node}: {status:?}");
         assert!(status.scrub_passes >= 1 && status.scrub_bytes_checked >= end as u64);
+    }
+    group.shutdown().await;
+    Ok(())
+}
+
+/// The first CommitLog segment of `node`.
+fn commit_log_file(group: &TestGroup, node: u64) -> std::path::PathBuf {
+    group
+        .data_dir(node)
+        .join("store")
+        .join("commitlog")
+        .join(format!("{:020}", 0))
+}
+
+/// The block checksums of the first CommitLog segment of `node`.
+fn commit_log_sums_file(group: &TestGroup, node: u64) -> std::path::PathBuf {
+    group
+        .data_dir(node)
+        .join("store")
+        .join("commitlog")
+        .join("sums")
+        .join(format!("{:020}", 0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_rot_that_no_record_check_sees_the_scrubber_should_find_it_by_its_block_checksum_and_mend_it_from_a_peer()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_B10C, |config| {
+        config.scrub_bytes_per_sec = 64 * 1024 * 1024;
+        config.scrub_pass_interval_ms = 50;
+    })
+    .await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let follower = group.a_follower(leader);
+    let end = send_messages(&group, leader).await?;
+    let whole_log = |node: u64| {
+        group
+            .node(node)
+            .group()
+            .store()
+            .read_commit_log(0, end as usize)
+            .expect("read")
+    };
+
+    info!(
+        follower,
+        "--- a flipped bit in a record's born timestamp: no body CRC, layout or unit check covers it"
+    );
+    let rot = unit(&group, leader, 80);
+    let intact = commit_log(&group, leader, rot);
+    flip_byte(
+        &commit_log_file(&group, follower),
+        rot.commit_log_offset as u64 + 47,
+        0x01,
+    )?;
+    assert_ne!(commit_log(&group, follower, rot), intact);
+    let status = wait_for_status(&group, follower, "the block mended", |status| {
+        status.scrub_blocks_repaired >= 1
+    })
+    .await?;
+    assert_eq!(commit_log(&group, follower, rot), intact);
+    assert_eq!(status.scrub_records_repaired, 0, "no record check saw it");
+    assert!(
+        status.scrub_last_finding.contains("checksum"),
+        "{:?}",
+        status.scrub_last_finding
+    );
+
+    info!(
+        follower,
+        "--- rot in a block checksum: the bytes equal the peers', the checksum is taken anew"
+    );
+    let block = unit(&group, leader, 150).commit_log_offset as u64 / 4096;
+    flip_byte(&commit_log_sums_file(&group, follower), block * 8 + 6, 0x10)?;
+    wait_for_status(&group, follower, "the checksum taken anew", |status| {
+        status.scrub_blocks_repaired >= 2
+    })
+    .await?;
+    assert_eq!(whole_log(follower), whole_log(leader));
+    for node in 1..=3 {
+        let status = group.status(node).await?;
+        assert_eq!(status.scrub_unrepaired, 0, "node {node}: {status:?}");
     }
     group.shutdown().await;
     Ok(())

@@ -1182,6 +1182,18 @@ impl Sim {
         let mut lost_in_window = 0;
         for (id, node) in &self.nodes {
             let group = node.group.as_ref().ok_or("a healed node runs")?;
+            let damaged = {
+                let store = group.store();
+                store.damaged_commit_log_block(
+                    store.commit_log_min_offset(),
+                    store.commit_log_max_offset(),
+                )
+            };
+            if let Some(block) = damaged {
+                return Err(self.fail(format!(
+                    "node {id}: CommitLog block at {block} does not match its checksum"
+                )));
+            }
             lost_in_window += self
                 .check_promises(group)
                 .map_err(|e| self.fail(format!("node {id}, applied up to {applied:?}: {e}")))?;

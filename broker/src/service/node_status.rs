@@ -72,6 +72,7 @@ impl BrokerService {
             scrub_records_repaired: self.scrub.records_repaired.load(Ordering::Relaxed),
             scrub_units_repaired: self.scrub.units_repaired.load(Ordering::Relaxed),
             scrub_index_repairs: self.scrub.index_repairs.load(Ordering::Relaxed),
+            scrub_blocks_repaired: self.scrub.blocks_repaired.load(Ordering::Relaxed),
             scrub_unrepaired: self.scrub.unrepaired.load(Ordering::Relaxed),
             scrub_last_finding: self.scrub.last_finding(),
             disk_used_ratio: self.group.disk_used_ratio(),

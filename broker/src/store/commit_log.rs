@@ -7,6 +7,9 @@
 //! least [`END_FILE_MIN_BLANK_LENGTH`] bytes free); bytes past the write position are zero.
 //! Recovery scans from the segment holding the checkpoint, validates length, magic and CRC
 //! record by record, and truncates (zeroes) everything after the first invalid record.
+//! Each segment's 4 KiB blocks carry checksums over every byte ([`CommitLogSegment`]): the
+//! blocks recovery scans below the checkpoint's flushed offset must match them, and the ones
+//! after it are sealed anew from the bytes it kept.
 //!
 //! Appends are staged in memory and reach the last segment's file with one `pwrite` per
 //! [`CommitLog::write_staged`] (or every [`STAGED_BYTES_MAX`] bytes). Staged records count in
@@ -18,6 +21,8 @@ use std::time::SystemTime;
 
 use tracing::{info, warn};
 
+use crate::store::commit_log_segment::CommitLogSegment;
+use crate::store::cq_sums::SUMS_DIR;
 use crate::store::error::StoreError;
 use crate::store::mapped_file::{self, Detached, FlushTarget, MappedFile};
 use crate::store::record::{
@@ -104,7 +109,7 @@ pub struct SealedSegment {
 pub struct CommitLog {
     dir: PathBuf,
     segment_size_bytes: u64,
-    segments: Vec<MappedFile>,
+    segments: Vec<CommitLogSegment>,
     /// Records appended after the last segment's write position and not yet written to it.
     staged: Vec<u8>,
 }
@@ -118,10 +123,11 @@ impl CommitLog {
         recover_from: u64,
     ) -> Result<(CommitLog, CommitLogRecovery), StoreError> {
         let dir = store_dir.join(COMMIT_LOG_DIR);
-        mapped_file::create_dir_durable(&dir)?;
+        mapped_file::create_dir_durable(&dir.join(SUMS_DIR))?;
         let mut segments = Vec::new();
+        let mut without_sums = Vec::new();
         for (start, path) in mapped_file::list_segments(&dir)? {
-            let expected_start = segments.last().map_or(start, |s: &MappedFile| {
+            let expected_start = segments.last().map_or(start, |s: &CommitLogSegment| {
                 s.start_offset() + segment_size_bytes
             });
             if start != expected_start || !start.is_multiple_of(segment_size_bytes) {
@@ -130,7 +136,20 @@ impl CommitLog {
                     expected_start,
                 });
             }
-            segments.push(MappedFile::open(path, start, segment_size_bytes)?);
+            let (segment, has_sums) =
+                CommitLogSegment::open(&dir, path, start, segment_size_bytes)?;
+            if !has_sums {
+                without_sums.push(start);
+            }
+            segments.push(segment);
+        }
+        remove_orphan_sums(&dir, &segments)?;
+        if !without_sums.is_empty() {
+            warn!(
+                segments = without_sums.len(),
+                "commit log segments without block checksums (a data dir from before them): \
+                 taking them from the bytes as found"
+            );
         }
         let mut log = CommitLog {
             dir,
@@ -138,7 +157,7 @@ impl CommitLog {
             segments,
             staged: Vec::new(),
         };
-        let bytes_truncated = log.recover(recover_from)?;
+        let bytes_truncated = log.recover(recover_from, &without_sums)?;
         let report = CommitLogRecovery {
             commit_log_end: log.max_offset(),
             bytes_truncated,
@@ -160,7 +179,14 @@ impl CommitLog {
     }
 
     /// Scans from the segment holding `recover_from`; returns the garbage bytes dropped.
-    fn recover(&mut self, recover_from: u64) -> Result<u64, StoreError> {
+    ///
+    /// Block checksums: the blocks of that segment wholly below `recover_from` were flushed
+    /// with their sums, so one that does not match is damage, and the log is cut at the
+    /// record it falls in, as at an invalid record (the store then finds it lost flushed
+    /// data). From the block holding `recover_from` on, the bytes were checked record by
+    /// record and their sums (which may have reached the disk ahead of them, or not at all)
+    /// are taken anew. Segments in `without_sums` had none and are sealed as they are.
+    fn recover(&mut self, recover_from: u64, without_sums: &[u64]) -> Result<u64, StoreError> {
         let Some(first) = self.segments.first() else {
             return Ok(0);
         };
@@ -171,13 +197,51 @@ impl CommitLog {
         .min(self.segments.len() - 1);
         for segment in &mut self.segments[..start_index] {
             segment.set_full();
+            if without_sums.contains(&segment.start_offset()) {
+                segment.seal_from(0)?;
+            }
         }
         for index in start_index..self.segments.len() {
             let segment = &mut self.segments[index];
-            match scan_segment(segment) {
-                None => segment.set_full(),
+            let flushed_in_segment = if index == start_index {
+                (recover_from.saturating_sub(segment.start_offset()) as usize)
+                    .min(segment.size_bytes())
+            } else {
+                0
+            };
+            let valid_end = scan_segment(segment);
+            let damaged = (!without_sums.contains(&segment.start_offset()))
+                .then(|| {
+                    segment
+                        .first_damaged(0, flushed_in_segment.min(valid_end.unwrap_or(usize::MAX)))
+                })
+                .flatten();
+            let cut = match (damaged, valid_end) {
+                (Some(block), _) => {
+                    let at = record_start_at_or_before(segment, block);
+                    warn!(
+                        path = %segment.path().display(),
+                        block_position = block,
+                        cut_at = at,
+                        "commit log: a flushed block does not match its checksum, truncating at its record"
+                    );
+                    Some(at)
+                }
+                (None, end) => end,
+            };
+            let reseal_from = if without_sums.contains(&segment.start_offset()) {
+                0
+            } else {
+                flushed_in_segment
+            };
+            match cut {
+                None => {
+                    segment.set_full();
+                    segment.seal_from(reseal_from)?;
+                }
                 Some(valid_end) => {
-                    let mut dropped = segment.recover_to(valid_end) as u64;
+                    let mut dropped = segment.recover_to(valid_end)? as u64;
+                    segment.seal_from(reseal_from.min(valid_end))?;
                     for later in self.segments.drain(index + 1..) {
                         dropped += later.nonzero_span_after(0) as u64;
                         warn!(path = %later.path().display(), "deleting segment after torn tail");
@@ -211,7 +275,7 @@ impl CommitLog {
         let count = count.min(self.segments.len().saturating_sub(1));
         self.segments
             .drain(..count)
-            .for_each(|segment| detached.push(segment));
+            .for_each(|segment| segment.detach(detached));
         self.min_offset()
     }
 
@@ -232,7 +296,7 @@ impl CommitLog {
 
     /// First offset held (0 for an empty log).
     pub fn min_offset(&self) -> u64 {
-        self.segments.first().map_or(0, MappedFile::start_offset)
+        self.segments.first().map_or(0, |s| s.start_offset())
     }
 
     /// Offset where the next record goes (before any roll), staged records included.
@@ -288,7 +352,7 @@ impl CommitLog {
         result
     }
 
-    fn last_segment(&mut self) -> Result<&mut MappedFile, StoreError> {
+    fn last_segment(&mut self) -> Result<&mut CommitLogSegment, StoreError> {
         if self.segments.is_empty() {
             self.roll(0)?;
         }
@@ -315,14 +379,14 @@ impl CommitLog {
         if remaining > 0 {
             segment.write_append(&record::blank_filler(remaining))?;
             let pos = segment.write_pos() + remaining - END_FILE_MIN_BLANK_LENGTH;
-            segment.skip_zeros_to(pos);
+            segment.skip_zeros_to(pos)?;
         }
         let next = segment.start_offset() + self.segment_size_bytes;
         self.roll(next)
     }
 
     fn roll(&mut self, start_offset: u64) -> Result<(), StoreError> {
-        let segment = MappedFile::create(&self.dir, start_offset, self.segment_size_bytes)?;
+        let segment = CommitLogSegment::create(&self.dir, start_offset, self.segment_size_bytes)?;
         self.segments.push(segment);
         Ok(())
     }
@@ -362,6 +426,52 @@ impl CommitLog {
         let segment = &mut self.segments[index];
         let pos = (offset - segment.start_offset()) as usize;
         segment.overwrite(pos, bytes)
+    }
+
+    /// The first block wholly in `[from, to)` (and below the end) whose bytes do not match its
+    /// checksum, as its offset.
+    pub fn damaged_block(&self, from: u64, to: u64) -> Option<u64> {
+        let mut pos = from.max(self.min_offset());
+        let to = to.min(self.written_end());
+        while pos < to {
+            let segment = &self.segments[self.segment_index(pos)?];
+            let start = segment.start_offset();
+            let rel_to = ((to - start) as usize).min(segment.write_pos());
+            if let Some(block) = segment.first_damaged((pos - start) as usize, rel_to) {
+                return Some(start + block as u64);
+            }
+            pos = start + self.segment_size_bytes;
+        }
+        None
+    }
+
+    /// The written bytes of the block holding `offset`, and the block's offset.
+    pub fn block_at(&self, offset: u64) -> Result<(u64, &[u8]), StoreError> {
+        debug_assert!(self.staged.is_empty(), "read with staged records");
+        let segment = self
+            .segment_index(offset)
+            .map(|i| &self.segments[i])
+            .ok_or_else(|| self.out_of_range(offset))?;
+        let (pos, bytes) = segment.block_at((offset - segment.start_offset()) as usize);
+        Ok((segment.start_offset() + pos as u64, bytes))
+    }
+
+    /// Whether `bytes` are what the checksum of the block at `offset` covers.
+    pub fn block_matches(&self, offset: u64, bytes: &[u8]) -> bool {
+        self.segment_index(offset).is_some_and(|i| {
+            let segment = &self.segments[i];
+            segment.block_matches((offset - segment.start_offset()) as usize, bytes)
+        })
+    }
+
+    /// Takes the checksum of the block holding `offset` anew from its bytes.
+    pub fn reseal_block(&mut self, offset: u64) -> Result<(), StoreError> {
+        let index = self
+            .segment_index(offset)
+            .ok_or_else(|| self.out_of_range(offset))?;
+        let segment = &mut self.segments[index];
+        let pos = (offset - segment.start_offset()) as usize;
+        segment.reseal_block(pos)
     }
 
     /// Up to `max_len` raw bytes from `offset` (crossing segments), for shipping to another
@@ -434,7 +544,7 @@ impl CommitLog {
         }
         if let Some(last) = self.segments.last_mut() {
             let rel = (offset - last.start_offset()) as usize;
-            last.truncate_to(rel);
+            last.truncate_to(rel)?;
         }
         Ok(())
     }
@@ -442,14 +552,20 @@ impl CommitLog {
     /// Durably flushes every segment with unflushed changes.
     pub fn flush(&mut self) -> Result<(), StoreError> {
         self.write_staged()?;
-        self.segments.iter_mut().try_for_each(MappedFile::flush)
+        self.segments
+            .iter_mut()
+            .try_for_each(CommitLogSegment::flush)
     }
 
     /// Writes the staged records, marks every segment clean and adds what makes their writes
     /// durable to `targets`.
     pub fn begin_flush(&mut self, targets: &mut Vec<FlushTarget>) -> Result<(), StoreError> {
         self.write_staged()?;
-        targets.extend(self.segments.iter_mut().filter_map(MappedFile::begin_flush));
+        targets.extend(
+            self.segments
+                .iter_mut()
+                .flat_map(CommitLogSegment::begin_flush),
+        );
         Ok(())
     }
 
@@ -493,6 +609,22 @@ impl CommitLog {
     }
 }
 
+/// Where the record or filler holding segment position `pos` starts (the segment's records
+/// are valid up to there).
+fn record_start_at_or_before(segment: &MappedFile, pos: usize) -> usize {
+    let data = segment.whole();
+    let mut at = 0;
+    while at < pos {
+        match probe(&data[at..], data.len() - at) {
+            Ok(entry @ (Entry::Message(_) | Entry::Blank(_))) if at + entry.size() <= pos => {
+                at += entry.size();
+            }
+            _ => break,
+        }
+    }
+    at
+}
+
 /// Scans one segment; `None` if it is sealed by a blank filler, else the valid end position.
 fn scan_segment(segment: &MappedFile) -> Option<usize> {
     let data = segment.whole();
@@ -514,6 +646,22 @@ fn scan_segment(segment: &MappedFile) -> Option<usize> {
         }
     }
     Some(pos)
+}
+
+/// Deletes the sums of segments that are gone (a crash between deleting a segment and its
+/// sums).
+fn remove_orphan_sums(dir: &Path, segments: &[CommitLogSegment]) -> Result<(), StoreError> {
+    for (start, path) in mapped_file::list_segments(&dir.join(SUMS_DIR))? {
+        if segments
+            .iter()
+            .all(|segment| segment.start_offset() != start)
+        {
+            warn!(path = %path.display(), "removing the checksums of a deleted segment");
+            std::fs::remove_file(&path)
+                .map_err(|error| StoreError::io("remove commit log sums", &path, error))?;
+        }
+    }
+    Ok(())
 }
 
 /// Checks that `bytes`, placed at `offset`, are whole records and blank fillers that match
@@ -809,5 +957,133 @@ mod tests {
             Err(StoreError::RawLayout { .. })
         ));
         assert_eq!(dst.max_offset(), max);
+    }
+
+    /// Segments of 16 checksum blocks.
+    const BLOCKED: u64 = 16 * crate::store::commit_log_segment::COMMIT_LOG_BLOCK_BYTES as u64;
+
+    fn flip_at(dir: &Path, file: &str, at: u64) {
+        use std::os::unix::fs::FileExt;
+        let path = dir.join(COMMIT_LOG_DIR).join(file);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .expect("open");
+        let mut byte = [0u8];
+        file.read_exact_at(&mut byte, at).expect("read");
+        file.write_all_at(&[byte[0] ^ 0x01], at).expect("write");
+    }
+
+    #[test]
+    fn every_write_keeps_the_block_checksums_whole_across_rolls_cuts_and_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = CommitLog::open(dir.path(), BLOCKED, 0).expect("open");
+        // Past two fillers (zeros after each up to its segment's end), then a cut mid-block.
+        let offsets = fill(&mut log, 400);
+        assert!(log.max_offset() > 2 * BLOCKED);
+        log.truncate_to(offsets[390]).expect("truncate");
+        fill(&mut log, 7);
+        assert_eq!(log.damaged_block(0, log.max_offset()), None);
+        let end = log.max_offset();
+        log.flush().expect("flush");
+        drop(log);
+        let (log, report) = CommitLog::open(dir.path(), BLOCKED, end).expect("reopen");
+        assert_eq!(report.commit_log_end, end);
+        assert_eq!(log.damaged_block(0, end), None);
+
+        // A copy shipped raw keeps its own checksums, equal to the source's.
+        let copy_dir = tempfile::tempdir().expect("tempdir");
+        let (mut copy, _) = CommitLog::open(copy_dir.path(), BLOCKED, 0).expect("open");
+        let bytes = log.read_bytes(0, usize::MAX).expect("read");
+        copy.append_raw(0, &bytes).expect("append raw");
+        assert_eq!(copy.damaged_block(0, end), None);
+        let sums = |dir: &Path| {
+            std::fs::read(
+                dir.join(COMMIT_LOG_DIR)
+                    .join(SUMS_DIR)
+                    .join(mapped_file::file_name(BLOCKED)),
+            )
+            .expect("sums")
+        };
+        copy.flush().expect("flush");
+        assert_eq!(sums(copy_dir.path()), sums(dir.path()));
+    }
+
+    #[test]
+    fn a_flipped_byte_outside_every_body_below_the_flushed_offset_cuts_the_log_at_its_record() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = CommitLog::open(dir.path(), BLOCKED, 0).expect("open");
+        let offsets = fill(&mut log, 40);
+        let end = log.max_offset();
+        log.flush().expect("flush");
+        drop(log);
+        // The last property byte of record 20 but the separator: its body CRC still passes.
+        let len = encoded(20).len() as u64;
+        let at = offsets[20] + len - 3;
+        flip_at(dir.path(), &mapped_file::file_name(0), at);
+
+        let (log, report) = CommitLog::open(dir.path(), BLOCKED, end).expect("reopen");
+        let block_start = at / 4096 * 4096;
+        let cut_at = *offsets
+            .iter()
+            .filter(|offset| **offset <= block_start)
+            .max()
+            .expect("a record before the block");
+        assert_eq!(report.commit_log_end, cut_at, "{report:?}");
+        assert_eq!(log.max_offset(), cut_at);
+    }
+
+    #[test]
+    fn past_the_flushed_offset_checksums_are_taken_anew_and_a_log_without_them_is_sealed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = CommitLog::open(dir.path(), BLOCKED, 0).expect("open");
+        fill(&mut log, 300);
+        let flushed = 3 * BLOCKED / 2;
+        let end = log.max_offset();
+        log.flush().expect("flush");
+        drop(log);
+        // The sums of blocks past the flushed offset never reached the disk as written.
+        let sums_file = format!("{SUMS_DIR}/{}", mapped_file::file_name(BLOCKED));
+        flip_at(dir.path(), &sums_file, 8 * 10 + 6);
+        let (log, report) = CommitLog::open(dir.path(), BLOCKED, flushed).expect("reopen");
+        assert_eq!(report.commit_log_end, end);
+        assert_eq!(log.damaged_block(0, end), None);
+        drop(log);
+
+        std::fs::remove_dir_all(dir.path().join(COMMIT_LOG_DIR).join(SUMS_DIR)).expect("rm");
+        let (log, report) = CommitLog::open(dir.path(), BLOCKED, end).expect("reopen");
+        assert_eq!(report.commit_log_end, end);
+        assert_eq!(log.damaged_block(0, end), None, "sealed as found");
+    }
+
+    #[test]
+    fn a_damaged_block_is_found_mended_with_a_copy_its_checksum_covers_or_resealed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = CommitLog::open(dir.path(), BLOCKED, 0).expect("open");
+        fill(&mut log, 100);
+        let end = log.max_offset();
+        let (start, intact) = log
+            .block_at(5000)
+            .map(|(s, b)| (s, b.to_vec()))
+            .expect("block");
+        assert_eq!(start, 4096);
+        flip_at(dir.path(), &mapped_file::file_name(0), 5000);
+        assert_eq!(log.damaged_block(0, end), Some(4096));
+        assert!(log.block_matches(4096, &intact));
+        let (_, damaged) = log.block_at(4096).expect("block");
+        assert!(!log.block_matches(4096, damaged));
+        log.overwrite(4096, &intact).expect("repair");
+        assert_eq!(log.damaged_block(0, end), None);
+
+        // Rot in the checksum: the bytes are right, the sum is taken anew.
+        flip_at(
+            dir.path(),
+            &format!("{SUMS_DIR}/{}", mapped_file::file_name(0)),
+            8 * 2 + 5,
+        );
+        assert_eq!(log.damaged_block(0, end), Some(8192));
+        log.reseal_block(8192).expect("reseal");
+        assert_eq!(log.damaged_block(0, end), None);
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod checkpoint;
 pub mod commit_log;
+pub mod commit_log_segment;
 pub mod config;
 pub mod consume_queue;
 pub mod cq_check;

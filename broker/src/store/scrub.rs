@@ -174,6 +174,36 @@ impl MessageStore {
         self.commit_log.overwrite(offset, bytes)
     }
 
+    /// The first CommitLog block (of
+    /// [`COMMIT_LOG_BLOCK_BYTES`](crate::store::commit_log_segment::COMMIT_LOG_BLOCK_BYTES))
+    /// wholly in `[from, to)` whose bytes do not match its checksum, as its offset.
+    pub fn damaged_commit_log_block(&self, from: i64, to: i64) -> Option<i64> {
+        let (from, to) = (u64::try_from(from).ok()?, u64::try_from(to).ok()?);
+        self.commit_log
+            .damaged_block(from, to)
+            .map(|offset| offset as i64)
+    }
+
+    /// The written bytes of the CommitLog block holding `offset`, and the block's offset.
+    pub fn commit_log_block(&self, offset: i64) -> Result<(i64, Vec<u8>), StoreError> {
+        let offset = crate::store::to_offset(offset, &self.commit_log)?;
+        let (start, bytes) = self.commit_log.block_at(offset)?;
+        Ok((start as i64, bytes.to_vec()))
+    }
+
+    /// Whether `bytes` are what the checksum of the CommitLog block at `offset` covers: a
+    /// peer's copy that does is the block as it was written.
+    pub fn commit_log_block_matches(&self, offset: i64, bytes: &[u8]) -> bool {
+        u64::try_from(offset).is_ok_and(|offset| self.commit_log.block_matches(offset, bytes))
+    }
+
+    /// Takes the checksum of the CommitLog block at `offset` anew: its bytes equal a peer's
+    /// copy, so the checksum was what rotted.
+    pub fn reseal_commit_log_block(&mut self, offset: i64) -> Result<(), StoreError> {
+        let offset = crate::store::to_offset(offset, &self.commit_log)?;
+        self.commit_log.reseal_block(offset)
+    }
+
     /// Rewrites the unit at `queue_offset` of a queue that holds it already.
     pub fn repair_unit(
         &mut self,

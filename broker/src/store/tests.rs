@@ -451,15 +451,24 @@ fn deleting_the_oldest_segments_moves_every_reader_to_what_is_left_and_survives_
     let index_files = file_count(&dir.path().join(INDEX_DIR));
 
     let (deleted, detached) = store.detach_oldest_segments(3).expect("detach");
-    // Detached files stay on disk, out of the store, until deleted.
+    // Detached files (segments and their block checksums) stay on disk, out of the store,
+    // until deleted.
+    let segments_and_sums = |dir: &Path| {
+        let count = |dir: PathBuf| mapped_file::list_segments(&dir).expect("list").len();
+        let commit_log = dir.join(COMMIT_LOG_DIR);
+        (
+            count(commit_log.clone()),
+            count(commit_log.join(crate::store::cq_sums::SUMS_DIR)),
+        )
+    };
     assert_eq!(
-        file_count(&dir.path().join(COMMIT_LOG_DIR)),
-        sealed.len() + 1
+        segments_and_sums(dir.path()),
+        (sealed.len() + 1, sealed.len() + 1)
     );
     detached.delete().expect("delete");
     assert_eq!(
-        file_count(&dir.path().join(COMMIT_LOG_DIR)),
-        sealed.len() + 1 - 3
+        segments_and_sums(dir.path()),
+        (sealed.len() + 1 - 3, sealed.len() + 1 - 3)
     );
     let min = 3 * SEGMENT;
     assert_eq!(deleted.commit_log_min, min);

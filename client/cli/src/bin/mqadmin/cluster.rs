@@ -180,6 +180,7 @@ async fn broker_status(context: &Context, group: &str) -> anyhow::Result<()> {
                     "scrub_passes": status.scrub_passes,
                     "scrub_unrepaired": status.scrub_unrepaired,
                     "scrub_index_repairs": status.scrub_index_repairs,
+                    "scrub_blocks_repaired": status.scrub_blocks_repaired,
                     "scrub_last_finding": status.scrub_last_finding,
                     "voters": status.voters,
                     "learners": status.learners,
