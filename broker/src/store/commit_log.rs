@@ -962,17 +962,10 @@ mod tests {
     /// Segments of 16 checksum blocks.
     const BLOCKED: u64 = 16 * crate::store::commit_log_segment::COMMIT_LOG_BLOCK_BYTES as u64;
 
+    /// Flips the low bit of byte `at` of `file` (a path under the CommitLog's directory).
     fn flip_at(dir: &Path, file: &str, at: u64) {
-        use std::os::unix::fs::FileExt;
         let path = dir.join(COMMIT_LOG_DIR).join(file);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .expect("open");
-        let mut byte = [0u8];
-        file.read_exact_at(&mut byte, at).expect("read");
-        file.write_all_at(&[byte[0] ^ 0x01], at).expect("write");
+        crate::store::tests::flip_bits(&path, at as usize, 0x01);
     }
 
     #[test]
