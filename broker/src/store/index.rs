@@ -64,6 +64,8 @@ const LEGACY_FILE: &str = "entries";
 
 const MAGIC: u32 = 0x5252_4958;
 const HEADER_SIZE: usize = 16;
+/// Why an index file whose header is all zeros does not open.
+const HEADER_NEVER_WRITTEN: &str = "header never written (its creation did not finish)";
 /// A slot or link that names no entry.
 const NO_ENTRY: u32 = 0;
 
@@ -160,6 +162,9 @@ impl IndexFile {
             word.copy_from_slice(&value.to_be_bytes());
         }
         file.map.overwrite(0, &header)?;
+        // Durable before any entry goes in: a file whose header a power loss took cannot
+        // be told from garbage.
+        file.map.flush()?;
         Ok(file)
     }
 
@@ -178,6 +183,9 @@ impl IndexFile {
                 Ok(file.metadata()?.len())
             })
             .map_err(|e| StoreError::io("read index file header", &path, e))?;
+        if head.iter().all(|byte| *byte == 0) {
+            return Err(bad(HEADER_NEVER_WRITTEN));
+        }
         if u32_at(&head, 0) != MAGIC {
             return Err(bad("no index file header"));
         }
@@ -607,7 +615,15 @@ impl Index {
                 untrusted_files += 1;
                 continue;
             }
-            let (mut file, summed) = IndexFile::open(path, sequence)?;
+            let (mut file, summed) = match IndexFile::open(path, sequence) {
+                // Its creation did not finish (a crash before its header was synced): it
+                // holds no entry, and the files before it may lack theirs too.
+                Err(StoreError::IndexFile { reason, .. }) if reason == HEADER_NEVER_WRITTEN => {
+                    damaged = Some(sequence);
+                    break;
+                }
+                opened => opened?,
+            };
             let kept = u32::try_from(remaining).map_or(file.count, |r| r.min(file.count));
             // A file that takes entries again may end in a partial block. Its entries are
             // kept if its checksum covers exactly them; if not, the checksum may be of
@@ -653,8 +669,8 @@ impl Index {
         if let Some(sequence) = damaged {
             tracing::error!(
                 sequence,
-                "index file damaged (an entry block does not match its checksum): the index \
-                 is rebuilt from the CommitLog"
+                "index file damaged (an entry block does not match its checksum, or its \
+                 header was never written): the index is rebuilt from the CommitLog"
             );
             files.drain(..).try_for_each(IndexFile::delete)?;
             remove_all_files(&dir)?;
@@ -1255,6 +1271,16 @@ mod tests {
                 block: 0
             })
         ));
+    }
+
+    #[test]
+    fn a_file_whose_header_was_never_written_has_the_index_rebuilt_not_a_failed_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(flushed(dir.path(), 20));
+        // A crash between creating file 2 (zeros, synced) and syncing its header.
+        put(dir.path(), 2, 0, &[0u8; HEADER_SIZE]);
+        let index = Index::open(dir.path(), SMALL, 20).expect("opens");
+        assert_eq!(index.len(), 0, "the store re-dispatches the whole index");
     }
 
     #[test]
