@@ -430,8 +430,30 @@ impl MessageStore {
     /// `commit_log_end` (a record boundary).
     pub fn truncate(&mut self, commit_log_end: i64) -> Result<(), StoreError> {
         let end = to_offset(commit_log_end, &self.commit_log)?;
+        self.lower_checkpoint_to(end)?;
         self.commit_log.truncate_to(end)?;
         self.dispatcher.truncate(end)?;
+        Ok(())
+    }
+
+    /// Before a cut below the last checkpoint's flushed offset: a checkpoint that says the
+    /// CommitLog is flushed up to `end` only, durable before the cut writes anything. The
+    /// cut changes bytes and block checksums below the old flushed offset, and a power loss
+    /// may keep any of those pages and lose others; recovery trusts (and checks against
+    /// their checksums) only the bytes below the flushed offset, which this keeps true. The
+    /// counts stay: ConsumeQueues or an index found behind them are rebuilt from the
+    /// CommitLog.
+    fn lower_checkpoint_to(&mut self, end: u64) -> Result<(), StoreError> {
+        if end >= self.last_checkpoint.commit_log_flushed_offset {
+            return Ok(());
+        }
+        let lowered = Checkpoint {
+            commit_log_flushed_offset: end,
+            dispatched_offset: self.last_checkpoint.dispatched_offset.min(end),
+            ..self.last_checkpoint
+        };
+        lowered.store(&self.config.dir)?;
+        self.last_checkpoint = lowered;
         Ok(())
     }
 

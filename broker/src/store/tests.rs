@@ -1025,3 +1025,32 @@ fn an_add_that_reads_a_damaged_older_block_mends_it_before_it_decides() {
     assert_eq!(found.len(), 2, "the old pair and the new one");
     assert_eq!(store.query_by_key("U-new").expect("query").len(), 1);
 }
+
+#[test]
+fn a_cut_below_the_flushed_offset_first_lowers_the_checkpoint_to_the_cut() {
+    use crate::store::checkpoint::Checkpoint;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    let appended = append_n(&mut store, 0..20);
+    store.flush().expect("flush");
+    let flushed = Checkpoint::load(dir.path()).expect("load").0;
+    assert_eq!(
+        flushed.commit_log_flushed_offset,
+        store.commit_log_max_offset() as u64
+    );
+
+    let cut = appended[12].commit_log_offset;
+    store.truncate(cut).expect("cut");
+    let lowered = Checkpoint::load(dir.path()).expect("load").0;
+    assert_eq!(lowered.commit_log_flushed_offset, cut as u64);
+    assert_eq!(lowered.dispatched_offset, cut as u64);
+    assert_eq!(
+        lowered.index_entry_count, flushed.index_entry_count,
+        "counts stay: an index found behind them is rebuilt"
+    );
+
+    // A cut past the flushed offset leaves the checkpoint alone.
+    let later = append_n(&mut store, 20..25);
+    store.truncate(later[2].commit_log_offset).expect("cut");
+    assert_eq!(Checkpoint::load(dir.path()).expect("load").0, lowered);
+}
