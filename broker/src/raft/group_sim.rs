@@ -16,8 +16,8 @@
 //!
 //! Faults: a power loss of one node, or rarely of all three, at a disk operation the seed
 //! picks (a node loses what it had not fsynced and keeps a torn prefix of the rest; its store
-//! keeps its checkpoints as they were when the power failed and loses any of the CommitLog
-//! pages they do not count, `store::power_loss::lose_unsynced_pages`), their restart, a
+//! keeps its checkpoints as they were when the power failed and loses any page of its files
+//! changed since it was last synced, `store::durable_images`), their restart, a
 //! partition of one
 //! node, lossy links. Even seeds run `flush = sync`; odd ones `flush = async`, which promises
 //! to survive killed processes (the page cache survives) and one power loss at a time: there
@@ -120,7 +120,7 @@ use crate::raft::types::Vote;
 use crate::seeded_rng::SeededRng;
 use crate::sim_disk::SimDisk;
 use crate::store::RecordView;
-use crate::store::power_loss::lose_unsynced_pages;
+use crate::store::durable_images;
 use crate::store::properties::UNIQ_KEY;
 use crate::store::record::tests::keyed;
 
@@ -437,6 +437,8 @@ struct Sim {
     cluster: Arc<Cluster>,
     nodes: BTreeMap<NodeId, SimNode>,
     /// The nodes' directories.
+    /// Forgets the durable images of the nodes' stores, before `_dirs` deletes them.
+    _images: durable_images::ForgetOnDrop,
     _dirs: tempfile::TempDir,
     /// The messages acknowledged, sent or delivered from a delay level.
     acked: Vec<AckedMessage>,
@@ -503,6 +505,7 @@ impl Sim {
                     (*id, node)
                 })
                 .collect(),
+            _images: durable_images::ForgetOnDrop::new(dirs.path()),
             _dirs: dirs,
             acked: Vec::new(),
             last_acked_index: None,
@@ -644,11 +647,10 @@ impl Sim {
         let store_dir = self.nodes[&id].dir.join("store");
         // Writeback may have reached some of the pages written since, in any order.
         let rng = &mut self.rng;
-        let store = lose_unsynced_pages(&store_dir, || rng.below(2) == 0)
+        let store_lost = durable_images::lose_unsynced_pages(&store_dir, || rng.below(2) == 0)
             .map_err(|e| self.fail(format!("node {id}: lose unsynced: {e}")))?;
         self.note(format_args!(
-            "power loss {id}: {report:?}, store lost {} bytes past {}",
-            store.bytes_lost, store.flushed_offset
+            "power loss {id}: {report:?}, store lost {store_lost} bytes of unsynced pages"
         ));
         if self.flush != FlushMode::Sync {
             lock(&self.cluster.awaiting_consent).insert(id);

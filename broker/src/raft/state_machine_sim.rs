@@ -2,9 +2,10 @@
 //! over a real [`MessageStore`] in a temporary directory applies a seeded command log (sends,
 //! producers' retries, consumer offset commits, delayed deliveries, each range proposed twice
 //! as two leaders would) and loses power between applies at points the seed picks. A power
-//! loss drops the node's memory and, from its store, any of the CommitLog pages its last
-//! checkpoint did not count (`store::power_loss::lose_unsynced_pages`: what a machine that
-//! lost power may have lost, writeback having reached some pages and not others). The node
+//! loss drops the node's memory and, from its store, any page of its files (CommitLog,
+//! ConsumeQueues, key index and their checksums) changed since it was last synced
+//! (`store::durable_images`: what a machine that lost power may have lost, writeback having
+//! reached some pages and not others). The node
 //! reopens as a broker does, from its checkpoint, and applies the log again from there (the
 //! Raft log is durable: `flush = sync`). A twin that never crashes applies the same log.
 //!
@@ -44,10 +45,10 @@ use crate::seeded_rng::SeededRng;
 use crate::store::MessageStore;
 use crate::store::StoreConfig;
 use crate::store::cq_sums::CQ_BLOCK_UNITS;
+use crate::store::durable_images;
 use crate::store::index::INDEX_DIR;
 use crate::store::index::INDEX_ENTRY_SIZE;
 use crate::store::mapped_file;
-use crate::store::power_loss::lose_unsynced_pages;
 use crate::store::properties::UNIQ_KEY;
 use crate::store::record::tests::keyed;
 
@@ -81,6 +82,8 @@ pub(crate) fn open_small_node(
     dir: &Path,
     checkpoint_interval: Duration,
 ) -> std::io::Result<(StateMachine, Arc<GroupState>)> {
+    // A simulated power loss takes back what the store's files did not sync.
+    durable_images::watch(&dir.join("store"));
     let (store, _report) = MessageStore::open(StoreConfig {
         commit_log_segment_bytes: 64 * 1024,
         consume_queue_units_per_segment: 64,
@@ -331,6 +334,7 @@ struct Stats {
 
 async fn run(seed: u64) -> Result<Stats, String> {
     let dir = tempfile::tempdir().expect("tempdir");
+    let _images = durable_images::ForgetOnDrop::new(dir.path());
     let workload = Workload::new(seed);
     let mut rng = SeededRng::new(seed ^ 0x5EED_C4A5);
     // Checkpoints after every apply, or at most every few ms of real time (then a power
@@ -353,10 +357,11 @@ async fn run(seed: u64) -> Result<Stats, String> {
             continue;
         }
         drop(node);
-        let lost = lose_unsynced_pages(&node_dir.join("store"), || rng.below(2) == 0)
-            .map_err(|e| e.to_string())?;
+        let lost =
+            durable_images::lose_unsynced_pages(&node_dir.join("store"), || rng.below(2) == 0)
+                .map_err(|e| e.to_string())?;
         stats.power_losses += 1;
-        stats.bytes_lost += lost.bytes_lost;
+        stats.bytes_lost += lost;
         node = Node::open(&node_dir, interval);
         let recovered = node.applied_index().await;
         if recovered > applied {

@@ -122,7 +122,10 @@ impl FlushTarget {
     pub fn sync(&self) -> Result<(), StoreError> {
         self.file
             .sync_data()
-            .map_err(|e| StoreError::io("flush", &self.path, e))
+            .map_err(|e| StoreError::io("flush", &self.path, e))?;
+        #[cfg(test)]
+        crate::store::durable_images::durable_now(&self.path);
+        Ok(())
     }
 }
 
@@ -184,6 +187,8 @@ impl MappedFile {
         }
         sync_dir(dir)?;
         debug!(path = %path.display(), size_bytes, "created segment");
+        #[cfg(test)]
+        crate::store::durable_images::created(&path, size_bytes as usize);
         Self::map(path, file, start_offset)
     }
 
@@ -206,6 +211,8 @@ impl MappedFile {
                 actual,
             });
         }
+        #[cfg(test)]
+        crate::store::durable_images::durable_now(&path);
         Self::map(path, file, start_offset)
     }
 
