@@ -851,15 +851,9 @@ impl Sim {
     /// purge then gets a snapshot (the CommitLog bytes it lacks, read from the sender's
     /// store).
     async fn compact(&mut self) {
-        let running: Vec<(NodeId, SimRaft)> = self
-            .nodes
-            .iter()
-            .filter_map(|(id, node)| Some((*id, node.raft.clone()?)))
-            .collect();
-        if running.is_empty() {
+        let Some((id, raft)) = self.random_running(|node| node.raft.clone()) else {
             return;
-        }
-        let (id, raft) = running[self.rng.below(running.len() as u64) as usize].clone();
+        };
         match compact_log(&raft, COMPACTION_RETAINED, COMPACTION_TIMEOUT).await {
             Ok(purged) => self.note(format_args!("{id} compacted, purged up to {purged:?}")),
             Err(error) => self.note(format_args!("{id} compaction failed: {error}")),
@@ -891,20 +885,29 @@ impl Sim {
         Ok(())
     }
 
+    /// A node the seed picks among those `part` gives something of (its Raft, its group
+    /// state: the running ones), with that part.
+    fn random_running<T>(&mut self, part: impl Fn(&SimNode) -> Option<T>) -> Option<(NodeId, T)> {
+        let mut running: Vec<(NodeId, T)> = self
+            .nodes
+            .iter()
+            .filter_map(|(id, node)| Some((*id, part(node)?)))
+            .collect();
+        if running.is_empty() {
+            return None;
+        }
+        let picked = self.rng.below(running.len() as u64) as usize;
+        Some(running.swap_remove(picked))
+    }
+
     /// Flips a bit in the key index of a random running node, as it runs: apply reads the
     /// index to find earlier copies of retried sends and adds read it too, so the node must
     /// mend the damage where it reads it, never decide from it.
     fn rot_a_running_index(&mut self) {
-        let running: Vec<(NodeId, Arc<GroupState>)> = self
-            .nodes
-            .iter()
-            .filter_map(|(id, node)| Some((*id, node.group.clone()?)))
-            .collect();
-        if running.is_empty() {
+        let Some((id, group)) = self.random_running(|node| node.group.clone()) else {
             return;
-        }
-        let (id, group) = &running[self.rng.below(running.len() as u64) as usize];
-        if rot_index_entry(group, &self.nodes[id].dir, &mut self.rng) {
+        };
+        if rot_index_entry(&group, &self.nodes[&id].dir, &mut self.rng) {
             self.note(format_args!("index entry of {id} rotted"));
         }
     }

@@ -203,6 +203,7 @@ impl CommitLog {
         }
         for index in start_index..self.segments.len() {
             let segment = &mut self.segments[index];
+            let has_sums = !without_sums.contains(&segment.start_offset());
             let flushed_in_segment = if index == start_index {
                 (recover_from.saturating_sub(segment.start_offset()) as usize)
                     .min(segment.size_bytes())
@@ -210,11 +211,9 @@ impl CommitLog {
                 0
             };
             let valid_end = scan_segment(segment);
-            let damaged = (!without_sums.contains(&segment.start_offset()))
-                .then(|| {
-                    segment
-                        .first_damaged(0, flushed_in_segment.min(valid_end.unwrap_or(usize::MAX)))
-                })
+            let checked_to = flushed_in_segment.min(valid_end.unwrap_or(usize::MAX));
+            let damaged = has_sums
+                .then(|| segment.first_damaged(0, checked_to))
                 .flatten();
             let cut = match (damaged, valid_end) {
                 (Some(block), _) => {
@@ -229,11 +228,7 @@ impl CommitLog {
                 }
                 (None, end) => end,
             };
-            let reseal_from = if without_sums.contains(&segment.start_offset()) {
-                0
-            } else {
-                flushed_in_segment
-            };
+            let reseal_from = if has_sums { flushed_in_segment } else { 0 };
             match cut {
                 None => {
                     segment.set_full();
@@ -1048,6 +1043,21 @@ mod tests {
         let (log, report) = CommitLog::open(dir.path(), BLOCKED, end).expect("reopen");
         assert_eq!(report.commit_log_end, end);
         assert_eq!(log.damaged_block(0, end), None, "sealed as found");
+    }
+
+    #[test]
+    fn the_checksums_of_a_segment_that_is_gone_are_removed_at_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = CommitLog::open(dir.path(), BLOCKED, 0).expect("open");
+        fill(&mut log, 10);
+        drop(log);
+        // A crash between deleting a segment and its checksums.
+        let sums_dir = dir.path().join(COMMIT_LOG_DIR).join(SUMS_DIR);
+        let orphan = sums_dir.join(mapped_file::file_name(5 * BLOCKED));
+        std::fs::copy(sums_dir.join(mapped_file::file_name(0)), &orphan).expect("copy");
+        drop(CommitLog::open(dir.path(), BLOCKED, 0).expect("reopen"));
+        assert!(!orphan.exists());
+        assert!(sums_dir.join(mapped_file::file_name(0)).exists());
     }
 
     #[test]
