@@ -72,10 +72,19 @@ impl CommitLogSegment {
     }
 
     /// Appends `bytes` at the write position ([`MappedFile::write_append`]) and extends the
-    /// sums over them.
+    /// sums of the blocks they fall in, hashing them from `bytes`.
     pub fn write_append(&mut self, bytes: &[u8]) -> Result<usize, StoreError> {
         let pos = self.data.write_append(bytes)?;
-        self.extend_sums(pos, self.data.write_pos())?;
+        let end = pos + bytes.len();
+        let mut block_start = pos / COMMIT_LOG_BLOCK_BYTES * COMMIT_LOG_BLOCK_BYTES;
+        while block_start < end {
+            let new_from = block_start.max(pos);
+            let new_to = (block_start + COMMIT_LOG_BLOCK_BYTES).min(end);
+            let before = &self.data.written()[block_start..new_from];
+            let new = &bytes[new_from - pos..new_to - pos];
+            self.sums.extend_split(block_of(block_start), before, new)?;
+            block_start += COMMIT_LOG_BLOCK_BYTES;
+        }
         Ok(pos)
     }
 

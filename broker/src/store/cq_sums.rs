@@ -166,17 +166,32 @@ impl SegmentSums {
     /// grows over the bytes it did not cover yet. An entry covering more units than the
     /// block holds is left as it is (damaged, or units being written back after a cut).
     pub fn extend(&mut self, block: u64, units: &[u8]) -> Result<(), StoreError> {
+        self.extend_split(block, units, &[])
+    }
+
+    /// [`SegmentSums::extend`] for a block that holds `before` followed by `new`: the bytes
+    /// just written are hashed from the caller's buffer, and `before` is read only where the
+    /// entry does not cover it yet, so a write through a file descriptor never faults its
+    /// pages into a mapping to be checksummed.
+    pub fn extend_split(
+        &mut self,
+        block: u64,
+        before: &[u8],
+        new: &[u8],
+    ) -> Result<(), StoreError> {
         let sum = self.get(block);
         let covered = sum.count as usize * self.layout.unit_bytes;
-        if covered >= units.len() {
+        let len = before.len() + new.len();
+        if covered >= len {
             return Ok(());
         }
         let mut hasher = crc32fast::Hasher::new_with_initial(sum.crc);
-        hasher.update(&units[covered..]);
+        hasher.update(before.get(covered..).unwrap_or_default());
+        hasher.update(&new[covered.saturating_sub(before.len())..]);
         self.set(
             block,
             BlockSum {
-                count: (units.len() / self.layout.unit_bytes) as u32,
+                count: (len / self.layout.unit_bytes) as u32,
                 crc: hasher.finalize(),
             },
         )
@@ -234,6 +249,30 @@ mod tests {
         assert!(sums.get(1).covers(&block));
         assert_eq!(sums.get(0), BlockSum::default(), "other blocks untouched");
         assert!(sums.get(0).covers(&[]), "an empty block is intact");
+    }
+
+    #[test]
+    fn extending_from_a_split_block_reads_only_what_the_entry_does_not_cover() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut sums = SegmentSums::create(dir.path(), 0, 64, UNIT_SUMS).expect("create");
+        let block = units(12, 4);
+        let (first, rest) = block.split_at(5 * CQ_UNIT_SIZE);
+        sums.extend_split(0, &[], first).expect("extend");
+        let mut rotted_before = first.to_vec();
+        rotted_before[0] ^= 0x01; // covered already, so never read again
+        let (middle, last) = rest.split_at(4 * CQ_UNIT_SIZE);
+        sums.extend_split(0, &rotted_before, middle)
+            .expect("extend");
+        assert_eq!(
+            sums.get(0),
+            BlockSum::of(&block[..9 * CQ_UNIT_SIZE], CQ_UNIT_SIZE)
+        );
+        // An entry behind what was written before: the uncovered part is read from `before`.
+        let mut behind = SegmentSums::create(dir.path(), 64, 64, UNIT_SUMS).expect("create");
+        behind
+            .extend_split(0, &block[..9 * CQ_UNIT_SIZE], last)
+            .expect("extend");
+        assert_eq!(behind.get(0), BlockSum::of(&block, CQ_UNIT_SIZE));
     }
 
     #[test]
