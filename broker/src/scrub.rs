@@ -285,8 +285,9 @@ impl Scrubber {
         }
     }
 
-    /// Checks the CommitLog around the block of each suspect unit reported, at once, then
-    /// reseals the block's checksum if all its units are now their records'.
+    /// Checks the CommitLog around the block of each suspect unit reported (records and the
+    /// CommitLog blocks holding them), at once, then reseals the ConsumeQueue block's checksum
+    /// if all its units are now their records'.
     async fn check_suspects(&self) {
         while let Some(suspect) = self.status.suspects.take() {
             match self.block_range(&suspect) {
@@ -298,6 +299,11 @@ impl Scrubber {
                         "checking the CommitLog around a suspect unit"
                     );
                     Box::pin(self.check_range(from, to, Pace::AtOnce)).await;
+                    // A read checks every block its record touches, also those it shares
+                    // with records outside the range, which the range's check leaves out.
+                    let block = COMMIT_LOG_BLOCK_BYTES as i64;
+                    let blocks_to = (to + block - 1) / block * block;
+                    self.check_blocks(from / block * block, blocks_to).await;
                 }
                 None => tracing::warn!(
                     ?suspect,

@@ -344,6 +344,66 @@ async fn given_a_unit_pointing_at_another_message_a_pull_should_stop_before_it_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_rot_in_a_record_header_on_the_leader_a_pull_should_stop_before_its_block_and_have_it_mended_at_once()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_5C2E, |config| {
+        // The paced pass is as good as asleep: only the pull's report can mend the block.
+        config.scrub_bytes_per_sec = 1;
+        config.scrub_pass_interval_ms = 3_600_000;
+    })
+    .await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    send_messages(&group, leader).await?;
+
+    info!(
+        leader,
+        "--- a flipped bit in message 150's born timestamp on the leader: its body CRC, layout \
+         and unit all still check out"
+    );
+    let rot = unit(&group, leader, 150);
+    let intact = commit_log(&group, leader, rot);
+    let rot_at = rot.commit_log_offset + 47;
+    flip_byte(&commit_log_file(&group, leader), rot_at as u64, 0x01)?;
+    assert_ne!(commit_log(&group, leader, rot), intact);
+
+    info!("--- a pull delivers the messages before the damaged block and stops there");
+    let block = rot_at / 4096 * 4096;
+    let first_in_block = (140..=150)
+        .find(|&i| {
+            let unit = unit(&group, leader, i);
+            unit.commit_log_offset + i64::from(unit.size) > block
+        })
+        .expect("message 150 is in the block");
+    let pulled = pull(&group, leader, 140, 32).await?;
+    let labels: Vec<String> = pulled.messages.iter().map(|m| label(&m.body)).collect();
+    assert_eq!(
+        labels,
+        (140..first_in_block)
+            .map(|i| label(&body(i)))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(pulled.next_offset, first_in_block);
+
+    info!("--- the scrubber checks the block at once and mends it from a peer");
+    let repaired = wait_for("message 150 pulled", REPAIR_TIMEOUT, || async {
+        let pulled = pull(&group, leader, 150, 1).await.ok()?;
+        pulled.messages.into_iter().next()
+    })
+    .await?;
+    assert_eq!(label(&repaired.body), label(&body(150)));
+    assert_eq!(commit_log(&group, leader, rot), intact);
+    let status = group.status(leader).await?;
+    assert_eq!(
+        (status.scrub_blocks_repaired, status.scrub_records_repaired),
+        (1, 0)
+    );
+    assert_eq!(status.scrub_unrepaired, 0);
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_a_flipped_tags_code_a_tag_filtered_pull_should_still_deliver_its_message_and_the_unit_be_rewritten()
 -> anyhow::Result<()> {
     init_tracing();

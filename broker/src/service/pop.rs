@@ -57,6 +57,7 @@ use crate::service::pulled::to_pulled;
 use crate::service::send_back::into_dead_letter;
 use crate::service::system_topics::DLQ_QUEUE_COUNT;
 use crate::service::system_topics::dlq_topic;
+use crate::store::CheckedBlock;
 use crate::store::CqUnit;
 use crate::store::MessageStore;
 use crate::store::record::MessageRecord;
@@ -368,8 +369,16 @@ impl BrokerService {
             let units = store
                 .consume_queue_units(&key.topic, key.queue_id, scan_from)
                 .take(PULL_SCAN_UNITS_MAX);
+            let checked = CheckedBlock::default();
             let read = |queue_offset, unit: &CqUnit| {
-                self.read_message(&store, &key.topic, key.queue_id, queue_offset, unit)
+                self.read_message(
+                    &store,
+                    &key.topic,
+                    key.queue_id,
+                    queue_offset,
+                    unit,
+                    &checked,
+                )
             };
             let (picked, next_offset) =
                 pick_units(units, scan_from, room, budget, |offset, unit| {
@@ -443,6 +452,7 @@ impl BrokerService {
         let (min_offset, _) = store.consume_queue_offsets(&key.topic, key.queue_id);
         let mut hosts = HostText::default();
         let mut messages = Vec::with_capacity(delivered.len());
+        let checked = CheckedBlock::default();
         for &(queue_offset, attempt) in delivered {
             let unit = (queue_offset >= min_offset)
                 .then(|| {
@@ -463,8 +473,15 @@ impl BrokerService {
             };
             // A wrong unit (reported to the scrubber) leaves its message in flight: it comes
             // back once its invisible time ends, by then repaired.
-            let Ok(view) = self.read_message(&store, &key.topic, key.queue_id, queue_offset, &unit)
-            else {
+            let read = self.read_message(
+                &store,
+                &key.topic,
+                key.queue_id,
+                queue_offset,
+                &unit,
+                &checked,
+            );
+            let Ok(view) = read else {
                 continue;
             };
             messages.push(pb::PoppedMessage {

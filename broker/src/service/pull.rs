@@ -21,6 +21,7 @@ use crate::scrub_suspects::SuspectUnit;
 use crate::service::BrokerService;
 use crate::service::pulled::HostText;
 use crate::service::pulled::to_pulled;
+use crate::store::CheckedBlock;
 use crate::store::CqUnit;
 use crate::store::MessageStore;
 use crate::store::RecordView;
@@ -173,6 +174,7 @@ impl BrokerService {
         let units = store
             .consume_queue_units(&request.topic, request.queue_id, request.queue_offset)
             .take(PULL_SCAN_UNITS_MAX);
+        let checked = CheckedBlock::default();
         let (picked, next_offset) = pick_units(
             units,
             request.queue_offset,
@@ -190,6 +192,7 @@ impl BrokerService {
                         request.queue_id,
                         queue_offset,
                         unit,
+                        &checked,
                     )?;
                     let selected = sql.matches(|name| view.property(name).ok().flatten());
                     Ok(selected.then_some(Some(view)))
@@ -208,6 +211,7 @@ impl BrokerService {
                     request.queue_id,
                     queue_offset,
                     &unit,
+                    &checked,
                 ) {
                     Ok(view) => view,
                     // What comes before a wrong unit is delivered; the next pull starts at it.
@@ -236,8 +240,9 @@ impl BrokerService {
 
 impl BrokerService {
     /// The message at `queue_offset` of `topic`/`queue_id`, whose unit is `unit`, checked to be
-    /// that message ([`MessageStore::read_unit_view`]); a unit that points at anything else is
-    /// reported to the scrubber, which repairs it from the group at once.
+    /// that message with its CommitLog blocks intact ([`MessageStore::read_served_view`];
+    /// `checked` is this read's last checked block); a unit that points at anything else, or
+    /// a damaged block, is reported to the scrubber, which repairs it from the group at once.
     pub(super) fn read_message<'s>(
         &self,
         store: &'s MessageStore,
@@ -245,9 +250,10 @@ impl BrokerService {
         queue_id: i32,
         queue_offset: i64,
         unit: &CqUnit,
+        checked: &CheckedBlock,
     ) -> Result<RecordView<'s>, StoreError> {
         store
-            .read_unit_view(topic, queue_id, queue_offset, unit)
+            .read_served_view(topic, queue_id, queue_offset, unit, checked)
             .inspect_err(|error| {
                 tracing::error!(%error, "a read found a wrong ConsumeQueue unit or record");
                 let suspect = SuspectUnit {

@@ -21,6 +21,7 @@ use std::time::SystemTime;
 
 use tracing::{info, warn};
 
+use crate::store::commit_log_segment::COMMIT_LOG_BLOCK_BYTES;
 use crate::store::commit_log_segment::CommitLogSegment;
 use crate::store::cq_sums::SUMS_DIR;
 use crate::store::error::StoreError;
@@ -103,6 +104,12 @@ pub struct SealedSegment {
     /// When its file last changed: when it was sealed, for a segment written in order.
     pub modified: SystemTime,
 }
+
+/// The CommitLog block one reader checked last ([`CommitLog::check_blocks`]): consecutive
+/// records of a read share blocks, which are then checked once. Only valid while the reader
+/// holds the store, which nothing writes meanwhile.
+#[derive(Debug, Default)]
+pub struct CheckedBlock(std::cell::Cell<Option<u64>>);
 
 /// The CommitLog.
 #[derive(Debug)]
@@ -438,6 +445,35 @@ impl CommitLog {
             pos = start + self.segment_size_bytes;
         }
         None
+    }
+
+    /// Checks that every block holding a byte of `[offset, offset + len)` (one segment's)
+    /// matches its checksum, the written part of a last, partial block included: a read
+    /// serves no byte its checksum does not cover. The block `checked` names was checked by
+    /// the same reader already and is skipped; the last block checked is left in it.
+    pub fn check_blocks(
+        &self,
+        offset: u64,
+        len: usize,
+        checked: &CheckedBlock,
+    ) -> Result<(), StoreError> {
+        let segment = self
+            .segment_index(offset)
+            .map(|i| &self.segments[i])
+            .ok_or_else(|| self.out_of_range(offset))?;
+        let start = segment.start_offset();
+        let block_bytes = COMMIT_LOG_BLOCK_BYTES as u64;
+        let mut block = offset / block_bytes * block_bytes;
+        while block < offset + len as u64 {
+            if checked.0.get() != Some(block) {
+                if !segment.block_intact_at((block.max(start) - start) as usize) {
+                    return Err(StoreError::DamagedBlock { offset: block });
+                }
+                checked.0.set(Some(block));
+            }
+            block += block_bytes;
+        }
+        Ok(())
     }
 
     /// The written bytes of the block holding `offset`, and the block's offset.
@@ -1058,6 +1094,41 @@ mod tests {
         drop(CommitLog::open(dir.path(), BLOCKED, 0).expect("reopen"));
         assert!(!orphan.exists());
         assert!(sums_dir.join(mapped_file::file_name(0)).exists());
+    }
+
+    #[test]
+    fn a_read_checks_every_block_its_range_touches_the_partial_last_one_included() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = CommitLog::open(dir.path(), BLOCKED, 0).expect("open");
+        fill(&mut log, 100);
+        let end = log.max_offset();
+        assert_ne!(end % 4096, 0, "the last block is partial");
+        let last_block = end / 4096 * 4096;
+        let checked = CheckedBlock::default();
+        log.check_blocks(4000, 200, &checked).expect("intact");
+        assert_eq!(checked.0.get(), Some(4096));
+
+        flip_at(dir.path(), &mapped_file::file_name(0), end - 1);
+        assert_eq!(
+            log.damaged_block(0, end),
+            None,
+            "a pass checks whole blocks only"
+        );
+        let error = log.check_blocks(end - 10, 10, &CheckedBlock::default());
+        assert!(
+            matches!(error, Err(StoreError::DamagedBlock { offset }) if offset == last_block),
+            "{error:?}"
+        );
+
+        flip_at(dir.path(), &mapped_file::file_name(0), 4097);
+        let error = log.check_blocks(4000, 200, &CheckedBlock::default());
+        assert!(
+            matches!(error, Err(StoreError::DamagedBlock { offset: 4096 })),
+            "{error:?}"
+        );
+        // The same reader checked that block before the rot: it is not read again.
+        log.check_blocks(4100, 10, &checked)
+            .expect("checked once per reader");
     }
 
     #[test]

@@ -153,6 +153,12 @@ impl CommitLogSegment {
             })
     }
 
+    /// Whether the written bytes of the block holding `pos` (the written part of a last,
+    /// partial block included) match its checksum.
+    pub fn block_intact_at(&self, pos: usize) -> bool {
+        self.block_intact(block_of(pos))
+    }
+
     /// The written bytes of the block holding `pos`, and where the block starts.
     pub fn block_at(&self, pos: usize) -> (usize, &[u8]) {
         let range = self.block_range(block_of(pos));

@@ -45,6 +45,13 @@ pub enum StoreError {
         commit_log_offset: i64,
         found: String,
     },
+    /// A read found the CommitLog block at `offset` not matching its checksum: its bytes are
+    /// never served until a repair mends them.
+    #[error(
+        "CommitLog block at offset {offset} does not match its checksum (the scrubber was \
+         asked to repair it from the group)"
+    )]
+    DamagedBlock { offset: u64 },
     /// A value exceeds one of the named limits.
     #[error("{limit} exceeded: {actual} > {max}")]
     LimitExceeded {

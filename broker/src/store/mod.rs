@@ -31,7 +31,7 @@ pub mod slot_table;
 pub mod tags;
 
 pub use checkpoint::{Checkpoint, CheckpointState};
-pub use commit_log::{CommitLog, CommitLogRecovery, SealedSegment};
+pub use commit_log::{CheckedBlock, CommitLog, CommitLogRecovery, SealedSegment};
 pub use config::StoreConfig;
 pub use consume_queue::{CQ_UNIT_SIZE, ConsumeQueue, CqUnit};
 pub use error::StoreError;
@@ -645,6 +645,24 @@ impl MessageStore {
                 ),
             });
         }
+        Ok(view)
+    }
+
+    /// [`MessageStore::read_unit_view`] for a message about to be served: every CommitLog
+    /// block holding its record is checked against its checksum too (`checked` is the
+    /// reader's last block, checked once), so rot in a record's header or properties, which
+    /// its body CRC does not cover, is an error rather than served.
+    pub fn read_served_view(
+        &self,
+        topic: &str,
+        queue_id: i32,
+        queue_offset: i64,
+        unit: &CqUnit,
+        checked: &CheckedBlock,
+    ) -> Result<RecordView<'_>, StoreError> {
+        let view = self.read_unit_view(topic, queue_id, queue_offset, unit)?;
+        self.commit_log
+            .check_blocks(view.physical_offset() as u64, view.total_size(), checked)?;
         Ok(view)
     }
 
