@@ -587,13 +587,15 @@ async fn open_raft(
                 .and_then(|log| log.last_index())
                 .map_err(raft_error)?;
             let up_to_index = last_log_index.max(lost.applied_index).unwrap_or(0);
-            let aside = repair::set_aside_for_rebuild(
-                &config.data_dir,
-                &config.store_config().dir,
-                &raft_dir,
-                up_to_index,
-            )
-            .map_err(raft_error)?;
+            let node_state = repair::NodeState {
+                data_dir: &config.data_dir,
+                store_dir: &config.store_config().dir,
+                state_dir: &raft_dir.join("state"),
+                log_disk: &OsDisk,
+                log_dir: &raft_dir.join("log"),
+            };
+            let aside =
+                repair::set_aside_for_rebuild(&node_state, up_to_index).map_err(raft_error)?;
             tracing::warn!(aside = %aside.display(), up_to_index, "damaged state set aside");
             open_state(config, &raft_dir)?
         }

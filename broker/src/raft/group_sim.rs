@@ -105,6 +105,7 @@ use crate::raft::state_machine::StateMachine;
 use crate::raft::state_machine_sim::DELAY_LEVELS;
 use crate::raft::state_machine_sim::DELAYED_TOPIC;
 use crate::raft::state_machine_sim::RETRY_OF_LAST_SENDS;
+use crate::raft::state_machine_sim::SIM_COMMIT_LOG_SEGMENT_BYTES;
 use crate::raft::state_machine_sim::TOPICS;
 use crate::raft::state_machine_sim::delivery;
 use crate::raft::state_machine_sim::offset_commit;
@@ -542,23 +543,16 @@ impl Sim {
     /// Starts (or restarts) `id` over its disk and its store, as a broker node does: the
     /// state machine from its checkpoint, then the Raft log.
     async fn start(&mut self, id: NodeId) -> Result<(), String> {
+        let (state_machine, group) = self.open_or_rebuild(id)?;
         let node = self.nodes.get_mut(&id).ok_or("no such node")?;
-        let (state_machine, group) = open_small_node(&node.dir, CHECKPOINT_INTERVAL)
-            .map_err(|e| format!("node {id}: open state machine: {e}"))?;
         let mut state_machine = state_machine
             .writing_inline()
             .with_durability_lag(self.flush.durability_lag());
         let snapshot = state_machine
             .snapshot_last_log_id()
             .map_err(|e| format!("node {id}: snapshot: {e}"))?;
-        let store: LogStore<SimTypeConfig> = LogStore::open_flushed_by_caller(LogStoreConfig {
-            disk: Arc::new(node.disk.clone()),
-            dir: PathBuf::from(LOG_DIR),
-            segment_size_bytes: 16 * 1024,
-            flush: self.flush,
-            purged_if_mark_damaged: snapshot,
-        })
-        .map_err(|e| format!("node {id}: open log: {e}"))?;
+        let store = open_log(node, self.flush, snapshot)
+            .map_err(|e| format!("node {id}: open log: {e}"))?;
         let log_last_index = store
             .last_index()
             .map_err(|e| format!("node {id}: log end: {e}"))?;
@@ -613,6 +607,39 @@ impl Sim {
             self.note(format_args!("{id} marked for repair: {mark:?}"));
         }
         Ok(())
+    }
+
+    /// Opens the node's state machine over its store; a store that lost flushed data (a
+    /// rotted CommitLog block) is set aside with the Raft log and the node rebuilt from the
+    /// group, as `node.rs` does.
+    fn open_or_rebuild(&mut self, id: NodeId) -> Result<(StateMachine, Arc<GroupState>), String> {
+        let node = self.nodes.get(&id).ok_or("no such node")?;
+        let error = match open_small_node(&node.dir, CHECKPOINT_INTERVAL) {
+            Ok(opened) => return Ok(opened),
+            Err(error) => error,
+        };
+        let Some(lost) = state_machine::StoreLostFlushedData::in_error(&error) else {
+            return Err(format!("node {id}: open state machine: {error}"));
+        };
+        let last_log_index = open_log(node, self.flush, None)
+            .and_then(|log| log.last_index())
+            .map_err(|e| format!("node {id}: open log: {e}"))?;
+        let up_to_index = last_log_index.max(lost.applied_index).unwrap_or(0);
+        let node_state = repair::NodeState {
+            data_dir: &node.dir,
+            store_dir: &node.dir.join("store"),
+            state_dir: &node.dir.join("state"),
+            log_disk: &node.disk,
+            log_dir: Path::new(LOG_DIR),
+        };
+        repair::set_aside_for_rebuild(&node_state, up_to_index)
+            .map_err(|e| format!("node {id}: set aside: {e}"))?;
+        let opened = open_small_node(&node.dir, CHECKPOINT_INTERVAL)
+            .map_err(|e| format!("node {id}: open state machine after setting aside: {e}"))?;
+        self.note(format_args!(
+            "{id}: {lost}: set aside, rebuilt from the group up to {up_to_index}"
+        ));
+        Ok(opened)
     }
 
     /// The node stops where it is: a power loss (its disk keeps only what a crash keeps) or,
@@ -885,6 +912,36 @@ impl Sim {
         Ok(())
     }
 
+    /// Flips a bit in the CommitLog of `id`, which is down: in a whole block below its
+    /// checkpoint's flushed offset of the segment recovery checks, so its next start finds the
+    /// store lost flushed data.
+    fn rot_commit_log(&mut self, id: NodeId) -> Result<(), String> {
+        let store_dir = self.nodes[&id].dir.join("store");
+        let Ok((checkpoint, _)) = crate::store::checkpoint::Checkpoint::load(&store_dir) else {
+            return Ok(());
+        };
+        let flushed = checkpoint.commit_log_flushed_offset;
+        let segment = flushed / SIM_COMMIT_LOG_SEGMENT_BYTES * SIM_COMMIT_LOG_SEGMENT_BYTES;
+        let block_bytes = crate::store::commit_log_segment::COMMIT_LOG_BLOCK_BYTES as u64;
+        let checked_end = flushed / block_bytes * block_bytes;
+        if checked_end <= segment {
+            return Ok(());
+        }
+        let (offset, bit) = (
+            self.rng.below(checked_end - segment),
+            self.rng.below(8) as u8,
+        );
+        let path = store_dir
+            .join("commitlog")
+            .join(crate::store::mapped_file::file_name(segment));
+        crate::store::tests::flip_bits(&path, offset as usize, 1 << bit);
+        self.note(format_args!(
+            "bit {bit} of CommitLog offset {} of {id} flipped",
+            segment + offset
+        ));
+        Ok(())
+    }
+
     /// A node the seed picks among those `part` gives something of (its Raft, its group
     /// state: the running ones), with that part.
     fn random_running<T>(&mut self, part: impl Fn(&SimNode) -> Option<T>) -> Option<(NodeId, T)> {
@@ -1128,9 +1185,12 @@ impl Sim {
                 // Sometimes a bit rots in the log of a node that was down alone.
                 if let [id] = down[..]
                     && self.forgetful.keys().all(|forgetful| *forgetful == id)
-                    && self.rng.below(3) == 0
                 {
-                    self.rot_a_bit(id)?;
+                    match self.rng.below(3) {
+                        0 => self.rot_a_bit(id)?,
+                        1 => self.rot_commit_log(id)?,
+                        _ => {}
+                    }
                 }
                 for id in std::mem::take(&mut down) {
                     self.start(id).await?;
@@ -1329,6 +1389,21 @@ async fn stopped(id: NodeId, group: Arc<GroupState>) -> Result<(), String> {
 }
 
 /// Puts back a file as it was (`None`: it did not exist).
+/// The node's Raft log, on its simulated disk.
+fn open_log(
+    node: &SimNode,
+    flush: FlushMode,
+    purged_if_mark_damaged: Option<LogIdOf<SimTypeConfig>>,
+) -> io::Result<LogStore<SimTypeConfig>> {
+    LogStore::open_flushed_by_caller(LogStoreConfig {
+        disk: Arc::new(node.disk.clone()),
+        dir: PathBuf::from(LOG_DIR),
+        segment_size_bytes: 16 * 1024,
+        flush,
+        purged_if_mark_damaged,
+    })
+}
+
 fn restore(path: &Path, bytes: Option<&[u8]>) -> io::Result<()> {
     match bytes {
         Some(bytes) => std::fs::write(path, bytes),
@@ -1447,6 +1522,7 @@ fn seeded_group_runs_lose_no_acknowledged_write_and_replay_exactly() {
     let (mut second_faults, mut floor_votes) = (0, 0usize);
     let (mut messages, mut offset_commits, mut gap_snapshots) = (0usize, 0usize, 0usize);
     let (mut compactions, mut snapshots, mut index_rots) = (0usize, 0usize, 0usize);
+    let (mut commit_log_flips, mut rebuilds) = (0usize, 0usize);
     for seed in seeds() {
         let trace = run_seed(seed).unwrap_or_else(|failure| panic!("{failure}"));
         acked += trace.matches("acked ").count();
@@ -1457,6 +1533,8 @@ fn seeded_group_runs_lose_no_acknowledged_write_and_replay_exactly() {
         floor_votes += counted(&trace, "floor votes ");
         gap_snapshots += trace.matches(": snapshot over the log's gap").count();
         index_rots += trace.matches(" rotted").count();
+        commit_log_flips += trace.matches(" of CommitLog offset ").count();
+        rebuilds += trace.matches(": set aside, rebuilt from the group").count();
         compactions += trace.matches(" compacted, purged up to Some").count();
         snapshots += counted(&trace, "snapshots installed ");
         messages += counted(&trace, "messages ");
@@ -1476,7 +1554,9 @@ fn seeded_group_runs_lose_no_acknowledged_write_and_replay_exactly() {
          while a node caught up, {floor_votes} (pre-)votes granted by a consent's vote floor; \
          {gap_snapshots} starts over a Raft log that ended before the checkpoint; {compactions} \
          compactions that purged the log, {snapshots} snapshots installed by a node behind a \
-         purge; {index_rots} bits flipped in running nodes' key indexes",
+         purge; {index_rots} bits flipped in running nodes' key indexes; {commit_log_flips} \
+         bits flipped in stopped nodes' CommitLogs below the flushed offset, {rebuilds} nodes \
+         set aside and rebuilt from the group",
         seeds()
     );
     // A sweep that checked no message or offset commit checked nothing; one replayed seed may

@@ -113,40 +113,66 @@ pub fn record_damage(
     Ok(mark)
 }
 
+/// Where a node's state lives, for [`set_aside_for_rebuild`]: the store and the state
+/// machine's directory in the file system, the Raft log on the disk it is written through.
+pub struct NodeState<'d> {
+    pub data_dir: &'d Path,
+    pub store_dir: &'d Path,
+    pub state_dir: &'d Path,
+    pub log_disk: &'d dyn Disk,
+    pub log_dir: &'d Path,
+}
+
 /// Moves a node's damaged state (its store, its state machine and its Raft log entries, but
 /// not its vote) into `<data_dir>/damaged-<unix ms>/` for an operator to inspect, and marks
 /// the Raft log for repair up to `up_to_index`. The node then starts empty and is rebuilt
 /// from its group, neither voting nor standing for election until it is whole again.
-pub fn set_aside_for_rebuild(
-    data_dir: &Path,
-    store_dir: &Path,
-    raft_dir: &Path,
-    up_to_index: u64,
-) -> std::io::Result<PathBuf> {
-    let aside = data_dir.join(format!("damaged-{}", rocketraft_proto::time::now_ms()));
+///
+/// The mark is made durable first: a crash part way through the moves leaves a node that
+/// must not vote until it is rebuilt (its next start sets aside what is left), never one
+/// whose log entries were moved away unmarked, which could vote for a leader lacking them.
+pub fn set_aside_for_rebuild(node: &NodeState<'_>, up_to_index: u64) -> std::io::Result<PathBuf> {
+    let mark = RepairMark {
+        cut_at_index: 0,
+        up_to_index,
+    };
+    record_damage(node.log_disk, node.log_dir, mark)?;
+    let aside = node
+        .data_dir
+        .join(format!("damaged-{}", rocketraft_proto::time::now_ms()));
     std::fs::create_dir_all(&aside)?;
-    let log_dir = raft_dir.join("log");
-    let moves = [
-        (store_dir.to_path_buf(), "store"),
-        (raft_dir.join("state"), "raft-state"),
-        (log_dir.join("segments"), "raft-log-segments"),
-        (log_dir.join("purged"), "raft-log-purged"),
-    ];
-    for (from, name) in moves {
+    for (from, name) in [(node.store_dir, "store"), (node.state_dir, "raft-state")] {
         if from.exists() {
-            std::fs::rename(&from, aside.join(name))?;
-            durable_file::sync_parent_dir(&from)?;
+            std::fs::rename(from, aside.join(name))?;
+            durable_file::sync_parent_dir(from)?;
         }
     }
     durable_file::sync_parent_dir(&aside.join("store"))?;
-    record_damage(
-        &OsDisk,
-        &log_dir,
-        RepairMark {
-            cut_at_index: 0,
-            up_to_index,
-        },
-    )?;
+    // The log's files one by one, through the disk the log is written on.
+    let (disk, segments) = (node.log_disk, node.log_dir.join("segments"));
+    let aside_segments = aside.join("raft-log-segments");
+    disk.create_dir_all(&aside_segments)?;
+    let mut moves = match disk.list(&segments) {
+        Ok(files) => files
+            .into_iter()
+            .filter_map(|path| Some((aside_segments.join(path.file_name()?), path)))
+            .collect(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(error) => return Err(error),
+    };
+    let purged = node.log_dir.join("purged");
+    if disk.read(&purged).is_ok() {
+        moves.push((aside.join("raft-log-purged"), purged));
+    }
+    for (to, from) in &moves {
+        disk.rename(from, to)?;
+    }
+    disk.sync_dir(&aside_segments)?;
+    disk.sync_dir(&aside)?;
+    if !moves.is_empty() {
+        disk.sync_dir(&segments)?;
+        disk.sync_dir(node.log_dir)?;
+    }
     Ok(aside)
 }
 
@@ -591,6 +617,50 @@ mod tests {
         RepairMark {
             cut_at_index,
             up_to_index,
+        }
+    }
+
+    #[test]
+    fn a_power_loss_at_any_point_of_setting_aside_leaves_no_log_entries_moved_unmarked() {
+        use crate::sim_disk::SimDisk;
+        let log_dir = Path::new("/sim/raft/log");
+        let segments = log_dir.join("segments");
+        let names = ["00000000000000000001.log", "00000000000000000009.log"];
+        let mut op = 1;
+        loop {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (store_dir, state_dir) = (dir.path().join("store"), dir.path().join("state"));
+            std::fs::create_dir_all(&store_dir).expect("store");
+            std::fs::create_dir_all(&state_dir).expect("state");
+            let disk = SimDisk::default();
+            disk.create_dir_all(&segments).expect("segments dir");
+            for name in names {
+                let file = disk.create_new(&segments.join(name)).expect("segment");
+                file.write_all_at(b"entries", 0).expect("write");
+                file.sync_data().expect("sync");
+            }
+            disk.sync_dir(&segments).expect("sync dir");
+            disk.fail_from_op(disk.ops() + op);
+            let node = NodeState {
+                data_dir: dir.path(),
+                store_dir: &store_dir,
+                state_dir: &state_dir,
+                log_disk: &disk,
+                log_dir,
+            };
+            let finished = set_aside_for_rebuild(&node, 42).is_ok();
+            disk.crash(&mut crate::seeded_rng::SeededRng::new(op));
+            let left = disk.list(&segments).expect("list").len();
+            let found = load(&disk, log_dir).expect("load");
+            if left < names.len() {
+                assert_eq!(found, Some(mark(0, 42)), "power lost at op {op}");
+            }
+            if finished {
+                assert_eq!(left, 0);
+                assert_eq!(found, Some(mark(0, 42)));
+                break;
+            }
+            op += 1;
         }
     }
 

@@ -78,6 +78,9 @@ struct Node {
 /// Opens the state machine of a node whose store (`<dir>/store`) has small files, so a short
 /// run rolls CommitLog segments, ConsumeQueue files and index files; its checkpoint and
 /// snapshot are in `<dir>/state`.
+/// The size of a simulated node's CommitLog segments.
+pub(crate) const SIM_COMMIT_LOG_SEGMENT_BYTES: u64 = 64 * 1024;
+
 pub(crate) fn open_small_node(
     dir: &Path,
     checkpoint_interval: Duration,
@@ -85,7 +88,7 @@ pub(crate) fn open_small_node(
     // A simulated power loss takes back what the store's files did not sync.
     durable_images::watch(&dir.join("store"));
     let (store, _report) = MessageStore::open(StoreConfig {
-        commit_log_segment_bytes: 64 * 1024,
+        commit_log_segment_bytes: SIM_COMMIT_LOG_SEGMENT_BYTES,
         consume_queue_units_per_segment: 64,
         index_entries_per_file: 64,
         ..StoreConfig::new(dir.join("store"))
