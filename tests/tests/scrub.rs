@@ -257,6 +257,51 @@ async fn given_rot_that_no_record_check_sees_the_scrubber_should_find_it_by_its_
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_block_rotted_differently_on_every_node_the_scrubbers_should_say_no_copy_mends_it_and_no_pull_serve_it()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_B10D, |config| {
+        config.scrub_bytes_per_sec = 64 * 1024 * 1024;
+        config.scrub_pass_interval_ms = 50;
+    })
+    .await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    send_messages(&group, leader).await?;
+
+    info!("--- message 80's born timestamp rots on every node, each in another bit");
+    let rot = unit(&group, leader, 80);
+    for (node, mask) in (1..=3).zip([0x01, 0x02, 0x04]) {
+        flip_byte(
+            &commit_log_file(&group, node),
+            rot.commit_log_offset as u64 + 47,
+            mask,
+        )?;
+    }
+    for node in 1..=3 {
+        let status = wait_for_status(&group, node, "the damage reported unrepaired", |status| {
+            status.scrub_unrepaired >= 1
+        })
+        .await?;
+        assert!(
+            status
+                .scrub_last_finding
+                .contains("no peer had a copy it covers"),
+            "node {node}: {:?}",
+            status.scrub_last_finding
+        );
+        assert_eq!(status.scrub_blocks_repaired, 0, "node {node}");
+    }
+
+    info!("--- a pull of message 80 is refused, never served with the rotted header");
+    let error = pull(&group, leader, 80, 1)
+        .await
+        .expect_err("a message in a damaged block is not served");
+    assert!(error.message().contains("checksum"), "{error:?}");
+    group.shutdown().await;
+    Ok(())
+}
+
 /// Pulls up to `max` messages of `TOPIC` queue 0 from `queue_offset` on `node`.
 async fn pull(
     group: &TestGroup,
