@@ -302,6 +302,32 @@ async fn given_a_block_rotted_differently_on_every_node_the_scrubbers_should_say
     Ok(())
 }
 
+/// A group whose paced scrub pass is as good as asleep (only what reads report is checked),
+/// and its leader.
+async fn start_with_pass_asleep(seed: u64) -> anyhow::Result<(TestGroup, u64)> {
+    let group = TestGroup::start(3, seed, |config| {
+        config.scrub_bytes_per_sec = 1;
+        config.scrub_pass_interval_ms = 3_600_000;
+    })
+    .await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    Ok((group, leader))
+}
+
+/// The message at `queue_offset` of `TOPIC` queue 0, once a pull on `node` gets it (a read
+/// refuses it until it is repaired).
+async fn pulled_once_repaired(
+    group: &TestGroup,
+    node: u64,
+    queue_offset: i64,
+) -> anyhow::Result<pb::PulledMessage> {
+    wait_for("the message pulled", REPAIR_TIMEOUT, || async {
+        let pulled = pull(group, node, queue_offset, 1).await.ok()?;
+        pulled.messages.into_iter().next()
+    })
+    .await
+}
+
 /// Pulls up to `max` messages of `TOPIC` queue 0 from `queue_offset` on `node`.
 async fn pull(
     group: &TestGroup,
@@ -325,13 +351,8 @@ async fn pull(
 async fn given_a_unit_pointing_at_another_message_a_pull_should_stop_before_it_and_have_it_repaired_at_once()
 -> anyhow::Result<()> {
     init_tracing();
-    let group = TestGroup::start(3, 0x5EED_5C2C, |config| {
-        // The paced pass is as good as asleep: only the pull's report can repair the unit.
-        config.scrub_bytes_per_sec = 1;
-        config.scrub_pass_interval_ms = 3_600_000;
-    })
-    .await?;
-    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    // The paced pass is as good as asleep: only the pull's report can repair the unit.
+    let (group, leader) = start_with_pass_asleep(0x5EED_5C2C).await?;
     send_messages(&group, leader).await?;
 
     info!(
@@ -370,11 +391,7 @@ async fn given_a_unit_pointing_at_another_message_a_pull_should_stop_before_it_a
     assert_eq!(pulled.next_offset, 150);
 
     info!("--- the scrubber checks the CommitLog around it at once and rewrites it");
-    let repaired = wait_for("message 150 pulled", REPAIR_TIMEOUT, || async {
-        let pulled = pull(&group, leader, 150, 1).await.ok()?;
-        pulled.messages.into_iter().next()
-    })
-    .await?;
+    let repaired = pulled_once_repaired(&group, leader, 150).await?;
     assert_eq!(label(&repaired.body), label(&body(150)));
     assert_eq!(repaired.queue_offset, 150);
     assert_eq!(unit(&group, leader, 150), damaged);
@@ -392,13 +409,8 @@ async fn given_a_unit_pointing_at_another_message_a_pull_should_stop_before_it_a
 async fn given_rot_in_a_record_header_on_the_leader_a_pull_should_stop_before_its_block_and_have_it_mended_at_once()
 -> anyhow::Result<()> {
     init_tracing();
-    let group = TestGroup::start(3, 0x5EED_5C2E, |config| {
-        // The paced pass is as good as asleep: only the pull's report can mend the block.
-        config.scrub_bytes_per_sec = 1;
-        config.scrub_pass_interval_ms = 3_600_000;
-    })
-    .await?;
-    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    // The paced pass is as good as asleep: only the pull's report can mend the block.
+    let (group, leader) = start_with_pass_asleep(0x5EED_5C2E).await?;
     send_messages(&group, leader).await?;
 
     info!(
@@ -431,11 +443,7 @@ async fn given_rot_in_a_record_header_on_the_leader_a_pull_should_stop_before_it
     assert_eq!(pulled.next_offset, first_in_block);
 
     info!("--- the scrubber checks the block at once and mends it from a peer");
-    let repaired = wait_for("message 150 pulled", REPAIR_TIMEOUT, || async {
-        let pulled = pull(&group, leader, 150, 1).await.ok()?;
-        pulled.messages.into_iter().next()
-    })
-    .await?;
+    let repaired = pulled_once_repaired(&group, leader, 150).await?;
     assert_eq!(label(&repaired.body), label(&body(150)));
     assert_eq!(commit_log(&group, leader, rot), intact);
     let status = group.status(leader).await?;
@@ -452,13 +460,8 @@ async fn given_rot_in_a_record_header_on_the_leader_a_pull_should_stop_before_it
 async fn given_a_flipped_tags_code_a_tag_filtered_pull_should_still_deliver_its_message_and_the_unit_be_rewritten()
 -> anyhow::Result<()> {
     init_tracing();
-    let group = TestGroup::start(3, 0x5EED_5C2D, |config| {
-        // The paced pass is as good as asleep: only the block checksum finds the damage.
-        config.scrub_bytes_per_sec = 1;
-        config.scrub_pass_interval_ms = 3_600_000;
-    })
-    .await?;
-    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    // The paced pass is as good as asleep: only the block checksum finds the damage.
+    let (group, leader) = start_with_pass_asleep(0x5EED_5C2D).await?;
     let client = group.group_client();
     for i in 0..MESSAGES {
         let mut request = send_request(TOPIC, 0, [body(i)]);

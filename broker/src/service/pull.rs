@@ -255,7 +255,7 @@ impl BrokerService {
         store
             .read_served_view(topic, queue_id, queue_offset, unit, checked)
             .inspect_err(|error| {
-                tracing::error!(%error, "a read found a wrong ConsumeQueue unit or record");
+                tracing::error!(%error, "a read found a wrong ConsumeQueue unit, record or CommitLog block");
                 let suspect = SuspectUnit {
                     topic: topic.to_owned(),
                     queue_id,
