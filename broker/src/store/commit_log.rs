@@ -1035,6 +1035,40 @@ mod tests {
     }
 
     #[test]
+    fn a_cut_at_a_segment_start_or_a_block_start_keeps_the_checksums_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = CommitLog::open(dir.path(), BLOCKED, 0).expect("open");
+        let offsets = fill(&mut log, 400);
+        let second_segment = offsets
+            .iter()
+            .copied()
+            .find(|offset| *offset >= BLOCKED)
+            .expect("a record in the second segment");
+        assert_eq!(second_segment, BLOCKED, "it starts the segment");
+        assert!(log.max_offset() > 2 * BLOCKED);
+        log.truncate_to(second_segment)
+            .expect("a cut at the start of a segment");
+        assert_eq!(log.max_offset(), BLOCKED);
+        assert_eq!(log.damaged_block(0, BLOCKED), None);
+        fill(&mut log, 3);
+        let at_block_start = offsets
+            .iter()
+            .copied()
+            .find(|offset| *offset > 4096 && offset % 4096 == 0);
+        if let Some(cut) = at_block_start {
+            log.truncate_to(cut).expect("a cut at a block's start");
+        }
+        fill(&mut log, 3);
+        let end = log.max_offset();
+        assert_eq!(log.damaged_block(0, end), None);
+        log.flush().expect("flush");
+        drop(log);
+        let (log, report) = CommitLog::open(dir.path(), BLOCKED, end).expect("reopen");
+        assert_eq!(report.commit_log_end, end);
+        assert_eq!(log.damaged_block(0, end), None);
+    }
+
+    #[test]
     fn a_flipped_byte_outside_every_body_below_the_flushed_offset_cuts_the_log_at_its_record() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut log, _) = CommitLog::open(dir.path(), BLOCKED, 0).expect("open");

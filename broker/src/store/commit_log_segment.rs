@@ -112,9 +112,12 @@ impl CommitLogSegment {
     /// visibly damaged until a repair.
     pub fn truncate_to(&mut self, pos: usize) -> Result<(), StoreError> {
         let block = block_of(pos);
-        let intact = self.block_intact(block);
+        // A cut at a block's start keeps none of it (at the segment's end, there is no such
+        // block): its entry goes with the later ones.
+        let kept_part =
+            (!pos.is_multiple_of(COMMIT_LOG_BLOCK_BYTES)).then(|| self.block_intact(block));
         self.data.truncate_to(pos);
-        self.cut_sums(block, intact)
+        self.cut_sums(block, kept_part)
     }
 
     /// Recovery: the valid data ends at `pos` ([`MappedFile::recover_to`]); the sums of the
@@ -230,8 +233,13 @@ impl CommitLogSegment {
         Ok(())
     }
 
-    /// After a cut in block `block`: reseals it if it matched before, forgets later blocks.
-    fn cut_sums(&mut self, block: u64, intact_before: bool) -> Result<(), StoreError> {
+    /// After a cut at block `block`: if the cut kept part of it (`kept_part`: whether it
+    /// matched before), reseals it if it did and forgets the later blocks; otherwise forgets
+    /// it and the later ones.
+    fn cut_sums(&mut self, block: u64, kept_part: Option<bool>) -> Result<(), StoreError> {
+        let Some(intact_before) = kept_part else {
+            return self.sums.clear_from(block);
+        };
         if intact_before {
             let range = self.block_range(block);
             self.sums.seal(block, &self.data.written()[range])?;
