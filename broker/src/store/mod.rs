@@ -113,6 +113,15 @@ struct Redispatch {
     index_entries: u64,
 }
 
+/// Where a re-dispatch found the CommitLog must be cut.
+#[derive(Debug, Clone, Copy)]
+enum Cut {
+    /// A record past the flushed offset is torn (see [`MessageStore::redispatch`]).
+    Torn(u64),
+    /// A record below the flushed offset lies in a block that does not match its checksum.
+    Damaged(u64),
+}
+
 /// Writes of a store that a flush makes durable, taken by [`MessageStore::begin_flush`].
 #[derive(Debug)]
 #[must_use = "the data is durable only once `finish` returns"]
@@ -260,9 +269,16 @@ impl MessageStore {
     /// CRC) survived but whose header or properties (which no CRC covers) did not. The
     /// CommitLog is cut there; nothing past the flushed offset was promised, and the state
     /// machine replays it from the Raft log.
+    ///
+    /// Below the flushed offset, a record is dispatched only if the blocks holding it match
+    /// their checksums: recovery checks them in the segment it scans only, and a queue or an
+    /// index rebuilt from older segments must not take a rotted queue id, queue offset or key
+    /// as the record's. The CommitLog is cut at such a record too: the store then lost
+    /// flushed data, which the node repairs by rebuilding from its group (`node.rs`), instead
+    /// of stopping on the conflict or the wrong entries the rot would make.
     fn redispatch(&mut self, from: u64) -> Result<Redispatch, StoreError> {
         let min = self.commit_log.min_offset();
-        let (done, torn) = match self.dispatch_from(from, from == min) {
+        let (done, cut) = match self.dispatch_from(from, from == min) {
             Err(StoreError::ConsumeQueueGap {
                 topic, queue_id, ..
             }) if from > min => {
@@ -271,31 +287,53 @@ impl MessageStore {
             }
             other => other,
         }?;
-        if let Some(offset) = torn {
-            warn!(
-                offset,
-                flushed = self.last_checkpoint.commit_log_flushed_offset,
-                "a record past the flushed offset is torn: the CommitLog is cut there"
-            );
-            self.truncate(offset as i64)?;
-        }
+        let flushed = self.last_checkpoint.commit_log_flushed_offset;
+        let offset = match cut {
+            None => return Ok(done),
+            Some(Cut::Torn(offset)) => {
+                warn!(
+                    offset,
+                    flushed, "a record past the flushed offset is torn: the CommitLog is cut there"
+                );
+                offset
+            }
+            Some(Cut::Damaged(offset)) => {
+                tracing::error!(
+                    offset,
+                    flushed,
+                    "a flushed record re-dispatched lies in a block that does not match its \
+                     checksum: the CommitLog is cut there"
+                );
+                offset
+            }
+        };
+        self.truncate(offset as i64)?;
         Ok(done)
     }
 
-    /// Dispatches the records from `from`; stops at a torn record past the flushed offset
-    /// and returns where it is.
+    /// Dispatches the records from `from`; stops at a torn record past the flushed offset, or
+    /// at a record below it in a damaged block, and returns where it is.
     fn dispatch_from(
         &mut self,
         from: u64,
         allow_start: bool,
-    ) -> Result<(Redispatch, Option<u64>), StoreError> {
+    ) -> Result<(Redispatch, Option<Cut>), StoreError> {
         let mut done = Redispatch::default();
-        let mut torn = None;
+        let mut cut = None;
         let flushed = self.last_checkpoint.commit_log_flushed_offset;
         let tags_code_fn = self.config.tags_code_fn;
         let dispatcher = &mut self.dispatcher;
         let index_entries_before = dispatcher.index().len();
+        let commit_log = &self.commit_log;
+        let checked = CheckedBlock::default();
         let scanned = self.commit_log.for_each_record_from(from, |offset, view| {
+            if offset < flushed
+                && let Err(StoreError::DamagedBlock { .. }) =
+                    commit_log.check_blocks(offset, view.total_size(), &checked)
+            {
+                cut = Some(Cut::Damaged(offset));
+                return Ok(ControlFlow::Break(()));
+            }
             let info = RecordInfo::from_view(&view, tags_code_fn(&view))?;
             let queue_offset =
                 u64::try_from(info.queue_offset).map_err(|_negative| StoreError::Corrupt {
@@ -304,7 +342,7 @@ impl MessageStore {
                 })?;
             let unit_added = match dispatcher.dispatch(offset, &info, queue_offset, allow_start) {
                 Err(StoreError::ConsumeQueueConflict { .. }) if offset >= flushed => {
-                    torn = Some(offset);
+                    cut = Some(Cut::Torn(offset));
                     return Ok(ControlFlow::Break(()));
                 }
                 other => other?,
@@ -316,7 +354,7 @@ impl MessageStore {
         let finished = self.finish_dispatch();
         done.index_entries = (self.dispatcher.index().len() - index_entries_before) as u64;
         scanned.and(finished)?;
-        Ok((done, torn))
+        Ok((done, cut))
     }
 
     /// Appends one encoded record: assigns its queue offset and CommitLog offset, writes it
