@@ -301,9 +301,18 @@ impl Scrubber {
                     Box::pin(self.check_range(from, to, Pace::AtOnce)).await;
                     // A read checks every block its record touches, also those it shares
                     // with records outside the range, which the range's check leaves out.
-                    let block = COMMIT_LOG_BLOCK_BYTES as i64;
-                    let blocks_to = (to + block - 1) / block * block;
-                    self.check_blocks(from / block * block, blocks_to).await;
+                    let blocks = {
+                        let store = self.group.store();
+                        store.commit_log_block(from).and_then(|(first, _)| {
+                            store
+                                .commit_log_block(to - 1)
+                                .map(|(last, _)| (first, last))
+                        })
+                    };
+                    if let Ok((first, last)) = blocks {
+                        let blocks_end = last + COMMIT_LOG_BLOCK_BYTES as i64;
+                        self.check_blocks(first, blocks_end).await;
+                    }
                 }
                 None => tracing::warn!(
                     ?suspect,
@@ -389,6 +398,9 @@ impl Scrubber {
         let mut want = SCRUB_CHUNK_BYTES;
         // The offset last repaired: damage found there again is not repaired twice.
         let mut repaired_at = None;
+        // Blocks are checked whole, so the one a chunk's end cuts is checked with the next
+        // chunk: from the start of the first block not checked yet.
+        let mut blocks_from = offset;
         while offset < end {
             let len = want.min((end - offset) as usize);
             let chunk = match self.group.store().read_commit_log(offset, len) {
@@ -431,7 +443,12 @@ impl Scrubber {
                         .await
                 }
             };
-            self.check_blocks(offset, next).await;
+            self.check_blocks(blocks_from, next).await;
+            blocks_from = self
+                .group
+                .store()
+                .commit_log_block(next)
+                .map_or(next, |(start, _)| start.max(blocks_from));
             let checked = (next - offset).max(0) as u64;
             self.status
                 .bytes_checked
@@ -457,7 +474,9 @@ impl Scrubber {
             tracing::error!(offset = block, "scrub found a damaged CommitLog block");
             self.status.found(finding.clone());
             self.repair_block(block, &finding).await;
-            from = block + COMMIT_LOG_BLOCK_BYTES as i64;
+            // Past the damaged block's first byte: the next whole block, in this segment or
+            // the next (whose blocks start at its own start).
+            from = block + 1;
         }
     }
 

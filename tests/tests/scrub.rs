@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use rocketraft_broker::scrub::SCRUB_CHUNK_BYTES;
 use rocketraft_broker::store::CqUnit;
 use rocketraft_broker::store::index::key_hash;
 use rocketraft_proto::broker as pb;
@@ -253,6 +254,76 @@ async fn given_rot_that_no_record_check_sees_the_scrubber_should_find_it_by_its_
         let status = group.status(node).await?;
         assert_eq!(status.scrub_unrepaired, 0, "node {node}: {status:?}");
     }
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_rot_in_a_block_that_a_scrub_chunk_boundary_cuts_the_pass_should_still_find_and_mend_it()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_B10E, |config| {
+        config.scrub_bytes_per_sec = 64 * 1024 * 1024;
+        config.scrub_pass_interval_ms = 50;
+    })
+    .await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let follower = group.a_follower(leader);
+    let client = group.group_client();
+    // More than one chunk of the pass (a chunk ends at the last whole record in it).
+    let messages = (SCRUB_CHUNK_BYTES / 1000) as i64 + 100;
+    for i in 0..messages {
+        client
+            .send(send_request(TOPIC, 0, [body(i)]), SEND_TIMEOUT)
+            .await?;
+    }
+    let units =
+        group
+            .node(leader)
+            .group()
+            .store()
+            .read_consume_queue(TOPIC, 0, 0, messages as usize);
+    let chunk_end = units
+        .iter()
+        .map(|unit| unit.commit_log_offset + i64::from(unit.size))
+        .take_while(|end| *end <= SCRUB_CHUNK_BYTES as i64)
+        .last()
+        .expect("records in the first chunk");
+    let in_block = chunk_end % 4096;
+    assert!(
+        in_block != 0 && in_block + 48 <= 4096,
+        "the chunk's end cuts a block, before the next record's born timestamp ends"
+    );
+    wait_for(
+        "the follower applied every message",
+        REPAIR_TIMEOUT,
+        || async {
+            let store = group.node(follower).group().store();
+            (store.commit_log_max_offset() >= units.last()?.commit_log_offset).then_some(())
+        },
+    )
+    .await?;
+
+    info!(
+        follower,
+        chunk_end, "--- the born timestamp of the record that starts the second chunk rots"
+    );
+    let rot = units
+        .iter()
+        .find(|unit| unit.commit_log_offset == chunk_end)
+        .copied()
+        .expect("a record at the chunk's end");
+    let intact = commit_log(&group, leader, rot);
+    flip_byte(
+        &commit_log_file(&group, follower),
+        rot.commit_log_offset as u64 + 47,
+        0x01,
+    )?;
+    wait_for_status(&group, follower, "the block mended", |status| {
+        status.scrub_blocks_repaired >= 1
+    })
+    .await?;
+    assert_eq!(commit_log(&group, follower, rot), intact);
     group.shutdown().await;
     Ok(())
 }

@@ -461,17 +461,20 @@ impl CommitLog {
             .segment_index(offset)
             .map(|i| &self.segments[i])
             .ok_or_else(|| self.out_of_range(offset))?;
+        // Blocks count from the segment's start, which a segment size that is no multiple of
+        // the block size leaves unaligned.
         let start = segment.start_offset();
-        let block_bytes = COMMIT_LOG_BLOCK_BYTES as u64;
-        let mut block = offset / block_bytes * block_bytes;
-        while block < offset + len as u64 {
+        let from = (offset - start) as usize;
+        let mut pos = from / COMMIT_LOG_BLOCK_BYTES * COMMIT_LOG_BLOCK_BYTES;
+        while pos < from + len {
+            let block = start + pos as u64;
             if checked.0.get() != Some(block) {
-                if !segment.block_intact_at((block.max(start) - start) as usize) {
+                if !segment.block_intact_at(pos) {
                     return Err(StoreError::DamagedBlock { offset: block });
                 }
                 checked.0.set(Some(block));
             }
-            block += block_bytes;
+            pos += COMMIT_LOG_BLOCK_BYTES;
         }
         Ok(())
     }
@@ -1163,6 +1166,32 @@ mod tests {
         // The same reader checked that block before the rot: it is not read again.
         log.check_blocks(4100, 10, &checked)
             .expect("checked once per reader");
+    }
+
+    #[test]
+    fn blocks_count_from_a_segment_start_that_a_segment_size_leaves_unaligned() {
+        const UNALIGNED: u64 = 2 * 4096 + 1000;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = CommitLog::open(dir.path(), UNALIGNED, 0).expect("open");
+        let offsets = fill(&mut log, 100);
+        let second = offsets
+            .iter()
+            .copied()
+            .find(|offset| *offset >= UNALIGNED + 4096)
+            .expect("a record in the second segment's second block");
+        let record_len = encoded(0).len();
+        let block = UNALIGNED + 4096;
+        flip_at(
+            dir.path(),
+            &mapped_file::file_name(UNALIGNED),
+            second - UNALIGNED + 1,
+        );
+        let error = log.check_blocks(second, record_len, &CheckedBlock::default());
+        assert!(
+            matches!(error, Err(StoreError::DamagedBlock { offset }) if offset == block),
+            "{error:?}"
+        );
+        assert_eq!(log.damaged_block(UNALIGNED, log.max_offset()), Some(block));
     }
 
     #[test]
