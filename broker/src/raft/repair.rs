@@ -137,9 +137,15 @@ pub fn set_aside_for_rebuild(node: &NodeState<'_>, up_to_index: u64) -> std::io:
         up_to_index,
     };
     record_damage(node.log_disk, node.log_dir, mark)?;
-    let aside = node
-        .data_dir
-        .join(format!("damaged-{}", rocketraft_proto::time::now_ms()));
+    // A directory of its own, even for a second set-aside within the same millisecond.
+    let now_ms = rocketraft_proto::time::now_ms();
+    let aside = (0..)
+        .map(|n| match n {
+            0 => node.data_dir.join(format!("damaged-{now_ms}")),
+            n => node.data_dir.join(format!("damaged-{now_ms}-{n}")),
+        })
+        .find(|dir| !dir.exists())
+        .ok_or_else(|| std::io::Error::other("no free name for the damaged state"))?;
     std::fs::create_dir_all(&aside)?;
     for (from, name) in [(node.store_dir, "store"), (node.state_dir, "raft-state")] {
         if from.exists() {
@@ -662,6 +668,35 @@ mod tests {
             }
             op += 1;
         }
+    }
+
+    #[test]
+    fn setting_aside_in_a_millisecond_that_already_has_a_copy_keeps_both() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store_dir, state_dir) = (dir.path().join("store"), dir.path().join("state"));
+        let log_dir = dir.path().join("raft").join("log");
+        std::fs::create_dir_all(log_dir.join("segments")).expect("log");
+        std::fs::create_dir_all(&store_dir).expect("store");
+        std::fs::write(store_dir.join("data"), b"damaged again").expect("data");
+        // Earlier copies, one for each millisecond of the next second (on a machine
+        // slower than that, the set-aside below meets none and the test checks less).
+        let now = rocketraft_proto::time::now_ms();
+        for ms in now..now + 1000 {
+            let earlier = dir.path().join(format!("damaged-{ms}")).join("store");
+            std::fs::create_dir_all(&earlier).expect("earlier copy");
+            std::fs::write(earlier.join("data"), b"damaged first").expect("data");
+        }
+        let node = NodeState {
+            data_dir: dir.path(),
+            store_dir: &store_dir,
+            state_dir: &state_dir,
+            log_disk: &OsDisk,
+            log_dir: &log_dir,
+        };
+        let aside = set_aside_for_rebuild(&node, 9).expect("set aside");
+        let data = std::fs::read(aside.join("store").join("data")).expect("the copy");
+        assert_eq!(data, b"damaged again");
+        assert_eq!(load(&OsDisk, &log_dir).expect("load"), Some(mark(0, 9)));
     }
 
     #[test]
