@@ -100,12 +100,7 @@ fn consume_queue_file(group: &TestGroup, node: u64) -> std::path::PathBuf {
 async fn given_bit_rot_in_a_running_group_the_scrubber_should_repair_it_from_peers()
 -> anyhow::Result<()> {
     init_tracing();
-    let group = TestGroup::start(3, 0x5EED_5C2B, |config| {
-        config.scrub_bytes_per_sec = 64 * 1024 * 1024;
-        config.scrub_pass_interval_ms = 50;
-    })
-    .await?;
-    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let (group, leader) = start_with_fast_pass(0x5EED_5C2B).await?;
     let follower = group.a_follower(leader);
     let other = (1..=3)
         .find(|id| *id != leader && *id != follower)
@@ -203,12 +198,7 @@ fn commit_log_sums_file(group: &TestGroup, node: u64) -> std::path::PathBuf {
 async fn given_rot_that_no_record_check_sees_the_scrubber_should_find_it_by_its_block_checksum_and_mend_it_from_a_peer()
 -> anyhow::Result<()> {
     init_tracing();
-    let group = TestGroup::start(3, 0x5EED_B10C, |config| {
-        config.scrub_bytes_per_sec = 64 * 1024 * 1024;
-        config.scrub_pass_interval_ms = 50;
-    })
-    .await?;
-    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let (group, leader) = start_with_fast_pass(0x5EED_B10C).await?;
     let follower = group.a_follower(leader);
     let end = send_messages(&group, leader).await?;
     let whole_log = |node: u64| {
@@ -267,12 +257,7 @@ async fn given_rot_that_no_record_check_sees_the_scrubber_should_find_it_by_its_
 async fn given_rot_in_a_block_that_a_scrub_chunk_boundary_cuts_the_pass_should_still_find_and_mend_it()
 -> anyhow::Result<()> {
     init_tracing();
-    let group = TestGroup::start(3, 0x5EED_B10E, |config| {
-        config.scrub_bytes_per_sec = 64 * 1024 * 1024;
-        config.scrub_pass_interval_ms = 50;
-    })
-    .await?;
-    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let (group, leader) = start_with_fast_pass(0x5EED_B10E).await?;
     let follower = group.a_follower(leader);
     let client = group.group_client();
     // More than one chunk of the pass (a chunk ends at the last whole record in it).
@@ -337,12 +322,7 @@ async fn given_rot_in_a_block_that_a_scrub_chunk_boundary_cuts_the_pass_should_s
 async fn given_a_block_rotted_differently_on_every_node_the_scrubbers_should_say_no_copy_mends_it_and_no_pull_serve_it()
 -> anyhow::Result<()> {
     init_tracing();
-    let group = TestGroup::start(3, 0x5EED_B10D, |config| {
-        config.scrub_bytes_per_sec = 64 * 1024 * 1024;
-        config.scrub_pass_interval_ms = 50;
-    })
-    .await?;
-    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    let (group, leader) = start_with_fast_pass(0x5EED_B10D).await?;
     send_messages(&group, leader).await?;
 
     info!("--- message 80's born timestamp rots on every node, each in another bit");
@@ -376,6 +356,18 @@ async fn given_a_block_rotted_differently_on_every_node_the_scrubbers_should_say
     assert!(error.message().contains("checksum"), "{error:?}");
     group.shutdown().await;
     Ok(())
+}
+
+/// A group whose scrubber passes over the whole CommitLog every few tens of milliseconds,
+/// and its leader.
+async fn start_with_fast_pass(seed: u64) -> anyhow::Result<(TestGroup, u64)> {
+    let group = TestGroup::start(3, seed, |config| {
+        config.scrub_bytes_per_sec = 64 * 1024 * 1024;
+        config.scrub_pass_interval_ms = 50;
+    })
+    .await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    Ok((group, leader))
 }
 
 /// A group whose paced scrub pass is as good as asleep (only what reads report is checked),
