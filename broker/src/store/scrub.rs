@@ -191,6 +191,13 @@ impl MessageStore {
         Ok((start as i64, bytes.to_vec()))
     }
 
+    /// The offset of the CommitLog block holding `offset`, if the CommitLog holds `offset`.
+    pub fn commit_log_block_start(&self, offset: i64) -> Option<i64> {
+        let offset = u64::try_from(offset).ok()?;
+        let (start, _) = self.commit_log.block_at(offset).ok()?;
+        Some(start as i64)
+    }
+
     /// Whether `bytes` are what the checksum of the CommitLog block at `offset` covers: a
     /// peer's copy that does is the block as it was written.
     pub fn commit_log_block_matches(&self, offset: i64, bytes: &[u8]) -> bool {
