@@ -112,6 +112,7 @@ async fn send_range(
             born_timestamp_ms: 0,
             born_host: String::new(),
             deduplicate: false,
+            queue_ids: Vec::new(),
         };
         acked.extend(group.send(request, SEND_TIMEOUT).await?.results);
     }

@@ -408,6 +408,7 @@ impl Producer {
                     born_timestamp_ms: options.born_timestamp_ms.unwrap_or_else(now_ms),
                     born_host: born_host.clone(),
                     deduplicate: attempt.retry,
+                    queue_ids: Vec::new(),
                 };
                 let deadline = attempt.deadline;
                 async move {

@@ -1,16 +1,19 @@
-//! Send lanes: concurrent sends to the same queue of the same broker group travel together
-//! in one `Send` request, so a producer under load pays one RPC per batch, not per message,
-//! while each send keeps its own result.
+//! Send lanes: concurrent sends of one topic to the same broker group travel together in one
+//! `Send` request, whatever queues they go to (the request names each message's queue), so
+//! a producer under load pays one RPC per batch, not per message or per queue, while each
+//! send keeps its own result.
 //!
 //! Invariants:
-//! - a lane has at most one request in flight; sends that arrive meanwhile wait in the lane
-//!   and leave together as its next request, in arrival order, up to
+//! - a lane (one topic, one group) has at most one request in flight, so the sends to each
+//!   queue are stored in the order they were made; sends that arrive meanwhile wait in the
+//!   lane and leave together as its next request, in arrival order, up to
 //!   [`SEND_BATCH_COUNT_MAX`] messages and [`SEND_BATCH_BODY_BYTES_MAX`] body bytes;
 //! - an idle lane sends at once: a lone send never waits for company (no linger);
 //! - a send whose deadline passed while it waited fails without being sent;
-//! - a request refused as `MESSAGE_ILLEGAL` stored nothing and may be refused for one
-//!   message alone, so it is split and sent again in halves until the bad messages stand
-//!   alone: a bad message never fails the sends it happened to travel with;
+//! - a request refused as `MESSAGE_ILLEGAL` or `QUEUE_ILLEGAL` stored nothing and may be
+//!   refused for one message (or one message's queue) alone, so it is split and sent again in
+//!   halves until the bad messages stand alone: a bad message never fails the sends it
+//!   happened to travel with;
 //! - a request sent again (to a new leader, or after no answer) asks the leader to
 //!   deduplicate, as does every request that holds a retried send: each is stored once.
 
@@ -36,21 +39,20 @@ use rocketraft_proto::time::now_ms;
 /// The outcome of one send through a lane.
 pub type LaneResult = Result<pb::SendResult, CallError>;
 
-/// The lanes of one producer, by topic, broker group and queue. Nested maps let a lookup
-/// borrow the names instead of building a key per send.
+/// The lanes of one producer, by topic and broker group. Nested maps let a lookup borrow the
+/// names instead of building a key per send.
 pub struct SendLanes {
     brokers: Arc<Brokers>,
     lanes: Mutex<HashMap<String, GroupLanes>>,
 }
 
-/// The lanes of one topic: broker group -> queue id -> lane.
-type GroupLanes = HashMap<String, HashMap<i32, Arc<Lane>>>;
+/// The lanes of one topic, by broker group.
+type GroupLanes = HashMap<String, Arc<Lane>>;
 
 /// Where a lane's requests go.
 struct LaneKey {
     group: String,
     topic: String,
-    queue_id: i32,
 }
 
 struct Lane {
@@ -68,6 +70,7 @@ struct LaneState {
 /// One send waiting in a lane.
 struct Pending {
     message: common_pb::Message,
+    queue_id: i32,
     deadline: Instant,
     /// A retry: its request asks the leader to deduplicate.
     retry: bool,
@@ -95,12 +98,13 @@ impl SendLanes {
         attempt: Attempt,
     ) -> LaneResult {
         let deadline = attempt.deadline;
-        let lane = self.lane(group, topic, queue_id);
+        let lane = self.lane(group, topic);
         let (reply, result) = oneshot::channel();
         let start_driver = {
             let mut state = lock(&lane.state);
             state.waiting.push_back(Pending {
                 message,
+                queue_id,
                 deadline,
                 retry: attempt.retry,
                 reply,
@@ -119,29 +123,22 @@ impl SendLanes {
         })
     }
 
-    fn lane(&self, group: &str, topic: &str, queue_id: i32) -> Arc<Lane> {
+    fn lane(&self, group: &str, topic: &str) -> Arc<Lane> {
         let mut lanes = lock(&self.lanes);
-        if let Some(lane) = lanes
-            .get(topic)
-            .and_then(|groups| groups.get(group))
-            .and_then(|queues| queues.get(&queue_id))
-        {
+        if let Some(lane) = lanes.get(topic).and_then(|groups| groups.get(group)) {
             return lane.clone();
         }
         let lane = Arc::new(Lane {
             key: LaneKey {
                 group: group.to_owned(),
                 topic: topic.to_owned(),
-                queue_id,
             },
             state: Mutex::new(LaneState::default()),
         });
         lanes
             .entry(topic.to_owned())
             .or_default()
-            .entry(group.to_owned())
-            .or_default()
-            .insert(queue_id, lane.clone());
+            .insert(group.to_owned(), lane.clone());
         lane
     }
 }
@@ -195,10 +192,10 @@ fn take_batch(waiting: &mut VecDeque<Pending>) -> Vec<Pending> {
     batch
 }
 
-/// Sends a batch and answers each of its sends. A batch refused as `MESSAGE_ILLEGAL` stored
-/// nothing; it is split in halves, sent left half first, until the refused messages stand
-/// alone: a bad message costs its neighbours O(log n) extra round trips, and the lane's order
-/// is kept.
+/// Sends a batch and answers each of its sends. A batch refused as `MESSAGE_ILLEGAL` or
+/// `QUEUE_ILLEGAL` stored nothing; it is split in halves, sent left half first, until the
+/// refused messages stand alone: a bad message costs its neighbours O(log n) extra round
+/// trips, and the lane's order is kept.
 async fn send_batch(brokers: &Brokers, key: &LaneKey, batch: Vec<Pending>) {
     let deadline = batch
         .iter()
@@ -206,23 +203,20 @@ async fn send_batch(brokers: &Brokers, key: &LaneKey, batch: Vec<Pending>) {
         .min()
         .unwrap_or_else(Instant::now);
     let deduplicate = batch.iter().any(|pending| pending.retry);
-    let (messages, replies): (Vec<_>, Vec<_>) = batch
-        .into_iter()
-        .map(|pending| (pending.message, pending.reply))
-        .unzip();
     let mut request = pb::SendRequest {
         topic: key.topic.clone(),
-        queue_id: key.queue_id,
+        queue_id: 0,
         messages: Vec::new(),
         born_timestamp_ms: now_ms(),
         born_host: String::new(),
         deduplicate,
+        queue_ids: Vec::new(),
     };
-    // Parts still to send, in lane order; each keeps its messages and replies together.
-    let mut parts = VecDeque::from([(messages, replies)]);
-    while let Some((messages, replies)) = parts.pop_front() {
-        let count = messages.len();
-        request.messages = messages;
+    // Parts still to send, in lane order.
+    let mut parts = VecDeque::from([Part::of(batch)]);
+    while let Some(part) = parts.pop_front() {
+        let count = part.replies.len();
+        let replies = part.into_request(&mut request);
         match send_request(brokers, &key.group, &request, deadline).await {
             Ok(response) if response.results.len() == count => {
                 for (result, reply) in response.results.into_iter().zip(replies) {
@@ -244,22 +238,85 @@ async fn send_batch(brokers: &Brokers, key: &LaneKey, batch: Vec<Pending>) {
             }
             Err(CallError::Rejected { status, .. })
                 if count > 1
-                    && rocketraft_proto::response_code(&status)
-                        == Some(ResponseCode::MessageIllegal) =>
+                    && matches!(
+                        rocketraft_proto::response_code(&status),
+                        Some(ResponseCode::MessageIllegal | ResponseCode::QueueIllegal)
+                    ) =>
             {
                 tracing::debug!(
-                    count, %status, lane = %format_args!("{}@{}#{}", key.topic, key.group, key.queue_id),
+                    count, %status, lane = %format_args!("{}@{}", key.topic, key.group),
                     "batch refused; sending it in halves"
                 );
-                let mut left = std::mem::take(&mut request.messages);
-                let right = left.split_off(count / 2);
-                let mut left_replies = replies;
-                let right_replies = left_replies.split_off(count / 2);
-                parts.push_front((right, right_replies));
-                parts.push_front((left, left_replies));
+                let (left, right) = Part::from_request(&mut request, replies).halves();
+                parts.push_front(right);
+                parts.push_front(left);
             }
             Err(error) => reply_all(replies, &error),
         }
+    }
+}
+
+/// Messages of a batch sent together, each with its queue and its send's reply.
+struct Part {
+    messages: Vec<common_pb::Message>,
+    queue_ids: Vec<i32>,
+    replies: Vec<oneshot::Sender<LaneResult>>,
+}
+
+impl Part {
+    fn of(batch: Vec<Pending>) -> Part {
+        let mut part = Part {
+            messages: Vec::with_capacity(batch.len()),
+            queue_ids: Vec::with_capacity(batch.len()),
+            replies: Vec::with_capacity(batch.len()),
+        };
+        for pending in batch {
+            part.messages.push(pending.message);
+            part.queue_ids.push(pending.queue_id);
+            part.replies.push(pending.reply);
+        }
+        part
+    }
+
+    /// Moves the messages into `request`, naming each one's queue only if they do not all go
+    /// to the same queue; returns the replies, in order.
+    fn into_request(self, request: &mut pb::SendRequest) -> Vec<oneshot::Sender<LaneResult>> {
+        let first = self.queue_ids.first().copied().unwrap_or_default();
+        request.queue_id = first;
+        request.queue_ids = if self.queue_ids.iter().all(|&queue_id| queue_id == first) {
+            Vec::new()
+        } else {
+            self.queue_ids
+        };
+        request.messages = self.messages;
+        self.replies
+    }
+
+    /// Takes the messages back out of `request` ([`Part::into_request`]'s inverse).
+    fn from_request(
+        request: &mut pb::SendRequest,
+        replies: Vec<oneshot::Sender<LaneResult>>,
+    ) -> Part {
+        let messages = std::mem::take(&mut request.messages);
+        let queue_ids = match std::mem::take(&mut request.queue_ids) {
+            named if named.is_empty() => vec![request.queue_id; messages.len()],
+            named => named,
+        };
+        Part {
+            messages,
+            queue_ids,
+            replies,
+        }
+    }
+
+    fn halves(mut self) -> (Part, Part) {
+        let at = self.replies.len() / 2;
+        let right = Part {
+            messages: self.messages.split_off(at),
+            queue_ids: self.queue_ids.split_off(at),
+            replies: self.replies.split_off(at),
+        };
+        (self, right)
     }
 }
 
@@ -282,8 +339,8 @@ pub(crate) async fn send_request(
             group: group.to_owned(),
             timeout: budget,
             last_error: format!(
-                "the send to {}#{} timed out before it could leave",
-                request.topic, request.queue_id
+                "the send to {} timed out before it could leave",
+                request.topic
             ),
         });
     }
@@ -304,8 +361,8 @@ fn timed_out(key: &LaneKey) -> CallError {
         group: key.group.clone(),
         timeout: std::time::Duration::ZERO,
         last_error: format!(
-            "the send to {}#{} timed out while it waited for its turn",
-            key.topic, key.queue_id
+            "the send to {} timed out while it waited for its turn",
+            key.topic
         ),
     }
 }
@@ -320,10 +377,55 @@ mod tests {
                 body: vec![0u8; body_bytes].into(),
                 ..Default::default()
             },
+            queue_id: 0,
             deadline: Instant::now(),
             retry: false,
             reply: oneshot::channel().0,
         }
+    }
+
+    fn to_queues(queue_ids: &[i32]) -> Part {
+        Part::of(
+            queue_ids
+                .iter()
+                .map(|&queue_id| Pending {
+                    queue_id,
+                    ..pending(1)
+                })
+                .collect(),
+        )
+    }
+
+    fn request() -> pb::SendRequest {
+        pb::SendRequest::default()
+    }
+
+    #[test]
+    fn a_request_names_each_message_queue_only_when_they_differ() {
+        let mut one_queue = request();
+        to_queues(&[3, 3, 3]).into_request(&mut one_queue);
+        assert_eq!((one_queue.queue_id, one_queue.queue_ids.len()), (3, 0));
+        assert_eq!(one_queue.messages.len(), 3);
+
+        let mut several = request();
+        to_queues(&[0, 1, 0, 2]).into_request(&mut several);
+        assert_eq!(several.queue_ids, [0, 1, 0, 2]);
+        assert_eq!(several.messages.len(), 4);
+    }
+
+    #[test]
+    fn a_refused_part_splits_into_halves_that_keep_each_message_queue() {
+        let mut sent = request();
+        let replies = to_queues(&[0, 1, 2, 2, 2]).into_request(&mut sent);
+        let (left, right) = Part::from_request(&mut sent, replies).halves();
+        assert_eq!((left.queue_ids, left.replies.len()), (vec![0, 1], 2));
+        assert_eq!((right.queue_ids, right.replies.len()), (vec![2, 2, 2], 3));
+        assert_eq!(right.messages.len(), 3);
+
+        let mut one_queue = request();
+        let replies = to_queues(&[4, 4]).into_request(&mut one_queue);
+        let (left, right) = Part::from_request(&mut one_queue, replies).halves();
+        assert_eq!((left.queue_ids, right.queue_ids), (vec![4], vec![4]));
     }
 
     #[test]

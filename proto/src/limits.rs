@@ -10,9 +10,10 @@ pub const SEND_BATCH_PROPERTIES_BYTES_MAX: usize = 1024 * 1024;
 /// The longest "ip:port" text a born host can be (an IPv6 address with a scope id).
 pub const BORN_HOST_TEXT_BYTES_MAX: usize = 64;
 /// Bytes one message of a `Send` adds besides its body and properties, at most: its topic
-/// name, its own born host and the protobuf framing of its fields.
+/// name, its own born host, the protobuf framing of its fields and its entry in `queue_ids`
+/// (a varint of at most 10 bytes).
 const SEND_MESSAGE_OVERHEAD_BYTES_MAX: usize =
-    crate::names::NAME_LEN_MAX + BORN_HOST_TEXT_BYTES_MAX + 48;
+    crate::names::NAME_LEN_MAX + BORN_HOST_TEXT_BYTES_MAX + 48 + 10;
 /// The largest `Send` request a broker decodes: a batch with every limit above at its maximum,
 /// plus the request's own fields. A larger request is refused by the transport before it is
 /// read whole, so a client cannot make a broker buffer more than this per request.

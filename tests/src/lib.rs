@@ -476,5 +476,6 @@ pub fn send_request(
         born_timestamp_ms: 1_700_000_000_000,
         born_host: "127.0.0.1:40000".to_owned(),
         deduplicate: false,
+        queue_ids: Vec::new(),
     }
 }

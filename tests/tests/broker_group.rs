@@ -458,6 +458,34 @@ async fn given_auto_create_off_should_send_only_to_created_topics_and_queues() -
         Some(ResponseCode::QueueIllegal)
     );
 
+    info!("--- one send to several queues: each message is stored in its own");
+    let mut to_both = send_request("Orders", 0, (0..3).map(|i| vec![i]));
+    to_both.queue_ids = vec![1, 0, 1];
+    let results = client.send(to_both.clone()).await?.into_inner().results;
+    let placed: Vec<_> = results
+        .iter()
+        .map(|result| (result.queue_id, result.queue_offset))
+        .collect();
+    assert_eq!(placed, [(1, 1), (0, 0), (1, 2)]);
+
+    info!("--- ... and is refused whole if one names a queue the topic lacks, or the count is off");
+    to_both.queue_ids = vec![1, 2, 0];
+    assert_eq!(
+        code_of(client.send(to_both.clone()).await.expect_err("queue 2")),
+        Some(ResponseCode::QueueIllegal)
+    );
+    to_both.queue_ids = vec![1, 0];
+    assert_eq!(
+        code_of(client.send(to_both).await.expect_err("2 ids, 3 messages")),
+        Some(ResponseCode::MessageIllegal)
+    );
+    let next = client.send(send(0)).await?.into_inner().results;
+    assert_eq!(
+        (next[0].queue_id, next[0].queue_offset),
+        (0, 1),
+        "the refused sends stored nothing"
+    );
+
     info!("--- system topics cannot be created or sent to");
     let system = pb::CreateTopicRequest {
         topic: "%RETRY%g".into(),

@@ -46,6 +46,7 @@ fn tagged(tag: &str, body: &str) -> pb::SendRequest {
         born_timestamp_ms: 1,
         born_host: String::new(),
         deduplicate: false,
+        queue_ids: Vec::new(),
     }
 }
 

@@ -74,17 +74,20 @@ impl BrokerService {
         self.ensure_leader()?;
         self.ensure_disk_has_room()?;
         validate_batch_size(&request.messages)?;
+        let queue_ids = message_queue_ids(&request)?;
         let placements = match request.topic.strip_prefix(RETRY_TOPIC_PREFIX) {
-            Some(group) => self.place_retries(group, &request).await?,
+            Some(group) => self.place_retries(group, &request, &queue_ids).await?,
             None => {
-                self.check_queue(&request.topic, request.queue_id).await?;
-                let placement = Placement {
-                    topic: None,
-                    queue_id: request.queue_id,
-                    reconsume_times: 0,
-                    dead_letter: false,
-                };
-                vec![placement; request.messages.len()]
+                self.check_queues(&request.topic, &queue_ids).await?;
+                queue_ids
+                    .iter()
+                    .map(|&queue_id| Placement {
+                        topic: None,
+                        queue_id,
+                        reconsume_times: 0,
+                        dead_letter: false,
+                    })
+                    .collect()
             }
         };
         let born_host = match request.born_host.as_str() {
@@ -143,11 +146,12 @@ impl BrokerService {
 
     /// Where each message of a send to `%RETRY%<group>` goes: the retry topic (created on
     /// demand), or the dead-letter topic once its `RECONSUME_TIME` passes the maximum
-    /// (`MAX_RECONSUME_TIMES`, else the group's).
+    /// (`MAX_RECONSUME_TIMES`, else the group's). `queue_ids` holds each message's queue.
     async fn place_retries(
         &self,
         group: &str,
         request: &pb::SendRequest,
+        queue_ids: &[i32],
     ) -> Result<Vec<Placement>, BrokerError> {
         validate_group_name(group).map_err(BrokerError::TopicIllegal)?;
         let config = self.group_config_or_default(group);
@@ -155,7 +159,7 @@ impl BrokerService {
             .system_topic(&request.topic, config.retry_queue_count)
             .await?;
         let mut placements = Vec::with_capacity(request.messages.len());
-        for message in &request.messages {
+        for (message, queue_id) in request.messages.iter().zip(queue_ids) {
             let number = |key: &str, default: i32| -> Result<i32, BrokerError> {
                 let value =
                     properties::find(&message.properties, key).map_err(BrokerError::illegal)?;
@@ -179,7 +183,7 @@ impl BrokerService {
             } else {
                 Placement {
                     topic: None,
-                    queue_id: request.queue_id.rem_euclid(retry.write_queue_count as i32),
+                    queue_id: queue_id.rem_euclid(retry.write_queue_count as i32),
                     reconsume_times,
                     dead_letter: false,
                 }
@@ -188,9 +192,9 @@ impl BrokerService {
         Ok(placements)
     }
 
-    /// Checks that `queue_id` is a writable queue of `topic`, creating the topic first if it
-    /// is unknown and auto-creation is on.
-    async fn check_queue(&self, topic: &str, queue_id: i32) -> Result<(), BrokerError> {
+    /// Checks that every one of `queue_ids` is a writable queue of `topic`, creating the topic
+    /// first if it is unknown and auto-creation is on.
+    async fn check_queues(&self, topic: &str, queue_ids: &[i32]) -> Result<(), BrokerError> {
         validate_topic_name(topic).map_err(BrokerError::TopicIllegal)?;
         if is_system_topic(topic) {
             return Err(BrokerError::TopicIllegal(format!(
@@ -212,16 +216,20 @@ impl BrokerService {
                 config.perm
             )));
         }
-        if queue_id < 0 || queue_id >= config.write_queue_count as i32 {
-            return Err(BrokerError::QueueIllegal {
+        let writable = 0..config.write_queue_count as i32;
+        match queue_ids
+            .iter()
+            .find(|queue_id| !writable.contains(queue_id))
+        {
+            Some(&queue_id) => Err(BrokerError::QueueIllegal {
                 queue_id,
                 reason: format!(
                     "{topic} has write queues 0 to {}",
                     config.write_queue_count - 1
                 ),
-            });
+            }),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Validates the request and encodes its messages as store records, concatenated; a
@@ -376,6 +384,19 @@ pub(super) fn park_delayed(
 /// A message's encoded record beyond its body, for sizing a batch's buffer: header, topic
 /// and the usual properties.
 const RECORD_OVERHEAD_ESTIMATE: usize = 256;
+
+/// The queue of each message of `request`: its `queue_ids` if it names one per message, else
+/// its `queue_id` for every message.
+fn message_queue_ids(request: &pb::SendRequest) -> Result<Vec<i32>, BrokerError> {
+    match request.queue_ids.len() {
+        0 => Ok(vec![request.queue_id; request.messages.len()]),
+        named if named == request.messages.len() => Ok(request.queue_ids.clone()),
+        named => Err(BrokerError::MessageIllegal(format!(
+            "a send names {named} queue ids for {} messages: one per message, or none",
+            request.messages.len()
+        ))),
+    }
+}
 
 fn validate_batch_size(messages: &[common_pb::Message]) -> Result<(), BrokerError> {
     if messages.is_empty() {

@@ -133,5 +133,6 @@ fn retry_copy(shared: &Shared, message: &MessageExt, delay_level: i32) -> pb::Se
         // `SendMessageBack` failed, perhaps after storing this very copy (same UNIQ_KEY and
         // reconsume count): the broker keeps one.
         deduplicate: true,
+        queue_ids: Vec::new(),
     }
 }

@@ -322,6 +322,7 @@ async fn send_direct(
         born_timestamp_ms: 0,
         born_host: String::new(),
         deduplicate: false,
+        queue_ids: Vec::new(),
     };
     client.send(request).await?;
     Ok(())
