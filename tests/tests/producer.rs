@@ -138,6 +138,52 @@ async fn given_two_groups_should_spread_order_and_batch_sends() -> anyhow::Resul
     );
     assert_stored(&cluster, &concurrent).await?;
 
+    info!(
+        "--- concurrent sends to every queue of a group share requests, each queue keeps their \
+         order, and a bad one fails alone"
+    );
+    // Polled in order, so each group's lane takes them in order.
+    let sends = (0..64).map(|i| {
+        let message = Message::new(TOPIC, format!("r{i}"));
+        let message = if i == 21 {
+            message.with_property("BIG", too_many_properties.clone())
+        } else {
+            message
+        };
+        producer.send(message)
+    });
+    let mut by_queue = std::collections::BTreeMap::<_, Vec<i64>>::new();
+    let mut round_robin = Vec::new();
+    for (i, result) in futures::future::join_all(sends)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        if i == 21 {
+            let error = result.expect_err("properties over the limit");
+            assert!(matches!(error, ProducerError::MessageIllegal(_)), "{error}");
+            continue;
+        }
+        let result = result?;
+        by_queue
+            .entry((result.group.clone(), result.queue_id))
+            .or_default()
+            .push(result.queue_offset);
+        round_robin.push(result);
+    }
+    assert_eq!(
+        by_queue.len(),
+        GROUPS.len() * QUEUES as usize,
+        "{by_queue:?}"
+    );
+    for (queue, offsets) in &by_queue {
+        assert!(
+            offsets.windows(2).all(|w| w[1] == w[0] + 1),
+            "{queue:?}: in send order, no gap for the refused message: {offsets:?}"
+        );
+    }
+    assert_stored(&cluster, &round_robin).await?;
+
     info!("--- a batch lands together");
     let batch = producer
         .send_batch(
@@ -156,7 +202,8 @@ async fn given_two_groups_should_spread_order_and_batch_sends() -> anyhow::Resul
 
     info!("--- a one-way send is stored without anyone waiting for it");
     producer.send_oneway(Message::new(TOPIC, "fire-and-forget").with_keys(["oneway-1"]));
-    let stored_before: usize = sent.len() + ordered.len() + concurrent.len() + batch.len();
+    let stored_before: usize =
+        sent.len() + ordered.len() + concurrent.len() + round_robin.len() + batch.len();
     wait_for("the one-way message", Duration::from_secs(20), || async {
         let mut stored = 0;
         for group in GROUPS {
