@@ -23,6 +23,12 @@ const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// How long a node may take to report its status while the leader is being looked for (a
 /// paused process accepts connections but never answers).
 const STATUS_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long the leader search waits for the remaining nodes once a majority answered without
+/// a leader speaking for itself: a live node answers within it; a paused former leader, which
+/// the majority still names until it elects another, would otherwise hold the search for the
+/// whole [`STATUS_TIMEOUT`], and the caller's next search soon after the election finds the
+/// new one.
+const AFTER_MAJORITY_WAIT: Duration = Duration::from_millis(50);
 
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {
@@ -97,8 +103,8 @@ impl BrokerGroupClient {
 
     /// [`Self::find_leader`], saying whether the leader answered for itself. Asks every node
     /// at once and stops waiting once a majority answered and the best report is a leader
-    /// speaking for itself: a paused node never answers, and waiting out its timeout would
-    /// delay every failover by it.
+    /// speaking for itself, or [`AFTER_MAJORITY_WAIT`] after a majority answered: a paused
+    /// node never answers, and waiting out its timeout would delay every failover by it.
     pub async fn find_leader_report(&self) -> Option<LeaderReport> {
         use futures::StreamExt;
         let mut asked: futures::stream::FuturesUnordered<_> = self
@@ -115,7 +121,19 @@ impl BrokerGroupClient {
         let majority = self.nodes.len() / 2 + 1;
         let mut answered = 0;
         let mut best: Option<LeaderReport> = None;
-        while let Some(answer) = asked.next().await {
+        let mut majority_answered_at = None;
+        loop {
+            let next = asked.next();
+            let answer = match majority_answered_at {
+                None => next.await,
+                Some(at) => tokio::time::timeout_at(at + AFTER_MAJORITY_WAIT, next)
+                    .await
+                    .ok()
+                    .flatten(),
+            };
+            let Some(answer) = answer else {
+                break;
+            };
             let Some((addr, status)) = answer else {
                 continue;
             };
@@ -140,8 +158,11 @@ impl BrokerGroupClient {
                     answered_itself: leads,
                 });
             }
-            if answered >= majority && best.is_some_and(|best| best.answered_itself) {
-                break;
+            if answered >= majority {
+                if best.is_some_and(|best| best.answered_itself) {
+                    break;
+                }
+                majority_answered_at.get_or_insert_with(tokio::time::Instant::now);
             }
         }
         best

@@ -907,6 +907,24 @@ async fn given_a_node_that_never_answers_the_leader_should_still_be_found_at_onc
         took < Duration::from_millis(500),
         "a majority answered, yet the lookup took {took:?}"
     );
+
+    info!("--- a majority naming a leader that does not answer itself is not waited on either");
+    // The followers name the leader, which this search does not ask: as when the leader is
+    // paused and they have not elected another yet.
+    let others: Vec<_> = (1..=3)
+        .filter(|id| *id != leader)
+        .map(|id| group.addr(id))
+        .collect();
+    let hearsay = BrokerGroupClient::new([vec![silent_addr], others].concat());
+    let started = std::time::Instant::now();
+    let report = hearsay.find_leader_report().await.context("hearsay")?;
+    let took = started.elapsed();
+    assert_eq!(report.addr, group.addr(leader));
+    assert!(!report.answered_itself);
+    assert!(
+        took < Duration::from_millis(500),
+        "a majority answered, yet the lookup waited {took:?} for the silent node"
+    );
     drop(silent);
     group.shutdown().await;
     Ok(())
