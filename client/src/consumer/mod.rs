@@ -86,8 +86,12 @@ pub const PERSIST_INTERVAL_DEFAULT: Duration = Duration::from_secs(5);
 pub const PULL_HOLD_DEFAULT: Duration = Duration::from_secs(15);
 /// The longest hold a pull may ask for (the broker's limit).
 pub const PULL_HOLD_MAX: Duration = Duration::from_secs(15);
-/// Messages one pull asks for.
-pub const PULL_BATCH_SIZE_DEFAULT: u32 = 32;
+/// Messages one pull asks for. RocketMQ's default is 32; a pull answers with what is there
+/// at once (it never waits to fill a batch), so a larger batch costs nothing at low load and
+/// under load takes an eighth of the pull requests: W1's drain went from 489-522k to
+/// 578-664k msg/s, the brokers' CPU from 1.7-1.8 to 1.5 us per message. A queue's buffer
+/// ([`QUEUE_BUFFER_COUNT_DEFAULT`]) still bounds what a consumer holds.
+pub const PULL_BATCH_SIZE_DEFAULT: u32 = 256;
 /// The most messages one pull may ask for (the broker's limit).
 pub const PULL_BATCH_SIZE_MAX: u32 = 1024;
 /// A queue's buffer holds at most this many messages before pulling pauses.
