@@ -104,13 +104,17 @@ async fn given_two_groups_should_spread_order_and_batch_sends() -> anyhow::Resul
     info!("--- concurrent sends to one queue share requests; a bad one fails alone");
     let key = "lane-7";
     let too_many_properties = "x".repeat(40 * 1024);
-    let sends = (0..64).map(|i| {
-        let message = Message::new(TOPIC, format!("c{i}"));
-        let message = if i == 10 {
+    // Message `<prefix><i>`, with properties over the limit if `i` is `bad`.
+    let numbered = |prefix: &str, i: usize, bad: usize| {
+        let message = Message::new(TOPIC, format!("{prefix}{i}"));
+        if i == bad {
             message.with_property("BIG", too_many_properties.clone())
         } else {
             message
-        };
+        }
+    };
+    let sends = (0..64).map(|i| {
+        let message = numbered("c", i, 10);
         let producer = producer.clone();
         tokio::spawn(async move { producer.send_ordered(message, key).await })
     });
@@ -143,15 +147,7 @@ async fn given_two_groups_should_spread_order_and_batch_sends() -> anyhow::Resul
          order, and a bad one fails alone"
     );
     // Polled in order, so each group's lane takes them in order.
-    let sends = (0..64).map(|i| {
-        let message = Message::new(TOPIC, format!("r{i}"));
-        let message = if i == 21 {
-            message.with_property("BIG", too_many_properties.clone())
-        } else {
-            message
-        };
-        producer.send(message)
-    });
+    let sends = (0..64).map(|i| producer.send(numbered("r", i, 21)));
     let mut by_queue = std::collections::BTreeMap::<_, Vec<i64>>::new();
     let mut round_robin = Vec::new();
     for (i, result) in futures::future::join_all(sends)
