@@ -30,8 +30,6 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use clap::Parser;
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use rocketraft_client::admin::Admin;
 use rocketraft_client::consumer::ConsumeFrom;
 use rocketraft_client::consumer::ConsumeOrderlyResult;
@@ -636,27 +634,31 @@ async fn produce(
     topic: String,
     body: Bytes,
 ) -> anyhow::Result<Vec<Duration>> {
-    // The producer's sends in flight, polled by this task: an app that keeps many sends in
-    // flight from one task, not one spawned task per send.
-    let mut sends = FuturesUnordered::new();
-    let mut latencies = Vec::new();
-    loop {
-        while sends.len() < inflight {
-            let sequence = next.fetch_add(1, Ordering::Relaxed);
-            if sequence >= total {
-                break;
-            }
-            let send = sender.clone().send(topic.clone(), body.clone(), sequence);
-            sends.push(async move {
+    // `inflight` senders, each with one send in flight at a time, polled by this task: an app
+    // that keeps many sends in flight from one task, without a spawned task or a boxed
+    // future per send.
+    let worker = |_| {
+        let (sender, next, acked, topic, body) = (&sender, &next, &acked, &topic, &body);
+        async move {
+            let mut latencies = Vec::new();
+            loop {
+                let sequence = next.fetch_add(1, Ordering::Relaxed);
+                if sequence >= total {
+                    return anyhow::Ok(latencies);
+                }
                 let started = Instant::now();
-                send.await.map(|()| started.elapsed())
-            });
+                sender
+                    .clone()
+                    .send(topic.clone(), body.clone(), sequence)
+                    .await?;
+                latencies.push(started.elapsed());
+                acked.fetch_add(1, Ordering::Relaxed);
+            }
         }
-        let Some(done) = sends.next().await else {
-            break;
-        };
-        latencies.push(done?);
-        acked.fetch_add(1, Ordering::Relaxed);
+    };
+    let mut latencies = Vec::new();
+    for done in futures::future::try_join_all((0..inflight).map(worker)).await? {
+        latencies.extend(done);
     }
     Ok(latencies)
 }
