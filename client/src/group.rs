@@ -121,15 +121,13 @@ impl BrokerGroupClient {
         let majority = self.nodes.len() / 2 + 1;
         let mut answered = 0;
         let mut best: Option<LeaderReport> = None;
-        let mut majority_answered_at = None;
+        // Set once a majority answered without a leader speaking for itself.
+        let mut wait_until = None;
         loop {
             let next = asked.next();
-            let answer = match majority_answered_at {
+            let answer = match wait_until {
                 None => next.await,
-                Some(at) => tokio::time::timeout_at(at + AFTER_MAJORITY_WAIT, next)
-                    .await
-                    .ok()
-                    .flatten(),
+                Some(until) => tokio::time::timeout_at(until, next).await.ok().flatten(),
             };
             let Some(answer) = answer else {
                 break;
@@ -162,7 +160,7 @@ impl BrokerGroupClient {
                 if best.is_some_and(|best| best.answered_itself) {
                     break;
                 }
-                majority_answered_at.get_or_insert_with(tokio::time::Instant::now);
+                wait_until.get_or_insert_with(|| tokio::time::Instant::now() + AFTER_MAJORITY_WAIT);
             }
         }
         best

@@ -28,6 +28,7 @@ use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::limits::SEND_BATCH_BODY_BYTES_MAX;
 use rocketraft_proto::limits::SEND_BATCH_COUNT_MAX;
 use rocketraft_proto::limits::SEND_BATCH_PROPERTIES_BYTES_MAX;
+use rocketraft_proto::send_queues;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -214,12 +215,12 @@ async fn send_batch(brokers: &Brokers, key: &LaneKey, batch: Vec<Pending>) {
     };
     // Parts still to send, in lane order.
     let mut parts = VecDeque::from([Part::of(batch)]);
-    while let Some(part) = parts.pop_front() {
+    while let Some(mut part) = parts.pop_front() {
         let count = part.replies.len();
-        let replies = part.into_request(&mut request);
+        part.load(&mut request);
         match send_request(brokers, &key.group, &request, deadline).await {
             Ok(response) if response.results.len() == count => {
-                for (result, reply) in response.results.into_iter().zip(replies) {
+                for (result, reply) in response.results.into_iter().zip(part.replies) {
                     let _ = reply.send(Ok(result));
                 }
             }
@@ -229,7 +230,7 @@ async fn send_batch(brokers: &Brokers, key: &LaneKey, batch: Vec<Pending>) {
                     response.results.len()
                 ));
                 reply_all(
-                    replies,
+                    part.replies,
                     &CallError::Rejected {
                         group: key.group.clone(),
                         status,
@@ -247,16 +248,18 @@ async fn send_batch(brokers: &Brokers, key: &LaneKey, batch: Vec<Pending>) {
                     count, %status, lane = %format_args!("{}@{}", key.topic, key.group),
                     "batch refused; sending it in halves"
                 );
-                let (left, right) = Part::from_request(&mut request, replies).halves();
+                part.messages = std::mem::take(&mut request.messages);
+                let (left, right) = part.halves();
                 parts.push_front(right);
                 parts.push_front(left);
             }
-            Err(error) => reply_all(replies, &error),
+            Err(error) => reply_all(part.replies, &error),
         }
     }
 }
 
-/// Messages of a batch sent together, each with its queue and its send's reply.
+/// Messages of a batch sent together, each with its queue and its send's reply. While the
+/// part is in flight its messages are in the request.
 struct Part {
     messages: Vec<common_pb::Message>,
     queue_ids: Vec<i32>,
@@ -278,35 +281,10 @@ impl Part {
         part
     }
 
-    /// Moves the messages into `request`, naming each one's queue only if they do not all go
-    /// to the same queue; returns the replies, in order.
-    fn into_request(self, request: &mut pb::SendRequest) -> Vec<oneshot::Sender<LaneResult>> {
-        let first = self.queue_ids.first().copied().unwrap_or_default();
-        request.queue_id = first;
-        request.queue_ids = if self.queue_ids.iter().all(|&queue_id| queue_id == first) {
-            Vec::new()
-        } else {
-            self.queue_ids
-        };
-        request.messages = self.messages;
-        self.replies
-    }
-
-    /// Takes the messages back out of `request` ([`Part::into_request`]'s inverse).
-    fn from_request(
-        request: &mut pb::SendRequest,
-        replies: Vec<oneshot::Sender<LaneResult>>,
-    ) -> Part {
-        let messages = std::mem::take(&mut request.messages);
-        let queue_ids = match std::mem::take(&mut request.queue_ids) {
-            named if named.is_empty() => vec![request.queue_id; messages.len()],
-            named => named,
-        };
-        Part {
-            messages,
-            queue_ids,
-            replies,
-        }
+    /// Moves the messages into `request` and names their queues.
+    fn load(&mut self, request: &mut pb::SendRequest) {
+        request.messages = std::mem::take(&mut self.messages);
+        send_queues::name_queues(request, &self.queue_ids);
     }
 
     fn halves(mut self) -> (Part, Part) {
@@ -396,36 +374,24 @@ mod tests {
         )
     }
 
-    fn request() -> pb::SendRequest {
-        pb::SendRequest::default()
-    }
-
-    #[test]
-    fn a_request_names_each_message_queue_only_when_they_differ() {
-        let mut one_queue = request();
-        to_queues(&[3, 3, 3]).into_request(&mut one_queue);
-        assert_eq!((one_queue.queue_id, one_queue.queue_ids.len()), (3, 0));
-        assert_eq!(one_queue.messages.len(), 3);
-
-        let mut several = request();
-        to_queues(&[0, 1, 0, 2]).into_request(&mut several);
-        assert_eq!(several.queue_ids, [0, 1, 0, 2]);
-        assert_eq!(several.messages.len(), 4);
-    }
-
     #[test]
     fn a_refused_part_splits_into_halves_that_keep_each_message_queue() {
-        let mut sent = request();
-        let replies = to_queues(&[0, 1, 2, 2, 2]).into_request(&mut sent);
-        let (left, right) = Part::from_request(&mut sent, replies).halves();
-        assert_eq!((left.queue_ids, left.replies.len()), (vec![0, 1], 2));
-        assert_eq!((right.queue_ids, right.replies.len()), (vec![2, 2, 2], 3));
-        assert_eq!(right.messages.len(), 3);
-
-        let mut one_queue = request();
-        let replies = to_queues(&[4, 4]).into_request(&mut one_queue);
-        let (left, right) = Part::from_request(&mut one_queue, replies).halves();
-        assert_eq!((left.queue_ids, right.queue_ids), (vec![4], vec![4]));
+        let mut request = pb::SendRequest::default();
+        let mut part = to_queues(&[0, 1, 2, 2, 2]);
+        part.load(&mut request);
+        assert_eq!(request.queue_ids, [0, 1, 2, 2, 2]);
+        part.messages = std::mem::take(&mut request.messages);
+        let (mut left, mut right) = part.halves();
+        assert_eq!((left.messages.len(), left.replies.len()), (2, 2));
+        right.load(&mut request);
+        assert_eq!(
+            (request.queue_id, request.queue_ids.len()),
+            (2, 0),
+            "one queue"
+        );
+        assert_eq!(request.messages.len(), 3);
+        left.load(&mut request);
+        assert_eq!(request.queue_ids, [0, 1]);
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod process;
 pub mod properties;
 pub mod property_keys;
 pub mod secrets;
+pub mod send_queues;
 pub mod sql_filter;
 pub mod stable_hash;
 pub mod time;

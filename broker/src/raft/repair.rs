@@ -123,6 +123,20 @@ pub struct NodeState<'d> {
     pub log_dir: &'d Path,
 }
 
+/// `<data_dir>/damaged-<now_ms>`, or `damaged-<now_ms>-<n>` with the first `n` free: a
+/// directory of its own even for a second set-aside within the same millisecond.
+fn free_aside_dir(data_dir: &Path, now_ms: i64) -> PathBuf {
+    let named = |n: u32| match n {
+        0 => data_dir.join(format!("damaged-{now_ms}")),
+        n => data_dir.join(format!("damaged-{now_ms}-{n}")),
+    };
+    let mut n = 0;
+    while named(n).exists() {
+        n += 1;
+    }
+    named(n)
+}
+
 /// Moves a node's damaged state (its store, its state machine and its Raft log entries, but
 /// not its vote) into `<data_dir>/damaged-<unix ms>/` for an operator to inspect, and marks
 /// the Raft log for repair up to `up_to_index`. The node then starts empty and is rebuilt
@@ -137,17 +151,7 @@ pub fn set_aside_for_rebuild(node: &NodeState<'_>, up_to_index: u64) -> std::io:
         up_to_index,
     };
     record_damage(node.log_disk, node.log_dir, mark)?;
-    // A directory of its own, even for a second set-aside within the same millisecond.
-    let now_ms = rocketraft_proto::time::now_ms();
-    let dir_named = |n: u32| match n {
-        0 => node.data_dir.join(format!("damaged-{now_ms}")),
-        n => node.data_dir.join(format!("damaged-{now_ms}-{n}")),
-    };
-    let mut n = 0;
-    while dir_named(n).exists() {
-        n += 1;
-    }
-    let aside = dir_named(n);
+    let aside = free_aside_dir(node.data_dir, rocketraft_proto::time::now_ms());
     std::fs::create_dir_all(&aside)?;
     for (from, name) in [(node.store_dir, "store"), (node.state_dir, "raft-state")] {
         if from.exists() {
@@ -675,18 +679,26 @@ mod tests {
     #[test]
     fn setting_aside_in_a_millisecond_that_already_has_a_copy_keeps_both() {
         let dir = tempfile::tempdir().expect("tempdir");
+        let first = free_aside_dir(dir.path(), 1_700_000_000_000);
+        assert_eq!(first, dir.path().join("damaged-1700000000000"));
+        std::fs::create_dir_all(&first).expect("first copy");
+        let second = free_aside_dir(dir.path(), 1_700_000_000_000);
+        assert_eq!(second, dir.path().join("damaged-1700000000000-1"));
+        std::fs::create_dir_all(&second).expect("second copy");
+        assert_eq!(
+            free_aside_dir(dir.path(), 1_700_000_000_000),
+            dir.path().join("damaged-1700000000000-2")
+        );
+
+        // And the set-aside itself goes to a fresh directory when its millisecond has one.
         let (store_dir, state_dir) = (dir.path().join("store"), dir.path().join("state"));
         let log_dir = dir.path().join("raft").join("log");
         std::fs::create_dir_all(log_dir.join("segments")).expect("log");
         std::fs::create_dir_all(&store_dir).expect("store");
         std::fs::write(store_dir.join("data"), b"damaged again").expect("data");
-        // Earlier copies, one for each millisecond of the next second (on a machine
-        // slower than that, the set-aside below meets none and the test checks less).
         let now = rocketraft_proto::time::now_ms();
-        for ms in now..now + 1000 {
-            let earlier = dir.path().join(format!("damaged-{ms}")).join("store");
-            std::fs::create_dir_all(&earlier).expect("earlier copy");
-            std::fs::write(earlier.join("data"), b"damaged first").expect("data");
+        for ms in now..now + 50 {
+            std::fs::create_dir_all(dir.path().join(format!("damaged-{ms}"))).expect("earlier");
         }
         let node = NodeState {
             data_dir: dir.path(),

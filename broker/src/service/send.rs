@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common as common_pb;
+use rocketraft_proto::send_queues;
 
 use crate::error::BrokerError;
 use crate::metadata::PERM_WRITE;
@@ -67,14 +68,24 @@ impl BrokerService {
     /// its born host unless the request names one.
     pub(super) async fn handle_send(
         &self,
-        request: pb::SendRequest,
+        mut request: pb::SendRequest,
         peer: Option<SocketAddr>,
     ) -> Result<pb::SendResponse, BrokerError> {
         let started = std::time::Instant::now();
         self.ensure_leader()?;
         self.ensure_disk_has_room()?;
         validate_batch_size(&request.messages)?;
-        let queue_ids = message_queue_ids(&request)?;
+        let (named, messages) = (request.queue_ids.len(), request.messages.len());
+        let queue_ids = send_queues::message_queue_ids(
+            request.queue_id,
+            std::mem::take(&mut request.queue_ids),
+            messages,
+        )
+        .ok_or_else(|| {
+            BrokerError::MessageIllegal(format!(
+                "a send names {named} queue ids for {messages} messages: one per message, or none"
+            ))
+        })?;
         let placements = match request.topic.strip_prefix(RETRY_TOPIC_PREFIX) {
             Some(group) => self.place_retries(group, &request, &queue_ids).await?,
             None => {
@@ -384,19 +395,6 @@ pub(super) fn park_delayed(
 /// A message's encoded record beyond its body, for sizing a batch's buffer: header, topic
 /// and the usual properties.
 const RECORD_OVERHEAD_ESTIMATE: usize = 256;
-
-/// The queue of each message of `request`: its `queue_ids` if it names one per message, else
-/// its `queue_id` for every message.
-fn message_queue_ids(request: &pb::SendRequest) -> Result<Vec<i32>, BrokerError> {
-    match request.queue_ids.len() {
-        0 => Ok(vec![request.queue_id; request.messages.len()]),
-        named if named == request.messages.len() => Ok(request.queue_ids.clone()),
-        named => Err(BrokerError::MessageIllegal(format!(
-            "a send names {named} queue ids for {} messages: one per message, or none",
-            request.messages.len()
-        ))),
-    }
-}
 
 fn validate_batch_size(messages: &[common_pb::Message]) -> Result<(), BrokerError> {
     if messages.is_empty() {
