@@ -53,22 +53,36 @@ impl Encoder for AppendEncoder {
     type Item = AppendEntriesRequest<TypeConfig>;
     type Error = Status;
 
+    /// Reserves the whole message first: tonic's buffer would otherwise grow by doubling
+    /// while the entries are written, copying what it holds at every step, per follower.
     fn encode(&mut self, request: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        put_payload(&request, dst)
+        let size = encoded_size(&request)?;
+        dst.reserve(1 + prost::length_delimiter_len(size) + size);
+        put_payload(&request, size, dst)
     }
 }
 
-/// Writes `request` as the `RaftPayload` message that carries its bincode encoding.
+const WHAT: &str = "append entries";
+
+fn internal(error: &dyn std::fmt::Display) -> Status {
+    Status::internal(error.to_string())
+}
+
+/// The size of `request`'s bincode encoding.
+fn encoded_size(request: &AppendEntriesRequest<TypeConfig>) -> Result<usize, Status> {
+    codec::encoded_size(WHAT, request).map_err(|e| internal(&e))
+}
+
+/// Writes `request`, whose encoding is `size` bytes, as the `RaftPayload` message that
+/// carries its bincode encoding.
 fn put_payload<B: BufMut>(
     request: &AppendEntriesRequest<TypeConfig>,
+    size: usize,
     dst: &mut B,
 ) -> Result<(), Status> {
-    let what = "append entries";
-    let internal = |error: &dyn std::fmt::Display| Status::internal(error.to_string());
-    let size = codec::encoded_size(what, request).map_err(|e| internal(&e))?;
     dst.put_u8(PAYLOAD_DATA_KEY);
     prost::encode_length_delimiter(size, dst).map_err(|e| internal(&e))?;
-    codec::encode_to_writer(what, dst.writer(), request).map_err(|e| internal(&e))
+    codec::encode_to_writer(WHAT, dst.writer(), request).map_err(|e| internal(&e))
 }
 
 impl Decoder for PayloadDecoder {
@@ -114,8 +128,14 @@ mod tests {
                     .into(),
             }
             .encode_to_vec();
+            let size = encoded_size(&request).expect("size");
             let mut frame = bytes::BytesMut::new();
-            put_payload(&request, &mut frame).expect("frame");
+            put_payload(&request, size, &mut frame).expect("frame");
+            assert_eq!(
+                frame.len(),
+                1 + prost::length_delimiter_len(size) + size,
+                "what the encoder reserves is the whole frame"
+            );
             assert_eq!(
                 frame.as_ref(),
                 expected.as_slice(),
