@@ -14,6 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptors = protox::compile(files, ["proto"])?;
     tonic_prost_build::configure()
         .bytes(".")
+        .codec_path("crate::codec::ExactCodec")
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! The code is generated at build time from `proto/*.proto` (see `build.rs`). Response codes are
 //! one table (`ResponseCode`); a retired code stays reserved and is never reused.
 
+pub mod codec;
 pub mod limits;
 pub mod names;
 pub mod perm;
