@@ -13,6 +13,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptors = protox::compile(files, ["proto"])?;
     tonic_prost_build::configure()
         .bytes(".")
+        // As the broker API: each message's length is reserved before it is written.
+        .codec_path("rocketraft_proto::codec::ExactCodec")
         .compile_fds(descriptors)?;
     Ok(())
 }
