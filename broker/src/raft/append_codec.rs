@@ -57,7 +57,7 @@ impl Encoder for AppendEncoder {
     /// while the entries are written, copying what it holds at every step, per follower.
     fn encode(&mut self, request: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
         let size = encoded_size(&request)?;
-        dst.reserve(1 + prost::length_delimiter_len(size) + size);
+        dst.reserve(frame_len(size));
         put_payload(&request, size, dst)
     }
 }
@@ -66,6 +66,11 @@ const WHAT: &str = "append entries";
 
 fn internal(error: &dyn std::fmt::Display) -> Status {
     Status::internal(error.to_string())
+}
+
+/// The bytes [`put_payload`] writes for an encoding of `size` bytes.
+fn frame_len(size: usize) -> usize {
+    1 + prost::length_delimiter_len(size) + size
 }
 
 /// The size of `request`'s bincode encoding.
@@ -133,7 +138,7 @@ mod tests {
             put_payload(&request, size, &mut frame).expect("frame");
             assert_eq!(
                 frame.len(),
-                1 + prost::length_delimiter_len(size) + size,
+                frame_len(size),
                 "what the encoder reserves is the whole frame"
             );
             assert_eq!(
