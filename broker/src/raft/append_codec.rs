@@ -19,6 +19,7 @@ use tonic::codec::Encoder;
 use tonic_prost::ProstCodec;
 
 use crate::raft::codec;
+use crate::raft::service::internal;
 use crate::raft::types::TypeConfig;
 
 /// `RaftPayload.data`: field 1, wire type 2 (length-delimited).
@@ -64,10 +65,6 @@ impl Encoder for AppendEncoder {
 
 const WHAT: &str = "append entries";
 
-fn internal(error: &dyn std::fmt::Display) -> Status {
-    Status::internal(error.to_string())
-}
-
 /// The bytes [`put_payload`] writes for an encoding of `size` bytes.
 fn frame_len(size: usize) -> usize {
     1 + prost::length_delimiter_len(size) + size
@@ -75,7 +72,7 @@ fn frame_len(size: usize) -> usize {
 
 /// The size of `request`'s bincode encoding.
 fn encoded_size(request: &AppendEntriesRequest<TypeConfig>) -> Result<usize, Status> {
-    codec::encoded_size(WHAT, request).map_err(|e| internal(&e))
+    codec::encoded_size(WHAT, request).map_err(internal)
 }
 
 /// Writes `request`, whose encoding is `size` bytes, as the `RaftPayload` message that
@@ -86,8 +83,8 @@ fn put_payload<B: BufMut>(
     dst: &mut B,
 ) -> Result<(), Status> {
     dst.put_u8(PAYLOAD_DATA_KEY);
-    prost::encode_length_delimiter(size, dst).map_err(|e| internal(&e))?;
-    codec::encode_to_writer(WHAT, dst.writer(), request).map_err(|e| internal(&e))
+    prost::encode_length_delimiter(size, dst).map_err(internal)?;
+    codec::encode_to_writer(WHAT, dst.writer(), request).map_err(internal)
 }
 
 impl Decoder for PayloadDecoder {

@@ -696,9 +696,13 @@ mod tests {
         std::fs::create_dir_all(log_dir.join("segments")).expect("log");
         std::fs::create_dir_all(&store_dir).expect("store");
         std::fs::write(store_dir.join("data"), b"damaged again").expect("data");
+        // Earlier copies for the next 50 ms: the set-aside must not land in one of them.
         let now = rocketraft_proto::time::now_ms();
-        for ms in now..now + 50 {
-            std::fs::create_dir_all(dir.path().join(format!("damaged-{ms}"))).expect("earlier");
+        let earlier: Vec<_> = (now..now + 50)
+            .map(|ms| dir.path().join(format!("damaged-{ms}")))
+            .collect();
+        for copy in &earlier {
+            std::fs::create_dir_all(copy).expect("earlier copy");
         }
         let node = NodeState {
             data_dir: dir.path(),
@@ -708,6 +712,7 @@ mod tests {
             log_dir: &log_dir,
         };
         let aside = set_aside_for_rebuild(&node, 9).expect("set aside");
+        assert!(!earlier.contains(&aside), "{aside:?} held an earlier copy");
         let data = std::fs::read(aside.join("store").join("data")).expect("the copy");
         assert_eq!(data, b"damaged again");
         assert_eq!(load(&OsDisk, &log_dir).expect("load"), Some(mark(0, 9)));

@@ -183,7 +183,7 @@ fn invalid(error: impl std::fmt::Display) -> Status {
     Status::invalid_argument(error.to_string())
 }
 
-fn internal(error: impl std::fmt::Display) -> Status {
+pub(super) fn internal(error: impl std::fmt::Display) -> Status {
     Status::internal(error.to_string())
 }
 
