@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::raft::compaction::COMPACTION_GROWTH_BYTES_DEFAULT;
 use crate::raft::compaction::COMPACTION_INTERVAL_DEFAULT;
+use crate::raft::compaction::RETAINED_BYTES_DEFAULT;
 use crate::raft::compaction::RETAINED_ENTRIES_DEFAULT;
 use crate::raft::log_store::FlushMode;
 use crate::raft::log_store::LOG_SEGMENT_SIZE_BYTES_DEFAULT;
@@ -300,8 +301,10 @@ pub struct RaftTimings {
     pub log_compaction_interval_ms: u64,
     /// Growth of the Raft log, in bytes, that starts a compaction before the period ends.
     pub log_compaction_growth_bytes: u64,
-    /// Entries kept behind the snapshot when the log is purged.
+    /// Entries kept behind the snapshot when the log is purged, at most,
     pub log_retained_entries: u64,
+    /// and bytes of whole log segments kept behind it, at most.
+    pub log_retained_bytes: u64,
 }
 
 impl Default for RaftTimings {
@@ -313,6 +316,7 @@ impl Default for RaftTimings {
             log_compaction_interval_ms: COMPACTION_INTERVAL_DEFAULT.as_millis() as u64,
             log_compaction_growth_bytes: COMPACTION_GROWTH_BYTES_DEFAULT,
             log_retained_entries: RETAINED_ENTRIES_DEFAULT,
+            log_retained_bytes: RETAINED_BYTES_DEFAULT,
         }
     }
 }

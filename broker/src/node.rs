@@ -227,7 +227,7 @@ impl BrokerNode {
         } = open_raft(&config, faults.clone(), peer_connector.clone()).await?;
         let repair = RepairState::new(pending_repair, after_reboot.then(|| config.flush_mode()));
         let shutdown = CancellationToken::new();
-        tokio::spawn(release_idle_entry_cache(log, shutdown.clone()));
+        tokio::spawn(release_idle_entry_cache(log.clone(), shutdown.clone()));
         let consumers = Arc::new(ConsumerRegistry::default());
         tokio::spawn(run_consumer_registry(
             raft.clone(),
@@ -365,7 +365,9 @@ impl BrokerNode {
                 interval: Duration::from_millis(config.raft.log_compaction_interval_ms),
                 growth_bytes: config.raft.log_compaction_growth_bytes,
                 retained: config.raft.log_retained_entries,
+                retained_bytes: config.raft.log_retained_bytes,
             },
+            log.clone(),
             log_size,
             shutdown.clone(),
         ));
@@ -495,7 +497,7 @@ impl BrokerNode {
         &self,
         timeout: Duration,
     ) -> Result<Option<u64>, CompactionError> {
-        compact_log(&self.raft, 0, timeout).await
+        compact_log(&self.raft, 0, |_| 0, timeout).await
     }
 
     /// Stops serving, stops Raft and flushes nothing more: what was acknowledged is already

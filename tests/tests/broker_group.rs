@@ -366,6 +366,50 @@ async fn given_log_growth_past_the_compaction_bytes_should_purge_before_the_inte
     .await
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_byte_budget_for_the_retained_log_should_purge_more_than_the_entry_count_keeps()
+-> anyhow::Result<()> {
+    init_tracing();
+    const SEGMENT_BYTES: u64 = 16 * 1024;
+    const RETAINED_BYTES: u64 = 64 * 1024;
+    let group = TestGroup::start(3, 0x5EED_0027, |config| {
+        config.raft.log_compaction_interval_ms = 200;
+        // The entry count alone would keep every entry of this test.
+        config.raft.log_retained_entries = 1_000_000;
+        config.raft.log_retained_bytes = RETAINED_BYTES;
+        config.store.raft_log_segment_bytes = SEGMENT_BYTES;
+    })
+    .await?;
+    let leader = group.wait_for_leader(LEADER_TIMEOUT).await?;
+    // About 700 KB of log, ten times the budget.
+    send_many(&group, 600, 8).await?;
+    group.wait_all_applied(leader, CONVERGE_TIMEOUT).await?;
+    info!("--- every log shrinks to the budget, the segment straddling the snapshot and one more");
+    let log_bytes = |id: u64| -> u64 {
+        let segments = group.data_dir(id).join("raft").join("log").join("segments");
+        std::fs::read_dir(segments)
+            .map(|files| {
+                files
+                    .filter_map(|file| file.ok()?.metadata().ok())
+                    .map(|meta| meta.len())
+                    .sum()
+            })
+            .unwrap_or(u64::MAX)
+    };
+    for id in 1..=3 {
+        wait_for(
+            "the log to shrink to its byte budget",
+            CONVERGE_TIMEOUT,
+            || async { (log_bytes(id) <= RETAINED_BYTES + 2 * SEGMENT_BYTES).then_some(()) },
+        )
+        .await?;
+    }
+    send_many(&group, 100, 4).await?;
+    assert_converged(&group, leader).await?;
+    group.shutdown().await;
+    Ok(())
+}
+
 async fn purges_every_log_and_keeps_serving(
     seed: u64,
     configure: impl Fn(&mut rocketraft_broker::config::BrokerConfig),

@@ -2,7 +2,9 @@
 //! checkpoint (plus a tail for followers that lag a little), so each node takes a snapshot (a
 //! flushed checkpoint) and purges its log behind it, every interval and whenever the log has
 //! grown by a set number of bytes. The second keeps a busy log small: restarts read less of
-//! it, and the page cache it holds is freed and reused while still warm.
+//! it, and the page cache it holds is freed and reused while still warm. What stays behind
+//! the snapshot is bounded twice, by entries and by bytes of whole segments, so large
+//! entries cannot make the retained tail gigabytes.
 //!
 //! openraft's own snapshot policy is off; this is the one place that
 //! decides when log entries go. A follower that needs a purged entry is sent a snapshot,
@@ -13,6 +15,7 @@ use std::time::Duration;
 use openraft::async_runtime::watch::WatchReceiver;
 use tokio_util::sync::CancellationToken;
 
+use crate::raft::log_store::LogReader;
 use crate::raft::log_store::LogSize;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::types::LogTypes;
@@ -25,8 +28,11 @@ pub struct CompactionPolicy {
     pub interval: Duration,
     /// And as soon as the log holds this many more bytes than after the last compaction.
     pub growth_bytes: u64,
-    /// Entries kept behind the snapshot.
+    /// At most this many entries are kept behind the snapshot,
     pub retained: u64,
+    /// and at most this many bytes of whole segments: with entries near the group-commit
+    /// limit, `retained` entries alone could hold gigabytes of disk and page cache.
+    pub retained_bytes: u64,
 }
 
 /// Default period between compactions.
@@ -34,6 +40,9 @@ pub const COMPACTION_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
 /// Default number of entries kept behind the snapshot, so a briefly lagging follower still
 /// catches up from the log.
 pub const RETAINED_ENTRIES_DEFAULT: u64 = 1024;
+/// Default bytes of whole log segments kept behind the snapshot (a busy W1 log keeps about
+/// 1,024 entries within it; entries of megabytes keep fewer).
+pub const RETAINED_BYTES_DEFAULT: u64 = 128 * 1024 * 1024;
 /// Default growth of the log, in bytes, that starts a compaction before the interval ends.
 pub const COMPACTION_GROWTH_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
 /// How often the log's growth is checked.
@@ -52,10 +61,12 @@ pub enum CompactionError {
 }
 
 /// Takes a snapshot of everything applied so far, then purges the log up to `retained`
-/// entries behind it. Returns the index purged up to, if anything was purged.
+/// entries behind it, or further up to `floor(snapshot index)` (never past the snapshot).
+/// Returns the index purged up to, if anything was purged.
 pub async fn compact_log<C: LogTypes>(
     raft: &openraft::Raft<C, StateMachine>,
     retained: u64,
+    floor: impl Fn(u64) -> u64,
     timeout: Duration,
 ) -> Result<Option<u64>, CompactionError> {
     let raft_error = |error: &dyn std::fmt::Display| CompactionError::Raft(error.to_string());
@@ -88,7 +99,10 @@ pub async fn compact_log<C: LogTypes>(
             changed.map_err(|e| raft_error(&e))?;
         }
     };
-    let purge_upto = snapshot_index.saturating_sub(retained);
+    let purge_upto = snapshot_index
+        .saturating_sub(retained)
+        .max(floor(snapshot_index))
+        .min(snapshot_index);
     let purged = metrics.borrow_watched().purged.map(|log_id| log_id.index);
     if purge_upto == 0 || purged >= Some(purge_upto) {
         return Ok(None);
@@ -113,9 +127,17 @@ pub async fn compact_log<C: LogTypes>(
 pub async fn run_compaction(
     raft: Raft,
     policy: CompactionPolicy,
+    log: LogReader,
     log_size: LogSize,
     shutdown: CancellationToken,
 ) {
+    let byte_floor = |snapshot| {
+        log.purge_floor_for_bytes(snapshot, policy.retained_bytes)
+            .unwrap_or_else(|error| {
+                tracing::warn!(%error, "raft log size unknown; purging by entries only");
+                0
+            })
+    };
     let mut last_round = tokio::time::Instant::now();
     let mut size_after_last = log_size.bytes();
     loop {
@@ -127,7 +149,7 @@ pub async fn run_compaction(
         if !grown && last_round.elapsed() < policy.interval {
             continue;
         }
-        match compact_log(&raft, policy.retained, COMPACTION_TIMEOUT).await {
+        match compact_log(&raft, policy.retained, byte_floor, COMPACTION_TIMEOUT).await {
             Ok(Some(purged)) => tracing::debug!(purged, grown, "raft log compacted"),
             Ok(None) => {}
             Err(error) => tracing::warn!(%error, "raft log compaction failed; retrying next round"),

@@ -472,6 +472,24 @@ impl LogFiles {
         self.segments.drain(..purged).collect()
     }
 
+    /// The index a purge must reach so that the segments wholly at or below `snapshot` hold at
+    /// most `retained_bytes`, the newest kept first; 0 if they already do. Purges delete whole
+    /// segments, so this is always the last index of a segment.
+    fn purge_floor_for_bytes(&self, snapshot: u64, retained_bytes: u64) -> u64 {
+        let mut kept = 0u64;
+        for segment in self.segments.iter().rev().filter(|s| !s.is_empty()) {
+            let last = segment.end_index() - 1;
+            if last > snapshot {
+                continue;
+            }
+            kept = kept.saturating_add(segment.size_bytes());
+            if kept > retained_bytes {
+                return last;
+            }
+        }
+        0
+    }
+
     fn publish_size(&self) {
         let bytes = self.segments.iter().map(LogSegment::size_bytes).sum();
         self.size.0.store(bytes, Ordering::Relaxed);
@@ -701,6 +719,16 @@ impl<C: LogTypes> LogReader<C> {
         Ok(files.size.clone())
     }
 
+    /// See `LogFiles::purge_floor_for_bytes`: where compaction must purge to so that at most
+    /// `retained_bytes` of segments stay behind the snapshot at `snapshot`.
+    pub fn purge_floor_for_bytes(&self, snapshot: u64, retained_bytes: u64) -> io::Result<u64> {
+        let files = self
+            .files
+            .read()
+            .map_err(|_| io::Error::other("raft log lock poisoned"))?;
+        Ok(files.purge_floor_for_bytes(snapshot, retained_bytes))
+    }
+
     /// Releases the entry cache if nothing was appended for `idle`; returns the bytes freed.
     pub fn release_idle_cache(&self, idle: Duration) -> u64 {
         match self.files.write() {
@@ -896,6 +924,62 @@ mod tests {
             read(reader.limited_get_log_entries(10, 15).await.expect("read")),
             (10..15).collect::<Vec<_>>()
         );
+    }
+
+    #[tokio::test]
+    async fn the_byte_floor_keeps_the_newest_whole_segments_behind_the_snapshot_within_budget() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = open(dir.path());
+        append(&mut store, (0..40).map(|i| entry(1, i))).await;
+        let reader = store.get_log_reader().await;
+        // (last index, bytes) of each segment, newest first, from the files themselves.
+        let listed = LogSegment::list(&OsDisk, &dir.path().join("segments")).expect("list");
+        assert!(
+            listed.len() > 3,
+            "4 KiB segments must roll: {}",
+            listed.len()
+        );
+        let mut spans: Vec<(u64, u64)> = listed
+            .iter()
+            .enumerate()
+            .map(|(i, (first, path))| {
+                let last = listed.get(i + 1).map_or(39, |(next, _)| next - 1);
+                assert!(last >= *first);
+                (last, std::fs::metadata(path).expect("stat").len())
+            })
+            .collect();
+        spans.reverse();
+        let floor = |snapshot, budget| {
+            reader
+                .purge_floor_for_bytes(snapshot, budget)
+                .expect("floor")
+        };
+        // Snapshot at the last entry: every segment is wholly behind it.
+        let (newest_two, third_last) = (spans[0].1 + spans[1].1, spans[2].0);
+        assert_eq!(
+            floor(39, newest_two),
+            third_last,
+            "exactly at the budget: kept"
+        );
+        assert_eq!(
+            floor(39, newest_two - 1),
+            spans[1].0,
+            "one byte over: the older goes"
+        );
+        assert_eq!(floor(39, u64::MAX), 0, "within budget: nothing to purge");
+        assert_eq!(
+            floor(39, 0),
+            39,
+            "no budget: everything behind the snapshot goes"
+        );
+        // Snapshot inside the newest segment: that segment is not behind it and not counted.
+        let inside_newest = spans[1].0 + 1;
+        assert!(
+            inside_newest < spans[0].0,
+            "the newest segment holds two entries or more"
+        );
+        assert_eq!(floor(inside_newest, spans[1].1), third_last);
+        assert_eq!(floor(inside_newest, 0), spans[1].0);
     }
 
     #[tokio::test]
