@@ -497,7 +497,7 @@ impl BrokerNode {
         &self,
         timeout: Duration,
     ) -> Result<Option<u64>, CompactionError> {
-        compact_log(&self.raft, 0, |_| 0, timeout).await
+        compact_log(&self.raft, |snapshot| snapshot, timeout).await
     }
 
     /// Stops serving, stops Raft and flushes nothing more: what was acknowledged is already

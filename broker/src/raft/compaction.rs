@@ -60,13 +60,12 @@ pub enum CompactionError {
     Timeout(&'static str),
 }
 
-/// Takes a snapshot of everything applied so far, then purges the log up to `retained`
-/// entries behind it, or further up to `floor(snapshot index)` (never past the snapshot).
-/// Returns the index purged up to, if anything was purged.
+/// Takes a snapshot of everything applied so far, then purges the log up to
+/// `purge_point(snapshot index)`, never past the snapshot. Returns the index purged up to, if
+/// anything was purged.
 pub async fn compact_log<C: LogTypes>(
     raft: &openraft::Raft<C, StateMachine>,
-    retained: u64,
-    floor: impl Fn(u64) -> u64,
+    purge_point: impl Fn(u64) -> u64,
     timeout: Duration,
 ) -> Result<Option<u64>, CompactionError> {
     let raft_error = |error: &dyn std::fmt::Display| CompactionError::Raft(error.to_string());
@@ -99,10 +98,7 @@ pub async fn compact_log<C: LogTypes>(
             changed.map_err(|e| raft_error(&e))?;
         }
     };
-    let purge_upto = snapshot_index
-        .saturating_sub(retained)
-        .max(floor(snapshot_index))
-        .min(snapshot_index);
+    let purge_upto = purge_point(snapshot_index).min(snapshot_index);
     let purged = metrics.borrow_watched().purged.map(|log_id| log_id.index);
     if purge_upto == 0 || purged >= Some(purge_upto) {
         return Ok(None);
@@ -131,12 +127,15 @@ pub async fn run_compaction(
     log_size: LogSize,
     shutdown: CancellationToken,
 ) {
-    let byte_floor = |snapshot| {
-        log.purge_floor_for_bytes(snapshot, policy.retained_bytes)
+    // Whichever bound purges further: both then hold.
+    let purge_point = |snapshot: u64| {
+        let byte_floor = log
+            .purge_floor_for_bytes(snapshot, policy.retained_bytes)
             .unwrap_or_else(|error| {
                 tracing::warn!(%error, "raft log size unknown; purging by entries only");
                 0
-            })
+            });
+        snapshot.saturating_sub(policy.retained).max(byte_floor)
     };
     let mut last_round = tokio::time::Instant::now();
     let mut size_after_last = log_size.bytes();
@@ -149,7 +148,7 @@ pub async fn run_compaction(
         if !grown && last_round.elapsed() < policy.interval {
             continue;
         }
-        match compact_log(&raft, policy.retained, byte_floor, COMPACTION_TIMEOUT).await {
+        match compact_log(&raft, purge_point, COMPACTION_TIMEOUT).await {
             Ok(Some(purged)) => tracing::debug!(purged, grown, "raft log compacted"),
             Ok(None) => {}
             Err(error) => tracing::warn!(%error, "raft log compaction failed; retrying next round"),

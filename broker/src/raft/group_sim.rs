@@ -881,7 +881,13 @@ impl Sim {
         let Some((id, raft)) = self.random_running(|node| node.raft.clone()) else {
             return;
         };
-        match compact_log(&raft, COMPACTION_RETAINED, |_| 0, COMPACTION_TIMEOUT).await {
+        match compact_log(
+            &raft,
+            |snapshot| snapshot.saturating_sub(COMPACTION_RETAINED),
+            COMPACTION_TIMEOUT,
+        )
+        .await
+        {
             Ok(purged) => self.note(format_args!("{id} compacted, purged up to {purged:?}")),
             Err(error) => self.note(format_args!("{id} compaction failed: {error}")),
         }
