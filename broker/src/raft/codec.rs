@@ -7,12 +7,14 @@
 //! Records travel without a copy: [`decode_shared`] decodes from a `Bytes` buffer, and the
 //! record fields of a [`Command`](crate::raft::types::Command) ([`shared_bytes`]) become
 //! slices of that buffer instead of copies of it. A follower thus keeps what it received,
-//! as received, and the leader reads its log the same way.
+//! as received, and the leader reads its log the same way. The other way, [`encode_shared`]
+//! hands those fields to its [`SharedWrite`] by reference, so the Raft log writes them from
+//! where they are instead of from a copy.
 
+use std::cell::Cell;
 use std::cell::RefCell;
 
 use bytes::Bytes;
-use serde::Deserializer;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde::de::Visitor;
@@ -77,10 +79,86 @@ thread_local! {
     static SOURCE: RefCell<Option<Bytes>> = const { RefCell::new(None) };
 }
 
-/// Deserializes a byte field as a slice of the buffer [`decode_shared`] decodes, or as a copy
-/// when it is decoded from anything else (`#[serde(deserialize_with = ...)]`).
-pub fn shared_bytes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Bytes, D::Error> {
-    deserializer.deserialize_bytes(SharedBytes)
+/// Where [`encode_shared`] writes a value's encoding, in order: bytes it copies, and byte
+/// fields it passes by reference.
+pub trait SharedWrite {
+    fn copy(&mut self, bytes: &[u8]);
+    fn share(&mut self, bytes: Bytes);
+}
+
+/// Encodes `value` into `out` as [`encode`] would, except that each byte field marked with
+/// [`shared_bytes`] reaches `out` as a slice of its own buffer ([`SharedWrite::share`]).
+pub fn encode_shared<T: Serialize>(
+    what: &'static str,
+    value: &T,
+    out: &mut impl SharedWrite,
+) -> Result<(), CodecError> {
+    let was_sharing = SHARING.with(|sharing| sharing.replace(true));
+    let encoded = encode_to_writer(what, SharingWriter(out), value);
+    SHARING.with(|sharing| sharing.set(was_sharing));
+    SHARED_FIELD.with(|field| field.take());
+    encoded
+}
+
+thread_local! {
+    /// Whether [`encode_shared`] is encoding on this thread (encoding never awaits).
+    static SHARING: Cell<bool> = const { Cell::new(false) };
+    /// The [`shared_bytes`] field whose bytes [`encode_shared`] is about to write.
+    static SHARED_FIELD: RefCell<Option<Bytes>> = const { RefCell::new(None) };
+}
+
+/// bincode writes a byte field's length, then its bytes with one write: that write is
+/// shared if it is the field's memory, everything else is copied.
+struct SharingWriter<'a, W>(&'a mut W);
+
+impl<W: SharedWrite> std::io::Write for SharingWriter<'_, W> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let field = SHARED_FIELD.with(|field| {
+            let mut field = field.borrow_mut();
+            match field.as_ref() {
+                Some(shared) if !bytes.is_empty() && contains(shared, bytes) => field.take(),
+                _ => None,
+            }
+        });
+        match field {
+            Some(field) => self.0.share(field.slice_ref(bytes)),
+            None => self.0.copy(bytes),
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A byte field that travels without a copy (`#[serde(with = "...::shared_bytes")]`): read
+/// by [`decode_shared`] as a slice of what it decodes, written by [`encode_shared`] from
+/// where it is. Any other encoder or decoder sees plain bytes.
+pub mod shared_bytes {
+    use bytes::Bytes;
+    use serde::Deserializer;
+    use serde::Serializer;
+
+    use super::SHARED_FIELD;
+    use super::SHARING;
+    use super::SharedBytes;
+
+    pub fn serialize<S: Serializer>(bytes: &Bytes, serializer: S) -> Result<S::Ok, S::Error> {
+        if !SHARING.with(|sharing| sharing.get()) {
+            return serializer.serialize_bytes(bytes);
+        }
+        SHARED_FIELD.with(|field| field.replace(Some(bytes.clone())));
+        let written = serializer.serialize_bytes(bytes);
+        SHARED_FIELD.with(|field| field.take());
+        written
+    }
+
+    /// A slice of the buffer [`super::decode_shared`] decodes, or a copy when decoded from
+    /// anything else.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Bytes, D::Error> {
+        deserializer.deserialize_bytes(SharedBytes)
+    }
 }
 
 struct SharedBytes;
@@ -124,7 +202,7 @@ mod tests {
     #[derive(Debug, Serialize, Deserialize, PartialEq)]
     struct Carrier {
         id: u32,
-        #[serde(deserialize_with = "shared_bytes")]
+        #[serde(with = "shared_bytes")]
         records: Bytes,
     }
 
@@ -142,5 +220,46 @@ mod tests {
         assert_eq!(copied, value);
         assert!(!contains(&encoded, &copied.records), "a copy");
         SOURCE.with(|source| assert!(source.borrow().is_none(), "the source is cleared"));
+    }
+
+    /// What [`encode_shared`] wrote, in order.
+    #[derive(Default)]
+    struct Parts(Vec<(bool, Bytes)>);
+
+    impl SharedWrite for Parts {
+        fn copy(&mut self, bytes: &[u8]) {
+            self.0.push((false, Bytes::copy_from_slice(bytes)));
+        }
+
+        fn share(&mut self, bytes: Bytes) {
+            self.0.push((true, bytes));
+        }
+    }
+
+    #[test]
+    fn encode_shared_writes_the_encoding_with_the_marked_field_by_reference() {
+        let records = Bytes::from(vec![9u8; 4096]);
+        let value = Carrier {
+            id: 7,
+            records: records.clone(),
+        };
+        let mut parts = Parts::default();
+        encode_shared("carrier", &value, &mut parts).expect("encode");
+        let written: Vec<u8> = parts.0.iter().flat_map(|(_, b)| b.to_vec()).collect();
+        assert_eq!(written, encode("carrier", &value).expect("encode"));
+        let shared: Vec<&Bytes> = parts.0.iter().filter(|(s, _)| *s).map(|(_, b)| b).collect();
+        assert_eq!(shared.len(), 1, "only the records are shared");
+        assert_eq!(shared[0].as_ptr(), records.as_ptr(), "not a copy");
+        assert_eq!(shared[0].len(), records.len());
+
+        let empty = Carrier {
+            id: 8,
+            records: Bytes::new(),
+        };
+        let mut parts = Parts::default();
+        encode_shared("carrier", &empty, &mut parts).expect("encode");
+        assert!(parts.0.iter().all(|(shared, _)| !shared));
+        SHARED_FIELD.with(|field| assert!(field.borrow().is_none(), "nothing left pending"));
+        assert!(!SHARING.with(Cell::get), "sharing ends with the encoding");
     }
 }

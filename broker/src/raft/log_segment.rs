@@ -21,6 +21,7 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use openraft::entry::RaftEntry;
 
 use crate::disk::Disk;
@@ -56,13 +57,26 @@ struct RecordLocation {
     len: u32,
 }
 
-/// Records encoded for one append, in one buffer that keeps its capacity from append to
-/// append: each entry is encoded once, straight into the bytes that are written.
+/// Records encoded for one append. Headers and small fields are encoded into one buffer
+/// that keeps its capacity from append to append; each entry's record bytes (its command's
+/// [`codec::shared_bytes`] fields) stay where they are and are written from there, so a
+/// segment append copies them only into the file.
 #[derive(Debug, Default)]
 pub struct RecordBatch {
-    bytes: Vec<u8>,
+    copied: Vec<u8>,
+    /// The batch's bytes in write order.
+    parts: Vec<BatchPart>,
+    /// Where the run of `copied` not yet in `parts` starts.
+    copied_from: usize,
     /// Encoded length of each record's entry, in order.
     lens: Vec<u32>,
+    size_bytes: u64,
+}
+
+#[derive(Debug)]
+enum BatchPart {
+    Copied(std::ops::Range<usize>),
+    Shared(Bytes),
 }
 
 impl RecordBatch {
@@ -71,40 +85,68 @@ impl RecordBatch {
 
     /// Encodes `entry` as the next record and returns the length of its encoding.
     pub fn push(&mut self, entry: &Entry) -> io::Result<u32> {
-        let start = self.bytes.len();
-        self.bytes
+        let (header_at, parts_before, run_before) =
+            (self.copied.len(), self.parts.len(), self.copied_from);
+        self.copied
             .extend_from_slice(&[0; RECORD_HEADER_SIZE as usize]);
-        let body = start + RECORD_HEADER_SIZE as usize;
-        let encoded = codec::encode_to_writer("raft log entry", &mut self.bytes, entry)
+        let mut body = RecordBody {
+            batch: self,
+            crc: crc32fast::Hasher::new(),
+            len: 0,
+        };
+        let encoded = codec::encode_shared("raft log entry", entry, &mut body)
             .map_err(io::Error::from)
-            .and_then(|()| {
-                u32::try_from(self.bytes.len() - body)
-                    .ok()
-                    .filter(|len| *len <= ENTRY_SIZE_MAX)
-                    .ok_or_else(|| {
-                        io::Error::new(
-                            io::ErrorKind::InvalidInput,
-                            format!(
-                                "raft entry of {} bytes exceeds {ENTRY_SIZE_MAX}",
-                                self.bytes.len() - body
-                            ),
-                        )
-                    })
-            });
-        let len = match encoded {
-            Ok(len) => len,
+            .map(|()| (body.len, body.crc.finalize()));
+        let len = encoded.and_then(|(len, crc)| {
+            let len = u32::try_from(len)
+                .ok()
+                .filter(|len| *len <= ENTRY_SIZE_MAX)
+                .ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("raft entry of {len} bytes exceeds {ENTRY_SIZE_MAX}"),
+                    )
+                })?;
+            Ok((len, crc))
+        });
+        let (len, crc) = match len {
+            Ok(encoded) => encoded,
             Err(error) => {
-                self.bytes.truncate(start);
+                self.copied.truncate(header_at);
+                self.parts.truncate(parts_before);
+                self.copied_from = run_before;
                 return Err(error);
             }
         };
-        let crc = crc32fast::hash(&self.bytes[body..]);
-        self.bytes[start..start + 4].copy_from_slice(&len.to_le_bytes());
-        self.bytes[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-        let header_crc = crc32fast::hash(&self.bytes[start..start + 8]);
-        self.bytes[start + 8..body].copy_from_slice(&header_crc.to_le_bytes());
+        let header = &mut self.copied[header_at..header_at + RECORD_HEADER_SIZE as usize];
+        header[..4].copy_from_slice(&len.to_le_bytes());
+        header[4..8].copy_from_slice(&crc.to_le_bytes());
+        let header_crc = crc32fast::hash(&header[..8]);
+        header[8..].copy_from_slice(&header_crc.to_le_bytes());
         self.lens.push(len);
+        self.size_bytes += RECORD_HEADER_SIZE + u64::from(len);
         Ok(len)
+    }
+
+    /// Ends the run of copied bytes that [`BatchPart::Copied`] will cover.
+    fn end_copied_run(&mut self) {
+        if self.copied_from < self.copied.len() {
+            self.parts
+                .push(BatchPart::Copied(self.copied_from..self.copied.len()));
+            self.copied_from = self.copied.len();
+        }
+    }
+
+    /// The batch's bytes in write order.
+    fn io_slices(&mut self) -> Vec<io::IoSlice<'_>> {
+        self.end_copied_run();
+        self.parts
+            .iter()
+            .map(|part| match part {
+                BatchPart::Copied(range) => io::IoSlice::new(&self.copied[range.clone()]),
+                BatchPart::Shared(bytes) => io::IoSlice::new(bytes),
+            })
+            .collect()
     }
 
     /// Number of records in the batch.
@@ -118,16 +160,42 @@ impl RecordBatch {
 
     /// Bytes the batch adds to a segment.
     pub fn size_bytes(&self) -> u64 {
-        self.bytes.len() as u64
+        self.size_bytes
     }
 
-    /// Empties the batch, keeping a bounded capacity for the next one.
+    /// Empties the batch (releasing the entries' bytes it refers to), keeping a bounded
+    /// capacity for the next one.
     pub fn clear(&mut self) {
-        self.bytes.clear();
+        self.copied.clear();
+        self.parts.clear();
+        self.copied_from = 0;
         self.lens.clear();
-        if self.bytes.capacity() > Self::RETAINED_BYTES_MAX {
-            self.bytes.shrink_to(Self::RETAINED_BYTES_MAX);
+        self.size_bytes = 0;
+        if self.copied.capacity() > Self::RETAINED_BYTES_MAX {
+            self.copied.shrink_to(Self::RETAINED_BYTES_MAX);
         }
+    }
+}
+
+/// One record's entry being encoded into a [`RecordBatch`], with its length and checksum.
+struct RecordBody<'a> {
+    batch: &'a mut RecordBatch,
+    crc: crc32fast::Hasher,
+    len: usize,
+}
+
+impl codec::SharedWrite for RecordBody<'_> {
+    fn copy(&mut self, bytes: &[u8]) {
+        self.crc.update(bytes);
+        self.len += bytes.len();
+        self.batch.copied.extend_from_slice(bytes);
+    }
+
+    fn share(&mut self, bytes: Bytes) {
+        self.crc.update(&bytes);
+        self.len += bytes.len();
+        self.batch.end_copied_run();
+        self.batch.parts.push(BatchPart::Shared(bytes));
     }
 }
 
@@ -247,8 +315,9 @@ impl LogSegment {
 
     /// Appends the batch's records, the first of which has index [`Self::end_index`], with
     /// one write. The data is readable at once and durable after the file is synced.
-    pub fn append(&mut self, batch: &RecordBatch) -> io::Result<()> {
-        self.file.write_all_at(&batch.bytes, self.size_bytes)?;
+    pub fn append(&mut self, batch: &mut RecordBatch) -> io::Result<()> {
+        self.file
+            .write_all_vectored_at(&mut batch.io_slices(), self.size_bytes)?;
         let mut position = self.size_bytes;
         self.records.extend(batch.lens.iter().map(|&len| {
             let location = RecordLocation { position, len };
@@ -378,4 +447,79 @@ fn record_at(bytes: &[u8], position: u64, expected_index: Option<u64>) -> Record
         return RecordAt::Damaged;
     }
     RecordAt::Valid { len, index }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::EntryPayload;
+
+    use super::*;
+    use crate::disk::OsDisk;
+    use crate::raft::types::Command;
+    use crate::raft::types::LogId;
+
+    fn append(index: u64, records: Bytes) -> Entry {
+        Entry {
+            log_id: LogId::new_term_index(2, index),
+            payload: EntryPayload::Normal(Command::Append { records }),
+        }
+    }
+
+    #[test]
+    fn a_batch_writes_each_record_as_header_and_encoded_entry_with_the_records_not_copied() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let disk = OsDisk::shared();
+        let entries = [
+            append(1, Bytes::from(vec![1u8; 5000])),
+            Entry {
+                log_id: LogId::new_term_index(2, 2),
+                payload: EntryPayload::Blank,
+            },
+            append(3, Bytes::new()),
+            append(4, Bytes::from(vec![4u8; 70])),
+        ];
+        let mut batch = RecordBatch::default();
+        for entry in &entries {
+            batch.push(entry).expect("push");
+        }
+        let shared: Vec<*const u8> = batch
+            .parts
+            .iter()
+            .filter_map(|part| match part {
+                BatchPart::Shared(bytes) => Some(bytes.as_ptr()),
+                BatchPart::Copied(_) => None,
+            })
+            .collect();
+        let records_of = |entry: &Entry| match &entry.payload {
+            EntryPayload::Normal(Command::Append { records }) => records.as_ptr(),
+            _ => unreachable!("an append"),
+        };
+        assert_eq!(
+            shared,
+            vec![records_of(&entries[0]), records_of(&entries[3])],
+            "non-empty records are written from where they are"
+        );
+
+        let mut expected = Vec::new();
+        for entry in &entries {
+            let encoded = codec::encode("entry", entry).expect("encode");
+            let len = (encoded.len() as u32).to_le_bytes();
+            let crc = crc32fast::hash(&encoded).to_le_bytes();
+            let header_crc = crc32fast::hash(&[len, crc].concat()).to_le_bytes();
+            expected.extend([len, crc, header_crc].concat());
+            expected.extend(encoded);
+        }
+        assert_eq!(batch.size_bytes(), expected.len() as u64);
+        let mut segment = LogSegment::create(&disk, dir.path(), 1).expect("create");
+        segment.append(&mut batch).expect("append");
+        batch.clear();
+        assert_eq!(disk.read(&segment.path).expect("read"), expected);
+
+        let recovered = LogSegment::recover(&disk, 1, segment.path.clone()).expect("recover");
+        assert_eq!(recovered.bytes_truncated, 0);
+        for entry in &entries {
+            let (read, _) = recovered.segment.read(entry.log_id.index).expect("read");
+            assert_eq!(&read, entry);
+        }
+    }
 }

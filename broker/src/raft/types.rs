@@ -68,7 +68,7 @@ pub enum Command {
     /// Messages encoded as store records (queue and commitlog offsets still zero),
     /// concatenated; each gets its offsets when applied.
     Append {
-        #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
+        #[serde(with = "crate::raft::codec::shared_bytes")]
         records: Bytes,
     },
     /// Consumer progress of one group.
@@ -89,7 +89,7 @@ pub enum Command {
         level: u32,
         from_offset: i64,
         next_offset: i64,
-        #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
+        #[serde(with = "crate::raft::codec::shared_bytes")]
         records: Bytes,
     },
     /// Messages of a send that may be stored already (a producer's retry after an unknown
@@ -99,7 +99,7 @@ pub enum Command {
     /// all is in the log before this entry. (New variants go last: the log stores the
     /// variant's index.)
     AppendOnce {
-        #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
+        #[serde(with = "crate::raft::codec::shared_bytes")]
         records: Bytes,
     },
     /// The end of a transaction: its op record (and, for a commit, the restored message),
@@ -110,7 +110,7 @@ pub enum Command {
     EndTransaction {
         msg_id: String,
         half_offset: i64,
-        #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
+        #[serde(with = "crate::raft::codec::shared_bytes")]
         records: Bytes,
     },
     /// Several transactions' ends, each applied in order as one `EndTransaction` would be
@@ -126,7 +126,7 @@ pub enum Command {
     /// appended only if the pop applies.
     Pop {
         pop: Pop,
-        #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
+        #[serde(with = "crate::raft::codec::shared_bytes")]
         dead_letters: Bytes,
     },
     /// Acks and invisibility changes of a group's in-flight messages
@@ -143,7 +143,7 @@ pub enum Command {
         key: PopQueueKey,
         change: PopChange,
         now_ms: i64,
-        #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
+        #[serde(with = "crate::raft::codec::shared_bytes")]
         record: Bytes,
     },
     /// Whether consumer group `group`'s pops deliver in order (FIFO).
@@ -164,7 +164,7 @@ pub enum Command {
 pub struct TransactionEnd {
     pub msg_id: String,
     pub half_offset: i64,
-    #[serde(deserialize_with = "crate::raft::codec::shared_bytes")]
+    #[serde(with = "crate::raft::codec::shared_bytes")]
     pub records: Bytes,
 }
 
