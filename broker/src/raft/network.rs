@@ -34,10 +34,13 @@ use rocketraft_proto::raft as pb;
 use rocketraft_proto::raft::raft_client::RaftClient;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tonic::codegen::http::uri::PathAndQuery;
+use tonic::codec::Streaming;
+use tonic::codegen::Service;
+use tonic::codegen::http;
 use tonic::transport::Channel;
 
-use crate::raft::append_codec::AppendCodec;
+use crate::raft::append_codec::AppendBody;
+use crate::raft::append_codec::PayloadDecoder;
 use crate::raft::codec;
 use crate::raft::faults::FaultPlan;
 use crate::raft::faults::Verdict;
@@ -55,7 +58,7 @@ use crate::tls::PeerConnector;
 /// gRPC messages between nodes may carry a batch of messages near the 4 MiB body maximum
 /// plus framing; tonic's 4 MiB default would reject them.
 pub const RAFT_GRPC_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
-/// The generated client's path of `Raft.StreamAppend`, called here with [`AppendCodec`].
+/// The generated client's path of `Raft.StreamAppend`, called here with an [`AppendBody`].
 const STREAM_APPEND_PATH: &str = "/rocketraft.raft.Raft/StreamAppend";
 /// How long an unreachable peer is left alone before the next attempt.
 const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
@@ -363,9 +366,7 @@ impl NetStreamAppend<TypeConfig> for PeerClient {
     {
         Box::pin(async move {
             self.pass_faults(option.hard_ttl()).await?;
-            let mut grpc = tonic::client::Grpc::new(self.channel()?)
-                .max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX);
+            let mut channel = self.channel()?;
             let (from, target, faults) = (self.from, self.target, self.faults.clone());
             // A dropped request ends the stream: openraft sees it close and retries.
             let requests = until_stalled(input)
@@ -385,20 +386,19 @@ impl NetStreamAppend<TypeConfig> for PeerClient {
                 })
                 .take_while(|request| futures::future::ready(request.is_some()))
                 .filter_map(futures::future::ready);
-            grpc.ready().await.map_err(|error| {
+            let unreachable = |error: tonic::transport::Error| {
                 RPCError::Unreachable(Unreachable::from_string(format!(
                     "raft channel to {target}: {error}"
                 )))
-            })?;
-            let response = grpc
-                .streaming(
-                    tonic::Request::new(requests),
-                    PathAndQuery::from_static(STREAM_APPEND_PATH),
-                    AppendCodec::default(),
-                )
+            };
+            futures::future::poll_fn(|cx| channel.poll_ready(cx))
                 .await
-                .map_err(status_to_rpc_error)?;
-            let results = response.into_inner().map(|item| {
+                .map_err(unreachable)?;
+            let request = streaming_request(AppendBody::new(requests, RAFT_GRPC_MESSAGE_BYTES_MAX))
+                .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            let response = channel.call(request).await.map_err(unreachable)?;
+            let results = results_of(response).map_err(status_to_rpc_error)?;
+            let results = results.map(|item| {
                 let payload = item.map_err(status_to_rpc_error)?;
                 codec::decode::<StreamAppendResult<TypeConfig>>(
                     "stream append result",
@@ -409,4 +409,38 @@ impl NetStreamAppend<TypeConfig> for PeerClient {
             Ok(Box::pin(results) as BoxStream<'s, _>)
         })
     }
+}
+
+/// The HTTP/2 request of a `Raft.StreamAppend` call, as tonic's client would make it.
+fn streaming_request(body: AppendBody) -> http::Result<http::Request<tonic::body::Body>> {
+    http::Request::builder()
+        .method(http::Method::POST)
+        .uri(STREAM_APPEND_PATH)
+        .version(http::Version::HTTP_2)
+        .header(http::header::TE, "trailers")
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .body(tonic::body::Body::new(body))
+}
+
+/// The stream of results of a `Raft.StreamAppend` call, or the status it was refused with.
+fn results_of(
+    response: http::Response<tonic::body::Body>,
+) -> Result<Streaming<pb::RaftPayload>, tonic::Status> {
+    // A refusal carries its status in the headers ("trailers-only").
+    let status = tonic::Status::from_header_map(response.headers());
+    if let Some(status) = status.as_ref().filter(|s| s.code() != tonic::Code::Ok) {
+        return Err(status.clone());
+    }
+    let status_code = response.status();
+    let body = response.into_body();
+    Ok(match status {
+        Some(_) => Streaming::new_empty(PayloadDecoder::default(), body),
+        None => Streaming::new_response(
+            PayloadDecoder::default(),
+            body,
+            status_code,
+            None,
+            Some(RAFT_GRPC_MESSAGE_BYTES_MAX),
+        ),
+    })
 }

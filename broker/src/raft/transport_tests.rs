@@ -108,6 +108,20 @@ async fn an_isolated_node_refuses_rpcs_and_its_peer_sees_it_unreachable() {
         "an unavailable peer is unreachable, not a network error: {error:?}"
     );
     assert!(error.to_string().contains("partitioned"), "{error}");
+    // A refused replication stream: its status comes in the response headers.
+    let stale_append = AppendEntriesRequest::<TypeConfig> {
+        vote: Vote::new_committed(0, STRANGER),
+        prev_log_id: None,
+        entries: Vec::new(),
+        leader_commit: None,
+    };
+    let error = client
+        .stream_append(futures::stream::iter([stale_append]), RPCOption::new(RPC_TTL))
+        .await
+        .err()
+        .expect("stream refused while isolated");
+    assert!(matches!(&error, RPCError::Unreachable(_)), "{error:?}");
+    assert!(error.to_string().contains("partitioned"), "{error}");
 
     group.faults.heal();
     client
