@@ -16,7 +16,6 @@ use rocketraft_nameserver::server::stop_serving;
 use rocketraft_proto::broker::broker_server::BrokerServer;
 use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
 use rocketraft_proto::limits::SEND_REQUEST_BYTES_MAX;
-use rocketraft_proto::raft::raft_server::RaftServer;
 use rocketraft_proxy::AccessKeys;
 use rocketraft_proxy::Proxy;
 use rocketraft_proxy::ProxyConfig;
@@ -35,6 +34,7 @@ use crate::group_state::GroupState;
 use crate::metrics::BrokerMetrics;
 use crate::queue_locks::QueueLocks;
 use crate::queue_locks::run_queue_locks;
+use crate::raft::append_route::RaftRoutes;
 use crate::raft::boot_check;
 use crate::raft::compaction::CompactionError;
 use crate::raft::compaction::CompactionPolicy;
@@ -322,9 +322,7 @@ impl BrokerNode {
             // the pull budget plus one message, far under the encoding limit.
             .max_decoding_message_size(SEND_REQUEST_BYTES_MAX)
             .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX);
-        let raft_service = RaftServer::new(raft_service)
-            .max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX);
+        let raft_service = RaftRoutes::new(raft_service, RAFT_GRPC_MESSAGE_BYTES_MAX);
         let serve = |router: Router, listener: TcpListener| {
             tokio::spawn(router.serve_with_incoming_shutdown(
                 serve_connections(listener, config.connections_max),

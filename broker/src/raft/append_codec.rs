@@ -8,6 +8,8 @@
 //! buffer, and each entry's records ([`codec::shared_bytes`]) go to HTTP/2 as slices of the
 //! buffers they already live in.
 //!
+//! The follower serves the stream in `append_route`.
+//!
 //! Invariant: the bytes a request becomes are exactly what tonic and prost write for
 //! `RaftPayload { data: bincode(request) }`, so either side can change codec alone.
 
@@ -35,10 +37,12 @@ use crate::raft::codec;
 use crate::raft::service::internal;
 use crate::raft::types::TypeConfig;
 
+/// The path of `Raft.StreamAppend`, the replication stream.
+pub const STREAM_APPEND_PATH: &str = "/rocketraft.raft.Raft/StreamAppend";
 /// `RaftPayload.data`: field 1, wire type 2 (length-delimited).
 const PAYLOAD_DATA_KEY: u8 = (1 << 3) | 2;
 /// A gRPC message header: the compression flag and the message length (big endian).
-const GRPC_HEADER_SIZE: usize = 5;
+pub const GRPC_HEADER_SIZE: usize = 5;
 /// Room for the rest of the framing and the entries' small fields before the buffer grows.
 const COPIED_BYTES_INITIAL: usize = 256;
 

@@ -6,7 +6,9 @@
 //!   Raft log; `repair`: a node whose log was found damaged re-fetches it before it votes
 //!   again; `boot_check`: whether an `async` log may have lost its unsynced tail to a reboot;
 //! - `state_machine` + `snapshot`: applying commands to the store, snapshots;
-//! - `network` (client) and `service` (server): the gRPC transport; `faults`: test faults;
+//! - `network` (client) and `service` (server): the gRPC transport, with `append_codec` (the
+//!   replication stream's wire format) and `append_route` (its server end); `faults`: test
+//!   faults;
 //!   `stalled_stream`: ends a replication stream that stopped advancing;
 //! - `propose`: submitting commands and mapping their outcome; `role`: this node's role;
 //!   `lease`: whether it leads with a live quorum;
@@ -17,6 +19,7 @@
 //! - `codec`: the binary encoding of openraft values.
 
 mod append_codec;
+pub mod append_route;
 pub mod boot_check;
 pub mod codec;
 pub mod compaction;

@@ -41,6 +41,7 @@ use tonic::transport::Channel;
 
 use crate::raft::append_codec::AppendBody;
 use crate::raft::append_codec::PayloadDecoder;
+use crate::raft::append_codec::STREAM_APPEND_PATH;
 use crate::raft::codec;
 use crate::raft::faults::FaultPlan;
 use crate::raft::faults::Verdict;
@@ -58,8 +59,6 @@ use crate::tls::PeerConnector;
 /// gRPC messages between nodes may carry a batch of messages near the 4 MiB body maximum
 /// plus framing; tonic's 4 MiB default would reject them.
 pub const RAFT_GRPC_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
-/// The generated client's path of `Raft.StreamAppend`, called here with an [`AppendBody`].
-const STREAM_APPEND_PATH: &str = "/rocketraft.raft.Raft/StreamAppend";
 /// How long an unreachable peer is left alone before the next attempt.
 const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
 

@@ -116,7 +116,10 @@ async fn an_isolated_node_refuses_rpcs_and_its_peer_sees_it_unreachable() {
         leader_commit: None,
     };
     let error = client
-        .stream_append(futures::stream::iter([stale_append]), RPCOption::new(RPC_TTL))
+        .stream_append(
+            futures::stream::iter([stale_append]),
+            RPCOption::new(RPC_TTL),
+        )
         .await
         .err()
         .expect("stream refused while isolated");
