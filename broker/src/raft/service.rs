@@ -256,16 +256,16 @@ impl RaftRpc for RaftService {
 
     type StreamAppendStream = ResultStream;
 
-    /// Served by `append_route` in the running node; kept so the generated service is whole.
+    /// Never reached: the node's server routes `StreamAppend` to `append_route`, which reads
+    /// the requests without tonic's decoder. Refusing here makes a server that routed it to
+    /// the generated service fail loudly instead of replicating with an extra copy.
     async fn stream_append(
         &self,
-        request: Request<Streaming<pb::RaftPayload>>,
+        _request: Request<Streaming<pb::RaftPayload>>,
     ) -> Result<Response<Self::StreamAppendStream>, Status> {
-        // Copied out of tonic's receive buffer so that the entries do not pin it.
-        let payloads = request
-            .into_inner()
-            .map(|item| item.map(|payload| bytes::Bytes::copy_from_slice(&payload.data)));
-        self.append_stream(payloads).map(Response::new)
+        Err(Status::unimplemented(
+            "StreamAppend is served by the node's append route",
+        ))
     }
 
     async fn vote(
