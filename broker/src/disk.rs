@@ -2,7 +2,8 @@
 //! (vote, purge mark, repair mark) goes through a [`Disk`], so a simulation can stand in for
 //! the operating system and decide what a crash keeps (see `sim_disk`, tests only).
 //!
-//! [`OsDisk`] is the real one: each call is the matching `std::fs` call. Durability follows
+//! [`OsDisk`] is the real one: each call is the matching `std::fs` call (a vectored write is
+//! `pwritev`). Durability follows
 //! POSIX: a file's data (and length) is durable after [`DiskFile::sync_data`], a create,
 //! rename or remove in a directory after [`Disk::sync_dir`] of that directory.
 

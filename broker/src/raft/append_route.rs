@@ -69,8 +69,10 @@ impl RaftRoutes {
     fn stream_append(&self, request: http::Request<Body>) -> http::Response<Body> {
         let payloads =
             GrpcMessages::new(request.into_body(), self.message_bytes_max).map(|message| {
-                let payload = pb::RaftPayload::decode(message?)
-                    .map_err(|error| Status::invalid_argument(error.to_string()))?;
+                let payload = pb::RaftPayload::decode(message?).map_err(|error| {
+                    tracing::warn!(%error, "undecodable replication message");
+                    Status::invalid_argument(error.to_string())
+                })?;
                 Ok(payload.data)
             });
         match self.service.append_stream(payloads) {

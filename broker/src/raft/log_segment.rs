@@ -314,7 +314,7 @@ impl LogSegment {
     }
 
     /// Appends the batch's records, the first of which has index [`Self::end_index`], with
-    /// one write. The data is readable at once and durable after the file is synced.
+    /// one vectored write. The data is readable at once and durable after the file is synced.
     pub fn append(&mut self, batch: &mut RecordBatch) -> io::Result<()> {
         self.file
             .write_all_vectored_at(&mut batch.io_slices(), self.size_bytes)?;
