@@ -376,8 +376,15 @@ async fn given_a_disk_past_its_full_mark_sends_should_be_refused_and_pulls_serve
     let status = group.status(1).await?;
     assert!(status.disk_full);
     assert!(status.disk_used_ratio > 0.0 && status.disk_used_ratio <= 1.0);
-    let pulled = pull_from_start(&group).await?;
-    assert_eq!(pulled.status, pb::PullStatus::Found as i32);
+    // The restarted leader re-applies its log's tail after it is elected, so the messages
+    // may come back a moment after the refusal.
+    let pulled = wait_for("the stored messages pulled", TIMEOUT, || async {
+        pull_from_start(&group)
+            .await
+            .ok()
+            .filter(|pulled| pulled.status == pb::PullStatus::Found as i32)
+    })
+    .await?;
     assert_eq!(pulled.messages.len(), 8);
     group.shutdown().await;
     Ok(())
