@@ -48,6 +48,18 @@ const COPIED_BYTES_INITIAL: usize = 256;
 
 const WHAT: &str = "append entries";
 
+/// Writes the header of an uncompressed gRPC message of `len` bytes.
+pub fn put_message_header(dst: &mut impl BufMut, len: u32) {
+    dst.put_u8(0);
+    dst.put_u32(len);
+}
+
+/// The length of the message `header` starts; `None` if the message is compressed.
+pub fn message_len(header: [u8; GRPC_HEADER_SIZE]) -> Option<u32> {
+    let [compressed, len @ ..] = header;
+    (compressed == 0).then_some(u32::from_be_bytes(len))
+}
+
 /// The request body of a replication stream: one gRPC message per request, until the
 /// requests end.
 pub struct AppendBody {
@@ -118,8 +130,7 @@ fn message_chunks(
         copied: BytesMut::with_capacity(GRPC_HEADER_SIZE + COPIED_BYTES_INITIAL),
         done: VecDeque::new(),
     };
-    chunks.copied.put_u8(0);
-    chunks.copied.put_u32(message_len_field);
+    put_message_header(&mut chunks.copied, message_len_field);
     chunks.copied.put_u8(PAYLOAD_DATA_KEY);
     prost::encode_length_delimiter(size, &mut chunks.copied).map_err(internal)?;
     codec::encode_shared(WHAT, request, &mut chunks).map_err(internal)?;

@@ -41,6 +41,8 @@ use tonic::server::NamedService;
 
 use crate::raft::append_codec::GRPC_HEADER_SIZE;
 use crate::raft::append_codec::STREAM_APPEND_PATH;
+use crate::raft::append_codec::message_len;
+use crate::raft::append_codec::put_message_header;
 use crate::raft::service::RaftService;
 use crate::raft::service::ResultStream;
 
@@ -121,8 +123,9 @@ impl Service<http::Request<Body>> for RaftRoutes {
 struct GrpcMessages {
     body: Body,
     message_bytes_max: usize,
-    /// The header of the next message, as far as it arrived.
-    header: Vec<u8>,
+    /// The header of the next message, and how much of it arrived.
+    header: [u8; GRPC_HEADER_SIZE],
+    header_len: usize,
     /// The message being received, in a buffer of its size, and that size.
     message: Option<(BytesMut, usize)>,
     /// Messages received and not yet taken, in order.
@@ -135,7 +138,8 @@ impl GrpcMessages {
         GrpcMessages {
             body,
             message_bytes_max,
-            header: Vec::with_capacity(GRPC_HEADER_SIZE),
+            header: [0; GRPC_HEADER_SIZE],
+            header_len: 0,
             message: None,
             received: VecDeque::new(),
             ended: false,
@@ -147,10 +151,12 @@ impl GrpcMessages {
         while !data.is_empty() || self.message_is_complete() {
             match &mut self.message {
                 None => {
-                    let take = data.len().min(GRPC_HEADER_SIZE - self.header.len());
-                    self.header.extend_from_slice(&data[..take]);
+                    let take = data.len().min(GRPC_HEADER_SIZE - self.header_len);
+                    self.header[self.header_len..self.header_len + take]
+                        .copy_from_slice(&data[..take]);
+                    self.header_len += take;
                     data.advance(take);
-                    if self.header.len() == GRPC_HEADER_SIZE {
+                    if self.header_len == GRPC_HEADER_SIZE {
                         self.message = Some(self.start_message()?);
                     }
                 }
@@ -177,13 +183,10 @@ impl GrpcMessages {
 
     /// Reads the header received and makes room for its message.
     fn start_message(&mut self) -> Result<(BytesMut, usize), Status> {
-        let header = std::mem::take(&mut self.header);
-        if header[0] != 0 {
-            return Err(Status::internal(
-                "a compressed replication message (no compression was negotiated)",
-            ));
-        }
-        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+        self.header_len = 0;
+        let len = message_len(self.header).ok_or_else(|| {
+            Status::internal("a compressed replication message (no compression was negotiated)")
+        })? as usize;
         if len > self.message_bytes_max {
             return Err(Status::out_of_range(format!(
                 "a replication message of {len} bytes exceeds the {} a message may have",
@@ -194,7 +197,7 @@ impl GrpcMessages {
     }
 
     fn is_inside_a_message(&self) -> bool {
-        !self.header.is_empty() || self.message.is_some()
+        self.header_len > 0 || self.message.is_some()
     }
 }
 
@@ -257,9 +260,10 @@ impl http_body::Body for ResultsBody {
         }
         let status = match this.results.poll_next_unpin(cx) {
             Poll::Pending => return Poll::Pending,
-            Poll::Ready(Some(Ok(payload))) => {
-                return Poll::Ready(Some(Ok(Frame::data(message_of(&payload)))));
-            }
+            Poll::Ready(Some(Ok(payload))) => match message_of(&payload) {
+                Ok(message) => return Poll::Ready(Some(Ok(Frame::data(message)))),
+                Err(status) => status,
+            },
             Poll::Ready(Some(Err(status))) => status,
             Poll::Ready(None) => Status::ok(""),
         };
@@ -274,13 +278,14 @@ impl http_body::Body for ResultsBody {
 }
 
 /// `payload` as one gRPC message.
-fn message_of(payload: &pb::RaftPayload) -> Bytes {
+fn message_of(payload: &pb::RaftPayload) -> Result<Bytes, Status> {
     let len = payload.encoded_len();
+    let len_field = u32::try_from(len)
+        .map_err(|_| Status::internal(format!("a result of {len} bytes is too large to send")))?;
     let mut message = BytesMut::with_capacity(GRPC_HEADER_SIZE + len);
-    message.put_u8(0);
-    message.put_u32(len as u32);
+    put_message_header(&mut message, len_field);
     payload.encode_raw(&mut message);
-    message.freeze()
+    Ok(message.freeze())
 }
 
 #[cfg(test)]

@@ -522,4 +522,31 @@ mod tests {
             assert_eq!(&read, entry);
         }
     }
+
+    #[test]
+    fn an_entry_over_the_size_limit_is_refused_and_leaves_the_batch_as_it_was() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let disk = OsDisk::shared();
+        let (before, after) = (
+            append(1, Bytes::from(vec![1u8; 300])),
+            append(2, Bytes::from(vec![2u8; 300])),
+        );
+        // Zeroed memory the encoder only reads: the kernel maps it lazily.
+        let oversized = append(2, Bytes::from(vec![0u8; ENTRY_SIZE_MAX as usize + 1]));
+        let mut batch = RecordBatch::default();
+        batch.push(&before).expect("push");
+        let refused = batch.push(&oversized).expect_err("over ENTRY_SIZE_MAX");
+        assert_eq!(refused.kind(), io::ErrorKind::InvalidInput);
+        assert!(refused.to_string().contains("exceeds"), "{refused}");
+        batch.push(&after).expect("push");
+        assert_eq!(batch.len(), 2);
+
+        let mut segment = LogSegment::create(&disk, dir.path(), 1).expect("create");
+        segment.append(&mut batch).expect("append");
+        assert_eq!(segment.size_bytes(), batch.size_bytes());
+        let recovered = LogSegment::recover(&disk, 1, segment.path.clone()).expect("recover");
+        assert_eq!(recovered.bytes_truncated, 0);
+        assert_eq!(recovered.segment.read(1).expect("read").0, before);
+        assert_eq!(recovered.segment.read(2).expect("read").0, after);
+    }
 }
