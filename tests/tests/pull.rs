@@ -387,3 +387,63 @@ async fn given_a_leader_cut_off_from_its_group_its_held_pulls_should_end_and_new
     group.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_consumer_ahead_of_a_lagging_node_the_node_should_keep_its_offset_and_answer_when_caught_up()
+-> anyhow::Result<()> {
+    init_tracing();
+    let group = TestGroup::start(3, 0x5EED_0406, |_| {}).await?;
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let mut client = group.client(leader).await?;
+    for body in ["m0", "m1", "m2"] {
+        client.send(tagged("TagA", body)).await?;
+    }
+    group.wait_all_applied(leader, TIMEOUT).await?;
+    let follower = group.a_follower(leader);
+    group.faults.isolate(follower);
+    for body in ["m3", "m4", "m5"] {
+        client.send(tagged("TagA", body)).await?;
+    }
+
+    info!("--- a consumer that took m0..m4 elsewhere pulls offset 5 from the node holding 3");
+    let mut follower_client = group.client(follower).await?;
+    let behind = follower_client.pull(pull(5, &[], 0)).await?.into_inner();
+    assert_eq!(
+        (behind.status(), behind.next_offset, behind.max_offset),
+        (pb::PullStatus::NoNewMessage, 5, 3),
+        "the offset is kept, not moved back to what this node holds"
+    );
+    let mut held_client = follower_client.clone();
+    let held = tokio::spawn(async move { held_client.pull(pull(5, &[], 15_000)).await });
+    wait_for("the lagging node to hold the pull", TIMEOUT, || async {
+        (group.status(follower).await.ok()?.pulls_held == 1).then_some(())
+    })
+    .await?;
+
+    info!("--- the node catches up: the held pull answers from offset 5");
+    group.faults.heal();
+    let caught_up = tokio::time::timeout(TIMEOUT, held)
+        .await
+        .context("the held pull was not answered")???
+        .into_inner();
+    assert_eq!(caught_up.status(), pb::PullStatus::Found);
+    let bodies: Vec<_> = caught_up
+        .messages
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+        .collect();
+    assert_eq!(bodies, ["m5"]);
+    assert_eq!(caught_up.next_offset, 6);
+
+    info!("--- a ready leader still corrects an offset past its end");
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let beyond = wait_for("a ready leader to answer", TIMEOUT, || async {
+        let mut client = group.client(leader).await.ok()?;
+        let response = client.pull(pull(9, &[], 0)).await.ok()?.into_inner();
+        (response.status() == pb::PullStatus::OffsetIllegal).then_some(response)
+    })
+    .await?;
+    assert_eq!(beyond.next_offset, 6);
+    group.shutdown().await;
+    Ok(())
+}

@@ -6,6 +6,7 @@
 
 use openraft::ServerState;
 use openraft::async_runtime::watch::WatchReceiver;
+use openraft::metrics::RaftMetrics;
 use openraft::metrics::RaftServerMetrics;
 use openraft::type_config::alias::WatchReceiverOf;
 
@@ -78,19 +79,29 @@ pub async fn on_every_role_change(raft: Raft, mut on_change: impl FnMut()) {
 pub async fn leader_ready(raft: &Raft) -> Option<LogId> {
     let mut metrics = raft.metrics();
     loop {
-        {
-            let now = metrics.borrow_watched();
-            let applied_term = now
-                .last_applied
-                .as_ref()
-                .map(|log_id| log_id.committed_leader_id().term);
-            if now.state == ServerState::Leader && applied_term == Some(now.current_term) {
-                let last_index = now.last_log_index.unwrap_or(0);
-                return Some(LogId::new_term_index(now.current_term, last_index));
-            }
+        if let Some(last_log) = ready_leader_last_log(&metrics.borrow_watched()) {
+            return Some(last_log);
         }
         metrics.changed().await.ok()?;
     }
+}
+
+/// Whether this node is, right now, a leader as [`leader_ready`] waits for one: its store
+/// holds everything committed before its term, and what commits in its term it applies
+/// itself. A queue offset beyond what such a node holds was not committed; a follower, or a
+/// leader still applying its predecessors' entries, may simply not have it yet.
+pub fn is_ready_leader(raft: &Raft) -> bool {
+    ready_leader_last_log(&raft.metrics().borrow_watched()).is_some()
+}
+
+/// The last log id of a ready leader, of its term; `None` if `now` is not one.
+fn ready_leader_last_log(now: &RaftMetrics<TypeConfig>) -> Option<LogId> {
+    let applied_term = now
+        .last_applied
+        .as_ref()
+        .map(|log_id| log_id.committed_leader_id().term);
+    (now.state == ServerState::Leader && applied_term == Some(now.current_term))
+        .then(|| LogId::new_term_index(now.current_term, now.last_log_index.unwrap_or(0)))
 }
 
 /// Why leadership did not move where it was asked to.

@@ -6,6 +6,11 @@
 //! message is applied to its queue (or its wait runs out) and then looks again, except on a
 //! leader cut off from its quorum: nothing new can commit there, so an empty pull is refused
 //! (`SERVICE_UNAVAILABLE`) and a held one ends, and the client looks for the current leader.
+//!
+//! An offset past a queue's end is corrected (`OFFSET_ILLEGAL`, with the end as the next
+//! offset) only by a leader that has applied an entry of its own term: only its store is
+//! known to hold everything committed. Any other node answers `NO_NEW_MESSAGE` at the
+//! consumer's own offset and holds the pull until its queue reaches it.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -17,6 +22,7 @@ use rocketraft_proto::sql_filter::SqlFilter;
 
 use crate::error::BrokerError;
 use crate::raft::lease::Leadership;
+use crate::raft::role::is_ready_leader;
 use crate::scrub_suspects::SuspectUnit;
 use crate::service::BrokerService;
 use crate::service::pulled::HostText;
@@ -164,6 +170,18 @@ impl BrokerService {
             min_offset,
             max_offset,
         };
+        if request.queue_offset > max_offset && !is_ready_leader(&self.raft) {
+            // An offset the consumer may have taken from a node that applied more: a
+            // follower lags, and a new or restarted leader applies its predecessors' entries
+            // only after it leads. Moving the consumer back would deliver those messages
+            // twice and regress its committed offset, so it keeps its offset and the pull
+            // waits for the queue to reach it. Only a ready leader corrects it.
+            return Ok(answer(
+                pb::PullStatus::NoNewMessage,
+                Vec::new(),
+                request.queue_offset,
+            ));
+        }
         if request.queue_offset < min_offset || request.queue_offset > max_offset {
             let nearest = request.queue_offset.clamp(min_offset, max_offset);
             return Ok(answer(pb::PullStatus::OffsetIllegal, Vec::new(), nearest));
