@@ -17,7 +17,6 @@ use rocketraft_proto::nameserver::name_server_client::NameServerClient;
 use tokio_util::sync::CancellationToken;
 
 use crate::group_state::GroupState;
-use crate::raft::membership::is_member;
 use crate::raft::membership::members;
 use crate::raft::role::Role;
 use crate::raft::role::RoleWatch;
@@ -60,7 +59,7 @@ pub async fn run_registration(
 ) {
     let mut roles = RoleWatch::new(&raft);
     let mut role = roles.current();
-    let mut member = is_member(&raft);
+    let mut member = roles.is_member();
     let mut topics = group.watch_topics();
     loop {
         // A node outside the membership (removed, or not added yet) is no route to the
@@ -86,7 +85,7 @@ pub async fn run_registration(
                     }
                     role = now;
                 }
-                let now_member = is_member(&raft);
+                let now_member = roles.is_member();
                 if now_member != member {
                     if now_member {
                         tracing::info!("this node joined its group's membership; registering");

@@ -100,18 +100,6 @@ pub fn members(raft: &Raft) -> (BTreeMap<NodeId, NodeAddr>, BTreeMap<NodeId, Nod
     (voter_addrs, learner_addrs)
 }
 
-/// Whether this node is a voter or a learner of its group: false for a node that was removed,
-/// or that runs but was not added yet.
-pub fn is_member(raft: &Raft) -> bool {
-    // Only the id and the membership's `Arc` are copied out of the guard.
-    let (id, membership) = {
-        let metrics = raft.metrics();
-        let now = metrics.borrow_watched();
-        (now.id, now.membership_config.clone())
-    };
-    membership.get_node(&id).is_some()
-}
-
 /// The addresses of this node's peers, read when they are needed (they change with the
 /// membership): the other nodes of the Raft membership, or the configured peers while this
 /// node knows no membership yet (it has not joined).

@@ -41,6 +41,15 @@ impl RoleWatch {
         }
     }
 
+    /// Whether this node is a voter or a learner of its group: false for a node that was
+    /// removed, or that runs but was not added yet. Read from the same watch as
+    /// [`RoleWatch::changed`]: openraft publishes these metrics before its full ones, so a
+    /// membership change seen here may not have reached [`Raft::metrics`] yet.
+    pub fn is_member(&self) -> bool {
+        let metrics = self.metrics.borrow_watched();
+        metrics.membership_config.get_node(&metrics.id).is_some()
+    }
+
     /// Waits until the vote, the server state or the membership changes; `None` once Raft
     /// has stopped.
     pub async fn changed(&mut self) -> Option<()> {
