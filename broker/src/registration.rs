@@ -17,7 +17,6 @@ use rocketraft_proto::nameserver::name_server_client::NameServerClient;
 use tokio_util::sync::CancellationToken;
 
 use crate::group_state::GroupState;
-use crate::raft::membership::members;
 use crate::raft::role::Role;
 use crate::raft::role::RoleWatch;
 use crate::raft::types::Raft;
@@ -65,7 +64,7 @@ pub async fn run_registration(
         // A node outside the membership (removed, or not added yet) is no route to the
         // group: it lets its registration expire.
         if member {
-            register_everywhere(&identity, role, &raft, &group, &nameservers).await;
+            register_everywhere(&identity, role, &roles, &group, &nameservers).await;
         }
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -107,11 +106,11 @@ pub async fn run_registration(
 async fn register_everywhere(
     identity: &Identity,
     role: Role,
-    raft: &Raft,
+    roles: &RoleWatch,
     group: &GroupState,
     nameservers: &[String],
 ) {
-    let request = registration(identity, role, raft, group);
+    let request = registration(identity, role, roles, group);
     let calls = nameservers.iter().map(|addr| {
         let request = request.clone();
         async move {
@@ -126,7 +125,7 @@ async fn register_everywhere(
 fn registration(
     identity: &Identity,
     role: Role,
-    raft: &Raft,
+    roles: &RoleWatch,
     group: &GroupState,
 ) -> pb::RegisterBrokerRequest {
     let topics = if role.is_leader {
@@ -146,8 +145,7 @@ fn registration(
         Vec::new()
     };
     let members = if role.is_leader {
-        let (voters, learners) = members(raft);
-        voters.into_keys().chain(learners.into_keys()).collect()
+        roles.member_ids()
     } else {
         Vec::new()
     };

@@ -50,6 +50,17 @@ impl RoleWatch {
         metrics.membership_config.get_node(&metrics.id).is_some()
     }
 
+    /// The ids of the group's voters and learners as this node knows them, from the same
+    /// watch as [`RoleWatch::is_member`].
+    pub fn member_ids(&self) -> Vec<u64> {
+        let metrics = self.metrics.borrow_watched();
+        metrics
+            .membership_config
+            .nodes()
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// Waits until the vote, the server state or the membership changes; `None` once Raft
     /// has stopped.
     pub async fn changed(&mut self) -> Option<()> {
