@@ -1,6 +1,7 @@
 //! Retention on real nodes with tiny segments: old CommitLog segments go on every node while
 //! readers move to what is left, a follower that slept past the leader's retained range is
-//! rebuilt from a snapshot plus the retained CommitLog, a delayed message not yet delivered
+//! rebuilt from a snapshot plus the retained CommitLog (a queue none of whose records it was
+//! shipped keeps its end, as on every other node), a delayed message not yet delivered
 //! keeps its segment whatever its age, a popped message deleted before its ack does not hold
 //! up an orderly pop group, and a full disk refuses sends but keeps serving pulls.
 
@@ -31,6 +32,8 @@ const TOPIC: &str = "RetainedTopic";
 /// 256 KiB bodies, eight to a send: a (4 MiB) test segment holds about 16.
 const BODY_BYTES: usize = 256 * 1024;
 const BODIES_PER_SEND: usize = 8;
+/// A queue that gets messages only before and after a follower's sleep.
+const QUIET_QUEUE: i32 = 1;
 
 fn body(i: usize) -> Vec<u8> {
     let mut body = format!("message {i:06} ").into_bytes();
@@ -116,6 +119,15 @@ async fn given_expired_segments_every_node_should_drop_them_and_a_sleeping_follo
     let leader = group.wait_for_leader(TIMEOUT).await?;
     let sleeper = group.a_follower(leader);
 
+    info!("--- two messages to a queue that then stays quiet");
+    group
+        .group_client()
+        .send(
+            send_request(TOPIC, QUIET_QUEUE, [body(0), body(1)]),
+            SEND_TIMEOUT,
+        )
+        .await?;
+
     info!("--- about six segments of messages");
     send_range(&group, 0, 100).await?;
     let ((_, end), _) = offsets(&group, leader);
@@ -172,6 +184,27 @@ async fn given_expired_segments_every_node_should_drop_them_and_a_sleeping_follo
         (max == end && min > sleeper_end && sleeper_queue_max == queue_max).then_some(())
     })
     .await?;
+    info!("--- the quiet queue, none of whose records were shipped, ends where it ends elsewhere");
+    let quiet = |id: u64| {
+        group
+            .node(id)
+            .group()
+            .store()
+            .consume_queue_offsets(TOPIC, QUIET_QUEUE)
+    };
+    assert_eq!(quiet(leader), (2, 2), "retention deleted both");
+    assert_eq!(quiet(sleeper), quiet(leader));
+    group
+        .group_client()
+        .send(send_request(TOPIC, QUIET_QUEUE, [body(2)]), SEND_TIMEOUT)
+        .await?;
+    wait_for(
+        "every node stored the quiet queue's third message as its third",
+        TIMEOUT,
+        || async { (1..=3).all(|id| quiet(id) == (2, 3)).then_some(()) },
+    )
+    .await?;
+
     // Retention may still delete on the sleeper: compare once its first offset settled.
     let sleeper_queue_min = settled_queue_min(&group, sleeper).await?;
     let sleeper_kept = retained_bodies(&group, sleeper)?;

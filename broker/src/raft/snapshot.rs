@@ -19,6 +19,7 @@ use crate::metadata::TopicTypes;
 use crate::metadata::Trailing;
 use crate::pop_state::PopState;
 use crate::raft::types::SnapshotMeta;
+use crate::store::QueueTail;
 
 /// Bytes of CommitLog moved per read when shipping or installing a snapshot.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
@@ -35,6 +36,10 @@ pub struct SnapshotState {
     pub pops: PopState,
     #[serde(deserialize_with = "crate::metadata::deserialize_or_empty")]
     pub topic_types: TopicTypes,
+    /// Where every ConsumeQueue ends at `commit_log_end` (empty in snapshots written before
+    /// they were kept): a receiver that restarts its store past its end takes them.
+    #[serde(deserialize_with = "crate::metadata::deserialize_or_empty")]
+    pub queue_tails: Vec<QueueTail>,
 }
 
 impl SnapshotState {
@@ -138,6 +143,14 @@ mod tests {
             commit_log_end: 4096,
             pops,
             topic_types: TopicTypes::from([("T".to_owned(), TopicMessageType::Fifo)]),
+            queue_tails: vec![QueueTail {
+                topic: "T".into(),
+                queue_id: 1,
+                queue_offset: 2,
+                commit_log_offset: 400,
+                size: 120,
+                tags_code: 7,
+            }],
         }
     }
 
@@ -149,8 +162,18 @@ mod tests {
             crate::raft::codec::decode("snapshot", &encoded).expect("decode");
         assert_eq!(decoded, state);
 
+        // Written before queue tails: ends after the topic types.
+        let mut before_tails = state.clone();
+        before_tails.queue_tails = Vec::new();
+        let mut bytes = crate::raft::codec::encode("snapshot", &before_tails).expect("encode");
+        // An empty list is its 8-byte length.
+        bytes.truncate(bytes.len() - 8);
+        let decoded: SnapshotState =
+            crate::raft::codec::decode("snapshot", &bytes).expect("decode");
+        assert_eq!(decoded, before_tails);
+
         // Written before topic types: ends after the pop state.
-        let mut before_types = state.clone();
+        let mut before_types = before_tails;
         before_types.topic_types = TopicTypes::new();
         let mut bytes = crate::raft::codec::encode("snapshot", &before_types).expect("encode");
         // An empty map is its 8-byte length.

@@ -531,6 +531,7 @@ impl StateMachine {
             commit_log_end: self.group.store().commit_log_max_offset(),
             pops: trailing.pops,
             topic_types: trailing.topic_types,
+            queue_tails: self.group.store().queue_tails(),
         }
     }
 
@@ -823,6 +824,9 @@ impl<C: LogTypes> RaftStateMachine<C> for StateMachine {
             ..snapshot.state
         };
         self.install_commit_log(&state, snapshot.commit_log)?;
+        self.group
+            .store_mut()
+            .restore_queue_tails(&state.queue_tails)?;
         *self.group.metadata_mut() = state.whole_metadata();
         self.group.messages_arrived_everywhere();
         self.group.topics_changed();

@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
 use tracing::warn;
 
 use crate::store::cq_sums::{self, CQ_BLOCK_UNITS, SUMS_DIR, SegmentSums, UNIT_SUMS};
@@ -29,6 +30,30 @@ pub struct CqUnit {
     pub commit_log_offset: i64,
     pub size: i32,
     pub tags_code: i64,
+}
+
+/// Where a queue ends: its last unit and that unit's queue offset. A snapshot carries the tail
+/// of every queue, so a node that installs it past its own end (its source's retention
+/// deleted what lies between) gives a queue none of whose records were shipped the same end
+/// as every other replica, instead of starting it over at 0.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueTail {
+    pub topic: String,
+    pub queue_id: i32,
+    pub queue_offset: u64,
+    pub commit_log_offset: i64,
+    pub size: i32,
+    pub tags_code: i64,
+}
+
+impl QueueTail {
+    fn unit(&self) -> CqUnit {
+        CqUnit {
+            commit_log_offset: self.commit_log_offset,
+            size: self.size,
+            tags_code: self.tags_code,
+        }
+    }
 }
 
 impl CqUnit {
@@ -380,6 +405,56 @@ impl ConsumeQueue {
             .get(usize::try_from((byte - first) / self.segment_bytes()).ok()?)?;
         let pos = (byte - segment.start_offset()) as usize;
         CqUnit::decode(segment.units.read(pos, CQ_UNIT_SIZE)?)
+    }
+
+    /// The last unit written, at `max_offset - 1`, even if retention forgot it: a queue whose
+    /// records retention deleted still ends with it (see [`ConsumeQueue::forget_below`]).
+    fn last_unit(&self) -> Option<(u64, CqUnit)> {
+        let last = self.max_offset().checked_sub(1)?;
+        let byte = last * CQ_UNIT_SIZE as u64;
+        let segment = self
+            .segments
+            .iter()
+            .rev()
+            .find(|segment| segment.start_offset() <= byte)?;
+        let pos = usize::try_from(byte - segment.start_offset()).ok()?;
+        let unit = CqUnit::decode(segment.units.read(pos, CQ_UNIT_SIZE)?)?;
+        unit.is_valid().then_some((last, unit))
+    }
+
+    /// This queue's [`QueueTail`], if it ever held a unit.
+    pub fn tail(&self) -> Option<QueueTail> {
+        let (queue_offset, unit) = self.last_unit()?;
+        Some(QueueTail {
+            topic: self.topic.clone(),
+            queue_id: self.queue_id,
+            queue_offset,
+            commit_log_offset: unit.commit_log_offset,
+            size: unit.size,
+            tags_code: unit.tags_code,
+        })
+    }
+
+    /// Makes this queue end where `tail` says, as it does on the node the tail came from: an
+    /// empty queue behind it starts with the tail's unit (which the store then forgets if it
+    /// points below its CommitLog, as retention left it on that node); a queue that ends
+    /// there already is left alone; any other end means the replicas diverged.
+    pub fn restore_tail(&mut self, tail: &QueueTail) -> Result<(), StoreError> {
+        let end = tail.queue_offset + 1;
+        let max_offset = self.max_offset();
+        if max_offset == end {
+            return Ok(());
+        }
+        if self.min_offset != max_offset || max_offset > end {
+            return Err(StoreError::QueueEndMismatch {
+                topic: self.topic.clone(),
+                queue_id: self.queue_id,
+                local: max_offset,
+                source_end: end,
+            });
+        }
+        self.start_at(tail.queue_offset)?;
+        self.put(tail.queue_offset, tail.unit())
     }
 
     /// The segment and block holding `queue_offset`, if that unit is written.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use tracing::warn;
 
 use crate::store::config::StoreConfig;
-use crate::store::consume_queue::{CONSUME_QUEUE_DIR, ConsumeQueue, CqUnit};
+use crate::store::consume_queue::{CONSUME_QUEUE_DIR, ConsumeQueue, CqUnit, QueueTail};
 use crate::store::error::StoreError;
 use crate::store::index::{Index, key_hash};
 use crate::store::mapped_file;
@@ -166,6 +166,11 @@ impl Dispatcher {
             .iter()
             .map(|queue| (queue.topic().to_owned(), queue.queue_id()))
             .collect()
+    }
+
+    /// The [`QueueTail`] of every queue that ever held a unit, in no order.
+    pub fn queue_tails(&self) -> Vec<QueueTail> {
+        self.queues.iter().filter_map(ConsumeQueue::tail).collect()
     }
 
     /// The ids of `topic`'s queues, in no order.

@@ -112,6 +112,17 @@ pub enum StoreError {
         queue_offset: u64,
         max_offset: u64,
     },
+    /// A queue a snapshot installed ends elsewhere than on the node the snapshot came from.
+    #[error(
+        "consume queue {topic}/{queue_id} ends at {local} here but at {source_end} where the \
+         snapshot came from: the replicas diverged"
+    )]
+    QueueEndMismatch {
+        topic: String,
+        queue_id: i32,
+        local: u64,
+        source_end: u64,
+    },
     /// A re-dispatched unit differs from the unit already stored at that queue offset.
     #[error("consume queue {topic}/{queue_id}: unit at {queue_offset} differs from re-dispatch")]
     ConsumeQueueConflict {

@@ -33,7 +33,7 @@ pub mod tags;
 pub use checkpoint::{Checkpoint, CheckpointState};
 pub use commit_log::{CheckedBlock, CommitLog, CommitLogRecovery, SealedSegment};
 pub use config::StoreConfig;
-pub use consume_queue::{CQ_UNIT_SIZE, ConsumeQueue, CqUnit};
+pub use consume_queue::{CQ_UNIT_SIZE, ConsumeQueue, CqUnit, QueueTail};
 pub use error::StoreError;
 pub use properties::Properties;
 pub use record::{DecodedRecord, MessageRecord, RecordView};
@@ -468,6 +468,27 @@ impl MessageStore {
         self.commit_log.clear()?;
         self.dispatcher.clear()?;
         Ok(())
+    }
+
+    /// Where every queue ends ([`QueueTail`]), for a snapshot taken at this store's end.
+    pub fn queue_tails(&self) -> Vec<QueueTail> {
+        self.dispatcher.queue_tails()
+    }
+
+    /// Ends every queue where `tails` (a snapshot's, taken where this store now ends) say:
+    /// after [`MessageStore::restart_at`] a queue none of whose records were shipped would
+    /// otherwise start over at 0 and give its next message another queue offset than the
+    /// other replicas do. Fails on a queue that ends elsewhere: the replicas diverged.
+    pub fn restore_queue_tails(&mut self, tails: &[QueueTail]) -> Result<(), StoreError> {
+        for tail in tails {
+            self.dispatcher
+                .queue_mut(&tail.topic, tail.queue_id)?
+                .restore_tail(tail)?;
+        }
+        let mut detached = Detached::default();
+        self.dispatcher
+            .forget_below(self.commit_log.min_offset(), &mut detached);
+        detached.delete()
     }
 
     /// Drops CommitLog bytes, ConsumeQueue units and index entries at or after

@@ -727,6 +727,62 @@ fn a_store_behind_a_source_whose_retention_deleted_its_end_restarts_where_the_so
 }
 
 #[test]
+fn a_store_restarted_past_its_end_gives_a_queue_without_shipped_records_its_source_end() {
+    let src_dir = tempfile::tempdir().expect("tempdir");
+    let dst_dir = tempfile::tempdir().expect("tempdir");
+    let (mut src, _) = open(src_dir.path());
+    let (mut dst, _) = open(dst_dir.path());
+    let lonely = |i: usize| {
+        sample("Lonely", 0, format!("lonely {i}").as_bytes())
+            .encode()
+            .expect("encode")
+    };
+    for i in 0..3 {
+        src.append(&lonely(i)).expect("append");
+    }
+    append_n(&mut src, 0..150);
+    let deleted = delete_oldest(&mut src, 4);
+    let restart = deleted.commit_log_min as i64;
+    assert_eq!(src.consume_queue_offsets("Lonely", 0), (3, 3));
+
+    dst.restart_at(restart).expect("restart");
+    let bytes = src.read_commit_log(restart, usize::MAX).expect("read");
+    dst.append_raw_commit_log(restart, &bytes).expect("install");
+    dst.restore_queue_tails(&src.queue_tails())
+        .expect("restore the tails");
+    assert_eq!(dst.consume_queue_offsets("Lonely", 0), (3, 3));
+    assert_eq!(all_units(&dst), all_units(&src));
+
+    let a = src.append(&lonely(3)).expect("append");
+    let b = dst.append(&lonely(3)).expect("append");
+    assert_eq!(a, b);
+    assert_eq!(b.queue_offset, 3);
+    dst.flush().expect("flush");
+    drop(dst);
+    let (dst, _) = open(dst_dir.path());
+    assert_eq!(dst.consume_queue_offsets("Lonely", 0), (3, 4));
+    assert_eq!(
+        dst.read_consume_queue("Lonely", 0, 3, 1),
+        src.read_consume_queue("Lonely", 0, 3, 1)
+    );
+
+    // A queue that ends elsewhere than the tail says is not moved: the replicas diverged.
+    let mut dst = dst;
+    let mut behind = src.queue_tails();
+    behind.retain(|tail| tail.topic == "Lonely");
+    behind[0].queue_offset = 2;
+    assert!(matches!(
+        dst.restore_queue_tails(&behind),
+        Err(StoreError::QueueEndMismatch {
+            local: 4,
+            source_end: 3,
+            ..
+        })
+    ));
+    assert_eq!(dst.consume_queue_offsets("Lonely", 0), (3, 4));
+}
+
+#[test]
 fn shipped_bytes_cut_anywhere_install_record_by_record() {
     let src_dir = tempfile::tempdir().expect("tempdir");
     let dst_dir = tempfile::tempdir().expect("tempdir");
