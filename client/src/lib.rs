@@ -2,7 +2,8 @@
 //!
 //! - [`producer`]: sending messages across broker groups by topic route;
 //! - [`consumer`]: the push consumer (rebalance, long-polling pull loops, offsets);
-//! - [`message`]: the message type and its core properties; [`unique_id`]: `UNIQ_KEY`s;
+//! - [`message`]: the message type and its core properties; [`properties`]: a received
+//!   message's properties, read in place; [`unique_id`]: `UNIQ_KEY`s;
 //! - [`send_lanes`]: concurrent sends to one queue share a request; [`end_lanes`]: so do
 //!   concurrent transaction ends to one broker group ([`transaction`]);
 //! - [`route`]: topic routes from the nameservers, cached; [`subscription`]: tag expressions;
@@ -25,6 +26,7 @@ pub mod error;
 pub mod group;
 pub mod message;
 pub mod producer;
+pub mod properties;
 pub mod route;
 pub mod send_lanes;
 pub mod subscription;

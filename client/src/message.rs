@@ -8,6 +8,8 @@ use bytes::Bytes;
 use rocketraft_proto::broker::PulledMessage;
 use rocketraft_proto::common as pb;
 
+use crate::properties::Properties;
+
 /// Property names the broker understands (RocketMQ's spellings).
 pub mod property {
     pub use rocketraft_proto::property_keys::*;
@@ -152,7 +154,7 @@ pub struct MessageExt {
     pub keys: Vec<String>,
     pub body: Bytes,
     /// Every property, the core ones included.
-    pub properties: BTreeMap<String, String>,
+    pub properties: Properties,
     pub reconsume_times: i32,
     pub born_timestamp_ms: i64,
     pub store_timestamp_ms: i64,
@@ -163,28 +165,26 @@ pub struct MessageExt {
 impl MessageExt {
     /// A pulled message. One from a retry topic shows its original topic (`RETRY_TOPIC`).
     pub fn from_pulled(message: PulledMessage, group: &str) -> MessageExt {
-        let properties: BTreeMap<String, String> =
-            rocketraft_proto::properties::pairs(&message.properties)
-                .filter_map(|pair| match pair {
-                    Ok((key, value)) => Some((key.to_owned(), value.to_owned())),
-                    Err(error) => {
-                        tracing::warn!(%error, topic = %message.topic, queue_offset = message.queue_offset, "skipping a malformed property of a pulled message");
-                        None
-                    }
-                })
-                .collect();
-        let topic = match properties.get(property::RETRY_TOPIC) {
-            Some(original) if message.topic.starts_with(RETRY_TOPIC_PREFIX) => original.clone(),
+        let (properties, [retry_topic, msg_id, tags, keys]) = Properties::from_wire(
+            message.properties,
+            [
+                property::RETRY_TOPIC,
+                property::UNIQ_KEY,
+                property::TAGS,
+                property::KEYS,
+            ],
+            |error| {
+                tracing::warn!(%error, topic = %message.topic, queue_offset = message.queue_offset, "skipping a malformed property of a pulled message");
+            },
+        );
+        let topic = match retry_topic {
+            Some(original) if message.topic.starts_with(RETRY_TOPIC_PREFIX) => original,
             _ => message.topic,
         };
         MessageExt {
-            msg_id: properties
-                .get(property::UNIQ_KEY)
-                .cloned()
-                .unwrap_or_default(),
-            tags: properties.get(property::TAGS).cloned(),
-            keys: properties
-                .get(property::KEYS)
+            msg_id: msg_id.unwrap_or_default(),
+            tags,
+            keys: keys
                 .map(|keys| {
                     keys.split(KEY_SEPARATOR)
                         .filter(|key| !key.is_empty())

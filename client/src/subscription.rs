@@ -75,9 +75,7 @@ impl Subscription {
         match self {
             Subscription::All => true,
             Subscription::Tags(tags) => message.tags.as_ref().is_some_and(|tag| tags.contains(tag)),
-            Subscription::Sql(filter) => {
-                filter.matches(|name| message.properties.get(name).map(String::as_str))
-            }
+            Subscription::Sql(filter) => filter.matches(|name| message.properties.get(name)),
         }
     }
 }

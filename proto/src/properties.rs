@@ -91,20 +91,29 @@ pub fn validate_find<'a, const N: usize>(
     encoded: &'a [u8],
     keys: [&str; N],
 ) -> Result<[Option<&'a str>; N], MalformedProperty> {
-    let mut seen: Vec<&str> = Vec::new();
+    // The keys seen so far: on the stack for as many as a message usually has, so checking
+    // a send or a pulled message allocates nothing.
+    let mut seen_inline = [""; SEEN_INLINE];
+    let mut seen_beyond: Vec<&str> = Vec::new();
     let mut found = [None; N];
-    for pair in pairs(encoded) {
+    for (seen, pair) in pairs(encoded).enumerate() {
         let (k, v) = pair?;
-        if seen.contains(&k) {
+        if seen_inline[..seen.min(SEEN_INLINE)].contains(&k) || seen_beyond.contains(&k) {
             return Err(malformed(k, "duplicate key"));
         }
-        seen.push(k);
+        match seen_inline.get_mut(seen) {
+            Some(slot) => *slot = k,
+            None => seen_beyond.push(k),
+        }
         if let Some(at) = keys.iter().position(|key| *key == k) {
             found[at] = Some(v);
         }
     }
     Ok(found)
 }
+
+/// Keys [`validate_find`] remembers without allocating.
+const SEEN_INLINE: usize = 16;
 
 fn malformed(key: &str, reason: &'static str) -> MalformedProperty {
     MalformedProperty {
@@ -168,6 +177,29 @@ mod tests {
             b"A\x01\xff\x02",
         ] {
             assert!(validate(bad, "A").is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn duplicates_are_found_among_more_keys_than_are_remembered_inline() {
+        let encoded = |keys: &[usize]| {
+            let mut out = Vec::new();
+            for key in keys {
+                put_pair(&mut out, &format!("K{key}"), "v");
+            }
+            out
+        };
+        let distinct: Vec<usize> = (0..SEEN_INLINE * 2).collect();
+        assert_eq!(
+            validate(&encoded(&distinct), "K20"),
+            Ok(Some("v")),
+            "distinct keys past the inline ones"
+        );
+        for repeated in [3, SEEN_INLINE + 1] {
+            let mut keys = distinct.clone();
+            keys.push(repeated);
+            let error = validate(&encoded(&keys), "A").expect_err("a repeated key");
+            assert_eq!(error.key, format!("K{repeated}"));
         }
     }
 }

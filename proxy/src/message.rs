@@ -13,12 +13,12 @@ use crate::pb;
 /// `message` as a 5.x message of type `kind`, under the topic it was sent to.
 pub fn to_v5(message: &MessageExt, kind: pb::MessageType) -> pb::Message {
     let property = |key: &str| message.properties.get(key);
-    let topic = property(REAL_TOPIC).unwrap_or(&message.topic).clone();
+    let topic = property(REAL_TOPIC).unwrap_or(&message.topic).to_owned();
     let user_properties = message
         .properties
         .iter()
-        .filter(|(key, _)| !SYSTEM_KEYS.contains(&key.as_str()))
-        .map(|(key, value)| (key.clone(), value.clone()))
+        .filter(|(key, _)| !SYSTEM_KEYS.contains(key))
+        .map(|(key, value)| (key.to_owned(), value.to_owned()))
         .collect();
     let system_properties = pb::SystemProperties {
         tag: message.tags.clone(),
@@ -28,7 +28,7 @@ pub fn to_v5(message: &MessageExt, kind: pb::MessageType) -> pb::Message {
         body_encoding: pb::Encoding::Identity as i32,
         message_type: kind as i32,
         born_timestamp: Some(timestamp(message.born_timestamp_ms)),
-        born_host: property(BORN_HOST).unwrap_or(&message.born_host).clone(),
+        born_host: property(BORN_HOST).unwrap_or(&message.born_host).to_owned(),
         store_timestamp: Some(timestamp(message.store_timestamp_ms)),
         store_host: message.store_host.clone(),
         delivery_timestamp: property(TIMER_DELIVER_MS)
@@ -39,7 +39,7 @@ pub fn to_v5(message: &MessageExt, kind: pb::MessageType) -> pb::Message {
         queue_offset: Some(message.queue_offset),
         invisible_duration: None,
         delivery_attempt: None,
-        message_group: property(SHARDING_KEY).cloned(),
+        message_group: property(SHARDING_KEY).map(str::to_owned),
         trace_context: None,
         orphaned_transaction_recovery_duration: None,
         dead_letter_queue: None,
@@ -102,8 +102,6 @@ pub fn delivery_ms(timestamp: &prost_types::Timestamp) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use rocketraft_proto::property_keys::TRAN_MSG;
     use rocketraft_proto::property_keys::UNIQ_KEY;
 
@@ -119,13 +117,15 @@ mod tests {
             body: "body".into(),
             born_timestamp_ms: 1_700_000_000_123,
             born_host: "10.0.0.1:5000".into(),
-            properties: BTreeMap::from([
-                (REAL_TOPIC.to_owned(), "Orders".to_owned()),
-                (UNIQ_KEY.to_owned(), "ID1".to_owned()),
-                (TRAN_MSG.to_owned(), "true".to_owned()),
-                (BORN_HOST.to_owned(), "app-host".to_owned()),
-                ("shop".to_owned(), "north".to_owned()),
-            ]),
+            properties: [
+                (REAL_TOPIC, "Orders"),
+                (UNIQ_KEY, "ID1"),
+                (TRAN_MSG, "true"),
+                (BORN_HOST, "app-host"),
+                ("shop", "north"),
+            ]
+            .into_iter()
+            .collect(),
             ..MessageExt::default()
         };
         let v5 = to_v5(&stored, pb::MessageType::Transaction);

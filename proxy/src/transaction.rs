@@ -88,7 +88,7 @@ impl TransactionChecker for ForwardChecks {
             .properties
             .get(REAL_TOPIC)
             .unwrap_or(&message.topic)
-            .clone();
+            .to_owned();
         let command = pb::TelemetryCommand {
             status: None,
             command: Some(

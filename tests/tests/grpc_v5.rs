@@ -187,10 +187,7 @@ async fn given_the_official_5x_producer_its_messages_should_be_stored_with_their
         assert_eq!(&message.msg_id, id, "the client's message id is kept");
         assert_eq!(message.tags.as_deref(), Some("TagA"));
         assert_eq!(message.keys, [format!("key-{i}")]);
-        assert_eq!(
-            message.properties.get("shop").map(String::as_str),
-            Some("north")
-        );
+        assert_eq!(message.properties.get("shop"), Some("north"));
         assert!(
             message
                 .properties
@@ -223,19 +220,17 @@ async fn given_the_official_5x_producer_its_messages_should_be_stored_with_their
             .all(|pair| pair[0].queue_offset < pair[1].queue_offset),
         "in send order"
     );
-    assert!(fifo_stored.iter().all(|message| {
-        message
-            .properties
-            .get(property::SHARDING_KEY)
-            .map(String::as_str)
-            == Some("order-42")
-    }));
+    assert!(
+        fifo_stored
+            .iter()
+            .all(|message| { message.properties.get(property::SHARDING_KEY) == Some("order-42") })
+    );
     for id in &delayed {
         let message = delivered(&deliveries, id)?;
         let deliver_at_ms = deliver_at_s * 1000;
         assert_eq!(
             message.properties.get(property::TIMER_DELIVER_MS),
-            Some(&deliver_at_ms.to_string())
+            Some(deliver_at_ms.to_string().as_str())
         );
         assert!(
             message.store_timestamp_ms >= deliver_at_ms,

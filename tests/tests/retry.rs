@@ -209,12 +209,9 @@ async fn given_max_reconsume_times_reached_the_message_should_land_in_the_dlq() 
     assert_eq!(letter.keys, ["order-9"]);
     assert_eq!(
         letter.properties.get("ORIGIN_MESSAGE_ID"),
-        Some(&sent.msg_id)
+        Some(sent.msg_id.as_str())
     );
-    assert_eq!(
-        letter.properties.get("RETRY_TOPIC").map(String::as_str),
-        Some(TOPIC)
-    );
+    assert_eq!(letter.properties.get("RETRY_TOPIC"), Some(TOPIC));
     assert_eq!(letter.reconsume_times, 2);
     info!("--- a dead letter is not redelivered");
     // The one retry copy was handed back (to the DLQ) and committed; no other copy exists.

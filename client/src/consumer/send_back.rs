@@ -75,37 +75,34 @@ pub async fn hand_back(shared: &Shared, message: &MessageExt, delay_level: i32) 
 
 /// The copy a client sends to `%RETRY%<group>` when `SendMessageBack` fails.
 fn retry_copy(shared: &Shared, message: &MessageExt, delay_level: i32) -> pb::SendRequest {
-    let mut properties: std::collections::HashMap<String, String> = message
+    let mut properties: std::collections::HashMap<&str, String> = message
         .properties
         .iter()
-        .map(|(key, value)| (key.clone(), value.clone()))
+        .map(|(key, value)| (key, value.to_owned()))
         .collect();
     // The original topic, as the listener saw it.
     properties
-        .entry(property::RETRY_TOPIC.to_owned())
+        .entry(property::RETRY_TOPIC)
         .or_insert_with(|| message.topic.clone());
     properties
-        .entry(property::ORIGIN_MESSAGE_ID.to_owned())
+        .entry(property::ORIGIN_MESSAGE_ID)
         .or_insert_with(|| message.msg_id.clone());
     let reconsume_times = message.reconsume_times + 1;
-    properties.insert(
-        property::RECONSUME_TIME.to_owned(),
-        reconsume_times.to_string(),
-    );
+    properties.insert(property::RECONSUME_TIME, reconsume_times.to_string());
     let max = match (delay_level < 0, shared.config.max_reconsume_times) {
         // Straight to the dead-letter topic: any count passes a maximum of 0.
         (true, _) => Some(0),
         (false, max) => max,
     };
     if let Some(max) = max {
-        properties.insert(property::MAX_RECONSUME_TIMES.to_owned(), max.to_string());
+        properties.insert(property::MAX_RECONSUME_TIMES, max.to_string());
     }
     let level = if delay_level > 0 {
         delay_level
     } else {
         RETRY_DELAY_LEVEL_BASE + message.reconsume_times
     };
-    properties.insert(property::DELAY.to_owned(), level.to_string());
+    properties.insert(property::DELAY, level.to_string());
     // A retry waits its delay level, not the timer the message once had.
     let timers = property::TIMER_KEYS.into_iter();
     for internal in [property::REAL_TOPIC, property::REAL_QID]
@@ -122,9 +119,7 @@ fn retry_copy(shared: &Shared, message: &MessageExt, delay_level: i32) -> pb::Se
             topic,
             body: message.body.clone(),
             properties: encode_properties(
-                properties
-                    .iter()
-                    .map(|(key, value)| (key.as_str(), value.as_str())),
+                properties.iter().map(|(key, value)| (*key, value.as_str())),
             ),
             ..Default::default()
         }],
