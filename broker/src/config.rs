@@ -324,6 +324,8 @@ impl Default for RaftTimings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreSizes {
+    /// The same on every node of a group: where a record lands depends on it (peers refuse
+    /// the Raft requests of a node set otherwise, `raft::layout_check`).
     pub commit_log_segment_bytes: u64,
     pub consume_queue_units_per_segment: u64,
     pub index_entries_per_file: u32,

@@ -322,7 +322,11 @@ impl BrokerNode {
             // the pull budget plus one message, far under the encoding limit.
             .max_decoding_message_size(SEND_REQUEST_BYTES_MAX)
             .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX);
-        let raft_service = RaftRoutes::new(raft_service, RAFT_GRPC_MESSAGE_BYTES_MAX);
+        let raft_service = RaftRoutes::new(
+            raft_service,
+            RAFT_GRPC_MESSAGE_BYTES_MAX,
+            config.store.commit_log_segment_bytes,
+        );
         let serve = |router: Router, listener: TcpListener| {
             tokio::spawn(router.serve_with_incoming_shutdown(
                 serve_connections(listener, config.connections_max),

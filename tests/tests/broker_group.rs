@@ -155,6 +155,54 @@ async fn given_three_nodes_when_ten_thousand_appends_should_hold_identical_commi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_node_with_another_commit_log_segment_size_it_should_get_nothing_until_set_alike()
+-> anyhow::Result<()> {
+    init_tracing();
+    // Offsets depend on where segments end: a node laid out otherwise would diverge.
+    let odd = 3;
+    let mut group = TestGroup::start(3, 0x5EED_0010, |config| {
+        if config.node_id == odd {
+            config.store.commit_log_segment_bytes *= 2;
+        }
+    })
+    .await?;
+    info!("--- nodes 1 and 2 elect a leader and serve; node 3 is refused every Raft request");
+    let leader = wait_for(
+        "a leader among the nodes laid out alike",
+        LEADER_TIMEOUT,
+        || async {
+            let leader = group.status(1).await.ok()?.leader_id?;
+            let agreed = group.status(2).await.ok()?.leader_id == Some(leader);
+            (agreed && leader != odd).then_some(leader)
+        },
+    )
+    .await?;
+    let results = send_many(&group, 200, 8).await?;
+    assert_eq!(results.len(), 200);
+    let applied = group.status(leader).await?.last_applied_index;
+    let other = 3 - leader;
+    wait_for(
+        "the other node laid out alike to apply",
+        CONVERGE_TIMEOUT,
+        || async { (group.status(other).await.ok()?.last_applied_index >= applied).then_some(()) },
+    )
+    .await?;
+    assert_eq!(
+        group.node(odd).group().store().commit_log_max_offset(),
+        0,
+        "node {odd} was given no entry"
+    );
+    info!("--- set alike, node 3 catches up to the same bytes");
+    group.stop(odd).await;
+    group
+        .restart_with(odd, |config| config.store.commit_log_segment_bytes /= 2)
+        .await?;
+    assert_converged(&group, leader).await?;
+    group.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_a_running_node_when_another_starts_on_its_data_dir_should_refuse_it()
 -> anyhow::Result<()> {
     init_tracing();

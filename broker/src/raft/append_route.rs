@@ -1,5 +1,6 @@
 //! The follower's end of the replication stream (`Raft.StreamAppend`), served here instead of
-//! by tonic's generated server; every other Raft RPC goes on to the generated server.
+//! by tonic's generated server; every other Raft RPC goes on to the generated server. Every
+//! request, of any RPC, first passes the CommitLog layout check (`layout_check`).
 //!
 //! tonic copies each request into its receive buffer before decoding it, and the follower
 //! then had to copy it again: entries decoded as slices of that buffer (they live until
@@ -43,6 +44,7 @@ use crate::raft::append_codec::GRPC_HEADER_SIZE;
 use crate::raft::append_codec::STREAM_APPEND_PATH;
 use crate::raft::append_codec::message_len;
 use crate::raft::append_codec::put_message_header;
+use crate::raft::layout_check::LayoutCheck;
 use crate::raft::service::RaftService;
 use crate::raft::service::ResultStream;
 
@@ -52,11 +54,17 @@ pub struct RaftRoutes {
     service: Arc<RaftService>,
     generated: RaftServer<RaftService>,
     message_bytes_max: usize,
+    layout: Arc<LayoutCheck>,
 }
 
 impl RaftRoutes {
-    /// Serves `service`, accepting messages up to `message_bytes_max` bytes each way.
-    pub fn new(service: RaftService, message_bytes_max: usize) -> RaftRoutes {
+    /// Serves `service`, accepting messages up to `message_bytes_max` bytes each way, from
+    /// peers whose CommitLog segments are `commit_log_segment_bytes` long as this node's are.
+    pub fn new(
+        service: RaftService,
+        message_bytes_max: usize,
+        commit_log_segment_bytes: u64,
+    ) -> RaftRoutes {
         let service = Arc::new(service);
         let generated = RaftServer::from_arc(service.clone())
             .max_decoding_message_size(message_bytes_max)
@@ -65,6 +73,7 @@ impl RaftRoutes {
             service,
             generated,
             message_bytes_max,
+            layout: Arc::new(LayoutCheck::new(commit_log_segment_bytes)),
         }
     }
 
@@ -108,6 +117,9 @@ impl Service<http::Request<Body>> for RaftRoutes {
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        if let Err(refused) = self.layout.check(request.headers()) {
+            return Box::pin(async move { Ok(refused.into_http()) });
+        }
         if request.uri().path() != STREAM_APPEND_PATH {
             return self.generated.call(request);
         }

@@ -27,6 +27,7 @@ pub mod entry_cache;
 pub mod faults;
 #[cfg(test)]
 mod group_sim;
+pub mod layout_check;
 pub mod lease;
 #[cfg(test)]
 mod log_crash_sim;

@@ -37,7 +37,6 @@ use serde::de::DeserializeOwned;
 use tonic::codec::Streaming;
 use tonic::codegen::Service;
 use tonic::codegen::http;
-use tonic::transport::Channel;
 
 use crate::raft::append_codec::AppendBody;
 use crate::raft::append_codec::PayloadDecoder;
@@ -45,6 +44,7 @@ use crate::raft::append_codec::STREAM_APPEND_PATH;
 use crate::raft::codec;
 use crate::raft::faults::FaultPlan;
 use crate::raft::faults::Verdict;
+use crate::raft::layout_check::Stamped;
 use crate::raft::node_addr::NodeAddr;
 use crate::raft::snapshot::CommitLogSource;
 use crate::raft::snapshot::SNAPSHOT_CHUNK_BYTES;
@@ -66,7 +66,9 @@ const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
 #[derive(Clone)]
 pub struct NetworkFactory {
     node_id: NodeId,
-    channels: Arc<DashMap<String, Channel>>,
+    /// This node's CommitLog segment size, stamped on every request (`layout_check`).
+    commit_log_segment_bytes: u64,
+    channels: Arc<DashMap<String, Stamped>>,
     faults: Option<Arc<FaultPlan>>,
     connector: PeerConnector,
 }
@@ -74,22 +76,27 @@ pub struct NetworkFactory {
 impl NetworkFactory {
     pub fn new(
         node_id: NodeId,
+        commit_log_segment_bytes: u64,
         faults: Option<Arc<FaultPlan>>,
         connector: PeerConnector,
     ) -> NetworkFactory {
         NetworkFactory {
             node_id,
+            commit_log_segment_bytes,
             channels: Arc::new(DashMap::new()),
             faults,
             connector,
         }
     }
 
-    fn channel(&self, addr: &str) -> Result<Channel, String> {
+    fn channel(&self, addr: &str) -> Result<Stamped, String> {
         if let Some(channel) = self.channels.get(addr) {
             return Ok(channel.clone());
         }
-        let channel = self.connector.endpoint(addr)?.connect_lazy();
+        let channel = Stamped::new(
+            self.connector.endpoint(addr)?.connect_lazy(),
+            self.commit_log_segment_bytes,
+        );
         self.channels.insert(addr.to_owned(), channel.clone());
         Ok(channel)
     }
@@ -113,18 +120,18 @@ pub struct PeerClient {
     from: NodeId,
     target: NodeId,
     /// `Err` if the peer's address cannot be used at all.
-    channel: Result<Channel, String>,
+    channel: Result<Stamped, String>,
     faults: Option<Arc<FaultPlan>>,
 }
 
 impl PeerClient {
-    fn channel(&self) -> Result<Channel, RPCError<TypeConfig>> {
+    fn channel(&self) -> Result<Stamped, RPCError<TypeConfig>> {
         self.channel
             .clone()
             .map_err(|reason| RPCError::Unreachable(Unreachable::from_string(reason)))
     }
 
-    fn client(&self) -> Result<RaftClient<Channel>, RPCError<TypeConfig>> {
+    fn client(&self) -> Result<RaftClient<Stamped>, RPCError<TypeConfig>> {
         Ok(RaftClient::new(self.channel()?)
             .max_decoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX)
             .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX))
@@ -158,7 +165,7 @@ impl PeerClient {
         &self,
         request: &Req,
         option: &RPCOption,
-        call: impl FnOnce(RaftClient<Channel>, tonic::Request<pb::RaftPayload>) -> Fut,
+        call: impl FnOnce(RaftClient<Stamped>, tonic::Request<pb::RaftPayload>) -> Fut,
     ) -> Result<Resp, RPCError<TypeConfig>>
     where
         Req: Serialize,
@@ -275,9 +282,11 @@ pub struct SnapshotHeader {
     pub start_offset: i64,
 }
 
+/// Unavailable, or refused as configured (`layout_check`): openraft leaves the peer alone a
+/// while before trying again.
 fn status_to_rpc_error(status: tonic::Status) -> RPCError<TypeConfig> {
     match status.code() {
-        tonic::Code::Unavailable | tonic::Code::Unknown => {
+        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::FailedPrecondition => {
             RPCError::Unreachable(Unreachable::new(&status))
         }
         _ => RPCError::Network(NetworkError::new(&status)),

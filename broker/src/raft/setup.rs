@@ -56,7 +56,12 @@ pub async fn start_raft(
     may_elect: bool,
 ) -> Result<Raft, SetupError> {
     let raft_config = raft_config(config, may_elect)?;
-    let network = NetworkFactory::new(config.node_id, faults, peers);
+    let network = NetworkFactory::new(
+        config.node_id,
+        config.store.commit_log_segment_bytes,
+        faults,
+        peers,
+    );
     Raft::new(
         config.node_id,
         Arc::new(raft_config),

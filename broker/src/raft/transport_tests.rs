@@ -16,6 +16,7 @@ use openraft::raft::VoteRequest;
 use rocketraft_proto::raft as pb;
 use rocketraft_proto::raft::raft_client::RaftClient;
 
+use crate::config::COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
 use crate::raft::faults::FaultPlan;
 use crate::raft::network::NetworkFactory;
 use crate::raft::network::PeerClient;
@@ -30,9 +31,23 @@ const STRANGER: NodeId = 9;
 const RPC_TTL: Duration = Duration::from_secs(5);
 
 async fn peer_client(addr: &str, faults: Option<Arc<FaultPlan>>) -> PeerClient {
-    NetworkFactory::new(STRANGER, faults, crate::tls::PeerConnector::default())
-        .new_client(1, &NodeAddr::shared(addr))
-        .await
+    laid_out_peer_client(addr, faults, COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER).await
+}
+
+/// A client that stamps `commit_log_segment_bytes` as its CommitLog segment size.
+async fn laid_out_peer_client(
+    addr: &str,
+    faults: Option<Arc<FaultPlan>>,
+    commit_log_segment_bytes: u64,
+) -> PeerClient {
+    NetworkFactory::new(
+        STRANGER,
+        commit_log_segment_bytes,
+        faults,
+        crate::tls::PeerConnector::default(),
+    )
+    .new_client(1, &NodeAddr::shared(addr))
+    .await
 }
 
 fn stale_vote_request() -> VoteRequest<TypeConfig> {
@@ -89,6 +104,58 @@ async fn a_stale_append_stream_is_refused_with_the_higher_vote() {
         other => panic!("expected HigherVote, got {other:?}"),
     }
     drop(results);
+    group.node.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_peer_with_another_commit_log_segment_size_is_refused_every_rpc() {
+    use futures::StreamExt;
+    let group = OneNode::start().await;
+    let addr = group.addr().to_string();
+    let mut client =
+        laid_out_peer_client(&addr, None, COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER * 2).await;
+    let says_why = |error: &RPCError<TypeConfig>| {
+        let text = error.to_string();
+        assert!(
+            matches!(error, RPCError::Unreachable(_)),
+            "left alone a while, as an unreachable peer: {error:?}"
+        );
+        assert!(
+            text.contains("commit_log_segment_bytes")
+                && text.contains(&COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER.to_string())
+                && text.contains(&(COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER * 2).to_string()),
+            "{text}"
+        );
+    };
+
+    let refused = client
+        .vote(stale_vote_request(), RPCOption::new(RPC_TTL))
+        .await
+        .expect_err("a vote from a node laid out otherwise");
+    says_why(&refused);
+    let request = AppendEntriesRequest::<TypeConfig> {
+        vote: Vote::new_committed(0, STRANGER),
+        prev_log_id: None,
+        entries: Vec::new(),
+        leader_commit: None,
+    };
+    let refused = match client
+        .stream_append(futures::stream::iter([request]), RPCOption::new(RPC_TTL))
+        .await
+    {
+        Err(error) => error,
+        Ok(mut results) => tokio::time::timeout(RPC_TTL, results.next())
+            .await
+            .expect("answered in time")
+            .expect("one result")
+            .expect_err("a replication stream from a node laid out otherwise"),
+    };
+    says_why(&refused);
+
+    let mut same = peer_client(&addr, None).await;
+    same.vote(stale_vote_request(), RPCOption::new(RPC_TTL))
+        .await
+        .expect("a peer laid out alike is answered");
     group.node.shutdown().await;
 }
 
