@@ -65,7 +65,7 @@ impl Properties {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.encoded.is_empty()
+        self.iter().next().is_none()
     }
 
     /// The encoded bytes, as a broker takes them in a `SendRequest`.
@@ -190,5 +190,9 @@ mod tests {
         assert_ne!(ab, other);
         assert_ne!(ab, Properties::default());
         assert!(Properties::default().is_empty());
+        let (separator_only, skipped) = skipped_of(b"\x02");
+        assert!(skipped.is_empty());
+        assert!(separator_only.is_empty(), "no pair");
+        assert_eq!(separator_only, Properties::default());
     }
 }
