@@ -12,6 +12,8 @@ use bytes::Bytes;
 use rocketraft_proto::properties as wire;
 use rocketraft_proto::properties::MalformedProperty;
 
+use crate::message::encode_properties;
+
 /// Key/value properties of a received message.
 #[derive(Clone, Default)]
 pub struct Properties {
@@ -31,16 +33,9 @@ impl Properties {
             let found = found.map(|value| value.map(str::to_owned));
             return (Properties { encoded }, found);
         }
-        let mut kept = BTreeMap::new();
-        for pair in wire::pairs(&encoded) {
-            match pair {
-                Ok((key, value)) => {
-                    kept.insert(key, value);
-                }
-                Err(error) => skipped(&error),
-            }
-        }
-        let properties: Properties = kept.into_iter().collect();
+        let kept =
+            wire::pairs(&encoded).filter_map(|pair| pair.map_err(|error| skipped(&error)).ok());
+        let properties: Properties = kept.collect();
         let found = keys.map(|key| properties.get(key).map(str::to_owned));
         (properties, found)
     }
@@ -82,12 +77,8 @@ impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Properties {
             .iter()
             .map(|(key, value)| (key.as_ref(), value.as_ref()))
             .collect();
-        let mut encoded = Vec::new();
-        for (key, value) in unique {
-            wire::put_pair(&mut encoded, key, value);
-        }
         Properties {
-            encoded: encoded.into(),
+            encoded: encode_properties(unique.iter().map(|(key, value)| (*key, *value))),
         }
     }
 }

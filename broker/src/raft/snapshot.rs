@@ -118,6 +118,7 @@ mod tests {
     use crate::metadata::TopicMessageType;
     use crate::pop_state::Pop;
     use crate::pop_state::PopQueueKey;
+    use crate::store::CqUnit;
 
     fn state_with_pops() -> SnapshotState {
         let mut pops = PopState::default();
@@ -147,9 +148,11 @@ mod tests {
                 topic: "T".into(),
                 queue_id: 1,
                 queue_offset: 2,
-                commit_log_offset: 400,
-                size: 120,
-                tags_code: 7,
+                unit: CqUnit {
+                    commit_log_offset: 400,
+                    size: 120,
+                    tags_code: 7,
+                },
             }],
         }
     }

@@ -25,7 +25,7 @@ const _: () = assert!(CQ_UNIT_SIZE == 8 + 4 + 8);
 pub const CONSUME_QUEUE_DIR: &str = "consumequeue";
 
 /// One ConsumeQueue unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CqUnit {
     pub commit_log_offset: i64,
     pub size: i32,
@@ -41,19 +41,7 @@ pub struct QueueTail {
     pub topic: String,
     pub queue_id: i32,
     pub queue_offset: u64,
-    pub commit_log_offset: i64,
-    pub size: i32,
-    pub tags_code: i64,
-}
-
-impl QueueTail {
-    fn unit(&self) -> CqUnit {
-        CqUnit {
-            commit_log_offset: self.commit_log_offset,
-            size: self.size,
-            tags_code: self.tags_code,
-        }
-    }
+    pub unit: CqUnit,
 }
 
 impl CqUnit {
@@ -395,14 +383,23 @@ impl ConsumeQueue {
 
     /// The unit at `queue_offset`, if held.
     pub fn get(&self, queue_offset: u64) -> Option<CqUnit> {
-        if queue_offset < self.min_offset || queue_offset >= self.max_offset() {
+        if queue_offset < self.min_offset {
+            return None;
+        }
+        self.read_unit(queue_offset)
+    }
+
+    /// The unit written at `queue_offset`, even if retention forgot it (below `min_offset`)
+    /// while its segment is still here.
+    fn read_unit(&self, queue_offset: u64) -> Option<CqUnit> {
+        if queue_offset >= self.max_offset() {
             return None;
         }
         let byte = queue_offset * CQ_UNIT_SIZE as u64;
         let first = self.segments.first()?.start_offset();
         let segment = self
             .segments
-            .get(usize::try_from((byte - first) / self.segment_bytes()).ok()?)?;
+            .get(usize::try_from(byte.checked_sub(first)? / self.segment_bytes()).ok()?)?;
         let pos = (byte - segment.start_offset()) as usize;
         CqUnit::decode(segment.units.read(pos, CQ_UNIT_SIZE)?)
     }
@@ -411,14 +408,7 @@ impl ConsumeQueue {
     /// records retention deleted still ends with it (see [`ConsumeQueue::forget_below`]).
     fn last_unit(&self) -> Option<(u64, CqUnit)> {
         let last = self.max_offset().checked_sub(1)?;
-        let byte = last * CQ_UNIT_SIZE as u64;
-        let segment = self
-            .segments
-            .iter()
-            .rev()
-            .find(|segment| segment.start_offset() <= byte)?;
-        let pos = usize::try_from(byte - segment.start_offset()).ok()?;
-        let unit = CqUnit::decode(segment.units.read(pos, CQ_UNIT_SIZE)?)?;
+        let unit = self.read_unit(last)?;
         unit.is_valid().then_some((last, unit))
     }
 
@@ -429,9 +419,7 @@ impl ConsumeQueue {
             topic: self.topic.clone(),
             queue_id: self.queue_id,
             queue_offset,
-            commit_log_offset: unit.commit_log_offset,
-            size: unit.size,
-            tags_code: unit.tags_code,
+            unit,
         })
     }
 
@@ -454,7 +442,7 @@ impl ConsumeQueue {
             });
         }
         self.start_at(tail.queue_offset)?;
-        self.put(tail.queue_offset, tail.unit())
+        self.put(tail.queue_offset, tail.unit)
     }
 
     /// The segment and block holding `queue_offset`, if that unit is written.
