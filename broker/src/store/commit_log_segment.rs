@@ -21,6 +21,7 @@ use crate::store::cq_sums::SumsLayout;
 use crate::store::error::StoreError;
 use crate::store::mapped_file::Detached;
 use crate::store::mapped_file::FlushTarget;
+use crate::store::mapped_file::Footprint;
 use crate::store::mapped_file::MappedFile;
 
 /// Bytes of CommitLog under one checksum.
@@ -42,12 +43,13 @@ impl CommitLogSegment {
     /// Creates a new, empty segment starting at `start_offset` in `dir` (the CommitLog's
     /// directory) and its sums in `dir/sums`.
     pub fn create(dir: &Path, start_offset: u64, size_bytes: u64) -> Result<Self, StoreError> {
-        let data = MappedFile::create(dir, start_offset, size_bytes)?;
+        let data = MappedFile::create(dir, start_offset, size_bytes, Footprint::Preallocated)?;
         let sums = SegmentSums::create(
             &dir.join(SUMS_DIR),
             start_offset,
             size_bytes,
             COMMIT_LOG_SUMS,
+            Footprint::Preallocated,
         )?;
         Ok(CommitLogSegment { data, sums })
     }
@@ -61,12 +63,13 @@ impl CommitLogSegment {
         start_offset: u64,
         size_bytes: u64,
     ) -> Result<(Self, bool), StoreError> {
-        let data = MappedFile::open(path, start_offset, size_bytes)?;
+        let data = MappedFile::open(path, start_offset, size_bytes, Footprint::Preallocated)?;
         let (sums, found) = SegmentSums::open_or_create(
             &dir.join(SUMS_DIR),
             start_offset,
             size_bytes,
             COMMIT_LOG_SUMS,
+            Footprint::Preallocated,
         )?;
         Ok((CommitLogSegment { data, sums }, found))
     }

@@ -16,7 +16,7 @@ use tracing::warn;
 
 use crate::store::cq_sums::{self, CQ_BLOCK_UNITS, SUMS_DIR, SegmentSums, UNIT_SUMS};
 use crate::store::error::StoreError;
-use crate::store::mapped_file::{self, Detached, FlushTarget, MappedFile};
+use crate::store::mapped_file::{self, Detached, FlushTarget, Footprint, MappedFile};
 
 /// Bytes per unit: CommitLog offset i64, size i32, tags code i64 (big-endian).
 pub const CQ_UNIT_SIZE: usize = 20;
@@ -158,9 +158,14 @@ impl ConsumeQueue {
                 });
             }
             extend_short_file(&path, segment_bytes)?;
-            let units = MappedFile::open(path, start, segment_bytes)?;
-            let (sums, found) =
-                SegmentSums::open_or_create(&sums_dir, start, units_per_segment, UNIT_SUMS)?;
+            let units = MappedFile::open(path, start, segment_bytes, Footprint::Grown)?;
+            let (sums, found) = SegmentSums::open_or_create(
+                &sums_dir,
+                start,
+                units_per_segment,
+                UNIT_SUMS,
+                Footprint::Grown,
+            )?;
             if !found {
                 warn!(
                     topic,
@@ -342,8 +347,9 @@ impl ConsumeQueue {
                 start,
                 self.units_per_segment,
                 UNIT_SUMS,
+                Footprint::Grown,
             )?;
-            let mut units = MappedFile::create(&self.dir, start, segment_bytes)?;
+            let mut units = MappedFile::create(&self.dir, start, segment_bytes, Footprint::Grown)?;
             units.skip_zeros_to((max_byte - start) as usize);
             self.segments.push(Segment { units, sums });
         }

@@ -20,7 +20,7 @@ use tracing::warn;
 
 use crate::store::consume_queue::CQ_UNIT_SIZE;
 use crate::store::error::StoreError;
-use crate::store::mapped_file::{FlushTarget, MappedFile};
+use crate::store::mapped_file::{FlushTarget, Footprint, MappedFile};
 
 /// Units covered by one checksum.
 pub const CQ_BLOCK_UNITS: u64 = 64;
@@ -85,12 +85,14 @@ pub struct SegmentSums {
 
 impl SegmentSums {
     /// Creates the sums of a new (empty) segment starting at `start_offset` in `dir`, in
-    /// place of any left by an earlier segment there (a crash between deleting the two).
+    /// place of any left by an earlier segment there (a crash between deleting the two),
+    /// with the segment's own footprint.
     pub fn create(
         dir: &Path,
         start_offset: u64,
         units_per_segment: u64,
         layout: SumsLayout,
+        footprint: Footprint,
     ) -> Result<Self, StoreError> {
         let path = dir.join(crate::store::mapped_file::file_name(start_offset));
         match std::fs::remove_file(&path) {
@@ -98,8 +100,8 @@ impl SegmentSums {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
             Err(error) => return Err(StoreError::io("remove consume queue sums", &path, error)),
         }
-        let mut file =
-            MappedFile::create(dir, start_offset, file_bytes(units_per_segment, layout))?;
+        let bytes = file_bytes(units_per_segment, layout);
+        let mut file = MappedFile::create(dir, start_offset, bytes, footprint)?;
         file.set_full();
         Ok(SegmentSums { file, layout })
     }
@@ -112,23 +114,24 @@ impl SegmentSums {
         start_offset: u64,
         units_per_segment: u64,
         layout: SumsLayout,
+        footprint: Footprint,
     ) -> Result<(Self, bool), StoreError> {
         let path = dir.join(crate::store::mapped_file::file_name(start_offset));
         if !path.exists() {
             return Ok((
-                Self::create(dir, start_offset, units_per_segment, layout)?,
+                Self::create(dir, start_offset, units_per_segment, layout, footprint)?,
                 false,
             ));
         }
         let bytes = file_bytes(units_per_segment, layout);
-        let mut file = match MappedFile::open(path.clone(), start_offset, bytes) {
+        let mut file = match MappedFile::open(path.clone(), start_offset, bytes, footprint) {
             Ok(file) => file,
             Err(StoreError::SegmentSize { .. }) => {
                 // A sums file of another length is useless: start it over.
                 std::fs::remove_file(&path)
                     .map_err(|e| StoreError::io("remove consume queue sums", &path, e))?;
                 return Ok((
-                    Self::create(dir, start_offset, units_per_segment, layout)?,
+                    Self::create(dir, start_offset, units_per_segment, layout, footprint)?,
                     false,
                 ));
             }
@@ -240,7 +243,8 @@ mod tests {
     #[test]
     fn extending_unit_by_unit_equals_the_sum_of_the_whole_block() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut sums = SegmentSums::create(dir.path(), 0, 100, UNIT_SUMS).expect("create");
+        let mut sums =
+            SegmentSums::create(dir.path(), 0, 100, UNIT_SUMS, Footprint::Grown).expect("create");
         let block = units(64, 7);
         for n in 1..=64 {
             sums.extend(1, &block[..n * CQ_UNIT_SIZE]).expect("extend");
@@ -254,7 +258,8 @@ mod tests {
     #[test]
     fn extending_from_a_split_block_reads_only_what_the_entry_does_not_cover() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut sums = SegmentSums::create(dir.path(), 0, 64, UNIT_SUMS).expect("create");
+        let mut sums =
+            SegmentSums::create(dir.path(), 0, 64, UNIT_SUMS, Footprint::Grown).expect("create");
         let block = units(12, 4);
         let (first, rest) = block.split_at(5 * CQ_UNIT_SIZE);
         sums.extend_split(0, &[], first).expect("extend");
@@ -268,7 +273,8 @@ mod tests {
             BlockSum::of(&block[..9 * CQ_UNIT_SIZE], CQ_UNIT_SIZE)
         );
         // An entry behind what was written before: the uncovered part is read from `before`.
-        let mut behind = SegmentSums::create(dir.path(), 64, 64, UNIT_SUMS).expect("create");
+        let mut behind =
+            SegmentSums::create(dir.path(), 64, 64, UNIT_SUMS, Footprint::Grown).expect("create");
         behind
             .extend_split(0, &block[..9 * CQ_UNIT_SIZE], last)
             .expect("extend");
@@ -278,7 +284,8 @@ mod tests {
     #[test]
     fn a_changed_unit_stays_visible_after_the_block_grows() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut sums = SegmentSums::create(dir.path(), 0, 64, UNIT_SUMS).expect("create");
+        let mut sums =
+            SegmentSums::create(dir.path(), 0, 64, UNIT_SUMS, Footprint::Grown).expect("create");
         let mut block = units(10, 1);
         sums.extend(0, &block).expect("extend");
         block[3] ^= 0x10; // rot in a unit the entry covers
@@ -292,7 +299,8 @@ mod tests {
     #[test]
     fn an_entry_covering_more_than_the_block_holds_is_kept() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut sums = SegmentSums::create(dir.path(), 0, 64, UNIT_SUMS).expect("create");
+        let mut sums =
+            SegmentSums::create(dir.path(), 0, 64, UNIT_SUMS, Footprint::Grown).expect("create");
         let block = units(5, 3);
         sums.extend(0, &block).expect("extend");
         sums.extend(0, &block[..3 * CQ_UNIT_SIZE]).expect("extend");
@@ -307,10 +315,12 @@ mod tests {
     fn creating_over_a_stale_file_starts_empty() {
         let dir = tempfile::tempdir().expect("tempdir");
         let block = units(3, 2);
-        let mut stale = SegmentSums::create(dir.path(), 0, 64, UNIT_SUMS).expect("create");
+        let mut stale =
+            SegmentSums::create(dir.path(), 0, 64, UNIT_SUMS, Footprint::Grown).expect("create");
         stale.extend(0, &block).expect("extend");
         drop(stale);
-        let sums = SegmentSums::create(dir.path(), 0, 64, UNIT_SUMS).expect("create over it");
+        let sums = SegmentSums::create(dir.path(), 0, 64, UNIT_SUMS, Footprint::Grown)
+            .expect("create over it");
         assert_eq!(sums.get(0), BlockSum::default());
     }
 
@@ -319,17 +329,20 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let block = units(3, 5);
         {
-            let mut sums = SegmentSums::create(dir.path(), 640, 128, UNIT_SUMS).expect("create");
+            let mut sums = SegmentSums::create(dir.path(), 640, 128, UNIT_SUMS, Footprint::Grown)
+                .expect("create");
             sums.extend(1, &block).expect("extend");
             sums.begin_flush().expect("dirty").sync().expect("sync");
         }
         let (sums, existed) =
-            SegmentSums::open_or_create(dir.path(), 640, 128, UNIT_SUMS).expect("open");
+            SegmentSums::open_or_create(dir.path(), 640, 128, UNIT_SUMS, Footprint::Grown)
+                .expect("open");
         assert!(existed);
         assert!(sums.get(1).covers(&block));
         drop(sums);
         let (sums, existed) =
-            SegmentSums::open_or_create(dir.path(), 640, 200, UNIT_SUMS).expect("open");
+            SegmentSums::open_or_create(dir.path(), 640, 200, UNIT_SUMS, Footprint::Grown)
+                .expect("open");
         assert!(!existed, "another segment size: started over");
         assert_eq!(sums.get(1), BlockSum::default());
         assert_eq!(blocks_per_segment(200), 4);

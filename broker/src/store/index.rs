@@ -46,7 +46,7 @@ use crate::store::consume_queue::CQ_UNIT_SIZE;
 use crate::store::cq_sums::{CQ_BLOCK_UNITS, SUMS_DIR, SegmentSums, UNIT_SUMS};
 use crate::store::error::StoreError;
 use crate::store::mapped_file;
-use crate::store::mapped_file::{Detached, FlushTarget, MappedFile};
+use crate::store::mapped_file::{Detached, FlushTarget, Footprint, MappedFile};
 use crate::store::slot_table::{SLOT_SIZE, SlotTable};
 
 /// Bytes per index entry: key hash u64 + CommitLog offset i64 + previous entry u32.
@@ -146,8 +146,10 @@ impl IndexFile {
             sequence,
             u64::from(capacity),
             UNIT_SUMS,
+            Footprint::Preallocated,
         )?;
-        let mut map = MappedFile::create(dir, sequence, file_size(slots, capacity))?;
+        let size = file_size(slots, capacity);
+        let mut map = MappedFile::create(dir, sequence, size, Footprint::Preallocated)?;
         map.set_full();
         let mut file = IndexFile {
             map,
@@ -197,9 +199,14 @@ impl IndexFile {
         let sums_dir = path
             .parent()
             .map_or_else(|| PathBuf::from(SUMS_DIR), |dir| dir.join(SUMS_DIR));
-        let (sums, found) =
-            SegmentSums::open_or_create(&sums_dir, sequence, u64::from(capacity), UNIT_SUMS)?;
-        let mut map = MappedFile::open(path, sequence, size)?;
+        let (sums, found) = SegmentSums::open_or_create(
+            &sums_dir,
+            sequence,
+            u64::from(capacity),
+            UNIT_SUMS,
+            Footprint::Preallocated,
+        )?;
+        let mut map = MappedFile::open(path, sequence, size, Footprint::Preallocated)?;
         map.set_full();
         let file = IndexFile {
             map,

@@ -1,11 +1,17 @@
-//! `MappedFile`: one fixed-size, pre-sized file mapped read-write with memmap2, the unit of
-//! both CommitLog and ConsumeQueue segments. Reads go through the mapping; appends go through
-//! it too (small ones) or through `pwrite` into the same page cache (bulk ones).
+//! `MappedFile`: one fixed-size file mapped read-write with memmap2, the unit of CommitLog,
+//! ConsumeQueue and index segments. Reads go through the mapping; appends go through it too
+//! (small ones) or through `pwrite` into the same page cache (bulk ones). Its [`Footprint`]
+//! says whether its blocks are all allocated at creation and its descriptor kept (the few
+//! large, hot files), or allocated just ahead of its writes with no descriptor kept (one
+//! file per queue: a queue then costs the disk what it holds and no file descriptor).
 //!
-//! Invariants: the file length never changes while mapped (it is sized with `set_len` before
-//! mapping); bytes at or after the in-memory write position are zero (appends only grow it,
-//! `truncate_to` zeroes what it drops, recovery zeroes a torn tail), so a later scan never
-//! resurrects stale records; `flush` is durable (an fsync of the file's data).
+//! Invariants: the file length never changes while mapped (it is sized before mapping);
+//! every byte written lies in blocks allocated before the write, so a full disk fails a
+//! file's creation or growth with an error and never a store through the mapping (SIGBUS)
+//! or a write in the middle of a record; bytes at or after the in-memory write position are
+//! zero (appends only grow it, `truncate_to` zeroes what it drops, recovery zeroes a torn
+//! tail), so a later scan never resurrects stale records; `flush` is durable (an fsync of
+//! the file's data).
 //! The file name is the segment's start offset, zero-padded to 20 digits (RocketMQ style).
 
 use std::fs::{self, File, OpenOptions};
@@ -21,6 +27,30 @@ use crate::store::error::StoreError;
 pub const FILE_NAME_DIGITS: usize = 20;
 /// Granularity of the scan that zeroes a torn tail: zero pages are left untouched.
 const ZERO_SCAN_CHUNK_BYTES: usize = 4096;
+/// A [`Footprint::Grown`] file's first allocation, and the unit every allocation rounds to:
+/// one page, all that a queue holding a few messages needs.
+pub const GROWN_FIRST_STEP_BYTES: usize = 4096;
+/// A [`Footprint::Grown`] file's allocations double from [`GROWN_FIRST_STEP_BYTES`] up to
+/// this step: a busy queue allocates once per this many bytes of units (52,428 of them),
+/// an idle one never holds more than twice what it wrote.
+pub const GROWN_STEP_MAX_BYTES: usize = 1 << 20;
+
+/// How a [`MappedFile`] holds disk blocks and its file descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Footprint {
+    /// Every block allocated when the file is created and the descriptor kept open: writes
+    /// into allocated blocks cost the kernel less than filling holes, and bulk appends
+    /// `pwrite` through the descriptor (CommitLog segments and key index files: few, large
+    /// and written all the time).
+    Preallocated,
+    /// A sparse file whose blocks are allocated just ahead of the writes, in steps that
+    /// double from [`GROWN_FIRST_STEP_BYTES`] to [`GROWN_STEP_MAX_BYTES`]; the descriptor is
+    /// closed once the file is mapped and opened again by path for the rare call that needs
+    /// one (an allocation, a flush, a recovery scan). For the one file (and its checksums)
+    /// of every queue: ten thousand queues holding a message each take megabytes of disk
+    /// and no file descriptor.
+    Grown,
+}
 
 /// File name of the segment starting at `start_offset`.
 pub fn file_name(start_offset: u64) -> String {
@@ -51,28 +81,51 @@ pub fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
     Ok(segments)
 }
 
-/// Allocates `size_bytes` of blocks for `file` (and makes that its length): writes into
-/// allocated blocks cannot fail for want of space, and cost the kernel less than filling
-/// holes (measured: about a fifth less system time per byte written). A file system that
-/// cannot preallocate gets a sparse file of that length instead.
-fn preallocate(file: &File, size_bytes: u64) -> std::io::Result<()> {
+/// Allocates the blocks of `[from, to)` of `file`, making `to` its length if it was shorter:
+/// writes into allocated blocks cannot fail for want of space, and cost the kernel less than
+/// filling holes (measured: about a fifth less system time per byte written). A file system
+/// that cannot preallocate gets a sparse file of at least that length instead.
+fn allocate(file: &File, from: u64, to: u64) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    let len = libc::off_t::try_from(size_bytes).map_err(|_too_large| {
+    let overflow = |_too_large| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "segment size overflows off_t",
         )
-    })?;
+    };
+    let offset = libc::off_t::try_from(from).map_err(overflow)?;
+    let len = libc::off_t::try_from(to - from).map_err(overflow)?;
     // SAFETY: fallocate reads only its integer arguments; `file` keeps the descriptor open for
     // the whole call.
-    if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) } == 0 {
+    if unsafe { libc::fallocate(file.as_raw_fd(), 0, offset, len) } == 0 {
         return Ok(());
     }
     let error = std::io::Error::last_os_error();
     if error.raw_os_error() == Some(libc::EOPNOTSUPP) {
-        return file.set_len(size_bytes);
+        if file.metadata()?.len() < to {
+            file.set_len(to)?;
+        }
+        return Ok(());
     }
     Err(error)
+}
+
+/// Where a [`Footprint::Grown`] file's allocation ends once it must cover `needed` bytes,
+/// having covered `allocated` of `size`: the next doubling step (at least one page, at most
+/// [`GROWN_STEP_MAX_BYTES`]), rounded to pages, and never past the file's end.
+fn grown_allocation_end(allocated: usize, needed: usize, size: usize) -> usize {
+    let step = allocated.clamp(GROWN_FIRST_STEP_BYTES, GROWN_STEP_MAX_BYTES);
+    let end = needed.max(allocated + step);
+    end.next_multiple_of(GROWN_FIRST_STEP_BYTES).min(size)
+}
+
+/// Opens an existing segment file for reading and writing.
+fn open_read_write(path: &Path, what: &'static str) -> Result<File, StoreError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| StoreError::io(what, path, e))
 }
 
 /// Makes a directory entry change (create, rename, delete) durable.
@@ -109,20 +162,31 @@ pub fn nonzero_len(bytes: &[u8]) -> usize {
 /// A file with writes that are not durable yet; syncing it needs no lock on the store.
 #[derive(Debug)]
 pub struct FlushTarget {
-    file: Arc<File>,
+    /// The file's descriptor, or `None` for a file that keeps none: the sync opens it by path.
+    file: Option<Arc<File>>,
     path: PathBuf,
 }
 
 impl FlushTarget {
     pub fn new(file: Arc<File>, path: PathBuf) -> FlushTarget {
-        FlushTarget { file, path }
+        FlushTarget {
+            file: Some(file),
+            path,
+        }
     }
 
-    /// fsyncs the file's data.
+    /// fsyncs the file's data. A file that keeps no descriptor and was deleted since its
+    /// writes (retention, a truncation) has nothing left to make durable.
     pub fn sync(&self) -> Result<(), StoreError> {
-        self.file
-            .sync_data()
-            .map_err(|e| StoreError::io("flush", &self.path, e))?;
+        let io = |e| StoreError::io("flush", &self.path, e);
+        match &self.file {
+            Some(file) => file.sync_data().map_err(io)?,
+            None => match File::open(&self.path) {
+                Ok(file) => file.sync_data().map_err(io)?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(io(e)),
+            },
+        }
         #[cfg(test)]
         crate::store::durable_images::durable_now(&self.path);
         Ok(())
@@ -159,19 +223,31 @@ pub struct MappedFile {
     path: PathBuf,
     start_offset: u64,
     mmap: MmapMut,
-    /// Kept open to ask the file system where data lies (holes need no scan), and shared
-    /// with flushes that fsync it without holding the store.
-    file: Arc<File>,
+    /// A [`Footprint::Preallocated`] file's descriptor, kept open to ask the file system
+    /// where data lies (holes need no scan), to `pwrite` bulk appends, and shared with
+    /// flushes that fsync it without holding the store. `None` for a [`Footprint::Grown`]
+    /// file, which opens itself by path when it needs a descriptor.
+    file: Option<Arc<File>>,
+    /// Bytes from the start known to be allocated: every write ends at or below it.
+    allocated: usize,
     write_pos: usize,
     /// Byte range changed since the last flush.
     dirty: Option<(usize, usize)>,
 }
 
 impl MappedFile {
-    /// Creates, preallocates and maps a new zero-filled segment in `dir`, then fsyncs `dir`.
-    /// A disk without room for the whole segment fails here (and leaves no file behind):
-    /// later writes to the segment never need a block the disk may not have.
-    pub fn create(dir: &Path, start_offset: u64, size_bytes: u64) -> Result<Self, StoreError> {
+    /// Creates and maps a new zero-filled segment in `dir` with the given footprint, then
+    /// fsyncs `dir`. A [`Footprint::Preallocated`] segment gets all its blocks here: a disk
+    /// without room for it fails here (and leaves no file behind), and later writes never
+    /// need a block the disk may not have. A [`Footprint::Grown`] segment gets its blocks as
+    /// writes reach them, and a disk without room fails the write that needed them, before
+    /// any of its bytes are written.
+    pub fn create(
+        dir: &Path,
+        start_offset: u64,
+        size_bytes: u64,
+        footprint: Footprint,
+    ) -> Result<Self, StoreError> {
         let path = dir.join(file_name(start_offset));
         let file = OpenOptions::new()
             .read(true)
@@ -179,27 +255,38 @@ impl MappedFile {
             .create_new(true)
             .open(&path)
             .map_err(|e| StoreError::io("create segment", &path, e))?;
-        if let Err(error) = preallocate(&file, size_bytes).and_then(|()| file.sync_all()) {
+        let sized = match footprint {
+            Footprint::Preallocated => allocate(&file, 0, size_bytes),
+            Footprint::Grown => file.set_len(size_bytes),
+        };
+        if let Err(error) = sized.and_then(|()| file.sync_all()) {
             if let Err(remove) = fs::remove_file(&path) {
                 warn!(path = %path.display(), %remove, "removing an unallocated segment failed");
             }
             return Err(StoreError::io("preallocate segment", &path, error));
         }
         sync_dir(dir)?;
-        debug!(path = %path.display(), size_bytes, "created segment");
+        debug!(path = %path.display(), size_bytes, ?footprint, "created segment");
         #[cfg(test)]
         crate::store::durable_images::created(&path, size_bytes as usize);
-        Self::map(path, file, start_offset)
+        let allocated = match footprint {
+            Footprint::Preallocated => size_bytes as usize,
+            Footprint::Grown => 0,
+        };
+        Self::map(path, file, start_offset, footprint, allocated)
     }
 
     /// Maps an existing segment, checking its length. The write position starts at 0; the
     /// owner sets it after scanning ([`MappedFile::recover_to`] or [`MappedFile::set_full`]).
-    pub fn open(path: PathBuf, start_offset: u64, size_bytes: u64) -> Result<Self, StoreError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| StoreError::io("open segment", &path, e))?;
+    /// A [`Footprint::Grown`] segment allocates again from its start before its first write
+    /// (blocks already held cost nothing to allocate again).
+    pub fn open(
+        path: PathBuf,
+        start_offset: u64,
+        size_bytes: u64,
+        footprint: Footprint,
+    ) -> Result<Self, StoreError> {
+        let file = open_read_write(&path, "open segment")?;
         let actual = file
             .metadata()
             .map_err(|e| StoreError::io("stat segment", &path, e))?
@@ -213,10 +300,20 @@ impl MappedFile {
         }
         #[cfg(test)]
         crate::store::durable_images::durable_now(&path);
-        Self::map(path, file, start_offset)
+        let allocated = match footprint {
+            Footprint::Preallocated => size_bytes as usize,
+            Footprint::Grown => 0,
+        };
+        Self::map(path, file, start_offset, footprint, allocated)
     }
 
-    fn map(path: PathBuf, file: File, start_offset: u64) -> Result<Self, StoreError> {
+    fn map(
+        path: PathBuf,
+        file: File,
+        start_offset: u64,
+        footprint: Footprint,
+        allocated: usize,
+    ) -> Result<Self, StoreError> {
         // SAFETY: the segment file is owned exclusively by this process's store (one store per
         // directory, opened by one node), it is never truncated or resized while mapped (its
         // length is fixed by `set_len` before mapping and checked on open), and it is only
@@ -229,14 +326,42 @@ impl MappedFile {
         // of a 3-node group under load).
         mmap.advise(memmap2::Advice::Random)
             .map_err(|e| StoreError::io("madvise segment", &path, e))?;
+        let file = match footprint {
+            Footprint::Preallocated => Some(Arc::new(file)),
+            // The mapping stays valid once its descriptor is closed.
+            Footprint::Grown => None,
+        };
         Ok(MappedFile {
             path,
             start_offset,
             mmap,
-            file: Arc::new(file),
+            file,
+            allocated,
             write_pos: 0,
             dirty: None,
         })
+    }
+
+    /// This file's descriptor: the one kept, or the file opened again by path.
+    fn descriptor(&self) -> Result<Arc<File>, StoreError> {
+        match &self.file {
+            Some(file) => Ok(file.clone()),
+            None => open_read_write(&self.path, "reopen segment").map(Arc::new),
+        }
+    }
+
+    /// Allocates blocks so that bytes below `end` can be written: a full disk fails here,
+    /// before a byte is written, with an error naming the file.
+    fn ensure_allocated(&mut self, end: usize) -> Result<(), StoreError> {
+        if end <= self.allocated {
+            return Ok(());
+        }
+        let target = grown_allocation_end(self.allocated, end, self.mmap.len());
+        let file = self.descriptor()?;
+        allocate(&file, self.allocated as u64, target as u64)
+            .map_err(|e| StoreError::io("grow segment", &self.path, e))?;
+        self.allocated = target;
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -282,17 +407,27 @@ impl MappedFile {
     /// (ConsumeQueue units). Bulk appends use [`MappedFile::write_append`].
     pub fn append(&mut self, data: &[u8]) -> Result<usize, StoreError> {
         let pos = self.check_room(data.len())?;
+        self.ensure_allocated(pos + data.len())?;
         self.mmap[pos..pos + data.len()].copy_from_slice(data);
-        self.write_pos += data.len();
+        self.advance_write_pos(pos, data.len());
+        Ok(pos)
+    }
+
+    /// Moves the write position over `len` bytes just written at `pos`, and hands every
+    /// chunk of [`WRITEBACK_CHUNK_BYTES`] they completed to the kernel's writeback.
+    fn advance_write_pos(&mut self, pos: usize, len: usize) {
+        self.write_pos += len;
         self.mark_dirty(pos, self.write_pos);
         let (done_from, done_to) = (
             pos / WRITEBACK_CHUNK_BYTES * WRITEBACK_CHUNK_BYTES,
             self.write_pos / WRITEBACK_CHUNK_BYTES * WRITEBACK_CHUNK_BYTES,
         );
         if done_to > done_from {
-            start_writeback(&self.file, &self.path, done_from, done_to);
+            match self.descriptor() {
+                Ok(file) => start_writeback(&file, &self.path, done_from, done_to),
+                Err(error) => debug!(%error, "could not start the writeback"),
+            }
         }
-        Ok(pos)
     }
 
     /// Appends `data` at the write position with one `pwrite` through the page cache, which
@@ -305,18 +440,11 @@ impl MappedFile {
     pub fn write_append(&mut self, data: &[u8]) -> Result<usize, StoreError> {
         use std::os::unix::fs::FileExt;
         let pos = self.check_room(data.len())?;
-        self.file
+        self.ensure_allocated(pos + data.len())?;
+        self.descriptor()?
             .write_all_at(data, pos as u64)
             .map_err(|e| StoreError::io("write segment", &self.path, e))?;
-        self.write_pos += data.len();
-        self.mark_dirty(pos, self.write_pos);
-        let (done_from, done_to) = (
-            pos / WRITEBACK_CHUNK_BYTES * WRITEBACK_CHUNK_BYTES,
-            self.write_pos / WRITEBACK_CHUNK_BYTES * WRITEBACK_CHUNK_BYTES,
-        );
-        if done_to > done_from {
-            start_writeback(&self.file, &self.path, done_from, done_to);
-        }
+        self.advance_write_pos(pos, data.len());
         Ok(pos)
     }
 
@@ -359,6 +487,7 @@ impl MappedFile {
                 len: data.len(),
                 size: self.write_pos,
             })?;
+        self.ensure_allocated(end)?;
         self.mmap[pos..end].copy_from_slice(data);
         self.mark_dirty(pos, end);
         Ok(())
@@ -417,7 +546,10 @@ impl MappedFile {
     fn data_extents(&self, from: usize) -> Vec<std::ops::Range<usize>> {
         use std::os::fd::AsRawFd;
         let size = self.mmap.len();
-        let fd = self.file.as_raw_fd();
+        let Ok(file) = self.descriptor() else {
+            return std::iter::once(from..size).collect();
+        };
+        let fd = file.as_raw_fd();
         let mut extents = Vec::new();
         let mut cursor = from;
         while cursor < size {
@@ -463,8 +595,7 @@ impl MappedFile {
 
     /// When the file's data last changed (a sealed segment's age, for retention).
     pub fn modified(&self) -> Result<std::time::SystemTime, StoreError> {
-        self.file
-            .metadata()
+        fs::metadata(&self.path)
             .and_then(|metadata| metadata.modified())
             .map_err(|e| StoreError::io("read segment mtime", &self.path, e))
     }
@@ -532,7 +663,8 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().expect("tempdir");
         let size = 1 << 20;
-        let segment = MappedFile::create(dir.path(), 0, size).expect("create");
+        let segment =
+            MappedFile::create(dir.path(), 0, size, Footprint::Preallocated).expect("create");
         let metadata = fs::metadata(segment.path()).expect("stat");
         assert_eq!(metadata.len(), size);
         assert!(
@@ -540,7 +672,8 @@ mod tests {
             "{} bytes allocated of {size}",
             metadata.blocks() * 512
         );
-        let error = MappedFile::create(dir.path(), size, 1 << 60).expect_err("no disk is that big");
+        let error = MappedFile::create(dir.path(), size, 1 << 60, Footprint::Preallocated)
+            .expect_err("no disk is that big");
         assert!(error.to_string().contains("preallocate segment"), "{error}");
         assert!(
             !dir.path().join(file_name(size)).exists(),
@@ -551,7 +684,8 @@ mod tests {
     #[test]
     fn append_read_flush_reopen() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut f = MappedFile::create(dir.path(), 8192, 64).expect("create");
+        let mut f =
+            MappedFile::create(dir.path(), 8192, 64, Footprint::Preallocated).expect("create");
         assert_eq!(f.append(b"abc").expect("append"), 0);
         assert_eq!(f.write_append(b"de").expect("write append"), 3);
         assert_eq!(
@@ -563,11 +697,11 @@ mod tests {
         f.flush().expect("flush");
         let path = f.path().to_owned();
         drop(f);
-        let mut f = MappedFile::open(path, 8192, 64).expect("open");
+        let mut f = MappedFile::open(path, 8192, 64, Footprint::Preallocated).expect("open");
         assert_eq!(f.recover_to(5), 0);
         assert_eq!(f.written(), b"abcde");
         assert!(matches!(
-            MappedFile::open(f.path().to_owned(), 8192, 65),
+            MappedFile::open(f.path().to_owned(), 8192, 65, Footprint::Preallocated),
             Err(StoreError::SegmentSize { .. })
         ));
         let segments = list_segments(dir.path()).expect("list");
@@ -580,7 +714,7 @@ mod tests {
     #[test]
     fn append_past_end_is_an_error() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut f = MappedFile::create(dir.path(), 0, 4).expect("create");
+        let mut f = MappedFile::create(dir.path(), 0, 4, Footprint::Preallocated).expect("create");
         f.append(b"ab").expect("append");
         f.write_append(b"cd").expect("exactly full");
         assert!(matches!(
@@ -597,7 +731,7 @@ mod tests {
     #[test]
     fn truncate_zeroes_the_tail() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut f = MappedFile::create(dir.path(), 0, 16).expect("create");
+        let mut f = MappedFile::create(dir.path(), 0, 16, Footprint::Preallocated).expect("create");
         f.append(b"abcdef").expect("append");
         f.truncate_to(2);
         assert_eq!(f.write_pos(), 2);
@@ -608,7 +742,7 @@ mod tests {
     #[test]
     fn recover_to_zeroes_garbage_and_reports_it() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut f = MappedFile::create(dir.path(), 0, 32).expect("create");
+        let mut f = MappedFile::create(dir.path(), 0, 32, Footprint::Preallocated).expect("create");
         f.append(b"good").expect("append");
         f.append(b"torn\0\0x").expect("append");
         assert_eq!(f.recover_to(4), 7);
@@ -622,7 +756,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let size = 4 << 20;
         let path = {
-            let mut f = MappedFile::create(dir.path(), 0, size).expect("create");
+            let mut f =
+                MappedFile::create(dir.path(), 0, size, Footprint::Preallocated).expect("create");
             f.append(b"good").expect("append");
             f.flush().expect("flush");
             f.path().to_path_buf()
@@ -633,11 +768,98 @@ mod tests {
         file.write_all_at(b"stale", far as u64).expect("write");
         file.sync_all().expect("sync");
 
-        let mut f = MappedFile::open(path, 0, size).expect("open");
+        let mut f = MappedFile::open(path, 0, size, Footprint::Preallocated).expect("open");
         assert_eq!(f.nonzero_span_after(0), far + 5);
         assert_eq!(f.recover_to(4), far + 5 - 4);
         assert!(f.whole()[4..].iter().all(|b| *b == 0));
         assert_eq!(f.nonzero_span_after(4), 0);
+    }
+
+    fn allocated_bytes(path: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(path).expect("stat").blocks() * 512
+    }
+
+    #[test]
+    fn a_grown_file_allocates_ahead_of_its_writes_in_doubling_steps() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let size = 6 << 20;
+        let mut f = MappedFile::create(dir.path(), 0, size, Footprint::Grown).expect("create");
+        assert_eq!(fs::metadata(f.path()).expect("stat").len(), size);
+        assert_eq!(
+            allocated_bytes(f.path()),
+            0,
+            "nothing allocated before a write"
+        );
+        f.append(&[7; 20]).expect("append");
+        assert_eq!(allocated_bytes(f.path()), GROWN_FIRST_STEP_BYTES as u64);
+        f.append(&[7; GROWN_FIRST_STEP_BYTES])
+            .expect("append past the first page");
+        assert_eq!(allocated_bytes(f.path()), 2 * GROWN_FIRST_STEP_BYTES as u64);
+        f.append(&vec![7; 3 * GROWN_STEP_MAX_BYTES])
+            .expect("a large append");
+        let written = f.write_pos() as u64;
+        let allocated = allocated_bytes(f.path());
+        assert!(
+            allocated >= written && allocated <= written + GROWN_STEP_MAX_BYTES as u64,
+            "{allocated} bytes allocated for {written} written"
+        );
+    }
+
+    #[test]
+    fn grown_allocation_steps_double_up_to_the_largest_step() {
+        let size = 1 << 30;
+        assert_eq!(grown_allocation_end(0, 20, size), GROWN_FIRST_STEP_BYTES);
+        assert_eq!(grown_allocation_end(4096, 4097, size), 8192);
+        assert_eq!(grown_allocation_end(8192, 8193, size), 16384);
+        assert_eq!(
+            grown_allocation_end(GROWN_STEP_MAX_BYTES, GROWN_STEP_MAX_BYTES + 1, size),
+            2 * GROWN_STEP_MAX_BYTES
+        );
+        assert_eq!(
+            grown_allocation_end(4 * GROWN_STEP_MAX_BYTES, 4 * GROWN_STEP_MAX_BYTES + 1, size),
+            5 * GROWN_STEP_MAX_BYTES,
+            "steps stop doubling at the largest step"
+        );
+        assert_eq!(grown_allocation_end(0, 20, 100), 100, "never past the end");
+        assert_eq!(grown_allocation_end(0, 5000, size), 8192, "whole pages");
+    }
+
+    #[test]
+    fn a_grown_file_keeps_no_descriptor_and_still_flushes_and_reopens() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut f = MappedFile::create(dir.path(), 0, 1 << 20, Footprint::Grown).expect("create");
+        assert!(f.file.is_none(), "no descriptor held");
+        f.append(b"units").expect("append");
+        f.overwrite(0, b"U").expect("overwrite");
+        f.flush().expect("flush by path");
+        let path = f.path().to_owned();
+        drop(f);
+        let mut f = MappedFile::open(path, 0, 1 << 20, Footprint::Grown).expect("open");
+        assert_eq!(f.nonzero_span_after(0), 5, "data extents read by path");
+        assert_eq!(f.recover_to(5), 0);
+        assert_eq!(f.written(), b"Units");
+        f.append(b"!").expect("append after reopening");
+        let target = f.begin_flush().expect("dirty");
+        f.delete().expect("delete");
+        target
+            .sync()
+            .expect("a deleted file has nothing left to sync");
+    }
+
+    #[test]
+    fn a_grown_file_that_cannot_grow_fails_the_write_before_writing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut f = MappedFile::create(dir.path(), 0, 1 << 20, Footprint::Grown).expect("create");
+        f.append(b"kept").expect("append");
+        // The file is gone (as a full disk refuses blocks, its growth fails): the append
+        // must fail naming the growth, and the write position must not move.
+        fs::remove_file(f.path()).expect("remove");
+        let error = f
+            .append(&[1; 2 * GROWN_FIRST_STEP_BYTES])
+            .expect_err("cannot grow");
+        assert!(error.to_string().contains("reopen segment"), "{error}");
+        assert_eq!(f.written(), b"kept");
     }
 
     #[test]
