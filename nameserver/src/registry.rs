@@ -2,7 +2,11 @@
 //! topics each group serves.
 //!
 //! Invariants: a group's leader is its live node registered as leader with the highest
-//! term (an isolated old leader may still register, but only with an older term); a group's
+//! term (an isolated old leader may still register, but only with an older term), and only
+//! while no live node registered a higher term: a route names a leader only with that
+//! leader's own term, and during an election (a node voted in a newer term, whose leader has
+//! not registered yet) names none, so clients ask the nodes instead of a deposed or vanished
+//! leader (with pre-vote, a node's term rises only when a majority would elect); a group's
 //! topics come from the registration of its leader of the highest term seen; a node is live
 //! while its last registration is younger than the expiry; a group is routed to the live
 //! nodes in the membership its leader of the highest term registered (all live nodes before
@@ -40,11 +44,17 @@ struct GroupEntry {
 }
 
 impl GroupEntry {
+    /// The highest term any live node registered.
+    fn term(&self) -> u64 {
+        self.nodes.values().map(|node| node.term).max().unwrap_or(0)
+    }
+
+    /// The leader of the group's current term, if it registered.
     fn leader(&self) -> Option<(u64, &NodeEntry)> {
+        let term = self.term();
         self.nodes
             .iter()
-            .filter(|(_, node)| node.role == pb::Role::Leader)
-            .max_by_key(|(_, node)| node.term)
+            .find(|(_, node)| node.role == pb::Role::Leader && node.term == term)
             .map(|(id, node)| (*id, node))
     }
 
@@ -68,7 +78,7 @@ impl GroupEntry {
             leader_addr: leader
                 .map(|(_, node)| node.addr.clone())
                 .unwrap_or_default(),
-            term: self.nodes.values().map(|node| node.term).max().unwrap_or(0),
+            term: self.term(),
         }
     }
 }
@@ -271,6 +281,27 @@ mod tests {
         assert_eq!(route.groups[0].leader_addr, "127.0.0.1:10002");
         assert_eq!(route.queues[0].write_queue_count, 4);
         assert_eq!(registry.topic_list().topics, vec!["new".to_owned()]);
+    }
+
+    #[test]
+    fn a_leader_is_routed_only_with_its_own_term() {
+        let now = Instant::now();
+        let mut registry = RouteRegistry::default();
+        registry.register(registration(1, pb::Role::Leader, 1, &["t"]), now);
+        registry.register(registration(2, pb::Role::Follower, 1, &[]), now);
+        let group = |registry: &RouteRegistry| registry.cluster_info().groups[0].clone();
+        assert_eq!((group(&registry).leader_id, group(&registry).term), (Some(1), 1));
+        // Node 1's host vanished; node 2 voted in term 2, whose leader has not registered.
+        registry.register(registration(2, pb::Role::Follower, 2, &[]), now);
+        let electing = group(&registry);
+        assert_eq!((electing.leader_id, electing.term), (None, 2));
+        assert!(electing.leader_addr.is_empty(), "{electing:?}");
+        let route = registry.topic_route("t").expect("the topics stay routed");
+        assert_eq!(route.groups[0].leader_id, None);
+        registry.register(registration(2, pb::Role::Leader, 2, &["t"]), now);
+        let elected = group(&registry);
+        assert_eq!((elected.leader_id, elected.term), (Some(2), 2));
+        assert_eq!(elected.leader_addr, "127.0.0.1:10002");
     }
 
     #[test]
