@@ -4,9 +4,13 @@
 //! when they change.
 //!
 //! A node that stops leading first lets its leader-only schedule service stop (bounded
-//! wait), then registers as a follower. A nameserver that cannot be reached is retried at
-//! the next round; registration never blocks the node. Only a member of the group's Raft
-//! membership registers (at once when it joins): a removed node's route expires.
+//! wait), then registers as a follower. Each nameserver has a sender of its own that always
+//! sends the newest registration: a call still waiting on a vanished nameserver is dropped
+//! the moment a newer registration is made, and delays no other nameserver, so a new leader
+//! reaches every reachable nameserver at once. A nameserver that cannot be reached is
+//! retried after a pause that doubles up to the interval; registration never blocks the
+//! node. Only a member of the group's Raft membership registers (at once when it joins): a
+//! removed node's route expires.
 
 use rocketraft_proto::secrets::CLUSTER_SECRET_HEADER;
 use std::sync::Arc;
@@ -25,8 +29,12 @@ use crate::tls::PeerConnector;
 
 /// Default interval between registrations.
 pub const REGISTER_INTERVAL_DEFAULT: Duration = Duration::from_secs(30);
+/// How long connecting to a nameserver may take: a vanished host never answers.
+const REGISTER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long one registration call may take.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(3);
+/// First pause before a failed registration is sent again; it doubles up to the interval.
+const REGISTER_RETRY_MIN: Duration = Duration::from_millis(500);
 /// How long a node that lost leadership waits for its schedule service to stop before it
 /// registers as a follower anyway.
 const SERVICES_STOP_WAIT: Duration = Duration::from_secs(2);
@@ -60,15 +68,25 @@ pub async fn run_registration(
     let mut role = roles.current();
     let mut member = roles.is_member();
     let mut topics = group.watch_topics();
+    let (latest, _) = tokio::sync::watch::channel(None);
+    let identity = Arc::new(identity);
+    // Dropped (and every sender aborted) when this loop returns.
+    let mut senders = tokio::task::JoinSet::new();
+    for nameserver in nameservers {
+        senders.spawn(send_to_nameserver(
+            identity.clone(),
+            nameserver,
+            latest.subscribe(),
+            interval,
+        ));
+    }
     loop {
         // A node outside the membership (removed, or not added yet) is no route to the
         // group: it lets its registration expire.
-        if member {
-            register_everywhere(&identity, role, &roles, &group, &nameservers).await;
-        }
+        let request = member.then(|| registration(&identity, role, &roles, &group));
+        latest.send_replace(request);
         tokio::select! {
             () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(interval) => {}
             changed = roles.changed() => {
                 if changed.is_none() {
                     return;
@@ -103,23 +121,45 @@ pub async fn run_registration(
     }
 }
 
-async fn register_everywhere(
-    identity: &Identity,
-    role: Role,
-    roles: &RoleWatch,
-    group: &GroupState,
-    nameservers: &[String],
+/// Sends the newest registration in `latest` to `nameserver`: at once when it changes (a
+/// call in flight is dropped for the newer one), again every `interval`, and after a failure
+/// again after a pause that doubles up to `interval`. `None`: nothing to register.
+async fn send_to_nameserver(
+    identity: Arc<Identity>,
+    nameserver: String,
+    mut latest: tokio::sync::watch::Receiver<Option<pb::RegisterBrokerRequest>>,
+    interval: Duration,
 ) {
-    let request = registration(identity, role, roles, group);
-    let calls = nameservers.iter().map(|addr| {
-        let request = request.clone();
-        async move {
-            if let Err(error) = register_once(identity, addr, request).await {
-                tracing::warn!(nameserver = %addr, %error, "registration failed; retrying next round");
-            }
+    let mut retry = REGISTER_RETRY_MIN.min(interval);
+    loop {
+        let request = latest.borrow_and_update().clone();
+        let next_in = match request {
+            None => interval,
+            Some(request) => tokio::select! {
+                sent = register_once(&identity, &nameserver, request) => match sent {
+                    Ok(()) => {
+                        retry = REGISTER_RETRY_MIN.min(interval);
+                        interval
+                    }
+                    Err(error) => {
+                        tracing::warn!(%nameserver, %error, retry_in = ?retry, "registration failed");
+                        let pause = retry;
+                        retry = (retry * 2).min(interval);
+                        pause
+                    }
+                },
+                // A newer registration replaces the one still waiting for an answer.
+                changed = latest.changed() => match changed {
+                    Ok(()) => continue,
+                    Err(_closed) => return,
+                },
+            },
+        };
+        tokio::select! {
+            () = tokio::time::sleep(next_in) => {}
+            changed = latest.changed() => if changed.is_err() { return },
         }
-    });
-    futures::future::join_all(calls).await;
+    }
 }
 
 fn registration(
@@ -178,7 +218,7 @@ async fn register_once(
     let endpoint = identity
         .connector
         .endpoint(addr)?
-        .connect_timeout(REGISTER_TIMEOUT)
+        .connect_timeout(REGISTER_CONNECT_TIMEOUT)
         .timeout(REGISTER_TIMEOUT);
     let channel = endpoint
         .connect()
