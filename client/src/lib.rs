@@ -6,7 +6,8 @@
 //!   message's properties, read in place; [`unique_id`]: `UNIQ_KEY`s;
 //! - [`send_lanes`]: concurrent sends to one queue share a request; [`end_lanes`]: so do
 //!   concurrent transaction ends to one broker group ([`transaction`]);
-//! - [`route`]: topic routes from the nameservers, cached; [`subscription`]: tag expressions;
+//! - [`route`]: topic routes from the nameservers, cached; [`nameservers`]: questions asked
+//!   of every nameserver side by side; [`subscription`]: tag expressions;
 //! - [`group`]: a leader-following connection to one broker group (tools and tests);
 //! - [`brokers`]: leader-following calls to broker groups; [`clients`]: cached connections;
 //!   [`connector`]: how connections are opened (plain or TLS);
@@ -25,6 +26,7 @@ pub mod end_lanes;
 pub mod error;
 pub mod group;
 pub mod message;
+pub mod nameservers;
 pub mod producer;
 pub mod properties;
 pub mod route;

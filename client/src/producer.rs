@@ -44,6 +44,7 @@ use crate::message::property::TRAN_MSG;
 use crate::message::property::UNIQ_KEY;
 use crate::route::ROUTE_TTL_DEFAULT;
 use crate::route::RouteCache;
+use crate::route::RouteError;
 use crate::route::TopicRoute;
 use crate::send_lanes::SendLanes;
 use crate::send_lanes::send_request;
@@ -138,11 +139,12 @@ impl ProducerBuilder {
                 "a producer needs at least one nameserver".into(),
             ));
         }
+        // Ids name the address this client reaches its cluster from.
+        let ids = UniqueIdGenerator::toward(&self.nameservers);
         let brokers = Arc::new(Brokers::new(
             RouteCache::with_connector(self.nameservers, self.route_ttl, self.connector.clone()),
             self.connector,
         ));
-        let ids = UniqueIdGenerator::new();
         let ends = Arc::new(EndLanes::new(brokers.clone(), END_TIMEOUT));
         let check_stop = match self.checker {
             None => None,
@@ -494,12 +496,22 @@ impl Producer {
         let mut avoid_group: Option<String> = None;
         let mut last_error = None;
         let attempts = inner.retries + 1;
+        let mut route = inner.brokers.route(topic).await?;
+        let mut attempts_made = 0;
         for attempt_index in 0..attempts {
-            let route = if attempt_index == 0 {
-                inner.brokers.route(topic).await?
-            } else {
-                inner.brokers.refresh(topic).await?
-            };
+            if attempt_index > 0 {
+                // A fresher route, if the nameservers give one before the send's deadline;
+                // otherwise the retry goes by the route known (the groups' leaders are found
+                // by asking their nodes when the route's is suspected).
+                match tokio::time::timeout_at(deadline, inner.brokers.refresh(topic)).await {
+                    Ok(Ok(fresh)) => route = fresh,
+                    Ok(Err(error @ RouteError::NoRoute { .. })) => return Err(error.into()),
+                    Ok(Err(error @ RouteError::NameserversUnavailable { .. })) => {
+                        tracing::debug!(%error, "retrying by the route known");
+                    }
+                    Err(_elapsed) => {}
+                }
+            }
             let (group_index, queue_id) =
                 pick_queue(&route, choice, avoid_group.as_deref(), &inner.next_queue).ok_or_else(
                     || ProducerError::NoRoute {
@@ -519,6 +531,7 @@ impl Producer {
                 deadline: Instant::now() + remaining / (attempts - attempt_index),
                 retry: attempt_index > 0,
             };
+            attempts_made += 1;
             match attempt(group, queue_id, this_attempt).await {
                 Ok(value) => return Ok(value),
                 // This group's disk is full; another group may take the message.
@@ -537,7 +550,7 @@ impl Producer {
             avoid_group = Some(name.clone());
         }
         Err(ProducerError::AllGroupsUnavailable {
-            attempts,
+            attempts: attempts_made,
             last_error: last_error
                 .unwrap_or_else(|| "the send timed out before its first attempt".to_owned()),
         })

@@ -1,8 +1,9 @@
 //! Topic routes from the nameservers, cached: which broker groups serve a topic, their
 //! queues, nodes and leaders. A route is refreshed when it is older than its time to live,
 //! and at once when a call hits `NOT_LEADER` or a dead node. Concurrent lookups of one topic
-//! share one query, and each nameserver is reached over one reused connection. Ages are read
-//! from tokio's clock, so tests can pause and advance it.
+//! share one query, asked of every nameserver side by side ([`crate::nameservers`]), and each
+//! nameserver is reached over one reused connection, pinged while a query waits on it. Ages
+//! are read from tokio's clock, so tests can pause and advance it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -20,11 +21,20 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::connector::Connector;
+use crate::nameservers::NAMESERVER_CONNECT_TIMEOUT;
+use crate::nameservers::Refusal;
+use crate::nameservers::Unanswered;
+use crate::nameservers::ask_side_by_side;
 
 /// How long a cached route is used before it is fetched again (RocketMQ's default).
 pub const ROUTE_TTL_DEFAULT: Duration = Duration::from_secs(30);
 /// How long one nameserver query may take.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(3);
+/// A nameserver connection with a query open that has read nothing for this long sends a
+/// ping; one unanswered for [`KEEP_ALIVE_TIMEOUT`] fails the connection, so the next query
+/// connects afresh instead of waiting out its timeout on a vanished host's connection.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_millis(500);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
@@ -252,21 +262,22 @@ impl RouteCache {
         result
     }
 
-    /// Asks the nameservers in order; the first answer, found or not, counts.
+    /// Asks the nameservers side by side; the first that knows the topic answers.
     async fn query(&self, topic: &str) -> Result<Arc<TopicRoute>, RouteError> {
-        let mut last_error = String::from("no nameserver configured");
-        for (nameserver, channel) in self.nameservers.iter().zip(self.channels()?) {
-            match query(channel.clone(), topic).await {
-                Ok(route) => return Ok(Arc::new(route)),
-                Err(QueryError::NotFound) => {
-                    return Err(RouteError::NoRoute {
-                        topic: topic.to_owned(),
-                    });
-                }
-                Err(QueryError::Failed(error)) => last_error = format!("{nameserver}: {error}"),
+        let channels = self.channels()?;
+        let answer = ask_side_by_side(&self.nameservers, |index| {
+            query(channels[index].clone(), topic)
+        })
+        .await;
+        match answer {
+            Ok(route) => Ok(Arc::new(route)),
+            Err(Unanswered::NotFound(())) => Err(RouteError::NoRoute {
+                topic: topic.to_owned(),
+            }),
+            Err(Unanswered::Failed(last_error)) => {
+                Err(RouteError::NameserversUnavailable { last_error })
             }
         }
-        Err(RouteError::NameserversUnavailable { last_error })
     }
 
     fn channels(&self) -> Result<&[Channel], RouteError> {
@@ -281,8 +292,10 @@ impl RouteCache {
                     .endpoint(nameserver)
                     .map(|endpoint| {
                         endpoint
-                            .connect_timeout(QUERY_TIMEOUT)
+                            .connect_timeout(NAMESERVER_CONNECT_TIMEOUT)
                             .timeout(QUERY_TIMEOUT)
+                            .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+                            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
                             .connect_lazy()
                     })
                     .map_err(|last_error| RouteError::NameserversUnavailable { last_error })
@@ -298,12 +311,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-enum QueryError {
-    NotFound,
-    Failed(String),
-}
-
-async fn query(channel: Channel, topic: &str) -> Result<TopicRoute, QueryError> {
+async fn query(channel: Channel, topic: &str) -> Result<TopicRoute, Refusal<()>> {
     let request = pb::GetTopicRouteRequest {
         topic: topic.to_owned(),
     };
@@ -316,9 +324,9 @@ async fn query(channel: Channel, topic: &str) -> Result<TopicRoute, QueryError> 
             if rocketraft_proto::response_code(&status)
                 == Some(ResponseCode::TopicRouteNotExist) =>
         {
-            Err(QueryError::NotFound)
+            Err(Refusal::NotFound(()))
         }
-        Err(status) => Err(QueryError::Failed(status.to_string())),
+        Err(status) => Err(Refusal::Failed(status.to_string())),
     }
 }
 

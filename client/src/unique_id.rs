@@ -20,6 +20,7 @@ use std::hash::BuildHasher;
 use std::hash::Hasher;
 use std::net::IpAddr;
 use std::net::Ipv4Addr;
+use std::net::SocketAddrV4;
 use std::net::UdpSocket;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
@@ -40,8 +41,17 @@ pub struct UniqueIdGenerator {
 }
 
 impl UniqueIdGenerator {
+    /// Ids whose address part is the one this host's traffic to the public internet would
+    /// leave from (loopback if it has no such route).
     pub fn new() -> UniqueIdGenerator {
-        let ip = u32::from(local_ipv4());
+        UniqueIdGenerator::toward(&[])
+    }
+
+    /// Ids whose address part is the one this client connects to `servers` from (the first
+    /// given as an IPv4 `ip:port`), as RocketMQ's ids name the client's own address: a client
+    /// on a host with no default route still names its address on the cluster's network.
+    pub fn toward(servers: &[String]) -> UniqueIdGenerator {
+        let ip = u32::from(local_ipv4(servers));
         let pid = std::process::id() as u16;
         let nonce = random_u64() as u32;
         UniqueIdGenerator {
@@ -77,19 +87,26 @@ impl Default for UniqueIdGenerator {
     }
 }
 
-/// The address this host's traffic leaves from: a UDP socket "connected" to a public address
-/// learns it from the routing table without sending anything.
-fn local_ipv4() -> Ipv4Addr {
-    let routed = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))
-        .and_then(|socket| {
-            socket.connect((Ipv4Addr::new(192, 0, 2, 1), 9))?;
-            socket.local_addr()
-        })
-        .ok()
-        .map(|addr| addr.ip());
-    match routed {
-        Some(IpAddr::V4(ip)) if !ip.is_unspecified() => ip,
-        _ => Ipv4Addr::LOCALHOST,
+/// The address this host's traffic to the first of `servers` (IPv4 `ip:port`s; others are
+/// skipped) leaves from, else its traffic to a public address, else loopback: a UDP socket
+/// "connected" to an address learns it from the routing table without sending anything.
+fn local_ipv4(servers: &[String]) -> Ipv4Addr {
+    let public = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 9);
+    servers
+        .iter()
+        .filter_map(|server| server.parse::<SocketAddrV4>().ok())
+        .chain(std::iter::once(public))
+        .find_map(routed_from)
+        .unwrap_or(Ipv4Addr::LOCALHOST)
+}
+
+/// The local address traffic to `target` leaves from, if the host has a route to it.
+fn routed_from(target: SocketAddrV4) -> Option<Ipv4Addr> {
+    let socket = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    socket.connect(target).ok()?;
+    match socket.local_addr().ok()?.ip() {
+        IpAddr::V4(ip) if !ip.is_unspecified() => Some(ip),
+        _ => None,
     }
 }
 
@@ -131,6 +148,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn ids_name_the_address_the_client_reaches_its_servers_from() {
+        let toward_loopback = UniqueIdGenerator::toward(&["127.0.0.1:9876".into()]);
+        assert!(
+            toward_loopback.next_id().starts_with("7F000001"),
+            "{}",
+            toward_loopback.next_id()
+        );
+        // A name that is no IPv4 address is skipped, not resolved.
+        let skipped = UniqueIdGenerator::toward(&["ns.example:9876".into(), "127.0.0.1:1".into()]);
+        assert!(skipped.next_id().starts_with("7F000001"));
+    }
+
+    #[test]
     fn ids_never_repeat_within_or_across_generators_of_one_process() {
         let first = UniqueIdGenerator::new();
         let second = UniqueIdGenerator::new();
@@ -156,7 +186,7 @@ mod tests {
                 .all(|c| c.is_ascii_digit() || ('A'..='F').contains(&c))
         );
         let ip = Ipv4Addr::from(u32::from_str_radix(&id[0..8], 16).expect("hex"));
-        assert_eq!(ip, local_ipv4());
+        assert_eq!(ip, local_ipv4(&[]));
         let pid = u16::from_str_radix(&id[8..12], 16).expect("hex");
         assert_eq!(pid, std::process::id() as u16);
         let month_ms = u64::from_str_radix(&id[20..28], 16).expect("hex");

@@ -31,6 +31,10 @@ use crate::connector::ClientTls;
 use crate::connector::Connector;
 use crate::group::BrokerGroupClient;
 use crate::group::GroupError;
+use crate::nameservers::NAMESERVER_CONNECT_TIMEOUT;
+use crate::nameservers::Refusal;
+use crate::nameservers::Unanswered;
+use crate::nameservers::ask_side_by_side;
 
 /// How long one nameserver query may take.
 const QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
@@ -360,38 +364,41 @@ impl Admin {
         Ok(statuses)
     }
 
-    /// Asks the nameservers in order until one answers.
+    /// Asks the nameservers side by side ([`crate::nameservers`]); the first that has the
+    /// answer gives it.
     async fn ask<T, F, Fut>(&self, call: F) -> Result<T, AdminError>
     where
         F: Fn(NameServerClient<tonic::transport::Channel>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let mut last_error = String::from("no nameserver configured");
-        for nameserver in &self.nameservers {
-            let endpoint = match self.connector.endpoint(nameserver) {
-                Ok(endpoint) => endpoint
-                    .connect_timeout(QUERY_TIMEOUT)
-                    .timeout(QUERY_TIMEOUT),
-                Err(error) => {
-                    last_error = error;
-                    continue;
-                }
-            };
-            match endpoint.connect().await {
-                Ok(channel) => match call(NameServerClient::new(channel)).await {
-                    Ok(response) => return Ok(response.into_inner()),
+        let answer = ask_side_by_side(&self.nameservers, |index| {
+            let endpoint = self.connector.endpoint(&self.nameservers[index]);
+            let call = &call;
+            async move {
+                let channel = endpoint
+                    .map_err(Refusal::Failed)?
+                    .connect_timeout(NAMESERVER_CONNECT_TIMEOUT)
+                    .timeout(QUERY_TIMEOUT)
+                    .connect()
+                    .await
+                    .map_err(|error| Refusal::Failed(error.to_string()))?;
+                match call(NameServerClient::new(channel)).await {
+                    Ok(response) => Ok(response.into_inner()),
                     Err(status) if status.code() == tonic::Code::NotFound => {
-                        return Err(AdminError::Refused {
-                            group: nameserver.clone(),
-                            status,
-                        });
+                        Err(Refusal::NotFound((index, status)))
                     }
-                    Err(status) => last_error = format!("{nameserver}: {status}"),
-                },
-                Err(error) => last_error = format!("{nameserver}: {error}"),
+                    Err(status) => Err(Refusal::Failed(status.to_string())),
+                }
             }
-        }
-        Err(AdminError::NameserversUnavailable { last_error })
+        })
+        .await;
+        answer.map_err(|unanswered| match unanswered {
+            Unanswered::NotFound((index, status)) => AdminError::Refused {
+                group: self.nameservers[index].clone(),
+                status,
+            },
+            Unanswered::Failed(last_error) => AdminError::NameserversUnavailable { last_error },
+        })
     }
 }
 
