@@ -196,6 +196,7 @@ impl BrokerNode {
                 "a node with a raft_listen is started with a Raft listener, and only then",
             )));
         }
+        crate::topic::warn_if_mappings_short();
         let tls = config.tls.as_ref().map(NodeTls::load).transpose()?;
         let peer_connector = PeerConnector::new(tls.as_ref());
         let data_dir_lock = DataDirLock::acquire(&config.data_dir)?;

@@ -290,7 +290,10 @@ mod tests {
         registry.register(registration(1, pb::Role::Leader, 1, &["t"]), now);
         registry.register(registration(2, pb::Role::Follower, 1, &[]), now);
         let group = |registry: &RouteRegistry| registry.cluster_info().groups[0].clone();
-        assert_eq!((group(&registry).leader_id, group(&registry).term), (Some(1), 1));
+        assert_eq!(
+            (group(&registry).leader_id, group(&registry).term),
+            (Some(1), 1)
+        );
         // Node 1's host vanished; node 2 voted in term 2, whose leader has not registered.
         registry.register(registration(2, pb::Role::Follower, 2, &[]), now);
         let electing = group(&registry);

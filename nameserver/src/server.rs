@@ -1,5 +1,6 @@
 //! Serving the registry: the gRPC server and the task that expires silent nodes.
 
+use rocketraft_proto::limits::REGISTRATION_BYTES_MAX;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::path::PathBuf;
@@ -126,11 +127,14 @@ impl NameServer {
                 .map_err(|error| std::io::Error::other(format!("tls: {error}")))?;
         }
         let server = builder
-            .add_service(NameServerServer::new(NameServerService::new(
-                registry,
-                metrics,
-                config.cluster_secret.clone(),
-            )))
+            .add_service(
+                NameServerServer::new(NameServerService::new(
+                    registry,
+                    metrics,
+                    config.cluster_secret.clone(),
+                ))
+                .max_decoding_message_size(REGISTRATION_BYTES_MAX),
+            )
             .serve_with_incoming_shutdown(
                 serve_connections(listener, config.connections_max),
                 shutdown.clone().cancelled_owned(),

@@ -49,6 +49,11 @@ pub const END_TRANSACTIONS_MAX: usize = 1024;
 /// queues in one broker group splits its requests.
 pub const LOCK_QUEUES_MAX: usize = 1024;
 
+/// The largest registration a nameserver takes: a leader names every topic of its group, up
+/// to the broker's group queue limit of them (a topic holds at least one queue), each at most
+/// a name of [`crate::names::NAME_LEN_MAX`] bytes and its counts.
+pub const REGISTRATION_BYTES_MAX: usize = 8 * 1024 * 1024;
+
 /// The largest HTTP/2 frame every rocketraft endpoint (broker server, SDK and peer channels)
 /// accepts, in place of the protocol's 16 KiB default. The sender writes one frame per
 /// syscall, so a 4 MiB pull response or a replication stream under load took 256 writes per

@@ -27,8 +27,10 @@ use crate::raft::setup::SetupError;
 use crate::raft::setup::allow_empty_rejoin;
 use crate::raft::types::Command;
 use crate::service::BrokerService;
+use crate::topic::GROUP_QUEUES_MAX;
 use crate::topic::QUEUE_COUNT_MAX;
 use crate::topic::is_system_topic;
+use crate::topic::queues_of;
 use crate::topic::validate_group_name;
 use crate::topic::validate_topic_name;
 
@@ -46,6 +48,7 @@ impl BrokerService {
     ) -> Result<(), BrokerError> {
         let message_type = topic_message_type(request.message_type)?;
         let topic = topic_config(request)?;
+        self.ensure_room_for(&topic)?;
         self.replicate(Command::UpsertTypedTopic {
             topic,
             message_type,
@@ -207,9 +210,32 @@ impl BrokerService {
             write_queue_count: queue_count,
             perm: PERM_READ | PERM_WRITE,
         };
+        self.ensure_room_for(&config)?;
         tracing::info!(topic, queue_count, "creating topic on demand");
         self.replicate(Command::UpsertTopic(config.clone())).await?;
         Ok(config)
+    }
+
+    /// Refuses a topic config that would take the group's queues past [`GROUP_QUEUES_MAX`]
+    /// (a topic updated in place counts only its change).
+    fn ensure_room_for(&self, topic: &TopicConfig) -> Result<(), BrokerError> {
+        let metadata = self.group.metadata();
+        let held: u64 = metadata
+            .topics
+            .values()
+            .filter(|held| held.name != topic.name)
+            .map(|held| u64::from(queues_of(held.read_queue_count, held.write_queue_count)))
+            .sum();
+        let asked = queues_of(topic.read_queue_count, topic.write_queue_count);
+        if held + u64::from(asked) > u64::from(GROUP_QUEUES_MAX) {
+            return Err(BrokerError::LimitExceeded(format!(
+                "topic {} with {asked} queues would take this broker group past \
+                 {GROUP_QUEUES_MAX} queues (its topics hold {held}): delete topics or \
+                 spread them over more broker groups",
+                topic.name
+            )));
+        }
+        Ok(())
     }
 
     /// Proposes `command` as the leader and waits until it is applied.

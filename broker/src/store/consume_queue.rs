@@ -671,6 +671,33 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_holding_one_unit_takes_a_page_of_disk_for_it_and_a_page_for_its_sums() {
+        use crate::store::config::CONSUME_QUEUE_UNITS_PER_SEGMENT_DEFAULT;
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let units = CONSUME_QUEUE_UNITS_PER_SEGMENT_DEFAULT;
+        let mut cq = ConsumeQueue::open(dir.path(), "T", 1, units).expect("open");
+        cq.put(0, unit(0)).expect("put");
+        cq.flush().expect("flush");
+        let queue_dir = queue_dir(dir.path(), "T", 1);
+        let allocated = |path: &Path| std::fs::metadata(path).expect("stat").blocks() * 512;
+        let name = mapped_file::file_name(0);
+        let file = queue_dir.join(&name);
+        let sums = queue_dir.join(SUMS_DIR).join(&name);
+        assert_eq!(
+            std::fs::metadata(&file).expect("stat").len(),
+            units * CQ_UNIT_SIZE as u64,
+            "the file spans the whole segment"
+        );
+        assert_eq!(allocated(&file), mapped_file::GROWN_FIRST_STEP_BYTES as u64);
+        assert_eq!(allocated(&sums), mapped_file::GROWN_FIRST_STEP_BYTES as u64);
+        drop(cq);
+        let reopened = ConsumeQueue::open(dir.path(), "T", 1, units).expect("reopen");
+        assert_eq!(reopened.get(0), Some(unit(0)));
+        assert_eq!(reopened.max_offset(), 1);
+    }
+
+    #[test]
     fn unit_layout_is_20_bytes_big_endian() {
         let u = CqUnit {
             commit_log_offset: 0x0102,

@@ -22,6 +22,18 @@ pub enum StoreError {
         #[source]
         source: io::Error,
     },
+    /// The process holds as many memory mappings as the host allows (`vm.max_map_count`):
+    /// every queue holding messages keeps two.
+    #[error(
+        "cannot map {path}: this process holds as many memory mappings as vm.max_map_count \
+         allows (two for every queue holding messages); raise it with sysctl, or hold fewer \
+         queues in each process"
+    )]
+    MappingsExhausted {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     /// Bytes at `offset` are not a valid record (bad length, magic, field lengths or CRC).
     #[error("corrupt record at offset {offset}")]
     Corrupt {

@@ -319,8 +319,14 @@ impl MappedFile {
         // length is fixed by `set_len` before mapping and checked on open), and it is only
         // deleted after the map is dropped. All access goes through this struct's bounds-checked
         // slices, so no reference outlives the map.
-        let mmap = unsafe { MmapMut::map_mut(&file) }
-            .map_err(|e| StoreError::io("mmap segment", &path, e))?;
+        let mmap =
+            unsafe { MmapMut::map_mut(&file) }.map_err(|source| match source.raw_os_error() {
+                Some(libc::ENOMEM) => StoreError::MappingsExhausted {
+                    path: path.clone(),
+                    source,
+                },
+                _ => StoreError::io("mmap segment", &path, source),
+            })?;
         // Appends fault pages in one at a time; kernel readahead would instead zero-fill
         // a large window of the sparse file on every fault (measured: a fifth of the CPU
         // of a 3-node group under load).
