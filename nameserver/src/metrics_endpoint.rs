@@ -1,6 +1,8 @@
 //! The Prometheus scrape endpoint of the `broker` and `nameserver` binaries
-//! (`metrics_listen`): `GET /metrics` over HTTP/1.1 answers the OpenMetrics text the node
-//! renders at that moment; any other path is 404 and any other method 405.
+//! (`metrics_listen`): `GET /metrics` over HTTP/1.1 answers the metrics the node renders at
+//! that moment, as OpenMetrics text to a scraper that accepts it (Prometheus asks for it) and
+//! otherwise in Prometheus's classic text format under `text/plain` (curl, `promtool check
+//! metrics`); any other path is 404 and any other method 405.
 //!
 //! Invariants: at most [`METRICS_CONNECTIONS_MAX`] connections are served at once (more are
 //! closed at once), a connection idle for [`METRICS_CONNECTION_IDLE_MAX`] is closed, and the
@@ -29,6 +31,10 @@ use tokio_util::sync::CancellationToken;
 pub const METRICS_PATH: &str = "/metrics";
 /// The exposition format `prometheus_client::encoding::text::encode` writes.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Prometheus's classic text format, for scrapers that do not ask for OpenMetrics.
+pub const CLASSIC_METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The media type a scraper names in `Accept` to get OpenMetrics.
+const OPENMETRICS_MEDIA_TYPE: &str = "application/openmetrics-text";
 /// Scrape connections served at once, at most.
 pub const METRICS_CONNECTIONS_MAX: usize = 64;
 /// A scrape connection with no request for this long is closed.
@@ -105,7 +111,89 @@ async fn answer(
             text,
             "GET only\n".to_owned(),
         )
-    } else {
+    } else if accepts_openmetrics(&request) {
         response(StatusCode::OK, METRICS_CONTENT_TYPE, render())
+    } else {
+        response(
+            StatusCode::OK,
+            CLASSIC_METRICS_CONTENT_TYPE,
+            to_classic_text(&render()),
+        )
     })
+}
+
+fn accepts_openmetrics(request: &Request<Incoming>) -> bool {
+    request
+        .headers()
+        .get_all(hyper::header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.contains(OPENMETRICS_MEDIA_TYPE))
+}
+
+/// Rewrites OpenMetrics text (as `prometheus_client` writes it: counters, gauges and
+/// histograms) in Prometheus's classic text format: a counter family `x` is named by its
+/// sample `x_total` in its HELP and TYPE lines, its `x_created` samples go, and the `# UNIT`
+/// and `# EOF` lines, which the classic format does not have, are dropped.
+pub fn to_classic_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut classic = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let descriptor = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|prefix| Some((prefix, line.strip_prefix(prefix)?)));
+        match descriptor {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                classic.push_str(prefix);
+                classic.push_str(name);
+                if counters.contains(name) {
+                    classic.push_str("_total");
+                }
+                classic.push(' ');
+                classic.push_str(tail);
+            }
+            None => {
+                let sample = line.split(['{', ' ']).next().unwrap_or_default();
+                let created = sample
+                    .strip_suffix("_created")
+                    .is_some_and(|family| counters.contains(family));
+                if created {
+                    continue;
+                }
+                classic.push_str(line);
+            }
+        }
+        classic.push('\n');
+    }
+    classic
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openmetrics_counters_become_classic_total_families() {
+        let openmetrics = "# HELP rr_sends Sends.\n# TYPE rr_sends counter\n# UNIT rr_sends ops\n\
+                           rr_sends_total{group=\"a\"} 3\nrr_sends_created 1.5\n\
+                           # HELP rr_depth Depth.\n# TYPE rr_depth gauge\nrr_depth 7\n\
+                           # HELP rr_ack Ack.\n# TYPE rr_ack histogram\n\
+                           rr_ack_bucket{le=\"+Inf\"} 2\nrr_ack_sum 0.5\nrr_ack_count 2\n# EOF\n";
+        assert_eq!(
+            to_classic_text(openmetrics),
+            "# HELP rr_sends_total Sends.\n# TYPE rr_sends_total counter\n\
+             rr_sends_total{group=\"a\"} 3\n\
+             # HELP rr_depth Depth.\n# TYPE rr_depth gauge\nrr_depth 7\n\
+             # HELP rr_ack Ack.\n# TYPE rr_ack histogram\n\
+             rr_ack_bucket{le=\"+Inf\"} 2\nrr_ack_sum 0.5\nrr_ack_count 2\n"
+        );
+    }
 }

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use rocketraft_nameserver::metrics_endpoint::CLASSIC_METRICS_CONTENT_TYPE;
 use rocketraft_nameserver::metrics_endpoint::METRICS_CONNECTIONS_MAX;
 use rocketraft_nameserver::metrics_endpoint::METRICS_CONTENT_TYPE;
 use rocketraft_nameserver::server::NameServerConfig;
@@ -26,8 +27,20 @@ const COMMITTED: i64 = 4;
 
 /// One HTTP/1.1 request; returns the status line, the headers and the body.
 async fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> anyhow::Result<String> {
+    http_accepting(addr, method, path, "*/*").await
+}
+
+/// [`http`] with an `Accept` header.
+async fn http_accepting(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    accept: &str,
+) -> anyhow::Result<String> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
+    );
     stream.write_all(request.as_bytes()).await?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await?;
@@ -79,9 +92,18 @@ async fn given_traffic_metrics_should_show_it_over_http() -> anyhow::Result<()> 
         .node(leader)
         .metrics_addr()
         .expect("metrics_listen set");
-    let response = http(metrics_addr, "GET", "/metrics").await?;
+    // What Prometheus asks for.
+    let accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
+    let response = http_accepting(metrics_addr, "GET", "/metrics", accept).await?;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains(METRICS_CONTENT_TYPE), "{response}");
+    assert!(response.trim_end().ends_with("# EOF"), "{response}");
+    assert!(response.contains("# TYPE rocketraft_broker_messages_in counter"));
+    // What curl and promtool get: the classic format, counters named by their samples.
+    let classic = http(metrics_addr, "GET", "/metrics").await?;
+    assert!(classic.contains(CLASSIC_METRICS_CONTENT_TYPE), "{classic}");
+    assert!(classic.contains("# TYPE rocketraft_broker_messages_in_total counter"));
+    assert!(!classic.contains("# EOF"), "{classic}");
     let text = response;
     let topic = format!("{{topic=\"{TOPIC}\"}}");
     assert_eq!(
