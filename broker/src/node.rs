@@ -74,6 +74,7 @@ use crate::scrub::ScrubStatus;
 use crate::scrub::run_scrub;
 use crate::service::BrokerService;
 use crate::service::ServiceOptions;
+use crate::service::blackhole::BlackholeRoutes;
 use crate::store::MessageStore;
 use crate::tls::NodeTls;
 use crate::tls::PeerConnector;
@@ -301,7 +302,7 @@ impl BrokerNode {
                 queue_locks,
                 transaction_checks: transaction_checks.clone(),
                 schedule: schedule_status.clone(),
-                fault_injection: drill_faults,
+                fault_injection: drill_faults.clone(),
                 repair: repair.clone(),
                 pull_holds_max: config.pull_holds_max,
                 scrub: scrub_status.clone(),
@@ -323,6 +324,10 @@ impl BrokerNode {
             // the pull budget plus one message, far under the encoding limit.
             .max_decoding_message_size(SEND_REQUEST_BYTES_MAX)
             .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX);
+        let broker = BlackholeRoutes::new(
+            broker,
+            drill_faults.clone().map(|faults| (config.node_id, faults)),
+        );
         let raft_service = RaftRoutes::new(
             raft_service,
             RAFT_GRPC_MESSAGE_BYTES_MAX,
@@ -430,6 +435,7 @@ impl BrokerNode {
                 cluster_secret: config.cluster_secret.clone(),
                 // With TLS, the nameservers too are verified against the group's CA.
                 connector: peer_connector,
+                fault_injection: drill_faults.clone(),
             };
             tokio::spawn(run_registration(
                 raft.clone(),

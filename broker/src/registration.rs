@@ -21,6 +21,7 @@ use rocketraft_proto::nameserver::name_server_client::NameServerClient;
 use tokio_util::sync::CancellationToken;
 
 use crate::group_state::GroupState;
+use crate::raft::faults::FaultPlan;
 use crate::raft::role::Role;
 use crate::raft::role::RoleWatch;
 use crate::raft::types::Raft;
@@ -52,6 +53,9 @@ pub struct Identity {
     pub cluster_secret: Option<String>,
     /// How the nameservers are reached: plain, or TLS as the node's peers are.
     pub connector: PeerConnector,
+    /// The node's own fault plan (drills): a blackholed node registers nowhere until healed,
+    /// as a host that dropped off the network reaches no nameserver.
+    pub fault_injection: Option<Arc<FaultPlan>>,
 }
 
 /// Registers until `shutdown` or until Raft stops.
@@ -132,6 +136,9 @@ async fn send_to_nameserver(
 ) {
     let mut retry = REGISTER_RETRY_MIN.min(interval);
     loop {
+        if let Some(faults) = &identity.fault_injection {
+            faults.held_while_blackholed(identity.node_id).await;
+        }
         let request = latest.borrow_and_update().clone();
         let next_in = match request {
             None => interval,

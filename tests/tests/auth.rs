@@ -102,7 +102,13 @@ async fn given_an_admin_token_admin_calls_without_it_should_be_refused() -> anyh
     );
     refused(
         client
-            .inject_fault(with_token(pb::InjectFaultRequest { isolate: true }, None))
+            .inject_fault(with_token(
+                pb::InjectFaultRequest {
+                    isolate: true,
+                    blackhole: false,
+                },
+                None,
+            ))
             .await,
     );
     refused(

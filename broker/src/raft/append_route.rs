@@ -77,16 +77,19 @@ impl RaftRoutes {
         }
     }
 
-    fn stream_append(&self, request: http::Request<Body>) -> http::Response<Body> {
-        let payloads =
-            GrpcMessages::new(request.into_body(), self.message_bytes_max).map(|message| {
-                let payload = pb::RaftPayload::decode(message?).map_err(|error| {
-                    tracing::warn!(%error, "undecodable replication message");
-                    Status::invalid_argument(error.to_string())
-                })?;
-                Ok(payload.data)
-            });
-        match self.service.append_stream(payloads) {
+    async fn stream_append(
+        service: Arc<RaftService>,
+        message_bytes_max: usize,
+        request: http::Request<Body>,
+    ) -> http::Response<Body> {
+        let payloads = GrpcMessages::new(request.into_body(), message_bytes_max).map(|message| {
+            let payload = pb::RaftPayload::decode(message?).map_err(|error| {
+                tracing::warn!(%error, "undecodable replication message");
+                Status::invalid_argument(error.to_string())
+            })?;
+            Ok(payload.data)
+        });
+        match service.append_stream(payloads).await {
             Ok(results) => {
                 let mut response = http::Response::new(Body::new(ResultsBody {
                     results,
@@ -123,8 +126,10 @@ impl Service<http::Request<Body>> for RaftRoutes {
         if request.uri().path() != STREAM_APPEND_PATH {
             return self.generated.call(request);
         }
-        let response = self.stream_append(request);
-        Box::pin(async move { Ok(response) })
+        let (service, message_bytes_max) = (self.service.clone(), self.message_bytes_max);
+        Box::pin(
+            async move { Ok(RaftRoutes::stream_append(service, message_bytes_max, request).await) },
+        )
     }
 }
 

@@ -4,7 +4,9 @@
 //! Production nodes run without a [`FaultPlan`]; tests hand one to every node of a group and
 //! drive it while the real gRPC transport carries the traffic. A node started with
 //! `enable_fault_injection` (drills only) has its own plan, driven by the `InjectFault` RPC:
-//! isolated, it drops its outgoing Raft RPCs and refuses incoming ones.
+//! isolated, it drops its outgoing Raft RPCs and refuses incoming ones; blackholed, it also
+//! answers nothing, to peers or clients, until healed: every call to it hangs as calls to a
+//! host that dropped off the network do (see [`FaultPlan::blackhole`]).
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -27,6 +29,8 @@ pub enum Verdict {
 struct Faults {
     /// Nodes cut off from everyone outside their own side.
     isolated: BTreeSet<NodeId>,
+    /// Isolated nodes that answer nothing either: calls to them hang until the heal.
+    blackholed: BTreeSet<NodeId>,
     /// Probability in parts per million that an RPC is dropped.
     drop_ppm: u32,
     delay_max: Duration,
@@ -39,6 +43,8 @@ struct Faults {
 #[derive(Debug)]
 pub struct FaultPlan {
     faults: Mutex<Faults>,
+    /// Bumped by every heal, so calls held by a blackhole wake.
+    heals: tokio::sync::watch::Sender<u64>,
 }
 
 impl FaultPlan {
@@ -49,12 +55,40 @@ impl FaultPlan {
                 rng: SeededRng::new(seed),
                 ..Faults::default()
             }),
+            heals: tokio::sync::watch::Sender::new(0),
         }
     }
 
     /// Cuts `node` off: RPCs from or to it fail until [`Self::heal`].
     pub fn isolate(&self, node: NodeId) {
         self.with(|faults| faults.isolated.insert(node));
+    }
+
+    /// Cuts `node` off as a host that dropped off the network is: its outgoing Raft RPCs are
+    /// dropped (they fail after their timeout), and every call to it, from peers or clients,
+    /// gets no answer until [`Self::heal`] (the node's servers hold them, see
+    /// [`Self::held_while_blackholed`]).
+    pub fn blackhole(&self, node: NodeId) {
+        self.with(|faults| {
+            faults.isolated.insert(node);
+            faults.blackholed.insert(node)
+        });
+    }
+
+    /// Whether `node` answers nothing now.
+    pub fn is_blackholed(&self, node: NodeId) -> bool {
+        self.with(|faults| faults.blackholed.contains(&node))
+    }
+
+    /// Returns once `node` is not blackholed (at once if it is not): a call that reached it
+    /// while it was gets its answer only after the heal, as one over a link that came back.
+    pub async fn held_while_blackholed(&self, node: NodeId) {
+        let mut heals = self.heals.subscribe();
+        while self.is_blackholed(node) {
+            if heals.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Drops each RPC with probability `drop_ppm / 1_000_000` and delays the others by up to
@@ -81,10 +115,12 @@ impl FaultPlan {
     pub fn heal(&self) {
         self.with(|faults| {
             faults.isolated.clear();
+            faults.blackholed.clear();
             faults.drop_ppm = 0;
             faults.delay_max = Duration::ZERO;
             faults.delay_min = Duration::ZERO;
         });
+        self.heals.send_modify(|heals| *heals += 1);
     }
 
     pub fn verdict(&self, from: NodeId, to: NodeId) -> Verdict {
@@ -127,6 +163,28 @@ mod tests {
         assert_eq!(verdicts(42), verdicts(42));
         assert_ne!(verdicts(42), verdicts(43));
         assert!(verdicts(42).contains(&Verdict::Drop));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_blackholed_node_holds_calls_until_the_heal() {
+        let plan = std::sync::Arc::new(FaultPlan::new(1));
+        plan.blackhole(2);
+        assert_eq!(
+            plan.verdict(2, 1),
+            Verdict::Drop,
+            "its own RPCs are dropped"
+        );
+        assert!(plan.is_blackholed(2) && !plan.is_blackholed(1));
+        plan.held_while_blackholed(1).await;
+        let held = tokio::spawn({
+            let plan = plan.clone();
+            async move { plan.held_while_blackholed(2).await }
+        });
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!held.is_finished(), "a call to it gets no answer");
+        plan.heal();
+        held.await.expect("released by the heal");
+        assert_eq!(plan.verdict(2, 1), Verdict::Deliver);
     }
 
     #[test]

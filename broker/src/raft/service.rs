@@ -98,8 +98,12 @@ impl RaftService {
             .is_some_and(|(node, faults)| faults.is_isolated(*node))
     }
 
-    /// Fails the RPC while fault injection cuts this node off.
-    fn refuse_if_isolated(&self) -> Result<(), Status> {
+    /// Fails the RPC while fault injection cuts this node off; while it blackholes the node,
+    /// holds the RPC unanswered until the heal first (the caller gave up by then).
+    async fn refuse_if_isolated(&self) -> Result<(), Status> {
+        if let Some((node, faults)) = &self.faults {
+            faults.held_while_blackholed(*node).await;
+        }
         if self.isolated() {
             return Err(Status::unavailable(
                 "fault injection: this node is partitioned from its group",
@@ -111,31 +115,35 @@ impl RaftService {
     /// The results of a replication stream whose requests arrive as `payloads` (each the
     /// bincode of an `AppendEntriesRequest`, which its entries' records become slices of).
     /// An undecodable or failed item ends the stream, so requests and results stay paired;
-    /// so does an injected partition.
-    pub(super) fn append_stream(
+    /// so does an injected partition (a blackhole holds the stream until the heal first).
+    pub(super) async fn append_stream(
         &self,
         payloads: impl Stream<Item = Result<bytes::Bytes, Status>> + Send + 'static,
     ) -> Result<ResultStream, Status> {
-        self.refuse_if_isolated()?;
+        self.refuse_if_isolated().await?;
         self.refuse_replication_if_repairing()?;
         let faults = self.faults.clone();
         let requests = payloads.scan((), move |_, item| {
-            if faults
-                .as_ref()
-                .is_some_and(|(node, faults)| faults.is_isolated(*node))
-            {
-                return futures::future::ready(None);
+            let faults = faults.clone();
+            async move {
+                if let Some((node, faults)) = &faults {
+                    faults.held_while_blackholed(*node).await;
+                    if faults.is_isolated(*node) {
+                        return None;
+                    }
+                }
+                item.inspect_err(|status| tracing::debug!(%status, "replication stream closed"))
+                    .ok()
+                    .and_then(|received| {
+                        codec::decode_shared("append entries", &received)
+                            .inspect_err(
+                                |error| tracing::warn!(%error, "undecodable append entries"),
+                            )
+                            .ok()
+                    })
             }
-            let request = item
-                .inspect_err(|status| tracing::debug!(%status, "replication stream closed"))
-                .ok()
-                .and_then(|received| {
-                    codec::decode_shared("append entries", &received)
-                        .inspect_err(|error| tracing::warn!(%error, "undecodable append entries"))
-                        .ok()
-                });
-            futures::future::ready(request)
         });
+        let requests = Box::pin(requests);
         let results = self
             .raft
             .stream_append(requests)
@@ -247,7 +255,7 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
-        self.refuse_if_isolated()?;
+        self.refuse_if_isolated().await?;
         self.refuse_replication_if_repairing()?;
         let rpc = decode("append entries", request)?;
         let response = self.raft.append_entries(rpc).await.map_err(internal)?;
@@ -272,7 +280,7 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
-        self.refuse_if_isolated()?;
+        self.refuse_if_isolated().await?;
         let rpc = decode("vote", request)?;
         self.refuse_vote_for_if_repairing(&rpc)?;
         let response = self.raft.vote(rpc).await.map_err(internal)?;
@@ -283,7 +291,7 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
-        self.refuse_if_isolated()?;
+        self.refuse_if_isolated().await?;
         let rpc = decode("pre-vote", request)?;
         self.refuse_vote_for_if_repairing(&rpc)?;
         let response = self.raft.pre_vote(rpc).await.map_err(internal)?;
@@ -294,7 +302,7 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<pb::RaftPayload>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
-        self.refuse_if_isolated()?;
+        self.refuse_if_isolated().await?;
         self.refuse_vote_if_repairing()?;
         let rpc = decode("transfer leader", request)?;
         let response = self
@@ -321,7 +329,7 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<pb::ReadCommitLogRequest>,
     ) -> Result<Response<pb::ReadCommitLogResponse>, Status> {
-        self.refuse_if_isolated()?;
+        self.refuse_if_isolated().await?;
         let request = request.into_inner();
         let max_bytes = (request.max_bytes as usize).min(RECORD_OR_FILLER_BYTES_MAX);
         let store = self.group.store();
@@ -338,7 +346,7 @@ impl RaftRpc for RaftService {
         &self,
         request: Request<Streaming<pb::SnapshotChunk>>,
     ) -> Result<Response<pb::RaftPayload>, Status> {
-        self.refuse_if_isolated()?;
+        self.refuse_if_isolated().await?;
         self.refuse_replication_if_repairing()?;
         Ok(Response::new(
             self.receive_snapshot(request.into_inner()).await?,

@@ -1,6 +1,7 @@
 //! The broker API (proto `rocketraft.broker.Broker`): one file per RPC, this one wires them.
 
 mod admin;
+pub mod blackhole;
 mod consumers;
 mod node_status;
 mod offsets;
@@ -415,7 +416,8 @@ impl pb::broker_server::Broker for BrokerService {
         request: Request<pb::InjectFaultRequest>,
     ) -> Result<Response<pb::InjectFaultResponse>, Status> {
         self.require_admin(&request, "InjectFault")?;
-        self.handle_inject_fault(request.into_inner().isolate)?;
+        let fault = request.into_inner();
+        self.handle_inject_fault(fault.isolate, fault.blackhole)?;
         Ok(Response::new(pb::InjectFaultResponse {}))
     }
 

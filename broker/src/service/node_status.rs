@@ -1,5 +1,5 @@
 //! `NodeStatus`: this node's view of its group, for operators, tests and benchmarks; and
-//! `InjectFault`, the drill hook that cuts this node off from its group.
+//! `InjectFault`, the drill hook that cuts this node off from its group, or blackholes it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -14,9 +14,14 @@ use crate::raft::types::NodeId;
 use crate::service::BrokerService;
 
 impl BrokerService {
-    /// Isolates this node from its group's Raft traffic, or heals it. Refused unless the
-    /// node was started with `enable_fault_injection`.
-    pub(super) fn handle_inject_fault(&self, isolate: bool) -> Result<(), BrokerError> {
+    /// Isolates this node from its group's Raft traffic, blackholes it (nothing it is asked
+    /// gets an answer), or heals it. Refused unless the node was started with
+    /// `enable_fault_injection`.
+    pub(super) fn handle_inject_fault(
+        &self,
+        isolate: bool,
+        blackhole: bool,
+    ) -> Result<(), BrokerError> {
         let Some(faults) = &self.fault_injection else {
             return Err(BrokerError::NoPermission(
                 "fault injection is off on this node (enable_fault_injection = true, drills only)"
@@ -24,7 +29,13 @@ impl BrokerService {
             ));
         };
         let node_id = raft_status(&self.raft).node_id;
-        if isolate {
+        if blackhole {
+            tracing::warn!(
+                node_id,
+                "fault injection: blackholed (nothing it is asked is answered)"
+            );
+            faults.blackhole(node_id);
+        } else if isolate {
             tracing::warn!(node_id, "fault injection: partitioned from the group");
             faults.isolate(node_id);
         } else {

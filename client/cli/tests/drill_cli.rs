@@ -27,7 +27,7 @@ fn given_scheduled_faults_the_drill_should_lose_nothing_acknowledged() -> anyhow
             "--heal-after-ms",
             "1500",
             "--faults",
-            "kill-leader,kill-leader,kill-leader,kill-leader,corrupt-follower,kill-follower,pause-leader,partition-leader,restart-all,crash-all-unsynced,replace-follower,replace-leader",
+            "kill-leader,kill-leader,kill-leader,blackhole-leader,corrupt-follower,kill-follower,pause-leader,partition-leader,restart-all,crash-all-unsynced,replace-follower,replace-leader",
             "--rate",
             "100",
             "--heartbeat-ms",

@@ -92,6 +92,14 @@ impl ClusterSpec {
     }
 }
 
+/// What [`LocalCluster::inject_fault`] does to a node's network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkFault {
+    Partition,
+    Blackhole,
+    Heal,
+}
+
 struct Process {
     name: String,
     command: Vec<String>,
@@ -366,9 +374,16 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// Cuts the node off from its group's Raft traffic (or heals it) through its own fault
-    /// hook; clients still reach it, as in a real network partition.
-    pub async fn partition(&self, group: &str, id: u64, isolate: bool) -> Result<(), ClusterError> {
+    /// Cuts the node off through its own fault hook, or heals it: partitioned from its
+    /// group's Raft traffic (clients still reach it, as in a real network partition), or
+    /// blackholed (nothing it is asked, by peers or clients, is answered, as when its host
+    /// drops off the network).
+    pub async fn inject_fault(
+        &self,
+        group: &str,
+        id: u64,
+        fault: NetworkFault,
+    ) -> Result<(), ClusterError> {
         let addr = self
             .groups
             .get(group)
@@ -379,14 +394,17 @@ impl LocalCluster {
                 node: id,
             })?;
         let refused = |reason: String| ClusterError::Refused {
-            what: format!("partition {group} node {id}"),
+            what: format!("{fault:?} {group} node {id}"),
             reason,
         };
         let mut client = rocketraft_client::group::connect(addr)
             .await
             .map_err(|error| refused(error.to_string()))?;
         client
-            .inject_fault(pb::InjectFaultRequest { isolate })
+            .inject_fault(pb::InjectFaultRequest {
+                isolate: fault == NetworkFault::Partition,
+                blackhole: fault == NetworkFault::Blackhole,
+            })
             .await
             .map_err(|status| refused(status.to_string()))?;
         Ok(())

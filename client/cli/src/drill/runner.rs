@@ -26,6 +26,7 @@ use crate::drill::checker::Consumed;
 use crate::drill::checker::check;
 use crate::drill::cluster::ClusterError;
 use crate::drill::cluster::LocalCluster;
+use crate::drill::cluster::NetworkFault;
 use crate::drill::report::DrillReport;
 use crate::drill::report::FaultOutcome;
 use crate::drill::report::fault_kinds;
@@ -82,6 +83,9 @@ pub enum FaultKind {
     CrashAllUnsynced,
     PauseLeader,
     PartitionLeader,
+    /// The leader answers nothing, to peers or clients, as when its host drops off the
+    /// network: calls to it hang instead of failing.
+    BlackholeLeader,
     CorruptFollower,
     /// A follower is killed for good (a dead machine); a fresh node at a new address takes
     /// its place in one joint membership change.
@@ -100,6 +104,7 @@ impl FaultKind {
             FaultKind::CrashAllUnsynced => "crash-all-unsynced",
             FaultKind::PauseLeader => "pause-leader",
             FaultKind::PartitionLeader => "partition-leader",
+            FaultKind::BlackholeLeader => "blackhole-leader",
             FaultKind::CorruptFollower => "corrupt-follower",
             FaultKind::ReplaceFollower => "replace-follower",
             FaultKind::ReplaceLeader => "replace-leader",
@@ -118,6 +123,7 @@ impl std::str::FromStr for FaultKind {
             FaultKind::CrashAllUnsynced,
             FaultKind::PauseLeader,
             FaultKind::PartitionLeader,
+            FaultKind::BlackholeLeader,
             FaultKind::CorruptFollower,
             FaultKind::ReplaceFollower,
             FaultKind::ReplaceLeader,
@@ -127,7 +133,8 @@ impl std::str::FromStr for FaultKind {
         .ok_or_else(|| {
             format!(
                 "unknown fault {text:?}: kill-leader, kill-follower, restart-all, \
-                 crash-all-unsynced, pause-leader, partition-leader, corrupt-follower, \
+                 crash-all-unsynced, pause-leader, partition-leader, blackhole-leader, \
+                 corrupt-follower, \
                  replace-follower or replace-leader"
             )
         })
@@ -397,9 +404,13 @@ async fn inject_faults(
             FaultKind::PauseLeader => leader.inspect(|id| {
                 let _ = cluster.pause(&group, *id);
             }),
-            FaultKind::PartitionLeader => match leader {
+            FaultKind::PartitionLeader | FaultKind::BlackholeLeader => match leader {
                 Some(id) => {
-                    cluster.partition(&group, id, true).await?;
+                    let fault = match kind {
+                        FaultKind::PartitionLeader => NetworkFault::Partition,
+                        _ => NetworkFault::Blackhole,
+                    };
+                    cluster.inject_fault(&group, id, fault).await?;
                     Some(id)
                 }
                 None => None,
@@ -466,7 +477,9 @@ async fn inject_faults(
         if let Some(id) = node {
             match kind {
                 FaultKind::PauseLeader => cluster.resume(&group, id)?,
-                FaultKind::PartitionLeader => cluster.partition(&group, id, false).await?,
+                FaultKind::PartitionLeader | FaultKind::BlackholeLeader => {
+                    cluster.inject_fault(&group, id, NetworkFault::Heal).await?
+                }
                 FaultKind::KillLeader | FaultKind::KillFollower => cluster.restart(&group, id)?,
                 FaultKind::CorruptFollower => {
                     cluster.restart(&group, id)?;

@@ -17,7 +17,7 @@ pub struct DrillArgs {
     #[arg(long, default_value_t = 20)]
     fault_every_secs: u64,
     /// Faults, in turn: kill-leader, kill-follower, pause-leader, partition-leader,
-    /// restart-all, crash-all-unsynced (kill every node, zero each one's CommitLog past its
+    /// blackhole-leader (it answers nothing, to peers or clients: calls hang), restart-all, crash-all-unsynced (kill every node, zero each one's CommitLog past its
     /// last checkpoint's flush as a power cut would, restart them), corrupt-follower (kill a follower, flip a byte in its Raft log and its
     /// CommitLog, restart it: it must repair itself from the group), replace-follower (kill a
     /// follower for good; a fresh node at a new address takes its place in one membership
@@ -25,7 +25,7 @@ pub struct DrillArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "kill-leader,kill-follower,pause-leader,partition-leader,restart-all,crash-all-unsynced,corrupt-follower,replace-follower,replace-leader"
+        default_value = "kill-leader,kill-follower,pause-leader,partition-leader,blackhole-leader,restart-all,crash-all-unsynced,corrupt-follower,replace-follower,replace-leader"
     )]
     faults: Vec<FaultKind>,
     /// Restart a killed node, or resume a paused one, this long after the fault (default:
