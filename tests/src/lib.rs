@@ -7,6 +7,8 @@
 
 pub mod cluster;
 pub mod deliveries;
+pub mod lab_cluster;
+pub mod netns;
 pub mod tls;
 
 use std::collections::BTreeMap;
