@@ -7,7 +7,6 @@
 
 use crate::wait_for;
 use anyhow::Context;
-use anyhow::bail;
 use rocketraft_broker::config::BrokerConfig;
 use rocketraft_broker::config::COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
 use rocketraft_client::admin::Admin;
@@ -327,26 +326,10 @@ async fn agreed_leader(nameservers: &[String]) -> Option<u64> {
     leaders.iter().all(|id| *id == first).then_some(first)
 }
 
-/// The `broker` and `nameserver` binaries next to the test executable (it lives in
-/// `target/<profile>/deps`, they in `target/<profile>`).
+/// The `broker` and `nameserver` binaries.
 fn server_binaries() -> anyhow::Result<(PathBuf, PathBuf)> {
-    let exe = std::env::current_exe().context("find the test executable")?;
-    let mut dir = exe
-        .parent()
-        .context("the test executable has a directory")?
-        .to_path_buf();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    let binaries = (dir.join("broker"), dir.join("nameserver"));
-    for path in [&binaries.0, &binaries.1] {
-        if !path.is_file() {
-            bail!(
-                "{} not found: build the server binaries first with `cargo build --bins` \
-                 (`cargo test --workspace` builds them)",
-                path.display()
-            );
-        }
-    }
-    Ok(binaries)
+    Ok((
+        crate::workspace_binary("broker")?,
+        crate::workspace_binary("nameserver")?,
+    ))
 }

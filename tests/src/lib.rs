@@ -481,3 +481,24 @@ pub fn send_request(
         queue_ids: Vec::new(),
     }
 }
+
+/// The workspace binary `name` next to the test executable (it lives in
+/// `target/<profile>/deps`, the binaries in `target/<profile>`).
+pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let mut dir = exe
+        .parent()
+        .ok_or_else(|| anyhow::anyhow!("the test executable has no directory"))?
+        .to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let path = dir.join(name);
+    anyhow::ensure!(
+        path.is_file(),
+        "{} not found: build the binaries first with `cargo build --bins` (`cargo test \
+         --workspace` builds them)",
+        path.display()
+    );
+    Ok(path)
+}

@@ -30,13 +30,13 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use clap::Parser;
-use rocketraft_client::admin::Admin;
+use rocketraft_cli::access::AccessArgs;
+use rocketraft_cli::access::ClusterAccess;
 use rocketraft_client::consumer::ConsumeFrom;
 use rocketraft_client::consumer::ConsumeOrderlyResult;
 use rocketraft_client::consumer::ConsumeResult;
 use rocketraft_client::consumer::PushConsumer;
 use rocketraft_client::group::BrokerGroupClient;
-use rocketraft_client::group::connect;
 use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
 use rocketraft_client::message::encode_properties;
@@ -109,6 +109,8 @@ struct Args {
     /// Also print every figure as one JSON object (the last line).
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    access: AccessArgs,
 }
 
 /// CPU time of the broker processes, keyed by (host, pid).
@@ -121,13 +123,13 @@ struct CpuMark {
 }
 
 impl CpuMark {
-    async fn now(namesrv: &[String]) -> CpuMark {
+    async fn now(access: &ClusterAccess, namesrv: &[String]) -> CpuMark {
         CpuMark {
             client: rocketraft_proto::process::cpu_time(),
             servers: if namesrv.is_empty() {
                 None
             } else {
-                match servers_cpu(namesrv).await {
+                match servers_cpu(access, namesrv).await {
                     Ok(cpu) => Some(cpu),
                     Err(error) => {
                         eprintln!("server CPU unknown: {error:#}");
@@ -139,8 +141,13 @@ impl CpuMark {
     }
 
     /// Microseconds of CPU per message since `self`: (client, servers and their count).
-    async fn per_message(&self, namesrv: &[String], messages: u64) -> CpuPerMessage {
-        let later = CpuMark::now(namesrv).await;
+    async fn per_message(
+        &self,
+        access: &ClusterAccess,
+        namesrv: &[String],
+        messages: u64,
+    ) -> CpuPerMessage {
+        let later = CpuMark::now(access, namesrv).await;
         let per = |spent: Duration| spent.as_secs_f64() * 1e6 / messages.max(1) as f64;
         let servers = match (&self.servers, &later.servers) {
             (Some(before), Some(after)) => {
@@ -187,13 +194,14 @@ impl CpuPerMessage {
 }
 
 /// CPU time of every broker process of the cluster the nameservers know.
-async fn servers_cpu(namesrv: &[String]) -> anyhow::Result<ServerCpu> {
-    let cluster = Admin::new(namesrv.to_vec()).cluster_info().await?;
+async fn servers_cpu(access: &ClusterAccess, namesrv: &[String]) -> anyhow::Result<ServerCpu> {
+    let cluster = access.admin(namesrv.to_vec()).cluster_info().await?;
     let mut cpu = ServerCpu::new();
     for group in cluster.groups {
         for addr in group.nodes.values() {
             let addr: SocketAddr = addr.parse()?;
-            let status = connect(addr)
+            let status = access
+                .connect(addr)
                 .await?
                 .node_status(pb::NodeStatusRequest {})
                 .await?
@@ -368,6 +376,7 @@ async fn send_v5(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let access = ClusterAccess::load(&args.access)?;
     let started_ms = now_ms();
     anyhow::ensure!(
         args.consume.is_none() || !args.namesrv.is_empty(),
@@ -375,10 +384,16 @@ async fn main() -> anyhow::Result<()> {
     );
     let mut report = serde_json::Map::new();
     if !args.skip_send {
-        report.insert("send".into(), produce_all(&args, started_ms).await?);
+        report.insert(
+            "send".into(),
+            produce_all(&args, &access, started_ms).await?,
+        );
     }
     if let Some(group) = &args.consume {
-        report.insert("consume".into(), drain(&args, group, started_ms).await?);
+        report.insert(
+            "consume".into(),
+            drain(&args, &access, group, started_ms).await?,
+        );
     }
     if args.json {
         println!("{}", serde_json::Value::Object(report));
@@ -411,16 +426,25 @@ fn spawn_progress(
 }
 
 /// Drains `--messages` messages of the topic with a push consumer; prints the rate.
-async fn drain(args: &Args, group: &str, started_ms: i64) -> anyhow::Result<serde_json::Value> {
+async fn drain(
+    args: &Args,
+    access: &ClusterAccess,
+    group: &str,
+    started_ms: i64,
+) -> anyhow::Result<serde_json::Value> {
     let consumed = Arc::new(AtomicU64::new(0));
     let counter = consumed.clone();
     // Timers: when the first arrived (ms since the epoch; 0 until then).
     let first_ms = Arc::new(std::sync::atomic::AtomicI64::new(0));
     let first = first_ms.clone();
-    let cpu = CpuMark::now(&args.namesrv).await;
+    let cpu = CpuMark::now(access, &args.namesrv).await;
     let progress = spawn_progress("consumed", consumed.clone(), args.messages);
     let started = Instant::now();
-    let builder = PushConsumer::builder(args.namesrv.clone(), group)
+    let mut builder = PushConsumer::builder(args.namesrv.clone(), group);
+    if let Some(tls) = access.tls() {
+        builder = builder.tls(tls.clone());
+    }
+    let builder = builder
         .subscribe(&args.topic, "*")
         .consume_from(ConsumeFrom::First)
         .consume_batch_max_size(args.consume_batch);
@@ -464,7 +488,7 @@ async fn drain(args: &Args, group: &str, started_ms: i64) -> anyhow::Result<serd
     let last_ms = now_ms();
     progress.abort();
     let count = consumed.load(Ordering::Relaxed);
-    let cpu = cpu.per_message(&args.namesrv, count).await;
+    let cpu = cpu.per_message(access, &args.namesrv, count).await;
     consumer.shutdown().await;
     let rate = count as f64 / elapsed.as_secs_f64();
     println!(
@@ -489,7 +513,11 @@ async fn drain(args: &Args, group: &str, started_ms: i64) -> anyhow::Result<serd
     Ok(json)
 }
 
-async fn produce_all(args: &Args, started_ms: i64) -> anyhow::Result<serde_json::Value> {
+async fn produce_all(
+    args: &Args,
+    access: &ClusterAccess,
+    started_ms: i64,
+) -> anyhow::Result<serde_json::Value> {
     println!(
         "{} messages of {} bytes, {} producers x {} in flight, {}",
         args.messages,
@@ -504,7 +532,7 @@ async fn produce_all(args: &Args, started_ms: i64) -> anyhow::Result<serde_json:
     );
     let mut senders = Vec::new();
     if args.namesrv.is_empty() {
-        let leader = find_leader(args.broker).await?;
+        let leader = find_leader(access, args.broker).await?;
         let create = pb::CreateTopicRequest {
             topic: args.topic.clone(),
             read_queue_count: args.queues,
@@ -512,16 +540,21 @@ async fn produce_all(args: &Args, started_ms: i64) -> anyhow::Result<serde_json:
             perm: 0,
             ..Default::default()
         };
-        connect(leader).await?.create_topic(create).await?;
+        access
+            .connect(leader)
+            .await?
+            .create_topic(access.admin_request(create))
+            .await?;
         for _ in 0..args.producers {
             senders.push(Sender::Direct {
-                client: connect(leader).await?,
+                client: access.connect(leader).await?,
                 queues: args.queues,
                 delay: Delay::of(args, started_ms),
             });
         }
     } else {
-        Admin::new(args.namesrv.clone())
+        access
+            .admin(args.namesrv.clone())
             .create_topic(&args.topic, args.queues, None)
             .await?;
         for _ in 0..args.producers {
@@ -531,14 +564,14 @@ async fn produce_all(args: &Args, started_ms: i64) -> anyhow::Result<serde_json:
                     run: started_ms,
                 },
                 None => Sender::Sdk {
-                    producer: Producer::builder(args.namesrv.clone(), "bench").build()?,
+                    producer: producer(access, &args.namesrv)?,
                     delay: Delay::of(args, started_ms),
                     transactional: args.transactional,
                 },
             });
         }
         // The nameserver learns the new topic from the leader's next registration.
-        let probe = Producer::builder(args.namesrv.clone(), "bench").build()?;
+        let probe = producer(access, &args.namesrv)?;
         let deadline = Instant::now() + LEADER_WAIT;
         while let Err(error) = probe.send(Message::new(args.topic.clone(), "probe")).await {
             anyhow::ensure!(
@@ -552,7 +585,7 @@ async fn produce_all(args: &Args, started_ms: i64) -> anyhow::Result<serde_json:
     let body = Bytes::from(vec![b'x'; args.size]);
     let next = Arc::new(AtomicU64::new(0));
     let acked = Arc::new(AtomicU64::new(0));
-    let cpu = CpuMark::now(&args.namesrv).await;
+    let cpu = CpuMark::now(access, &args.namesrv).await;
     let progress = spawn_progress("sent", acked.clone(), args.messages);
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -573,7 +606,9 @@ async fn produce_all(args: &Args, started_ms: i64) -> anyhow::Result<serde_json:
     }
     let elapsed = started.elapsed();
     progress.abort();
-    let cpu = cpu.per_message(&args.namesrv, latencies.len() as u64).await;
+    let cpu = cpu
+        .per_message(access, &args.namesrv, latencies.len() as u64)
+        .await;
     latencies.sort_unstable();
     let percentile = |p: f64| {
         latencies
@@ -609,9 +644,19 @@ fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
+/// The bench's producer, of group `bench`.
+fn producer(access: &ClusterAccess, namesrv: &[String]) -> anyhow::Result<Producer> {
+    let builder = Producer::builder(namesrv.to_vec(), "bench");
+    Ok(match access.tls() {
+        Some(tls) => builder.tls(tls.clone()),
+        None => builder,
+    }
+    .build()?)
+}
+
 /// Waits until the node at `addr` knows its group's leader.
-async fn find_leader(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
-    let group = BrokerGroupClient::new(vec![addr]);
+async fn find_leader(access: &ClusterAccess, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+    let group = BrokerGroupClient::with_connector(vec![addr], access.connector());
     let deadline = Instant::now() + LEADER_WAIT;
     loop {
         if let Some(leader) = group.find_leader().await {

@@ -19,8 +19,9 @@ use bytes::Bytes;
 use clap::Parser;
 use futures::StreamExt;
 use futures::TryStreamExt;
+use rocketraft_cli::access::AccessArgs;
+use rocketraft_cli::access::ClusterAccess;
 use rocketraft_client::admin::Admin;
-use rocketraft_client::group::connect;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::common as common_pb;
@@ -57,12 +58,15 @@ struct Args {
     /// Also print every figure as one JSON object (the last line).
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    access: AccessArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let admin = Admin::new(args.namesrv.clone());
+    let access = ClusterAccess::load(&args.access)?;
+    let admin = access.admin(args.namesrv.clone());
     let mut report = serde_json::Map::new();
     let topic = |n: u32| format!("{}T{n}", args.prefix);
 
@@ -88,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
     );
     report.insert("topics_created_per_s".into(), per_second.into());
 
-    let leaders = leaders(&admin).await?;
+    let leaders = leaders(&access, &admin).await?;
     let started = Instant::now();
     let stored = futures::stream::iter(0..args.topics)
         .map(|n| {
@@ -188,14 +192,17 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// Every broker group's leader: its address and a client connected to it.
-async fn leaders(admin: &Admin) -> anyhow::Result<Vec<(SocketAddr, BrokerClient<Channel>)>> {
+async fn leaders(
+    access: &ClusterAccess,
+    admin: &Admin,
+) -> anyhow::Result<Vec<(SocketAddr, BrokerClient<Channel>)>> {
     let mut leaders = Vec::new();
     for group in admin.cluster_info().await?.groups {
         let addr: SocketAddr = group
             .leader_addr
             .parse()
             .with_context(|| format!("{} has no leader registered", group.group))?;
-        leaders.push((addr, connect(addr).await?));
+        leaders.push((addr, access.connect(addr).await?));
     }
     anyhow::ensure!(!leaders.is_empty(), "no broker group registered");
     Ok(leaders)

@@ -13,11 +13,12 @@ mod drill;
 mod message;
 mod topic;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
 use clap::Subcommand;
+use rocketraft_cli::access::AccessArgs;
+use rocketraft_cli::access::ClusterAccess;
 use rocketraft_client::admin::Admin;
 use rocketraft_client::connector::ClientTls;
 
@@ -35,14 +36,8 @@ struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// The brokers' admin token, for clusters that set one (better given in the
-    /// environment than on a command line others can list).
-    #[arg(long, global = true, env = "RR_ADMIN_TOKEN", hide_env_values = true)]
-    admin_token: Option<String>,
-    /// The CA (PEM) the brokers' TLS certificates are verified against, for clusters that
-    /// serve TLS.
-    #[arg(long, global = true, env = "RR_TLS_CA")]
-    tls_ca: Option<PathBuf>,
+    #[command(flatten)]
+    access: AccessArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -75,30 +70,18 @@ pub struct Context {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let tls = match cli
-        .tls_ca
-        .as_deref()
-        .map(ClientTls::from_ca_file)
-        .transpose()
-    {
-        Ok(tls) => tls,
+    let access = match ClusterAccess::load(&cli.access) {
+        Ok(access) => access,
         Err(error) => {
             eprintln!("mqadmin: --tls-ca: {error}");
             return ExitCode::FAILURE;
         }
     };
-    let mut admin = Admin::new(cli.namesrv.clone());
-    if let Some(token) = cli.admin_token {
-        admin = admin.with_admin_token(token);
-    }
-    if let Some(tls) = &tls {
-        admin = admin.with_tls(tls.clone());
-    }
     let context = Context {
-        admin,
+        admin: access.admin(cli.namesrv.clone()),
         namesrv: cli.namesrv,
         json: cli.json,
-        tls,
+        tls: access.tls().cloned(),
     };
     let outcome = match cli.command {
         Command::Cluster(command) => cluster::run(command, &context).await,
