@@ -183,9 +183,19 @@ impl Brokers {
     }
 
     /// A call to `group`'s leader failed with `status`: follow its leader hint, or suspect
-    /// the leader and find it again on the next call.
+    /// the leader and find it again on the next call. A hint naming a suspected leader is
+    /// hearsay (a follower names a vanished leader until it votes for another) and is not
+    /// followed: the call goes to whoever the nodes report next.
     pub fn leader_failed(&self, group: &str, status: &tonic::Status) {
-        match rocketraft_proto::leader_addr(status).and_then(|hint| hint.parse().ok()) {
+        let hint = rocketraft_proto::leader_addr(status)
+            .and_then(|hint| hint.parse().ok())
+            .filter(|hint| {
+                !self
+                    .lock()
+                    .get(group)
+                    .is_some_and(|known| known.is_suspect(*hint))
+            });
+        match hint {
             Some(hint) => self.set_leader(group, Some(hint)),
             None => self.suspect_leader(group),
         }
@@ -332,6 +342,23 @@ mod tests {
         tokio::time::advance(Duration::from_millis(1)).await;
         brokers.learn(&stale);
         assert_eq!(brokers.known_leader("broker-a"), Some(addr(1001)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hint_naming_a_suspected_leader_is_not_followed() {
+        let brokers = brokers();
+        brokers.learn(&route("broker-a", Some(addr(1001))));
+        brokers.leader_failed("broker-a", &tonic::Status::cancelled("Timeout expired"));
+        assert_eq!(brokers.known_leader("broker-a"), None);
+        // A follower that has not voted yet still names the vanished leader.
+        brokers.leader_failed("broker-a", &not_leader(Some(addr(1001))));
+        assert_eq!(
+            brokers.known_leader("broker-a"),
+            None,
+            "hearsay of a suspect"
+        );
+        brokers.leader_failed("broker-a", &not_leader(Some(addr(1002))));
+        assert_eq!(brokers.known_leader("broker-a"), Some(addr(1002)));
     }
 
     #[test]
