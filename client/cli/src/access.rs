@@ -34,6 +34,14 @@ pub struct ClusterAccess {
 }
 
 impl ClusterAccess {
+    /// Plain connections, and `admin_token` on admin calls if given.
+    pub fn with_admin_token(admin_token: Option<String>) -> ClusterAccess {
+        ClusterAccess {
+            admin_token,
+            tls: None,
+        }
+    }
+
     /// Reads the CA file, if one is named.
     pub fn load(args: &AccessArgs) -> std::io::Result<ClusterAccess> {
         let tls = args

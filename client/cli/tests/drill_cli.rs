@@ -38,6 +38,9 @@ fn given_scheduled_faults_the_drill_should_lose_nothing_acknowledged() -> anyhow
             "800",
             "--drain-timeout-secs",
             "60",
+            // The drill's nodes then guard admin calls (fault injection among them).
+            "--admin-token",
+            "drill-admin-token",
         ])
         .output()?;
     let stdout = String::from_utf8_lossy(&output.stdout);

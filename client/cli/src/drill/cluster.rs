@@ -6,6 +6,7 @@
 //! hook, which the drill's nodes (and only they) enable. Every process is killed when the cluster is
 //! dropped, so a drill that fails or is interrupted leaves nothing running.
 
+use crate::access::ClusterAccess;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -73,9 +74,17 @@ pub struct ClusterSpec {
     /// Tiny segments deleted as soon as it is safe, and frequent snapshots: retention and
     /// snapshot catch-up run under the faults.
     pub retention_churn: bool,
+    /// The nodes' admin token (`admin_token`), which every admin call and fault injection of
+    /// the drill then carries; `None`: admin calls are open.
+    pub admin_token: Option<String>,
 }
 
 impl ClusterSpec {
+    /// How the drill's own clients get into the cluster it starts.
+    pub fn access(&self) -> ClusterAccess {
+        ClusterAccess::with_admin_token(self.admin_token.clone())
+    }
+
     /// Binaries next to the running executable (where cargo puts them all).
     pub fn binaries_next_to_me() -> (PathBuf, PathBuf) {
         let dir = std::env::current_exe()
@@ -226,6 +235,11 @@ impl LocalCluster {
 
     pub fn nameservers(&self) -> Vec<String> {
         vec![self.nameserver_addr.to_string()]
+    }
+
+    /// How the drill's clients get in: with the nodes' admin token, if they have one.
+    pub fn access(&self) -> ClusterAccess {
+        self.spec.access()
     }
 
     pub fn group_names(&self) -> Vec<String> {
@@ -397,14 +411,16 @@ impl LocalCluster {
             what: format!("{fault:?} {group} node {id}"),
             reason,
         };
-        let mut client = rocketraft_client::group::connect(addr)
+        let access = self.spec.access();
+        let mut client = access
+            .connect(addr)
             .await
             .map_err(|error| refused(error.to_string()))?;
         client
-            .inject_fault(pb::InjectFaultRequest {
+            .inject_fault(access.admin_request(pb::InjectFaultRequest {
                 isolate: fault == NetworkFault::Partition,
                 blackhole: fault == NetworkFault::Blackhole,
-            })
+            }))
             .await
             .map_err(|status| refused(status.to_string()))?;
         Ok(())
@@ -544,6 +560,11 @@ fn write_config(
         data = spec.work_dir.join(format!("{group}-{id}")).display(),
         levels = spec.delay_levels,
     );
+    let config = match &spec.admin_token {
+        // Top-level keys go before the first table.
+        Some(token) => format!("admin_token = {token:?}\n{config}"),
+        None => config,
+    };
     let path = spec.work_dir.join(format!("{group}-{id}.toml"));
     std::fs::write(&path, config).map_err(io(format!("write {}", path.display())))?;
     Ok(path)

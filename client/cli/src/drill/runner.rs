@@ -176,7 +176,7 @@ pub async fn run_drill(
     cluster: &mut LocalCluster,
     config: &DrillConfig,
 ) -> Result<DrillReport, DrillError> {
-    let admin = Admin::new(cluster.nameservers());
+    let admin = cluster.access().admin(cluster.nameservers());
     prepare(cluster, &admin).await?;
     let record = Arc::new(Record::default());
     let consumer = start_consumer(cluster, config, &record).await?;
@@ -384,7 +384,7 @@ async fn inject_faults(
     started: Instant,
 ) -> Result<Vec<InjectedFault>, DrillError> {
     let groups = cluster.group_names();
-    let admin = Admin::new(cluster.nameservers());
+    let admin = cluster.access().admin(cluster.nameservers());
     let mut done = Vec::new();
     let mut round = 0usize;
     loop {

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use rocketraft_cli::access::AccessArgs;
 use rocketraft_cli::drill::cluster::ClusterSpec;
 use rocketraft_cli::drill::cluster::LocalCluster;
 use rocketraft_cli::drill::runner::DrillConfig;
@@ -77,7 +78,13 @@ pub struct DrillArgs {
     quiet: bool,
 }
 
-pub async fn run(args: DrillArgs, json: bool) -> anyhow::Result<()> {
+/// Runs the drill; `access` is mqadmin's `--admin-token` (the drill's nodes then require it)
+/// and `--tls-ca` (refused: the drill's own cluster does not serve TLS).
+pub async fn run(args: DrillArgs, access: &AccessArgs, json: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        access.tls_ca.is_none(),
+        "--tls-ca does not apply to mqadmin drill: it starts its own cluster, without TLS"
+    );
     anyhow::ensure!(args.duration_secs > 0, "--duration-secs must be positive");
     anyhow::ensure!(
         args.fault_every_secs > 0,
@@ -100,6 +107,7 @@ pub async fn run(args: DrillArgs, json: bool) -> anyhow::Result<()> {
         election_timeout_min_ms: args.election_timeout_min_ms,
         election_timeout_max_ms: args.election_timeout_max_ms,
         retention_churn: args.retention_churn,
+        admin_token: access.admin_token.clone(),
     };
     let fault_every = std::time::Duration::from_secs(args.fault_every_secs);
     let heal_after = args.heal_after_ms.map_or_else(

@@ -88,7 +88,7 @@ async fn main() -> ExitCode {
         Command::Topic(command) => topic::run(command, &context).await,
         Command::Message(command) => message::run(command, &context).await,
         Command::Consumer(command) => consumer::run(command, &context).await,
-        Command::Drill(args) => drill::run(args, context.json).await,
+        Command::Drill(args) => drill::run(args, &cli.access, context.json).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
