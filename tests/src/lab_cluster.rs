@@ -1,7 +1,7 @@
 //! [`LabCluster`]: the cluster of `deploy/` on a [`Lab`] of network namespaces: hosts 1-3
 //! each run a nameserver and a node of broker group `broker-a` (the workspace's own binaries,
-//! as real processes), host 4 is the client. A test that panics prints the tail of every
-//! server log.
+//! as real processes), host 4 is the client ([`LabOptions`] adds client hosts and broker
+//! settings). A test that panics prints the tail of every server log.
 //!
 //! Invariant: the processes and namespaces go (with the lab) before the files they used.
 
@@ -19,7 +19,7 @@ use crate::netns::Lab;
 
 /// Hosts that run servers: a nameserver and node `n` of [`BROKER_GROUP`] on host `n`.
 pub const SERVER_HOSTS: [usize; 3] = [1, 2, 3];
-/// The host test clients run on; it runs no server.
+/// The host test clients run on; it runs no server. Further client hosts follow it.
 pub const CLIENT_HOST: usize = 4;
 pub const BROKER_GROUP: &str = "broker-a";
 const NAMESERVER_PORT: u16 = 9876;
@@ -34,6 +34,26 @@ const LOG_TAIL_LINES: usize = 40;
 /// leaving out these, which a node repeats every heartbeat while a peer is cut off.
 const LOG_NOISE: [&str; 1] = ["failed to send a heartbeat"];
 
+/// What a test changes in a [`LabCluster`]; the default is the cluster of `deploy/` with one
+/// client host.
+#[derive(Debug, Clone)]
+pub struct LabOptions {
+    /// Client hosts, numbered from [`CLIENT_HOST`] on; at least 1.
+    pub client_hosts: usize,
+    /// Top-level settings added to every broker's config, one TOML line each, such as
+    /// `client_expiry_ms = 3000`; checked as the broker checks its config.
+    pub broker_settings: Vec<String>,
+}
+
+impl Default for LabOptions {
+    fn default() -> LabOptions {
+        LabOptions {
+            client_hosts: 1,
+            broker_settings: Vec::new(),
+        }
+    }
+}
+
 /// The cluster of `deploy/` on a lab (see the module comment): real `nameserver` and `broker`
 /// processes with the Raft timings of a default deployment, files in a temp dir. A test that
 /// panics prints the tail of every server log.
@@ -41,23 +61,33 @@ pub struct LabCluster {
     // Dropped in this order: the processes and namespaces before the files they used.
     pub lab: Lab,
     dir: TempDir,
+    options: LabOptions,
 }
 
 impl LabCluster {
     /// Starts the nameservers, then the brokers; waits until every nameserver knows the
     /// group's leader.
     pub async fn start() -> anyhow::Result<LabCluster> {
+        LabCluster::start_with(LabOptions::default()).await
+    }
+
+    /// [`LabCluster::start`] with `options`' client hosts and broker settings.
+    pub async fn start_with(options: LabOptions) -> anyhow::Result<LabCluster> {
+        anyhow::ensure!(
+            options.client_hosts >= 1,
+            "a lab cluster has at least one client host"
+        );
         let (broker_bin, nameserver_bin) = server_binaries()?;
-        let lab = Lab::new(CLIENT_HOST)?;
+        let lab = Lab::new(CLIENT_HOST + options.client_hosts - 1)?;
         let dir = tempfile::Builder::new()
             .prefix(&format!("{}-", lab.name()))
             .tempdir()?;
-        let cluster = LabCluster { lab, dir };
+        let cluster = LabCluster { lab, dir, options };
         println!(
             "lab {}: hosts {} to {}, server logs in {}",
             cluster.lab.name(),
             cluster.lab.addr(1),
-            cluster.lab.addr(CLIENT_HOST),
+            cluster.lab.addr(cluster.lab.host_count()),
             cluster.dir.path().display()
         );
         for host in SERVER_HOSTS {
@@ -88,6 +118,11 @@ impl LabCluster {
             cluster.lab.name()
         );
         Ok(cluster)
+    }
+
+    /// The client hosts: [`CLIENT_HOST`] and those after it.
+    pub fn client_hosts(&self) -> Vec<usize> {
+        (CLIENT_HOST..CLIENT_HOST + self.options.client_hosts).collect()
     }
 
     /// Host `host`'s nameserver.
@@ -208,7 +243,8 @@ impl LabCluster {
     }
 
     /// Writes node `host`'s config, as `deploy/broker-a-<host>.toml` has it on host `host`,
-    /// with small files and default Raft timings; checks it as the broker will.
+    /// with small files, default Raft timings and the options' broker settings; checks it as
+    /// the broker will.
     fn write_broker_config(&self, host: usize) -> anyhow::Result<PathBuf> {
         let quoted = |items: Vec<String>| {
             items
@@ -237,7 +273,7 @@ flush = "sync"
 bootstrap = {bootstrap}
 namesrv = [{namesrv}]
 auto_create_topic = true
-
+{settings}
 [peers]
 {peers}
 [store]
@@ -255,6 +291,12 @@ disk_full_ratio = 1.0
             bootstrap = host == 1,
             namesrv = quoted(self.nameservers(1)),
             segment = COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER,
+            settings = self
+                .options
+                .broker_settings
+                .iter()
+                .map(|line| format!("{line}\n"))
+                .collect::<String>(),
         );
         BrokerConfig::from_toml(&text)
             .and_then(|config| config.validate())
