@@ -1,5 +1,6 @@
 //! The retention task every node runs on its own store: each round it reads how full the data
-//! dir's disk is, refuses sends while it is past `disk_full_ratio` (pulls go on), and deletes
+//! dir's disk is, refuses sends while it is past `disk_full_ratio` (pulls go on), lets queue
+//! files idle for [`IDLE_ROUNDS_BEFORE_RELEASE`] rounds give their pages back, and deletes
 //! the oldest CommitLog segments the policy selects (`store::retention`).
 //!
 //! Invariant: nothing a restart or a peer may still need is deleted. The task never deletes
@@ -37,6 +38,10 @@ use crate::store::retention::segments_to_delete;
 
 /// Default interval between rounds (RocketMQ's `cleanResourceInterval`).
 pub const RETENTION_INTERVAL_DEFAULT: Duration = Duration::from_secs(10);
+/// Rounds a queue file must go unread and unwritten before it gives its pages back (about
+/// 20-30 s at the default interval): an idle queue then holds no resident memory for its
+/// files, while one read every few seconds keeps them.
+pub const IDLE_ROUNDS_BEFORE_RELEASE: u32 = 3;
 
 /// Runs retention rounds on `group`'s store until `shutdown`.
 pub async fn run_retention(
@@ -140,6 +145,12 @@ fn retention_round(
                 "disk below the full mark: accepting sends again"
             );
         }
+    }
+    let released = group
+        .store_mut()
+        .release_idle_queue_pages(IDLE_ROUNDS_BEFORE_RELEASE);
+    if released > 0 {
+        tracing::debug!(released, "idle queue files gave their pages back");
     }
     let Some(snapshot_end) = group.snapshot_end() else {
         return Ok(Round::default());

@@ -595,6 +595,18 @@ impl ConsumeQueue {
         lo
     }
 
+    /// One sweep of the idle-page release over this queue's files (see
+    /// [`MappedFile::release_if_idle`]); returns how many gave their pages back now.
+    pub fn release_idle_pages(&mut self, idle_sweeps: u32) -> usize {
+        self.segments
+            .iter_mut()
+            .map(|segment| {
+                usize::from(segment.units.release_if_idle(idle_sweeps))
+                    + usize::from(segment.sums.release_if_idle(idle_sweeps))
+            })
+            .sum()
+    }
+
     /// Durably flushes changed segments.
     pub fn flush(&mut self) -> Result<(), StoreError> {
         let mut targets = Vec::new();

@@ -216,6 +216,11 @@ impl SegmentSums {
         Ok(())
     }
 
+    /// [`MappedFile::release_if_idle`] of the sums file.
+    pub fn release_if_idle(&mut self, idle_sweeps: u32) -> bool {
+        self.file.release_if_idle(idle_sweeps)
+    }
+
     /// Marks the file clean and hands back what makes its writes durable.
     pub fn begin_flush(&mut self) -> Option<FlushTarget> {
         self.file.begin_flush()

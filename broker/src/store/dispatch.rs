@@ -296,6 +296,15 @@ impl Dispatcher {
         self.queues.iter().map(ConsumeQueue::max_offset).sum()
     }
 
+    /// One sweep of the idle-page release over every queue; returns how many files gave
+    /// their pages back now.
+    pub fn release_idle_pages(&mut self, idle_sweeps: u32) -> usize {
+        self.queues
+            .iter_mut()
+            .map(|queue| queue.release_idle_pages(idle_sweeps))
+            .sum()
+    }
+
     /// Marks every queue and the index clean and adds what makes their writes durable to
     /// `targets`.
     pub fn begin_flush(&mut self, targets: &mut Vec<FlushTarget>) -> Result<(), StoreError> {

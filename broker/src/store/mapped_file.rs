@@ -17,6 +17,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use memmap2::MmapMut;
 use tracing::{debug, warn};
@@ -230,6 +231,12 @@ pub struct MappedFile {
     file: Option<Arc<File>>,
     /// Bytes from the start known to be allocated: every write ends at or below it.
     allocated: usize,
+    /// Whether the mapping was read or written since the last [`MappedFile::release_if_idle`].
+    touched: AtomicBool,
+    /// Sweeps in a row that found the mapping untouched.
+    idle_sweeps: u32,
+    /// Whether its pages may be in memory: not given back since it was last touched.
+    resident: bool,
     write_pos: usize,
     /// Byte range changed since the last flush.
     dirty: Option<(usize, usize)>,
@@ -343,9 +350,51 @@ impl MappedFile {
             mmap,
             file,
             allocated,
+            touched: AtomicBool::new(false),
+            idle_sweeps: 0,
+            resident: true,
             write_pos: 0,
             dirty: None,
         })
+    }
+
+    /// Notes a read through the mapping (cheap when already noted: no shared write).
+    fn touch(&self) {
+        if !self.touched.load(Ordering::Relaxed) {
+            self.touched.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// One sweep of an idle-page release: a file untouched for `idle_sweeps` sweeps in a row
+    /// gives its pages back, to the page cache's reclaim and out of this process's resident
+    /// memory (`MADV_PAGEOUT`: dirty pages are written back first, nothing is lost; the next
+    /// read faults them in again). Returns whether it gave them back now.
+    pub fn release_if_idle(&mut self, idle_sweeps: u32) -> bool {
+        if std::mem::take(self.touched.get_mut()) {
+            self.idle_sweeps = 0;
+            self.resident = true;
+            return false;
+        }
+        self.idle_sweeps = self.idle_sweeps.saturating_add(1);
+        if !self.resident || self.idle_sweeps < idle_sweeps {
+            return false;
+        }
+        self.resident = false;
+        // SAFETY: the range is exactly this struct's live mapping; MADV_PAGEOUT only asks
+        // the kernel to reclaim its pages (a shared file mapping keeps its contents: dirty
+        // pages are written back, and later accesses fault them in again).
+        let result = unsafe {
+            libc::madvise(
+                self.mmap.as_ptr() as *mut libc::c_void,
+                self.mmap.len(),
+                libc::MADV_PAGEOUT,
+            )
+        };
+        if result != 0 {
+            let error = std::io::Error::last_os_error();
+            debug!(path = %self.path.display(), %error, "could not give idle pages back");
+        }
+        true
     }
 
     /// This file's descriptor: the one kept, or the file opened again by path.
@@ -393,15 +442,18 @@ impl MappedFile {
 
     /// The whole mapped file, including the zero area past the write position (for scans).
     pub fn whole(&self) -> &[u8] {
+        self.touch();
         &self.mmap
     }
 
     /// The written bytes `[0, write_pos)`.
     pub fn written(&self) -> &[u8] {
+        self.touch();
         &self.mmap[..self.write_pos]
     }
 
     fn mark_dirty(&mut self, from: usize, to: usize) {
+        *self.touched.get_mut() = true;
         self.dirty = Some(match self.dirty {
             Some((a, b)) => (a.min(from), b.max(to)),
             None => (from, to),
@@ -866,6 +918,48 @@ mod tests {
             .expect_err("cannot grow");
         assert!(error.to_string().contains("reopen segment"), "{error}");
         assert_eq!(f.written(), b"kept");
+    }
+
+    /// Pages of `file`'s mapping in memory now (`mincore`).
+    fn resident_pages(file: &MappedFile) -> usize {
+        let pages = file.size_bytes().div_ceil(4096);
+        let mut resident = vec![0u8; pages];
+        // SAFETY: the range is the file's live mapping and `resident` has a byte per page.
+        let result = unsafe {
+            libc::mincore(
+                file.mmap.as_ptr() as *mut libc::c_void,
+                file.size_bytes(),
+                resident.as_mut_ptr(),
+            )
+        };
+        assert_eq!(result, 0, "{}", std::io::Error::last_os_error());
+        resident.iter().filter(|page| **page & 1 == 1).count()
+    }
+
+    #[test]
+    fn an_idle_file_gives_its_pages_back_and_keeps_its_bytes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut f = MappedFile::create(dir.path(), 0, 1 << 20, Footprint::Grown).expect("create");
+        f.append(b"unit").expect("append");
+        f.flush().expect("flush");
+        assert_eq!(resident_pages(&f), 1);
+        assert!(!f.release_if_idle(2), "written since the last sweep");
+        assert!(!f.release_if_idle(2), "idle for one sweep of two");
+        assert!(f.release_if_idle(2), "idle for two sweeps");
+        assert_eq!(resident_pages(&f), 0, "given back");
+        assert!(!f.release_if_idle(2), "given back once");
+        assert_eq!(f.read(0, 4), Some(&b"unit"[..]), "the bytes stay");
+        assert!(!f.release_if_idle(1), "a read touched it again");
+        assert!(f.release_if_idle(1));
+        // Unflushed writes are written back, not lost.
+        f.append(b"more").expect("append");
+        assert!(!f.release_if_idle(1));
+        assert!(f.release_if_idle(1));
+        assert_eq!(f.read(0, 8), Some(&b"unitmore"[..]));
+        f.flush().expect("flush");
+        let path = f.path().to_owned();
+        drop(f);
+        assert_eq!(&fs::read(path).expect("read")[..8], b"unitmore");
     }
 
     #[test]

@@ -528,6 +528,13 @@ impl MessageStore {
         self.begin_flush()?.finish()
     }
 
+    /// One sweep of the idle-page release: a queue file read or written by none of the last
+    /// `idle_sweeps` sweeps gives its pages back (an idle queue then costs no resident memory
+    /// for its files, and its page cache is free to go); returns how many files did now.
+    pub fn release_idle_queue_pages(&mut self, idle_sweeps: u32) -> usize {
+        self.dispatcher.release_idle_pages(idle_sweeps)
+    }
+
     /// The part of [`MessageStore::flush`] that needs the store: notes what is dirty and
     /// what the checkpoint will say. [`PendingFlush::finish`] then does the slow part (the
     /// fsyncs and the checkpoint write) without the store, so appends and reads go on
