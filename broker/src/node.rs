@@ -22,6 +22,7 @@ use rocketraft_proxy::ProxyConfig;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::transport::ServerTlsConfig;
 use tonic::transport::server::Router;
 
@@ -121,6 +122,9 @@ pub enum StartError {
     Unrepairable(String),
 }
 
+/// How often a shutdown still waiting for the node's tasks says so.
+const TASKS_STOP_WARN_EVERY: Duration = Duration::from_secs(5);
+
 pub struct BrokerNode {
     node_id: NodeId,
     addr: SocketAddr,
@@ -133,6 +137,10 @@ pub struct BrokerNode {
     shutdown: CancellationToken,
     /// The broker API's server, and the Raft service's when it has a port of its own.
     servers: Vec<JoinHandle<Result<(), tonic::transport::Error>>>,
+    /// Every other task the node runs (registration, retention, scrub, repair, compaction,
+    /// the schedule service, the registries, metrics): each ends with `shutdown` or with
+    /// Raft, and `shutdown` awaits them all.
+    tasks: TaskTracker,
     /// Held while the node runs, so no other node opens its data dir meanwhile; declared
     /// last, so it is released after everything else the node owns is dropped.
     _data_dir_lock: DataDirLock,
@@ -229,9 +237,11 @@ impl BrokerNode {
         } = open_raft(&config, faults.clone(), peer_connector.clone()).await?;
         let repair = RepairState::new(pending_repair, after_reboot.then(|| config.flush_mode()));
         let shutdown = CancellationToken::new();
-        tokio::spawn(release_idle_entry_cache(log.clone(), shutdown.clone()));
+        // Every task the node runs, awaited by `shutdown` before the data dir is unlocked.
+        let tasks = TaskTracker::new();
+        tasks.spawn(release_idle_entry_cache(log.clone(), shutdown.clone()));
         let consumers = Arc::new(ConsumerRegistry::default());
-        tokio::spawn(run_consumer_registry(
+        tasks.spawn(run_consumer_registry(
             raft.clone(),
             consumers.clone(),
             Duration::from_millis(config.client_expiry_ms),
@@ -240,10 +250,10 @@ impl BrokerNode {
         let queue_locks = Arc::new(QueueLocks::new(Duration::from_millis(
             config.queue_lock_expiry_ms,
         )));
-        tokio::spawn(run_queue_locks(raft.clone(), queue_locks.clone()));
+        tasks.spawn(run_queue_locks(raft.clone(), queue_locks.clone()));
         let transaction_checks = Arc::new(TransactionChecks::default());
         let checks = transaction_checks.clone();
-        tokio::spawn(on_every_role_change(raft.clone(), move || checks.reset()));
+        tasks.spawn(on_every_role_change(raft.clone(), move || checks.reset()));
         let delay_levels = config.parsed_delay_levels()?;
         let schedule_status = Arc::new(ScheduleStatus::default());
         let scrub_status = Arc::new(ScrubStatus::new(group.store().suspects().clone()));
@@ -263,7 +273,7 @@ impl BrokerNode {
                 })?;
                 let (metrics, raft, group) = (metrics.clone(), raft.clone(), group.clone());
                 let log_size = log_size.clone();
-                tokio::spawn(serve_metrics(
+                tasks.spawn(serve_metrics(
                     listener,
                     Arc::new(move || metrics.render(&raft, &log_size, &group)),
                     shutdown.clone(),
@@ -274,13 +284,13 @@ impl BrokerNode {
             None => None,
         };
         let (leadership, leadership_watch) = tokio::sync::watch::channel(Leadership::NotLeading);
-        tokio::spawn(run_leadership_watch(
+        tasks.spawn(run_leadership_watch(
             raft.clone(),
             Duration::from_millis(config.raft.election_timeout_max_ms),
             leadership,
             shutdown.clone(),
         ));
-        tokio::spawn(run_schedule_service(
+        tasks.spawn(run_schedule_service(
             raft.clone(),
             group.clone(),
             delay_levels.clone(),
@@ -367,7 +377,7 @@ impl BrokerNode {
                 listeners.api,
             )],
         };
-        tokio::spawn(run_compaction(
+        tasks.spawn(run_compaction(
             raft.clone(),
             CompactionPolicy {
                 interval: Duration::from_millis(config.raft.log_compaction_interval_ms),
@@ -392,7 +402,7 @@ impl BrokerNode {
                 .collect(),
             peer_connector.clone(),
         );
-        tokio::spawn(run_scrub(
+        tasks.spawn(run_scrub(
             group.clone(),
             other_nodes.clone(),
             ScrubOptions {
@@ -402,14 +412,14 @@ impl BrokerNode {
             scrub_status,
             shutdown.clone(),
         ));
-        tokio::spawn(run_retention(
+        tasks.spawn(run_retention(
             group.clone(),
             config.data_dir.clone(),
             config.retention.clone(),
             metrics,
             shutdown.clone(),
         ));
-        tokio::spawn(run_repair(
+        tasks.spawn(run_repair(
             raft.clone(),
             repair,
             raft_log_dir,
@@ -437,7 +447,7 @@ impl BrokerNode {
                 connector: peer_connector,
                 fault_injection: drill_faults.clone(),
             };
-            tokio::spawn(run_registration(
+            tasks.spawn(run_registration(
                 raft.clone(),
                 group.clone(),
                 schedule_status.clone(),
@@ -462,6 +472,7 @@ impl BrokerNode {
             group,
             shutdown,
             servers,
+            tasks,
             _data_dir_lock: data_dir_lock,
         })
     }
@@ -510,7 +521,9 @@ impl BrokerNode {
     }
 
     /// Stops serving, stops Raft and flushes nothing more: what was acknowledged is already
-    /// durable, the rest is replayed from the Raft log at the next start.
+    /// durable, the rest is replayed from the Raft log at the next start. Returns once every
+    /// task of the node has ended, so the data dir is unlocked only when nothing of this node
+    /// still touches it (a node started on it next finds it as this one left it).
     pub async fn shutdown(self) {
         if let Some(grpc_v5) = self.grpc_v5 {
             grpc_v5.shutdown().await;
@@ -520,6 +533,18 @@ impl BrokerNode {
             tracing::warn!(%error, "raft shutdown");
         }
         futures::future::join_all(self.servers.into_iter().map(stop_serving)).await;
+        self.tasks.close();
+        while tokio::time::timeout(TASKS_STOP_WARN_EVERY, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                node_id = self.node_id,
+                running = self.tasks.len(),
+                "node tasks still running after shutdown; the data dir stays locked until \
+                 they end"
+            );
+        }
         tracing::info!(node_id = self.node_id, "broker node stopped");
     }
 }
