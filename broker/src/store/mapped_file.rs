@@ -405,15 +405,19 @@ impl MappedFile {
         }
     }
 
-    /// Allocates blocks so that bytes below `end` can be written: a full disk fails here,
-    /// before a byte is written, with an error naming the file.
-    fn ensure_allocated(&mut self, end: usize) -> Result<(), StoreError> {
+    /// Allocates blocks so that `[from, end)` can be written: a full disk fails here, before
+    /// a byte is written, with an error naming the file. Nothing below `from`'s page is
+    /// allocated anew: those bytes are written already or never will be (a queue that starts
+    /// mid-segment leaves its head a hole, and writes only move forward), so a file reopened
+    /// with its allocation unknown does not fill that head on its first write.
+    fn ensure_allocated(&mut self, from: usize, end: usize) -> Result<(), StoreError> {
         if end <= self.allocated {
             return Ok(());
         }
+        let start = self.allocated.max(from - from % GROWN_FIRST_STEP_BYTES);
         let target = grown_allocation_end(self.allocated, end, self.mmap.len());
         let file = self.descriptor()?;
-        allocate(&file, self.allocated as u64, target as u64)
+        allocate(&file, start as u64, target as u64)
             .map_err(|e| StoreError::io("grow segment", &self.path, e))?;
         self.allocated = target;
         Ok(())
@@ -465,7 +469,7 @@ impl MappedFile {
     /// (ConsumeQueue units). Bulk appends use [`MappedFile::write_append`].
     pub fn append(&mut self, data: &[u8]) -> Result<usize, StoreError> {
         let pos = self.check_room(data.len())?;
-        self.ensure_allocated(pos + data.len())?;
+        self.ensure_allocated(pos, pos + data.len())?;
         self.mmap[pos..pos + data.len()].copy_from_slice(data);
         self.advance_write_pos(pos, data.len());
         Ok(pos)
@@ -498,7 +502,7 @@ impl MappedFile {
     pub fn write_append(&mut self, data: &[u8]) -> Result<usize, StoreError> {
         use std::os::unix::fs::FileExt;
         let pos = self.check_room(data.len())?;
-        self.ensure_allocated(pos + data.len())?;
+        self.ensure_allocated(pos, pos + data.len())?;
         self.descriptor()?
             .write_all_at(data, pos as u64)
             .map_err(|e| StoreError::io("write segment", &self.path, e))?;
@@ -545,7 +549,7 @@ impl MappedFile {
                 len: data.len(),
                 size: self.write_pos,
             })?;
-        self.ensure_allocated(end)?;
+        self.ensure_allocated(pos, end)?;
         self.mmap[pos..end].copy_from_slice(data);
         self.mark_dirty(pos, end);
         Ok(())
@@ -861,6 +865,29 @@ mod tests {
         assert!(
             allocated >= written && allocated <= written + GROWN_STEP_MAX_BYTES as u64,
             "{allocated} bytes allocated for {written} written"
+        );
+    }
+
+    #[test]
+    fn a_reopened_grown_file_does_not_fill_the_hole_before_its_writes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let size = 6 << 20;
+        let head = 5 << 20;
+        let path = {
+            let mut f = MappedFile::create(dir.path(), 0, size, Footprint::Grown).expect("create");
+            // A queue that starts mid-segment: its head stays a hole.
+            f.skip_zeros_to(head);
+            f.append(&[7; 20]).expect("append");
+            f.flush().expect("flush");
+            f.path().to_owned()
+        };
+        let mut f = MappedFile::open(path.clone(), 0, size, Footprint::Grown).expect("open");
+        assert_eq!(f.recover_to(head + 20), 0);
+        f.append(&[8; 20]).expect("append after reopening");
+        assert!(
+            allocated_bytes(&path) <= 2 * GROWN_FIRST_STEP_BYTES as u64,
+            "{} bytes allocated",
+            allocated_bytes(&path)
         );
     }
 
