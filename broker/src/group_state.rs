@@ -14,6 +14,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicI64;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
+use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use rocketraft_proto::POP_ANY_QUEUE;
 use tokio::sync::watch;
@@ -42,6 +44,11 @@ pub struct GroupState {
     /// `disk_full_ratio`, when sends are refused.
     disk_used_ratio: AtomicU64,
     disk_full: AtomicBool,
+    /// Work on this state that outlives the call that started it (a snapshot build, which
+    /// openraft runs detached and which flushes the store and writes the snapshot file): a
+    /// node's shutdown waits for it ([`GroupState::background_finished`]) before it unlocks
+    /// the data dir.
+    background: TaskTracker,
 }
 
 /// A flush of the store under way ([`GroupState::begin_flush`]); it may move to another
@@ -78,7 +85,19 @@ impl GroupState {
             snapshot_end: AtomicI64::new(-1),
             disk_used_ratio: AtomicU64::new(0),
             disk_full: AtomicBool::new(false),
+            background: TaskTracker::new(),
         }
+    }
+
+    /// Counts as background work on this state until dropped.
+    pub fn background_work(&self) -> TaskTrackerToken {
+        self.background.token()
+    }
+
+    /// Returns once no background work is left; none may start after (a node shutting down).
+    pub async fn background_finished(&self) {
+        self.background.close();
+        self.background.wait().await;
     }
 
     /// A snapshot naming CommitLog end `end` is durable.

@@ -534,15 +534,20 @@ impl BrokerNode {
         }
         futures::future::join_all(self.servers.into_iter().map(stop_serving)).await;
         self.tasks.close();
-        while tokio::time::timeout(TASKS_STOP_WARN_EVERY, self.tasks.wait())
+        let group = self.group.clone();
+        let finished = async move {
+            self.tasks.wait().await;
+            group.background_finished().await;
+        };
+        tokio::pin!(finished);
+        while tokio::time::timeout(TASKS_STOP_WARN_EVERY, &mut finished)
             .await
             .is_err()
         {
             tracing::warn!(
                 node_id = self.node_id,
-                running = self.tasks.len(),
-                "node tasks still running after shutdown; the data dir stays locked until \
-                 they end"
+                "node tasks or a snapshot build still running after shutdown; the data dir \
+                 stays locked until they end"
             );
         }
         tracing::info!(node_id = self.node_id, "broker node stopped");

@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use futures::Stream;
 use futures::TryStreamExt;
@@ -511,6 +512,7 @@ impl StateMachine {
 
     fn snapshot_builder(&self) -> SnapshotBuilder {
         SnapshotBuilder {
+            _in_flight: self.group.background_work(),
             state: self.capture_snapshot_state(),
             group: self.group.clone(),
             dir: self.dir.clone(),
@@ -863,6 +865,8 @@ fn lock_snapshot(
 /// Builds a snapshot from state captured between two applies, so it is a consistent cut even
 /// though applying goes on while the builder flushes.
 pub struct SnapshotBuilder {
+    /// openraft runs a build detached: the node's shutdown waits for it through this.
+    _in_flight: TaskTrackerToken,
     state: SnapshotState,
     group: Arc<GroupState>,
     dir: PathBuf,
