@@ -50,8 +50,9 @@ const SENDERS: usize = 4;
 /// Sends acknowledged before the cut: the producer is well under way.
 const WARMUP_ACKS: usize = 100;
 const WARMUP_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long sends go on after the cut (the follower test) or after they resumed.
-const RUN_AFTER: Duration = Duration::from_secs(3);
+/// Sends acknowledged after the cut (the follower test) or after they resumed, before the
+/// load stops: the window the results are read from.
+const ACKS_AFTER: usize = 200;
 /// Bound on a send across a cut or a first call after one: only a hang fails it.
 const SEND_BOUND: Duration = Duration::from_secs(10);
 /// Bound on a fresh client's first calls with a dead first nameserver.
@@ -151,6 +152,11 @@ impl SendLoop {
             .iter()
             .filter(|record| record.result.is_ok())
             .count()
+    }
+
+    /// Waits until [`ACKS_AFTER`] more sends than now are acknowledged.
+    async fn wait_for_more_acks(&self) -> anyhow::Result<()> {
+        self.wait_for_acks(self.acked() + ACKS_AFTER).await
     }
 
     async fn wait_for_acks(&self, count: usize) -> anyhow::Result<()> {
@@ -373,8 +379,10 @@ async fn given_the_leaders_host_vanishes_a_running_producer_should_lose_no_send(
             sending.first_success_after(cut_at)
         })
         .await;
-        // The load goes on for a while after the sends resumed (or failed to).
-        tokio::time::sleep(RUN_AFTER).await;
+        // The load goes on for a while after the sends resumed.
+        if resumed.is_ok() {
+            sending.wait_for_more_acks().await?;
+        }
         let records = sending.stop().await?;
 
         let stall = worst_after(&records, cut_at);
@@ -536,7 +544,7 @@ async fn given_a_followers_host_vanishes_sends_should_continue() -> anyhow::Resu
             utc_now()
         );
         // The load window after the cut.
-        tokio::time::sleep(RUN_AFTER).await;
+        sending.wait_for_more_acks().await?;
         let records = sending.stop().await?;
 
         let before: Vec<Duration> = records
@@ -1155,8 +1163,10 @@ async fn given_the_host_a_push_consumer_pulls_from_vanishes_consumption_should_r
             || async { first_after() },
         )
         .await;
-        // The load goes on for a while after consumption resumed (or failed to).
-        tokio::time::sleep(RUN_AFTER).await;
+        // The load goes on for a while after consumption resumed.
+        if resumed.is_ok() {
+            sending.wait_for_more_acks().await?;
+        }
         let records = sending.stop().await?;
 
         let mut times: Vec<Instant> = deliveries.all().iter().map(|d| d.at).collect();
