@@ -1,8 +1,8 @@
-//! The deployment examples under `deploy/` (README, "Deploy on three hosts") cannot rot: every
-//! broker and nameserver file parses and validates as the binaries would take it, the two
-//! groups are consistent (same peers everywhere, each node listening where its peers reach it,
-//! one founding node), the secrets match, no two processes of a host share a port, and the
-//! systemd units start each file by its name.
+//! The deployment examples under `deploy/` (docs/operations.md, "Deploy on three hosts")
+//! cannot rot: every broker and nameserver file parses and validates as the binaries would
+//! take it, the two groups are consistent (same peers everywhere, each node listening where
+//! its peers reach it, one founding node), the secrets match, no two processes of a host
+//! share a port, and the systemd units start each file by its name.
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;

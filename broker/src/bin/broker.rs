@@ -2,7 +2,7 @@
 //! `broker dev`: a whole local broker group in one process for development.
 
 /// mimalloc: the send and apply paths allocate per batch and per record; measured under W1
-/// it costs less CPU than glibc malloc (see README, Performance). Built with `no_thp`: asking
+/// it costs less CPU than glibc malloc (see docs/performance.md). Built with `no_thp`: asking
 /// for transparent huge pages made every fresh arena region a 2 MiB page zeroed at its first
 /// touch, and kept each broker's RSS under W1 about 55 MB higher for no CPU gained.
 #[global_allocator]

@@ -28,7 +28,7 @@
 //! shorter log, and neither votes nor stands for election until it applied the leader's last
 //! index at that moment, except for a candidate whose log reaches the consenting leader's last
 //! log id (when that leader's term was at least its own). No other node loses power meanwhile
-//! (a second power loss in that window can lose writes, as the README says), but once every
+//! (a second power loss in that window can lose writes, as docs/operations.md says), but once every
 //! such node has that consent another node may be killed (its page cache survives), most often
 //! the leader that consented: the two left must elect through that rule. Partitions and lossy
 //! links go on. Bits also rot in the Raft log of a node while it is down (one node at a time):
