@@ -15,8 +15,6 @@ use futures::stream::FuturesUnordered;
 
 /// How long a "not found" waits for another nameserver to answer with something.
 pub const NOT_FOUND_GRACE: Duration = Duration::from_millis(250);
-/// How long connecting to a nameserver may take: a vanished host never refuses.
-pub const NAMESERVER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Why one nameserver gave no answer to use.
 #[derive(Debug)]

@@ -21,20 +21,12 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::connector::Connector;
-use crate::nameservers::NAMESERVER_CONNECT_TIMEOUT;
 use crate::nameservers::Refusal;
 use crate::nameservers::Unanswered;
 use crate::nameservers::ask_side_by_side;
 
 /// How long a cached route is used before it is fetched again (RocketMQ's default).
 pub const ROUTE_TTL_DEFAULT: Duration = Duration::from_secs(30);
-/// How long one nameserver query may take.
-const QUERY_TIMEOUT: Duration = Duration::from_secs(3);
-/// A nameserver connection with a query open that has read nothing for this long sends a
-/// ping; one unanswered for [`KEEP_ALIVE_TIMEOUT`] fails the connection, so the next query
-/// connects afresh instead of waiting out its timeout on a vanished host's connection.
-const KEEP_ALIVE_INTERVAL: Duration = Duration::from_millis(500);
-const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
@@ -289,15 +281,8 @@ impl RouteCache {
             .iter()
             .map(|nameserver| {
                 self.connector
-                    .endpoint(nameserver)
-                    .map(|endpoint| {
-                        endpoint
-                            .connect_timeout(NAMESERVER_CONNECT_TIMEOUT)
-                            .timeout(QUERY_TIMEOUT)
-                            .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
-                            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
-                            .connect_lazy()
-                    })
+                    .nameserver_endpoint(nameserver)
+                    .map(|endpoint| endpoint.connect_lazy())
                     .map_err(|last_error| RouteError::NameserversUnavailable { last_error })
             })
             .collect::<Result<Vec<_>, _>>()?;

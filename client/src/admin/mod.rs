@@ -31,13 +31,9 @@ use crate::connector::ClientTls;
 use crate::connector::Connector;
 use crate::group::BrokerGroupClient;
 use crate::group::GroupError;
-use crate::nameservers::NAMESERVER_CONNECT_TIMEOUT;
 use crate::nameservers::Refusal;
 use crate::nameservers::Unanswered;
 use crate::nameservers::ask_side_by_side;
-
-/// How long one nameserver query may take.
-const QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
@@ -372,13 +368,11 @@ impl Admin {
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let answer = ask_side_by_side(&self.nameservers, |index| {
-            let endpoint = self.connector.endpoint(&self.nameservers[index]);
+            let endpoint = self.connector.nameserver_endpoint(&self.nameservers[index]);
             let call = &call;
             async move {
                 let channel = endpoint
                     .map_err(Refusal::Failed)?
-                    .connect_timeout(NAMESERVER_CONNECT_TIMEOUT)
-                    .timeout(QUERY_TIMEOUT)
                     .connect()
                     .await
                     .map_err(|error| Refusal::Failed(error.to_string()))?;
