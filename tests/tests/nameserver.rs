@@ -305,3 +305,57 @@ async fn given_many_concurrent_lookups_of_a_topic_should_send_one_route_query() 
     assert_eq!(calls.load(Ordering::SeqCst), after_missing + 1);
     Ok(())
 }
+
+/// A registration of the largest group, with every topic's name as long as a name may be.
+fn registration_of(topics: u32) -> pb::RegisterBrokerRequest {
+    pb::RegisterBrokerRequest {
+        cluster: "c".into(),
+        group: "broker-a".into(),
+        node_id: 1,
+        addr: "127.0.0.1:10911".into(),
+        role: pb::Role::Leader as i32,
+        term: 1,
+        topics: (0..topics)
+            .map(|n| pb::TopicConfig {
+                name: format!("{n:0width$}", width = rocketraft_proto::names::NAME_LEN_MAX),
+                read_queue_count: 1,
+                write_queue_count: 1,
+                perm: rocketraft_proto::perm::PERM_READ_WRITE,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_registration_over_its_limit_the_nameserver_should_refuse_it() -> anyhow::Result<()>
+{
+    use prost::Message;
+    use rocketraft_broker::topic::GROUP_QUEUES_MAX;
+    use rocketraft_proto::limits::REGISTRATION_BYTES_MAX;
+    init_tracing();
+    let nameserver = start_nameserver(Duration::from_secs(60)).await?;
+    let mut client = NameServerClient::connect(format!("http://{}", nameserver.addr())).await?;
+
+    let largest = registration_of(GROUP_QUEUES_MAX);
+    assert!(largest.encoded_len() <= REGISTRATION_BYTES_MAX);
+    client.register_broker(largest).await?;
+    assert_eq!(
+        cluster_info(nameserver.addr())
+            .await
+            .map(|i| i.groups.len()),
+        Some(1)
+    );
+
+    let mut over = registration_of(0);
+    let topic_bytes = registration_of(1).encoded_len() - over.encoded_len();
+    over = registration_of((REGISTRATION_BYTES_MAX / topic_bytes + 1) as u32);
+    assert!(over.encoded_len() > REGISTRATION_BYTES_MAX);
+    let refused = client
+        .register_broker(over)
+        .await
+        .expect_err("past the limit");
+    assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
+    Ok(())
+}
