@@ -7,6 +7,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/broker.proto",
         "proto/raft.proto",
         "proto/nameserver.proto",
+        // RocketMQ 5.x's protocol (package `apache.rocketmq.v2`), as the official clients
+        // speak it to the 5.x endpoint.
+        "proto/apache/rocketmq/v2/definition.proto",
+        "proto/apache/rocketmq/v2/service.proto",
     ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");

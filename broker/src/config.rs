@@ -34,9 +34,6 @@ pub const COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER: u64 =
 
 /// Default cap on the calls open at once on one connection.
 pub const STREAMS_PER_CONNECTION_MAX_DEFAULT: u32 = 4096;
-/// `grpc_v5_auto_renew_invisible_ms` by default: RocketMQ proxy's 60 s.
-pub const GRPC_V5_AUTO_RENEW_INVISIBLE_MS_DEFAULT: u64 = 60_000;
-
 /// Default interval between fsyncs of the Raft log in `flush = "async"` mode.
 pub const ASYNC_FLUSH_INTERVAL_DEFAULT: Duration = Duration::from_millis(500);
 
@@ -102,24 +99,11 @@ pub struct BrokerConfig {
     pub transaction_check_max: u32,
     /// How log lines are written: `"text"` or `"json"` (one object per line).
     #[serde(default)]
-    pub log_format: rocketraft_nameserver::logging::LogFormat,
+    pub log_format: rocketraft_server_kit::logging::LogFormat,
     /// Where Prometheus scrapes `/metrics` (its own port: the broker API's stays gRPC only);
     /// absent: no endpoint.
     #[serde(default)]
     pub metrics_listen: Option<SocketAddr>,
-    /// Where RocketMQ 5.x's gRPC API (`apache.rocketmq.v2.MessagingService`) is served for the
-    /// official 5.x clients (its own port); it reaches every topic of the cluster through the
-    /// nameservers. Absent: not served.
-    #[serde(default)]
-    pub grpc_v5_listen: Option<SocketAddr>,
-    /// The access keys (key -> secret) the 5.x endpoint accepts: a 5.x client must sign its
-    /// calls with one of them, or is answered `UNAUTHORIZED`. Empty: anyone may call.
-    #[serde(default)]
-    pub grpc_v5_access_keys: BTreeMap<String, String>,
-    /// How long a 5.x push consumer's delivery stays invisible at a time while the endpoint
-    /// renews it (`auto_renew` receives); RocketMQ's proxy uses 60 s.
-    #[serde(default = "default_grpc_v5_auto_renew_invisible_ms")]
-    pub grpc_v5_auto_renew_invisible_ms: u64,
     /// Pulls this node holds open at once (long polling) at most; a pull that would wait
     /// beyond them is refused with `LIMIT_EXCEEDED`, and the consumer retries after a pause.
     #[serde(default = "default_pull_holds_max")]
@@ -380,16 +364,12 @@ fn default_transaction_check_max() -> u32 {
     crate::transaction::TRANSACTION_CHECK_MAX_DEFAULT
 }
 
-fn default_grpc_v5_auto_renew_invisible_ms() -> u64 {
-    GRPC_V5_AUTO_RENEW_INVISIBLE_MS_DEFAULT
-}
-
 fn default_pull_holds_max() -> usize {
     crate::service::PULL_HOLDS_MAX_DEFAULT
 }
 
 fn default_connections_max() -> usize {
-    rocketraft_nameserver::connection_limit::CONNECTIONS_MAX_DEFAULT
+    rocketraft_server_kit::connection_limit::CONNECTIONS_MAX_DEFAULT
 }
 
 fn default_streams_per_connection_max() -> u32 {
@@ -412,7 +392,7 @@ fn default_async_flush_interval_ms() -> u64 {
     ASYNC_FLUSH_INTERVAL_DEFAULT.as_millis() as u64
 }
 
-pub use rocketraft_nameserver::config_file::ConfigError;
+pub use rocketraft_server_kit::config_file::ConfigError;
 
 impl BrokerConfig {
     /// When the leader checks unresolved transactions back.
@@ -426,7 +406,7 @@ impl BrokerConfig {
 
     /// Parses a TOML document; unknown keys are errors so a typo never goes unnoticed.
     pub fn from_toml(text: &str) -> Result<BrokerConfig, ConfigError> {
-        rocketraft_nameserver::config_file::parse_toml(text)
+        rocketraft_server_kit::config_file::parse_toml(text)
     }
 
     /// The peers with parsed node ids and addresses.
@@ -561,12 +541,6 @@ impl BrokerConfig {
                 "must be 1 to 1000",
             ));
         }
-        if self.grpc_v5_listen.is_some() && self.namesrv.is_empty() {
-            return Err(ConfigError::new(
-                "grpc_v5_listen",
-                "needs namesrv: the 5.x endpoint finds every topic's broker groups there",
-            ));
-        }
         if self.pull_holds_max == 0 {
             return Err(ConfigError::new("pull_holds_max", "must be positive"));
         }
@@ -575,12 +549,10 @@ impl BrokerConfig {
             ("cluster_secret", &self.cluster_secret),
         ] {
             if let Some(secret) = secret {
-                rocketraft_proto::secrets::validate_secret(secret)
+                rocketraft_domain::secrets::validate_secret(secret)
                     .map_err(|error| ConfigError::new(key, error.to_string()))?;
             }
         }
-        self.validate_grpc_v5_access_keys()?;
-        self.validate_grpc_v5_auto_renew()?;
         if self.connections_max == 0 {
             return Err(ConfigError::new("connections_max", "must be positive"));
         }
@@ -623,47 +595,6 @@ impl BrokerConfig {
                 "store.raft_log_segment_bytes",
                 "must be at least 4096",
             ));
-        }
-        Ok(())
-    }
-
-    fn validate_grpc_v5_auto_renew(&self) -> Result<(), ConfigError> {
-        let range = rocketraft_proto::limits::POP_INVISIBLE_MS_MIN
-            ..=rocketraft_proto::limits::POP_INVISIBLE_MS_MAX;
-        if !range.contains(&self.grpc_v5_auto_renew_invisible_ms) {
-            return Err(ConfigError::new(
-                "grpc_v5_auto_renew_invisible_ms",
-                format!(
-                    "must be {} to {} (a pop's invisible time)",
-                    rocketraft_proto::limits::POP_INVISIBLE_MS_MIN,
-                    rocketraft_proto::limits::POP_INVISIBLE_MS_MAX
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    fn validate_grpc_v5_access_keys(&self) -> Result<(), ConfigError> {
-        const KEY: &str = "grpc_v5_access_keys";
-        for (access_key, secret) in &self.grpc_v5_access_keys {
-            // A client's signature header lists the access key between commas.
-            if rocketraft_proto::secrets::validate_secret(access_key).is_err()
-                || access_key.contains(',')
-            {
-                return Err(ConfigError::new(
-                    KEY,
-                    format!(
-                        "access key {access_key:?}: 1 to {} visible ASCII characters, no commas",
-                        rocketraft_proto::secrets::SECRET_LEN_MAX
-                    ),
-                ));
-            }
-            rocketraft_proto::secrets::validate_secret(secret).map_err(|error| {
-                ConfigError::new(
-                    KEY,
-                    format!("the secret of access key {access_key}: {error}"),
-                )
-            })?;
         }
         Ok(())
     }
@@ -910,64 +841,14 @@ mod tests {
         );
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");
-        config.grpc_v5_listen = Some("127.0.0.1:8081".parse().expect("an address"));
-        config.namesrv = vec!["127.0.0.1:9876".into()];
-        config.validate().expect("a 5.x endpoint with a nameserver");
-        config.namesrv.clear();
-        assert_eq!(
-            config.validate().expect_err("no route source").key,
-            "grpc_v5_listen"
-        );
-
-        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
         config.admin_token = Some("t0ken".into());
-        config.cluster_secret = Some("s".repeat(rocketraft_proto::secrets::SECRET_LEN_MAX));
+        config.cluster_secret = Some("s".repeat(rocketraft_domain::secrets::SECRET_LEN_MAX));
         config.validate().expect("secrets within bounds");
         config.admin_token = Some("two words".into());
         assert_eq!(config.validate().expect_err("spaced").key, "admin_token");
         config.admin_token = None;
-        config.cluster_secret = Some("s".repeat(rocketraft_proto::secrets::SECRET_LEN_MAX + 1));
+        config.cluster_secret = Some("s".repeat(rocketraft_domain::secrets::SECRET_LEN_MAX + 1));
         assert_eq!(config.validate().expect_err("long").key, "cluster_secret");
-
-        let mut config = BrokerConfig::from_toml(VALID).expect("valid");
-        for (ms, valid) in [
-            (rocketraft_proto::limits::POP_INVISIBLE_MS_MIN, true),
-            (rocketraft_proto::limits::POP_INVISIBLE_MS_MIN - 1, false),
-            (rocketraft_proto::limits::POP_INVISIBLE_MS_MAX, true),
-            (rocketraft_proto::limits::POP_INVISIBLE_MS_MAX + 1, false),
-        ] {
-            config.grpc_v5_auto_renew_invisible_ms = ms;
-            match config.validate() {
-                Ok(()) => assert!(valid, "{ms} accepted"),
-                Err(error) => {
-                    assert!(!valid, "{ms} refused");
-                    assert_eq!(error.key, "grpc_v5_auto_renew_invisible_ms");
-                }
-            }
-        }
-
-        let config = BrokerConfig::from_toml(&format!(
-            "{VALID}\n[grpc_v5_access_keys]\napp = \"{}\"\n",
-            "s".repeat(rocketraft_proto::secrets::SECRET_LEN_MAX)
-        ))
-        .expect("a table of access keys");
-        config.validate().expect("access keys within bounds");
-        for (access_key, secret) in [
-            (
-                "app",
-                "s".repeat(rocketraft_proto::secrets::SECRET_LEN_MAX + 1),
-            ),
-            ("app", String::new()),
-            ("a,b", "s3cret".into()),
-            ("two words", "s3cret".into()),
-        ] {
-            let mut config = config.clone();
-            config.grpc_v5_access_keys = BTreeMap::from([(access_key.into(), secret)]);
-            assert_eq!(
-                config.validate().expect_err(access_key).key,
-                "grpc_v5_access_keys"
-            );
-        }
 
         let mut config = BrokerConfig::from_toml(VALID).expect("valid");
         config.scrub_bytes_per_sec = 0;

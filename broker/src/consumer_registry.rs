@@ -40,7 +40,7 @@ pub type Subscriptions = BTreeMap<String, Expression>;
 /// A subscription expression as its consumer gave it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expression {
-    /// `TAG` or `SQL92` (`rocketraft_proto::sql_filter::EXPRESSION_TYPE_*`).
+    /// `TAG` or `SQL92` (`rocketraft_domain::sql_filter::EXPRESSION_TYPE_*`).
     pub kind: String,
     pub text: String,
 }

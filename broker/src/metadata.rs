@@ -18,8 +18,8 @@ use rocketraft_proto::common as common_pb;
 
 use crate::pop_state::PopState;
 
-pub use rocketraft_proto::perm::PERM_READ;
-pub use rocketraft_proto::perm::PERM_WRITE;
+pub use rocketraft_domain::perm::PERM_READ;
+pub use rocketraft_domain::perm::PERM_WRITE;
 
 /// A topic's configuration, replicated so every node routes and validates alike.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

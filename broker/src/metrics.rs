@@ -20,7 +20,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
-use rocketraft_nameserver::process_metrics::ProcessMetrics;
+use rocketraft_server_kit::process_metrics::ProcessMetrics;
 
 use crate::group_state::GroupState;
 use crate::raft::log_store::LogSize;

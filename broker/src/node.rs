@@ -10,15 +10,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rocketraft_client::connector::ClientTls;
-use rocketraft_nameserver::connection_limit::serve_connections;
-use rocketraft_nameserver::server::stop_serving;
+use rocketraft_domain::limits::HTTP2_FRAME_BYTES_MAX;
+use rocketraft_domain::limits::SEND_REQUEST_BYTES_MAX;
 use rocketraft_proto::broker::broker_server::BrokerServer;
-use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
-use rocketraft_proto::limits::SEND_REQUEST_BYTES_MAX;
-use rocketraft_proxy::AccessKeys;
-use rocketraft_proxy::Proxy;
-use rocketraft_proxy::ProxyConfig;
+use rocketraft_server_kit::connection_limit::serve_connections;
+use rocketraft_server_kit::graceful_stop::stop_serving;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -82,7 +78,7 @@ use crate::tls::PeerConnector;
 use crate::tls::TlsFileError;
 use crate::topic::AUTO_CREATED_QUEUE_COUNT;
 use crate::transaction::checks::TransactionChecks;
-use rocketraft_nameserver::metrics_endpoint::serve_metrics;
+use rocketraft_server_kit::metrics_endpoint::serve_metrics;
 
 /// A node failed to start.
 #[derive(Debug, thiserror::Error)]
@@ -115,8 +111,6 @@ pub enum StartError {
     TlsFile(#[from] TlsFileError),
     #[error("configure TLS")]
     Tls(#[source] tonic::transport::Error),
-    #[error("start the RocketMQ 5.x gRPC endpoint")]
-    GrpcV5(#[source] rocketraft_proxy::ProxyError),
     /// Local state is damaged and no other node of the group holds it.
     #[error("cannot repair this node: {0}")]
     Unrepairable(String),
@@ -130,8 +124,6 @@ pub struct BrokerNode {
     addr: SocketAddr,
     raft_addr: SocketAddr,
     metrics_addr: Option<SocketAddr>,
-    /// RocketMQ 5.x's gRPC API, if `grpc_v5_listen` was set.
-    grpc_v5: Option<Proxy>,
     raft: Raft,
     group: Arc<GroupState>,
     shutdown: CancellationToken,
@@ -457,17 +449,12 @@ impl BrokerNode {
                 shutdown.clone(),
             ));
         }
-        let grpc_v5 = match config.grpc_v5_listen {
-            Some(grpc_v5_listen) => Some(start_grpc_v5(&config, grpc_v5_listen).await?),
-            None => None,
-        };
         tracing::info!(node_id = config.node_id, group = %config.group, %addr, %raft_addr, "broker node started");
         Ok(BrokerNode {
             node_id: config.node_id,
             addr,
             raft_addr,
             metrics_addr,
-            grpc_v5,
             raft,
             group,
             shutdown,
@@ -496,11 +483,6 @@ impl BrokerNode {
         self.metrics_addr
     }
 
-    /// Where RocketMQ 5.x's gRPC API is served, if `grpc_v5_listen` was set.
-    pub fn grpc_v5_addr(&self) -> Option<SocketAddr> {
-        self.grpc_v5.as_ref().map(Proxy::addr)
-    }
-
     pub fn group(&self) -> &Arc<GroupState> {
         &self.group
     }
@@ -525,9 +507,6 @@ impl BrokerNode {
     /// task of the node has ended, so the data dir is unlocked only when nothing of this node
     /// still touches it (a node started on it next finds it as this one left it).
     pub async fn shutdown(self) {
-        if let Some(grpc_v5) = self.grpc_v5 {
-            grpc_v5.shutdown().await;
-        }
         self.shutdown.cancel();
         if let Err(error) = self.raft.shutdown().await {
             tracing::warn!(%error, "raft shutdown");
@@ -552,38 +531,6 @@ impl BrokerNode {
         }
         tracing::info!(node_id = self.node_id, "broker node stopped");
     }
-}
-
-/// Serves RocketMQ 5.x's gRPC API on `listen`, with the broker API's TLS and caps.
-async fn start_grpc_v5(config: &BrokerConfig, listen: SocketAddr) -> Result<Proxy, StartError> {
-    let listener = bind(listen).await?;
-    let (client_tls, server_tls) = match &config.tls {
-        Some(settings) => (
-            Some(
-                ClientTls::from_ca_file(&settings.ca).map_err(|source| StartError::Bind {
-                    addr: listen,
-                    source,
-                })?,
-            ),
-            Some(NodeTls::load(settings)?.api_server()),
-        ),
-        None => (None, None),
-    };
-    Proxy::start_on(
-        listener,
-        ProxyConfig {
-            nameservers: config.namesrv.clone(),
-            client_tls,
-            server_tls,
-            connections_max: config.connections_max,
-            streams_per_connection_max: config.streams_per_connection_max,
-            timer_max_delay_ms: config.timer_max_delay_ms,
-            access_keys: AccessKeys::new(config.grpc_v5_access_keys.clone()),
-            consumer_retry_delays: config.parsed_delay_levels()?.delays().to_vec(),
-            auto_renew_invisible: Duration::from_millis(config.grpc_v5_auto_renew_invisible_ms),
-        },
-    )
-    .map_err(StartError::GrpcV5)
 }
 
 /// Raft started over the node's store and log.

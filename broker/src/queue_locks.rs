@@ -22,7 +22,7 @@ use crate::raft::types::Raft;
 
 /// How long a lock lasts without renewal (RocketMQ: 60 s).
 pub const QUEUE_LOCK_EXPIRY_DEFAULT: Duration = Duration::from_secs(60);
-pub use rocketraft_proto::limits::LOCK_QUEUES_MAX;
+pub use rocketraft_domain::limits::LOCK_QUEUES_MAX;
 
 /// A queue of a topic.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -12,7 +12,7 @@
 //! node. Only a member of the group's Raft membership registers (at once when it joins): a
 //! removed node's route expires.
 
-use rocketraft_proto::secrets::CLUSTER_SECRET_HEADER;
+use rocketraft_domain::secrets::CLUSTER_SECRET_HEADER;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -220,7 +220,7 @@ async fn register_once(
 ) -> Result<(), String> {
     let mut request = tonic::Request::new(request);
     if let Some(secret) = &identity.cluster_secret {
-        rocketraft_proto::secrets::attach(&mut request, CLUSTER_SECRET_HEADER, secret);
+        rocketraft_domain::secrets::attach(&mut request, CLUSTER_SECRET_HEADER, secret);
     }
     let endpoint = identity
         .connector

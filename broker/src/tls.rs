@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
+use rocketraft_domain::limits::HTTP2_FRAME_BYTES_MAX;
 use tonic::transport::Certificate;
 use tonic::transport::ClientTlsConfig;
 use tonic::transport::Endpoint;

@@ -1,11 +1,11 @@
 //! Topic names: what a valid name is, and which names belong to the system.
 
-pub use rocketraft_proto::names::DLQ_TOPIC_PREFIX;
-pub use rocketraft_proto::names::RETRY_TOPIC_PREFIX;
-pub use rocketraft_proto::names::SCHEDULE_TOPIC;
-pub use rocketraft_proto::names::TIMER_TOPIC;
-pub use rocketraft_proto::names::TRANSACTION_HALF_TOPIC;
-pub use rocketraft_proto::names::TRANSACTION_OP_TOPIC;
+pub use rocketraft_domain::names::DLQ_TOPIC_PREFIX;
+pub use rocketraft_domain::names::RETRY_TOPIC_PREFIX;
+pub use rocketraft_domain::names::SCHEDULE_TOPIC;
+pub use rocketraft_domain::names::TIMER_TOPIC;
+pub use rocketraft_domain::names::TRANSACTION_HALF_TOPIC;
+pub use rocketraft_domain::names::TRANSACTION_OP_TOPIC;
 /// Queues of a topic created by its first send (RocketMQ's `defaultTopicQueueNums`).
 pub const AUTO_CREATED_QUEUE_COUNT: u32 = 4;
 /// Queues one topic may have in one broker group.
@@ -16,7 +16,7 @@ pub const QUEUE_COUNT_MAX: u32 = 1024;
 /// process `vm.max_map_count` of them, 65,530 by default; this leaves room for the rest of
 /// the process. A node warns at start when the host's setting is short of it (see
 /// [`mappings_needed`]). It also bounds a leader's registration with the nameservers, which
-/// names every topic ([`rocketraft_proto::limits::REGISTRATION_BYTES_MAX`]).
+/// names every topic ([`rocketraft_domain::limits::REGISTRATION_BYTES_MAX`]).
 pub const GROUP_QUEUES_MAX: u32 = 30_000;
 /// Mappings a node keeps besides its queues': CommitLog, index and Raft log segments, the
 /// program's own and its threads' stacks.
@@ -57,8 +57,8 @@ pub fn queues_of(read_queue_count: u32, write_queue_count: u32) -> u32 {
     read_queue_count.max(write_queue_count)
 }
 
-pub use rocketraft_proto::names::validate_group_name;
-pub use rocketraft_proto::names::validate_topic_name;
+pub use rocketraft_domain::names::validate_group_name;
+pub use rocketraft_domain::names::validate_topic_name;
 
 /// True for topics that only the broker writes to directly.
 pub fn is_system_topic(name: &str) -> bool {
@@ -77,10 +77,10 @@ mod tests {
     #[test]
     fn a_group_of_the_largest_size_fits_the_default_mapping_limit_and_a_registration() {
         assert!(mappings_needed(1) <= 65_530);
-        let topic_bytes = rocketraft_proto::names::NAME_LEN_MAX as u64 + 32;
+        let topic_bytes = rocketraft_domain::names::NAME_LEN_MAX as u64 + 32;
         assert!(
             u64::from(GROUP_QUEUES_MAX) * topic_bytes
-                <= rocketraft_proto::limits::REGISTRATION_BYTES_MAX as u64
+                <= rocketraft_domain::limits::REGISTRATION_BYTES_MAX as u64
         );
     }
 

@@ -20,8 +20,8 @@ use rocketraft_broker::store::MessageRecord;
 use rocketraft_broker::store::Properties;
 use rocketraft_broker::store::RecordView;
 use rocketraft_broker::store::record;
-use rocketraft_proto::properties;
-use rocketraft_proto::xorshift::Xorshift;
+use rocketraft_domain::properties;
+use rocketraft_domain::xorshift::Xorshift;
 
 const SEED: u64 = 0x5EED_F022;
 const CASES: usize = 20_000;

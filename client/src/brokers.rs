@@ -264,9 +264,9 @@ impl Brokers {
 
 #[cfg(test)]
 mod tests {
+    use rocketraft_domain::perm::PERM_READ;
+    use rocketraft_domain::perm::PERM_WRITE;
     use rocketraft_proto::common::ResponseCode;
-    use rocketraft_proto::perm::PERM_READ;
-    use rocketraft_proto::perm::PERM_WRITE;
 
     use super::*;
     use crate::route::test_group;

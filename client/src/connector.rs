@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use rocketraft_domain::limits::HTTP2_FRAME_BYTES_MAX;
 use rocketraft_proto::broker::broker_client::BrokerClient;
-use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
 use tonic::transport::Certificate;
 use tonic::transport::Channel;
 use tonic::transport::ClientTlsConfig;

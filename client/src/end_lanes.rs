@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use rocketraft_domain::limits::END_TRANSACTIONS_MAX;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::ResponseCode;
-use rocketraft_proto::limits::END_TRANSACTIONS_MAX;
 use tokio::sync::oneshot;
 
 use crate::brokers::Brokers;

@@ -12,11 +12,11 @@ use crate::properties::Properties;
 
 /// Property names the broker understands (RocketMQ's spellings).
 pub mod property {
-    pub use rocketraft_proto::property_keys::*;
+    pub use rocketraft_domain::property_keys::*;
 }
 
-pub use rocketraft_proto::names::DLQ_TOPIC_PREFIX;
-pub use rocketraft_proto::names::RETRY_TOPIC_PREFIX;
+pub use rocketraft_domain::names::DLQ_TOPIC_PREFIX;
+pub use rocketraft_domain::names::RETRY_TOPIC_PREFIX;
 
 /// Separates keys inside the `KEYS` property.
 pub const KEY_SEPARATOR: char = ' ';
@@ -121,7 +121,7 @@ impl Message {
     }
 }
 
-/// Properties in the wire encoding (`rocketraft_proto::properties`). Keys and values must not
+/// Properties in the wire encoding (`rocketraft_domain::properties`). Keys and values must not
 /// hold `\x01` or `\x02`; the broker refuses a message whose do.
 pub fn encode_properties<'a, I>(pairs: I) -> Bytes
 where
@@ -134,7 +134,7 @@ where
         .sum();
     let mut out = Vec::with_capacity(size);
     for (key, value) in pairs {
-        rocketraft_proto::properties::put_pair(&mut out, key, value);
+        rocketraft_domain::properties::put_pair(&mut out, key, value);
     }
     out.into()
 }
@@ -214,7 +214,7 @@ mod tests {
 
     fn wire_pairs(message: &Message, id: &str) -> Vec<(String, String)> {
         let wire = message.to_wire(id);
-        rocketraft_proto::properties::pairs(&wire.properties)
+        rocketraft_domain::properties::pairs(&wire.properties)
             .map(|pair| pair.map(|(k, v)| (k.to_owned(), v.to_owned())))
             .collect::<Result<_, _>>()
             .expect("well-formed")

@@ -27,10 +27,10 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use rocketraft_domain::names::validate_group_name;
+use rocketraft_domain::names::validate_topic_name;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::ResponseCode;
-use rocketraft_proto::names::validate_group_name;
-use rocketraft_proto::names::validate_topic_name;
 
 use crate::brokers::Brokers;
 use crate::brokers::CallError;
@@ -57,7 +57,7 @@ use crate::transaction::TransactionEnd;
 use crate::transaction::end_transaction;
 use crate::transaction::run_check_watch;
 use crate::unique_id::UniqueIdGenerator;
-use rocketraft_proto::time::now_ms;
+use rocketraft_domain::time::now_ms;
 use tokio_util::sync::CancellationToken;
 
 /// How long a send may take, all retries included.
@@ -577,7 +577,7 @@ impl SendOptions {
 
 /// The queue choice of messages ordered by `key`.
 fn keyed(key: &str) -> Choice {
-    Choice::Keyed(rocketraft_proto::stable_hash::fnv1a_64(key.as_bytes()))
+    Choice::Keyed(rocketraft_domain::stable_hash::fnv1a_64(key.as_bytes()))
 }
 
 /// A message's `UNIQ_KEY`: the one it carries as a property (a producer that made its own
@@ -649,7 +649,7 @@ fn to_result(result: pb::SendResult, msg_id: String, topic: &str, group: &str) -
 
 #[cfg(test)]
 mod tests {
-    use rocketraft_proto::perm::PERM_READ_WRITE;
+    use rocketraft_domain::perm::PERM_READ_WRITE;
 
     use super::*;
     use crate::route::test_group;
@@ -724,7 +724,7 @@ mod tests {
         let next = AtomicUsize::new(0);
         (0..keys)
             .map(|key| {
-                let hash = rocketraft_proto::stable_hash::fnv1a_64(&key.to_be_bytes());
+                let hash = rocketraft_domain::stable_hash::fnv1a_64(&key.to_be_bytes());
                 let (group, queue) =
                     pick_queue(route, Choice::Keyed(hash), None, &next).expect("a queue");
                 (route.groups[group].group.clone(), queue)

@@ -1,5 +1,5 @@
 //! A received message's properties, read in place from the bytes they arrived in
-//! (RocketMQ's `key \x01 value \x02` encoding, `rocketraft_proto::properties`).
+//! (RocketMQ's `key \x01 value \x02` encoding, `rocketraft_domain::properties`).
 //!
 //! Pulling a message copies and allocates none of its properties, and cloning one clones a
 //! reference count instead of a map. Invariant: the bytes are well-formed pairs with unique
@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use bytes::Bytes;
-use rocketraft_proto::properties as wire;
-use rocketraft_proto::properties::MalformedProperty;
+use rocketraft_domain::properties as wire;
+use rocketraft_domain::properties::MalformedProperty;
 
 use crate::message::encode_properties;
 

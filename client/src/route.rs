@@ -5,18 +5,19 @@
 //! nameserver is reached over one reused connection, pinged while a query waits on it. Ages
 //! are read from tokio's clock, so tests can pause and advance it.
 
+use rocketraft_domain::topic_type::TopicTypeMeaning;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use rocketraft_domain::perm::PERM_READ;
+use rocketraft_domain::perm::PERM_WRITE;
 use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::common::TopicMessageType;
 use rocketraft_proto::nameserver as pb;
 use rocketraft_proto::nameserver::name_server_client::NameServerClient;
-use rocketraft_proto::perm::PERM_READ;
-use rocketraft_proto::perm::PERM_WRITE;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
@@ -71,7 +72,7 @@ pub struct GroupQueues {
 /// A group's rank for a key in rendezvous (highest random weight) hashing: the group name's
 /// stable hash mixed with the key's (splitmix64's finalizer), so every producer ranks alike.
 fn rendezvous_score(key_hash: u64, group: &str) -> (u64, &str) {
-    let mut x = key_hash ^ rocketraft_proto::stable_hash::fnv1a_64(group.as_bytes());
+    let mut x = key_hash ^ rocketraft_domain::stable_hash::fnv1a_64(group.as_bytes());
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     (x ^ (x >> 31), group)

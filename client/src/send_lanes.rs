@@ -22,20 +22,20 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::Mutex;
 
+use rocketraft_domain::limits::SEND_BATCH_BODY_BYTES_MAX;
+use rocketraft_domain::limits::SEND_BATCH_COUNT_MAX;
+use rocketraft_domain::limits::SEND_BATCH_PROPERTIES_BYTES_MAX;
+use rocketraft_domain::send_queues;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common as common_pb;
 use rocketraft_proto::common::ResponseCode;
-use rocketraft_proto::limits::SEND_BATCH_BODY_BYTES_MAX;
-use rocketraft_proto::limits::SEND_BATCH_COUNT_MAX;
-use rocketraft_proto::limits::SEND_BATCH_PROPERTIES_BYTES_MAX;
-use rocketraft_proto::send_queues;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::brokers::Brokers;
 use crate::brokers::CallError;
 use crate::producer::Attempt;
-use rocketraft_proto::time::now_ms;
+use rocketraft_domain::time::now_ms;
 
 /// The outcome of one send through a lane.
 pub type LaneResult = Result<pb::SendResult, CallError>;

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use rocketraft_proto::sql_filter::{EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG, SqlFilter};
+use rocketraft_domain::sql_filter::{EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG, SqlFilter};
 
 use crate::message::MessageExt;
 

@@ -61,7 +61,7 @@ impl UniqueIdGenerator {
     }
 
     pub fn next_id(&self) -> String {
-        let now = ms_since_month_start(rocketraft_proto::time::now_ms()) << 16;
+        let now = ms_since_month_start(rocketraft_domain::time::now_ms()) << 16;
         let advance = |last: u64| (last + 1).max(now) & SEQUENCE_MASK;
         let previous = self
             .sequence
@@ -190,7 +190,7 @@ mod tests {
         let pid = u16::from_str_radix(&id[8..12], 16).expect("hex");
         assert_eq!(pid, std::process::id() as u16);
         let month_ms = u64::from_str_radix(&id[20..28], 16).expect("hex");
-        let now = ms_since_month_start(rocketraft_proto::time::now_ms());
+        let now = ms_since_month_start(rocketraft_domain::time::now_ms());
         assert!(
             month_ms <= now && now - month_ms < 60_000,
             "{month_ms} vs {now}"

@@ -7,17 +7,12 @@
 //!
 //! - [`registry`]: the registry itself, with time as an input; [`metrics`]: what it counts;
 //! - [`service`]: its gRPC service; [`server`]: serving it and expiring nodes;
-//! - [`settings`]: the binary's config file and flags; [`config_file`]: TOML config files
-//!   with errors that name their key, [`logging`], [`connection_limit`],
-//!   [`metrics_endpoint`] (the Prometheus scrape endpoint) and [`process_metrics`] (all the
-//!   broker's too).
+//! - [`settings`]: the binary's config file and flags.
+//!
+//! The process around it (config files, logging, connection limits, the metrics endpoint)
+//! is `rocketraft-server-kit`'s, shared with the broker.
 
-pub mod config_file;
-pub mod connection_limit;
-pub mod logging;
 pub mod metrics;
-pub mod metrics_endpoint;
-pub mod process_metrics;
 pub mod registry;
 pub mod server;
 pub mod service;

@@ -7,8 +7,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::process_metrics::ProcessMetrics;
 use crate::service::SharedRegistry;
+use rocketraft_server_kit::process_metrics::ProcessMetrics;
 
 /// How a call ended: `accepted` / `refused` (registrations), `found` / `not_found` (routes).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -18,8 +18,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 use std::time::Instant;
 
+use rocketraft_domain::perm::PERM_READ_WRITE;
 use rocketraft_proto::nameserver as pb;
-use rocketraft_proto::perm::PERM_READ_WRITE;
 
 #[derive(Debug, Clone)]
 struct NodeEntry {

@@ -1,6 +1,6 @@
 //! Serving the registry: the gRPC server and the task that expires silent nodes.
 
-use rocketraft_proto::limits::REGISTRATION_BYTES_MAX;
+use rocketraft_domain::limits::REGISTRATION_BYTES_MAX;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::path::PathBuf;
@@ -15,17 +15,16 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Identity;
 use tonic::transport::ServerTlsConfig;
 
-use crate::connection_limit::CONNECTIONS_MAX_DEFAULT;
-use crate::connection_limit::serve_connections;
 use crate::metrics::NameServerMetrics;
-use crate::metrics_endpoint::serve_metrics;
 use crate::service::NameServerService;
 use crate::service::SharedRegistry;
+use rocketraft_server_kit::connection_limit::CONNECTIONS_MAX_DEFAULT;
+use rocketraft_server_kit::connection_limit::serve_connections;
+use rocketraft_server_kit::graceful_stop::stop_serving;
+use rocketraft_server_kit::metrics_endpoint::serve_metrics;
 
 /// The nameserver's default address.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9876";
-/// How long a stopping server lets open calls finish before it cuts them.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// A broker node not heard from for this long is dropped (RocketMQ's default).
 pub const BROKER_EXPIRY_DEFAULT: Duration = Duration::from_secs(120);
 
@@ -157,25 +156,10 @@ impl NameServer {
         self.metrics_addr
     }
 
-    /// Stops serving: open calls get [`SHUTDOWN_GRACE`] to finish, then are cut.
+    /// Stops serving: open calls get a grace period to finish, then are cut.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
         stop_serving(self.server).await;
-    }
-}
-
-/// Waits for a gRPC server whose shutdown signal fired (broker or nameserver): open calls get
-/// [`SHUTDOWN_GRACE`] to finish, then the server task is cut, so an idle client socket never
-/// holds a stop.
-pub async fn stop_serving(mut server: JoinHandle<Result<(), tonic::transport::Error>>) {
-    match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(error))) => tracing::warn!(%error, "grpc server stopped with an error"),
-        Ok(Err(error)) => tracing::warn!(%error, "grpc server task failed"),
-        Err(_) => {
-            tracing::warn!("grpc calls still open after {SHUTDOWN_GRACE:?}; closing them");
-            server.abort();
-        }
     }
 }
 

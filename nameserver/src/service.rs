@@ -5,10 +5,10 @@ use std::sync::Mutex;
 use std::sync::MutexGuard;
 use std::time::Instant;
 
+use rocketraft_domain::secrets::CLUSTER_SECRET_HEADER;
 use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::nameserver as pb;
 use rocketraft_proto::nameserver::name_server_server::NameServer;
-use rocketraft_proto::secrets::CLUSTER_SECRET_HEADER;
 use tonic::Request;
 use tonic::Response;
 use tonic::Status;
@@ -106,7 +106,7 @@ impl NameServer for NameServerService {
         request: Request<pb::RegisterBrokerRequest>,
     ) -> Result<Response<pb::RegisterBrokerResponse>, Status> {
         if let Some(secret) = &self.cluster_secret
-            && !rocketraft_proto::secrets::carries(&request, CLUSTER_SECRET_HEADER, secret)
+            && !rocketraft_domain::secrets::carries(&request, CLUSTER_SECRET_HEADER, secret)
         {
             tracing::warn!(peer = ?request.remote_addr(), "registration refused: no or wrong cluster secret");
             NameServerMetrics::count(&self.metrics.registrations, "refused");

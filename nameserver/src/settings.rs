@@ -15,14 +15,14 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config_file::ConfigError;
-use crate::config_file::parse_toml;
-use crate::connection_limit::CONNECTIONS_MAX_DEFAULT;
-use crate::logging::LogFormat;
 use crate::server::BROKER_EXPIRY_DEFAULT;
 use crate::server::LISTEN_DEFAULT;
 use crate::server::NameServerConfig;
 use crate::server::ServerTlsFiles;
+use rocketraft_server_kit::config_file::ConfigError;
+use rocketraft_server_kit::config_file::parse_toml;
+use rocketraft_server_kit::connection_limit::CONNECTIONS_MAX_DEFAULT;
+use rocketraft_server_kit::logging::LogFormat;
 
 /// Every key is optional; a missing one takes its default.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -72,7 +72,7 @@ impl NameServerSettings {
             return Err(ConfigError::new("connections_max", "must be positive"));
         }
         if let Some(secret) = &self.cluster_secret {
-            rocketraft_proto::secrets::validate_secret(secret)
+            rocketraft_domain::secrets::validate_secret(secret)
                 .map_err(|error| ConfigError::new("cluster_secret", error.to_string()))?;
         }
         Ok((

@@ -1,23 +1,11 @@
 //! Wire definitions of rocketraft: the broker API that clients speak, the Raft transport between
-//! the nodes of a broker group, and the response codes both share.
+//! the nodes of a broker group, the nameserver's, the response codes they share, and
+//! RocketMQ 5.x's gRPC protocol.
 //!
 //! The code is generated at build time from `proto/*.proto` (see `build.rs`). Response codes are
 //! one table (`ResponseCode`); a retired code stays reserved and is never reused.
 
 pub mod codec;
-pub mod limits;
-pub mod names;
-pub mod perm;
-pub mod process;
-pub mod properties;
-pub mod property_keys;
-pub mod secrets;
-pub mod send_queues;
-pub mod sql_filter;
-pub mod stable_hash;
-pub mod time;
-pub mod topic_type;
-pub mod xorshift;
 
 /// Message types and response codes shared by every service.
 pub mod common {
@@ -37,6 +25,13 @@ pub mod raft {
 /// The route registry: broker registration and topic routes.
 pub mod nameserver {
     tonic::include_proto!("rocketraft.nameserver");
+}
+
+/// RocketMQ 5.x's protocol (`apache.rocketmq.v2.MessagingService`), generated from
+/// `proto/apache/rocketmq/v2`: served by the 5.x endpoint, called by tools and tests.
+#[allow(clippy::large_enum_variant)] // Generated oneofs, as the protocol defines them.
+pub mod v5 {
+    tonic::include_proto!("apache.rocketmq.v2");
 }
 
 /// A `PopRequest.queue_id` asking for any readable queue of the topic in the broker group (as

@@ -9,6 +9,7 @@ use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::TopicMessageType;
+use rocketraft_server::config::GrpcV5Config;
 
 use crate::TestGroup;
 use crate::wait_for;
@@ -40,17 +41,29 @@ impl TestCluster {
         seed: u64,
         tune: impl Fn(&mut BrokerConfig),
     ) -> anyhow::Result<TestCluster> {
+        TestCluster::start_with_grpc_v5(seed, tune, GrpcV5Config::default()).await
+    }
+
+    /// [`TestCluster::start_with`], every node serving RocketMQ 5.x's gRPC API as `grpc_v5`
+    /// says.
+    pub async fn start_with_grpc_v5(
+        seed: u64,
+        tune: impl Fn(&mut BrokerConfig),
+        grpc_v5: GrpcV5Config,
+    ) -> anyhow::Result<TestCluster> {
         let nameserver = crate::start_nameserver(NameServerConfig::default()).await?;
         let addr = nameserver.addr().to_string();
         let mut groups = Vec::new();
         for (index, name) in GROUPS.iter().enumerate() {
-            let group = TestGroup::start(3, seed + index as u64, |config| {
+            let tune_group = |config: &mut BrokerConfig| {
                 config.group = (*name).to_owned();
                 config.namesrv = vec![addr.clone()];
                 config.auto_create_topic = false;
                 tune(config);
-            })
-            .await?;
+            };
+            let group =
+                TestGroup::start_with_grpc_v5(3, seed + index as u64, tune_group, grpc_v5.clone())
+                    .await?;
             group.wait_for_leader(TIMEOUT).await?;
             groups.push(group);
         }

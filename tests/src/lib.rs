@@ -40,6 +40,9 @@ use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::common as common_pb;
+use rocketraft_server::Node;
+use rocketraft_server::ServerConfig;
+use rocketraft_server::config::GrpcV5Config;
 use tempfile::TempDir;
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
@@ -95,7 +98,9 @@ where
 pub struct TestGroup {
     dir: TempDir,
     configs: BTreeMap<u64, BrokerConfig>,
-    nodes: BTreeMap<u64, BrokerNode>,
+    nodes: BTreeMap<u64, Node>,
+    /// The RocketMQ 5.x endpoint every node serves (if `listen` is set: a port of its own).
+    grpc_v5: GrpcV5Config,
     pub faults: Arc<FaultPlan>,
     /// How the test reaches the nodes' broker API: TLS if the nodes serve it.
     connector: Connector,
@@ -107,6 +112,16 @@ impl TestGroup {
         size: u64,
         seed: u64,
         tune: impl Fn(&mut BrokerConfig),
+    ) -> anyhow::Result<TestGroup> {
+        TestGroup::start_with_grpc_v5(size, seed, tune, GrpcV5Config::default()).await
+    }
+
+    /// [`TestGroup::start`] with every node serving RocketMQ 5.x's gRPC API as `grpc_v5` says.
+    pub async fn start_with_grpc_v5(
+        size: u64,
+        seed: u64,
+        tune: impl Fn(&mut BrokerConfig),
+        grpc_v5: GrpcV5Config,
     ) -> anyhow::Result<TestGroup> {
         let dir = tempfile::tempdir()?;
         let mut listeners = BTreeMap::new();
@@ -122,6 +137,7 @@ impl TestGroup {
         let mut group = TestGroup {
             configs: BTreeMap::new(),
             nodes: BTreeMap::new(),
+            grpc_v5,
             faults,
             dir,
             connector: Connector::plain(),
@@ -155,7 +171,7 @@ impl TestGroup {
                 pull_holds_max: rocketraft_broker::service::PULL_HOLDS_MAX_DEFAULT,
                 admin_token: None,
                 cluster_secret: None,
-                connections_max: rocketraft_nameserver::connection_limit::CONNECTIONS_MAX_DEFAULT,
+                connections_max: rocketraft_server_kit::connection_limit::CONNECTIONS_MAX_DEFAULT,
                 streams_per_connection_max:
                     rocketraft_broker::config::STREAMS_PER_CONNECTION_MAX_DEFAULT,
                 scrub_bytes_per_sec: rocketraft_broker::scrub::SCRUB_BYTES_PER_SEC_DEFAULT,
@@ -163,10 +179,6 @@ impl TestGroup {
                     .as_millis() as u64,
                 log_format: Default::default(),
                 metrics_listen: None,
-                grpc_v5_listen: None,
-                grpc_v5_access_keys: Default::default(),
-                grpc_v5_auto_renew_invisible_ms:
-                    rocketraft_broker::config::GRPC_V5_AUTO_RENEW_INVISIBLE_MS_DEFAULT,
                 data_dir: group.dir.path().join(format!("node-{id}")),
                 flush: FlushKind::Sync,
                 async_flush_interval_ms: 100,
@@ -191,8 +203,7 @@ impl TestGroup {
             if let Some(tls) = &config.tls {
                 group.connector = Connector::tls(ClientTls::from_ca_file(&tls.ca)?);
             }
-            let node =
-                BrokerNode::start_on(config.clone(), listeners, group.node_options()).await?;
+            let node = group.start_node_on(config.clone(), listeners).await?;
             group.nodes.insert(id, node);
             group.configs.insert(id, config);
         }
@@ -205,12 +216,34 @@ impl TestGroup {
         }
     }
 
+    /// A node's whole config: `broker`, and the group's endpoints.
+    fn server_config(&self, broker: BrokerConfig) -> ServerConfig {
+        ServerConfig {
+            broker,
+            grpc_v5: self.grpc_v5.clone(),
+        }
+    }
+
+    async fn start_node_on(
+        &self,
+        config: BrokerConfig,
+        listeners: Listeners,
+    ) -> anyhow::Result<Node> {
+        let config = self.server_config(config);
+        Ok(Node::start_on(config, listeners, self.node_options()).await?)
+    }
+
     pub fn node(&self, id: u64) -> &BrokerNode {
-        &self.nodes[&id]
+        self.nodes[&id].broker()
+    }
+
+    /// Where node `id` serves RocketMQ 5.x's gRPC API, if the group serves it.
+    pub fn grpc_v5_addr(&self, id: u64) -> Option<SocketAddr> {
+        self.nodes[&id].grpc_v5_addr()
     }
 
     pub fn running(&self) -> impl Iterator<Item = &BrokerNode> {
-        self.nodes.values()
+        self.nodes.values().map(Node::broker)
     }
 
     /// Some configured node other than `leader`.
@@ -236,7 +269,7 @@ impl TestGroup {
     pub async fn wait_for_leader(&self, timeout: Duration) -> anyhow::Result<u64> {
         wait_for("an agreed leader", timeout, || async {
             let mut leaders = Vec::new();
-            for node in self.nodes.values() {
+            for node in self.running() {
                 let status = self.status(node.node_id()).await.ok()?;
                 leaders.push(status.leader_id?);
             }
@@ -319,7 +352,7 @@ impl TestGroup {
     pub async fn restart(&mut self, id: u64) -> anyhow::Result<()> {
         let mut config = self.configs[&id].clone();
         config.bootstrap = false;
-        let node = BrokerNode::start(config, self.node_options())
+        let node = Node::start(self.server_config(config), self.node_options())
             .await
             .with_context(|| format!("restart node {id}"))?;
         self.nodes.insert(id, node);
@@ -360,7 +393,7 @@ impl TestGroup {
         config.peers = BTreeMap::from([(id.to_string(), peer)]);
         config.bootstrap = false;
         config.data_dir = self.dir.path().join(format!("node-{id}"));
-        let node = BrokerNode::start_on(config.clone(), listeners, self.node_options()).await?;
+        let node = self.start_node_on(config.clone(), listeners).await?;
         self.nodes.insert(id, node);
         self.configs.insert(id, config);
         Ok(id)
@@ -378,7 +411,7 @@ impl TestGroup {
 
     /// Where node `id` serves Raft (a port of its own).
     pub fn raft_addr(&self, id: u64) -> SocketAddr {
-        self.nodes[&id].raft_addr()
+        self.node(id).raft_addr()
     }
 
     /// Stops node `id` and forgets it: it left the group's membership.

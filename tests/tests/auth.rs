@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use rocketraft_client::admin::Admin;
 use rocketraft_client::admin::AdminError;
+use rocketraft_domain::secrets::ADMIN_TOKEN_HEADER;
+use rocketraft_domain::secrets::CLUSTER_SECRET_HEADER;
+use rocketraft_domain::secrets::attach;
 use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::ResponseCode;
 use rocketraft_proto::nameserver as ns_pb;
 use rocketraft_proto::nameserver::name_server_client::NameServerClient;
 use rocketraft_proto::response_code;
-use rocketraft_proto::secrets::ADMIN_TOKEN_HEADER;
-use rocketraft_proto::secrets::CLUSTER_SECRET_HEADER;
-use rocketraft_proto::secrets::attach;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
 use rocketraft_tests::send_request;

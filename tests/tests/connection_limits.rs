@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use rocketraft_nameserver::connection_limit::refusal_frames;
 use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::nameserver as ns_pb;
 use rocketraft_proto::nameserver::name_server_client::NameServerClient;
+use rocketraft_server_kit::connection_limit::refusal_frames;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
 use rocketraft_tests::send_request;

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use rocketraft_broker::config::BrokerConfig;
 use rocketraft_nameserver::settings::NameServerSettings;
+use rocketraft_server::ServerConfig;
 
 fn deploy_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy")
@@ -31,12 +32,12 @@ fn brokers() -> anyhow::Result<BTreeMap<String, BrokerConfig>> {
             .unwrap_or_default()
             .to_owned();
         if stem.starts_with("broker-") && path.extension().is_some_and(|ext| ext == "toml") {
-            let config = BrokerConfig::from_toml(&std::fs::read_to_string(&path)?)
+            let config = ServerConfig::from_toml(&std::fs::read_to_string(&path)?)
                 .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
             config
                 .validate()
                 .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
-            brokers.insert(stem, config);
+            brokers.insert(stem, config.broker);
         }
     }
     Ok(brokers)

@@ -6,6 +6,7 @@
 //! another group on the same topic), across a leader's crash, into the dead-letter topic after
 //! the last attempt, and in order for a FIFO group.
 
+use rocketraft_server::config::GrpcV5Config;
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -34,10 +35,10 @@ use rocketraft_client::message::MessageExt;
 use rocketraft_client::message::property;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::producer::SendResult;
+use rocketraft_domain::time::now_ms;
 use rocketraft_proto::common::TopicMessageType;
-use rocketraft_proto::time::now_ms;
-use rocketraft_proxy::pb as v5;
-use rocketraft_proxy::pb::messaging_service_client::MessagingServiceClient;
+use rocketraft_proto::v5;
+use rocketraft_proto::v5::messaging_service_client::MessagingServiceClient;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::deliveries::Deliveries;
@@ -59,11 +60,12 @@ async fn start_cluster_with_keys(
     seed: u64,
     access_keys: BTreeMap<String, String>,
 ) -> anyhow::Result<TestCluster> {
-    let cluster = TestCluster::start_with(seed, |config| {
-        config.grpc_v5_listen = Some("127.0.0.1:0".parse().expect("an address"));
-        config.grpc_v5_access_keys = access_keys.clone();
-    })
-    .await?;
+    let grpc_v5 = GrpcV5Config {
+        listen: Some("127.0.0.1:0".parse()?),
+        access_keys,
+        ..GrpcV5Config::default()
+    };
+    let cluster = TestCluster::start_with_grpc_v5(seed, |_| {}, grpc_v5).await?;
     cluster.create_topic(TOPIC, 2).await?;
     cluster.wait_for_route(TOPIC).await?;
     Ok(cluster)
@@ -75,8 +77,7 @@ async fn follower_endpoint(cluster: &TestCluster, group: &str) -> anyhow::Result
     let leader = group.wait_for_leader(TIMEOUT).await?;
     let follower = group.a_follower(leader);
     group
-        .node(follower)
-        .grpc_v5_addr()
+        .grpc_v5_addr(follower)
         .ok_or_else(|| anyhow::anyhow!("node {follower} serves no 5.x endpoint"))
 }
 
@@ -985,7 +986,7 @@ async fn given_a_receive_naming_one_queue_it_should_take_and_wait_for_every_queu
         (0..)
             .map(|i| format!("key-{i}"))
             .find(|key| {
-                let hash = rocketraft_proto::stable_hash::fnv1a_64(key.as_bytes());
+                let hash = rocketraft_domain::stable_hash::fnv1a_64(key.as_bytes());
                 route.keyed_queue(hash) == Some((group_index, queue_id))
             })
             .expect("some key hashes to every queue")
@@ -1070,11 +1071,12 @@ async fn open_telemetry(
 async fn given_an_auto_renew_receive_the_endpoint_should_keep_it_invisible_while_its_client_is_there()
 -> anyhow::Result<()> {
     init_tracing();
-    let cluster = TestCluster::start_with(0x5005_0008, |config| {
-        config.grpc_v5_listen = Some("127.0.0.1:0".parse().expect("an address"));
-        config.grpc_v5_auto_renew_invisible_ms = 2000;
-    })
-    .await?;
+    let grpc_v5 = GrpcV5Config {
+        listen: Some("127.0.0.1:0".parse()?),
+        auto_renew_invisible_ms: 2000,
+        ..GrpcV5Config::default()
+    };
+    let cluster = TestCluster::start_with_grpc_v5(0x5005_0008, |_| {}, grpc_v5).await?;
     cluster.create_topic(TOPIC, 2).await?;
     cluster.wait_for_route(TOPIC).await?;
     let endpoint = follower_endpoint(&cluster, GROUPS[0]).await?;

@@ -12,6 +12,7 @@
 //! and passes, so the suite runs on a machine with nothing but the Rust toolchain; CI sets
 //! `RR_CLIENT_TESTS=required`, under which a missing client fails its test.
 
+use rocketraft_server::config::GrpcV5Config;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -108,11 +109,12 @@ async fn run(client: &Client, seed: u64) -> anyhow::Result<Option<Value>> {
         eprintln!("skipped: {missing}");
         return Ok(None);
     }
-    let cluster = TestCluster::start_with(seed, |config| {
-        config.grpc_v5_listen = Some("127.0.0.1:0".parse().expect("an address"));
-        config.grpc_v5_access_keys = BTreeMap::from([(ACCESS_KEY.into(), SECRET.into())]);
-    })
-    .await?;
+    let grpc_v5 = GrpcV5Config {
+        listen: Some("127.0.0.1:0".parse()?),
+        access_keys: BTreeMap::from([(ACCESS_KEY.into(), SECRET.into())]),
+        ..GrpcV5Config::default()
+    };
+    let cluster = TestCluster::start_with_grpc_v5(seed, |_| {}, grpc_v5).await?;
     // Two queues per broker group: the Node.js client's simple consumer names only queue 0 of
     // each (its SubscriptionLoadBalancer compares the queue id where it means the broker id),
     // and receives from both as the endpoint pops any queue of the group.
@@ -128,8 +130,7 @@ async fn run(client: &Client, seed: u64) -> anyhow::Result<Option<Value>> {
     let group = cluster.group(GROUPS[1]);
     let leader = group.wait_for_leader(Duration::from_secs(20)).await?;
     let endpoint = group
-        .node(group.a_follower(leader))
-        .grpc_v5_addr()
+        .grpc_v5_addr(group.a_follower(leader))
         .context("a 5.x endpoint")?;
 
     info!(%endpoint, client = client.dir, "--- the client's script");

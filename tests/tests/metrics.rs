@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
-use rocketraft_nameserver::metrics_endpoint::CLASSIC_METRICS_CONTENT_TYPE;
-use rocketraft_nameserver::metrics_endpoint::METRICS_CONNECTIONS_MAX;
-use rocketraft_nameserver::metrics_endpoint::METRICS_CONTENT_TYPE;
 use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
+use rocketraft_server_kit::metrics_endpoint::CLASSIC_METRICS_CONTENT_TYPE;
+use rocketraft_server_kit::metrics_endpoint::METRICS_CONNECTIONS_MAX;
+use rocketraft_server_kit::metrics_endpoint::METRICS_CONTENT_TYPE;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
 use rocketraft_tests::pull_request;

@@ -317,10 +317,13 @@ fn registration_of(topics: u32) -> pb::RegisterBrokerRequest {
         term: 1,
         topics: (0..topics)
             .map(|n| pb::TopicConfig {
-                name: format!("{n:0width$}", width = rocketraft_proto::names::NAME_LEN_MAX),
+                name: format!(
+                    "{n:0width$}",
+                    width = rocketraft_domain::names::NAME_LEN_MAX
+                ),
                 read_queue_count: 1,
                 write_queue_count: 1,
-                perm: rocketraft_proto::perm::PERM_READ_WRITE,
+                perm: rocketraft_domain::perm::PERM_READ_WRITE,
                 ..Default::default()
             })
             .collect(),
@@ -333,7 +336,7 @@ async fn given_a_registration_over_its_limit_the_nameserver_should_refuse_it() -
 {
     use prost::Message;
     use rocketraft_broker::topic::GROUP_QUEUES_MAX;
-    use rocketraft_proto::limits::REGISTRATION_BYTES_MAX;
+    use rocketraft_domain::limits::REGISTRATION_BYTES_MAX;
     init_tracing();
     let nameserver = start_nameserver(Duration::from_secs(60)).await?;
     let mut client = NameServerClient::connect(format!("http://{}", nameserver.addr())).await?;

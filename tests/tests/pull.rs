@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use anyhow::Context;
 use rocketraft_client::message::encode_properties;
+use rocketraft_domain::limits::PULL_RESPONSE_BYTES_MAX;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common as common_pb;
-use rocketraft_proto::limits::PULL_RESPONSE_BYTES_MAX;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
 use rocketraft_tests::send_request;

@@ -309,7 +309,7 @@ async fn stored_ids(
             }
             offset = response.next_offset;
             ids.extend(response.messages.into_iter().filter_map(|m| {
-                rocketraft_proto::properties::find(&m.properties, "UNIQ_KEY")
+                rocketraft_domain::properties::find(&m.properties, "UNIQ_KEY")
                     .ok()
                     .flatten()
                     .map(str::to_owned)

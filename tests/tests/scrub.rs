@@ -546,7 +546,7 @@ async fn given_a_flipped_tags_code_a_tag_filtered_pull_should_still_deliver_its_
     for i in 0..MESSAGES {
         let mut request = send_request(TOPIC, 0, [body(i)]);
         let mut properties = Vec::new();
-        rocketraft_proto::properties::put_pair(&mut properties, "TAGS", "keep");
+        rocketraft_domain::properties::put_pair(&mut properties, "TAGS", "keep");
         request.messages[0].properties = properties.into();
         client.send(request, SEND_TIMEOUT).await?;
     }
@@ -608,7 +608,7 @@ async fn given_rot_in_a_running_nodes_key_index_the_scrubber_should_rebuild_the_
     for i in 0..MESSAGES {
         let mut request = send_request(TOPIC, 0, [body(i)]);
         let mut properties = Vec::new();
-        rocketraft_proto::properties::put_pair(&mut properties, "UNIQ_KEY", &format!("U{i}"));
+        rocketraft_domain::properties::put_pair(&mut properties, "UNIQ_KEY", &format!("U{i}"));
         request.messages[0].properties = properties.into();
         client.send(request, SEND_TIMEOUT).await?;
     }

@@ -9,7 +9,7 @@ use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
 use rocketraft_client::message::property;
 use rocketraft_client::producer::Producer;
-use rocketraft_proto::time::now_ms;
+use rocketraft_domain::time::now_ms;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::deliveries::Deliveries;
 use rocketraft_tests::init_tracing;

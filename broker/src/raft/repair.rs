@@ -38,9 +38,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use openraft::async_runtime::watch::WatchReceiver;
+use rocketraft_domain::secrets::ADMIN_TOKEN_HEADER;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
-use rocketraft_proto::secrets::ADMIN_TOKEN_HEADER;
 use serde::Deserialize;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -151,7 +151,7 @@ pub fn set_aside_for_rebuild(node: &NodeState<'_>, up_to_index: u64) -> std::io:
         up_to_index,
     };
     record_damage(node.log_disk, node.log_dir, mark)?;
-    let aside = free_aside_dir(node.data_dir, rocketraft_proto::time::now_ms());
+    let aside = free_aside_dir(node.data_dir, rocketraft_domain::time::now_ms());
     std::fs::create_dir_all(&aside)?;
     for (from, name) in [(node.store_dir, "store"), (node.state_dir, "raft-state")] {
         if from.exists() {
@@ -587,7 +587,7 @@ async fn ask_consent(
 ) -> Result<pb::PrepareNodeReplacementResponse, String> {
     let mut request = tonic::Request::new(pb::PrepareNodeReplacementRequest { node_id });
     if let Some(token) = admin_token {
-        rocketraft_proto::secrets::attach(&mut request, ADMIN_TOKEN_HEADER, token);
+        rocketraft_domain::secrets::attach(&mut request, ADMIN_TOKEN_HEADER, token);
     }
     call_peer(connector, addr, |mut client| async move {
         let response = client.prepare_node_replacement(request).await?;
@@ -697,7 +697,7 @@ mod tests {
         std::fs::create_dir_all(&store_dir).expect("store");
         std::fs::write(store_dir.join("data"), b"damaged again").expect("data");
         // Earlier copies for the next 50 ms: the set-aside must not land in one of them.
-        let now = rocketraft_proto::time::now_ms();
+        let now = rocketraft_domain::time::now_ms();
         let earlier: Vec<_> = (now..now + 50)
             .map(|ms| dir.path().join(format!("damaged-{ms}")))
             .collect();

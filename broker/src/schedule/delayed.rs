@@ -19,7 +19,7 @@ use crate::topic::SCHEDULE_TOPIC;
 use crate::topic::TIMER_TOPIC;
 use crate::topic::TRANSACTION_HALF_TOPIC;
 
-pub use rocketraft_proto::property_keys::SCHEDULE_DELIVER_MS;
+pub use rocketraft_domain::property_keys::SCHEDULE_DELIVER_MS;
 
 /// Why a message's `DELAY` property cannot be honoured.
 #[derive(Debug, thiserror::Error)]

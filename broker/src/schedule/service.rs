@@ -53,8 +53,8 @@ use crate::transaction::half::check_times;
 use crate::transaction::half::checked_copy;
 use crate::transaction::half::half_offset;
 use crate::transaction::half::op_record;
+use rocketraft_domain::time::now_ms;
 use rocketraft_proto::broker as pb;
-use rocketraft_proto::time::now_ms;
 
 /// Messages one `DeliverDelayed` entry carries at most.
 pub const DELIVER_BATCH_MESSAGES_MAX: usize = 1024;

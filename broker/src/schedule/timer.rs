@@ -27,10 +27,10 @@ use crate::topic::TIMER_TOPIC;
 
 /// The due time of a parked message's current hop (shared with delay levels).
 pub use crate::schedule::delayed::SCHEDULE_DELIVER_MS;
-pub use rocketraft_proto::property_keys::TIMER_DELAY_MS;
-pub use rocketraft_proto::property_keys::TIMER_DELAY_SEC;
-pub use rocketraft_proto::property_keys::TIMER_DELIVER_MS;
-pub use rocketraft_proto::property_keys::TIMER_KEYS;
+pub use rocketraft_domain::property_keys::TIMER_DELAY_MS;
+pub use rocketraft_domain::property_keys::TIMER_DELAY_SEC;
+pub use rocketraft_domain::property_keys::TIMER_DELIVER_MS;
+pub use rocketraft_domain::property_keys::TIMER_KEYS;
 
 /// Queues of the timer topic: queue 0 for the last hop (< 1 s), queues 1..=18 for hops of
 /// 1 s to 2^17 s.

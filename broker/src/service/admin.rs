@@ -34,8 +34,8 @@ use crate::topic::queues_of;
 use crate::topic::validate_group_name;
 use crate::topic::validate_topic_name;
 
-pub use rocketraft_proto::limits::RETRY_MAX_TIMES_DEFAULT;
-pub use rocketraft_proto::limits::RETRY_MAX_TIMES_MAX;
+pub use rocketraft_domain::limits::RETRY_MAX_TIMES_DEFAULT;
+pub use rocketraft_domain::limits::RETRY_MAX_TIMES_MAX;
 /// Retry queues of a group by default.
 pub const RETRY_QUEUE_COUNT_DEFAULT: u32 = 1;
 /// How long a leadership transfer may take before it is reported as failed.

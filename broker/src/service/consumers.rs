@@ -8,10 +8,10 @@
 use std::pin::Pin;
 
 use futures::Stream;
+use rocketraft_domain::sql_filter::EXPRESSION_TYPE_SQL92;
+use rocketraft_domain::sql_filter::EXPRESSION_TYPE_TAG;
+use rocketraft_domain::sql_filter::SqlFilter;
 use rocketraft_proto::broker as pb;
-use rocketraft_proto::sql_filter::EXPRESSION_TYPE_SQL92;
-use rocketraft_proto::sql_filter::EXPRESSION_TYPE_TAG;
-use rocketraft_proto::sql_filter::SqlFilter;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 

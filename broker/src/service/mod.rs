@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+use rocketraft_domain::secrets::ADMIN_TOKEN_HEADER;
 use rocketraft_proto::broker as pb;
-use rocketraft_proto::secrets::ADMIN_TOKEN_HEADER;
 use tonic::Request;
 use tonic::Response;
 use tonic::Status;
@@ -150,7 +150,7 @@ impl BrokerService {
         let Some(token) = &self.admin_token else {
             return Ok(());
         };
-        if rocketraft_proto::secrets::carries(request, ADMIN_TOKEN_HEADER, token) {
+        if rocketraft_domain::secrets::carries(request, ADMIN_TOKEN_HEADER, token) {
             return Ok(());
         }
         tracing::warn!(

@@ -71,7 +71,7 @@ impl BrokerService {
             last_purged_index: status.last_purged_index,
             snapshot_index: status.snapshot_index,
             schedule_service_running: self.schedule.is_running(),
-            process_cpu_micros: rocketraft_proto::process::cpu_time().as_micros() as u64,
+            process_cpu_micros: rocketraft_domain::process::cpu_time().as_micros() as u64,
             process_id: std::process::id(),
             raft_log_repair_up_to,
             raft_log_repair,

@@ -27,14 +27,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use rocketraft_domain::limits::POP_BATCH_COUNT_MAX;
+use rocketraft_domain::limits::POP_INVISIBLE_MS_MAX as INVISIBLE_MS_MAX;
+use rocketraft_domain::limits::POP_INVISIBLE_MS_MIN as INVISIBLE_MS_MIN;
+use rocketraft_domain::limits::PULL_RESPONSE_BYTES_MAX;
+use rocketraft_domain::property_keys::TAGS;
+use rocketraft_domain::time::now_ms;
 use rocketraft_proto::POP_ANY_QUEUE;
 use rocketraft_proto::broker as pb;
-use rocketraft_proto::limits::POP_BATCH_COUNT_MAX;
-use rocketraft_proto::limits::POP_INVISIBLE_MS_MAX as INVISIBLE_MS_MAX;
-use rocketraft_proto::limits::POP_INVISIBLE_MS_MIN as INVISIBLE_MS_MIN;
-use rocketraft_proto::limits::PULL_RESPONSE_BYTES_MAX;
-use rocketraft_proto::property_keys::TAGS;
-use rocketraft_proto::time::now_ms;
 
 use crate::error::BrokerError;
 use crate::pop_state::InFlight;

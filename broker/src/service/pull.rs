@@ -16,9 +16,9 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use rocketraft_domain::limits::PULL_RESPONSE_BYTES_MAX;
+use rocketraft_domain::sql_filter::SqlFilter;
 use rocketraft_proto::broker as pb;
-use rocketraft_proto::limits::PULL_RESPONSE_BYTES_MAX;
-use rocketraft_proto::sql_filter::SqlFilter;
 
 use crate::error::BrokerError;
 use crate::raft::lease::Leadership;
@@ -42,7 +42,7 @@ pub const PULL_BATCH_COUNT_MAX: u32 = 1024;
 /// nothing returns `NO_MATCHED_MESSAGE` promptly instead of scanning a whole queue.
 pub const PULL_SCAN_UNITS_MAX: usize = 4096;
 /// How long an empty pull may be held (RocketMQ's long-polling default).
-pub const PULL_HOLD_MS_MAX: u32 = rocketraft_proto::limits::LONG_POLLING_MS_MAX;
+pub const PULL_HOLD_MS_MAX: u32 = rocketraft_domain::limits::LONG_POLLING_MS_MAX;
 /// Pulls a node holds open at once by default (`pull_holds_max`): a held pull costs a task
 /// and an HTTP/2 stream, so clients cannot make a node hold an unbounded number.
 pub const PULL_HOLDS_MAX_DEFAULT: usize = 10_000;

@@ -15,9 +15,9 @@ use std::net::Ipv4Addr;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use rocketraft_domain::send_queues;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common as common_pb;
-use rocketraft_proto::send_queues;
 
 use crate::error::BrokerError;
 use crate::metadata::PERM_WRITE;
@@ -43,11 +43,11 @@ use crate::topic::validate_topic_name;
 use crate::transaction::half::PGROUP;
 use crate::transaction::half::TRAN_MSG;
 use crate::transaction::half::park_half;
-use rocketraft_proto::time::now_ms;
+use rocketraft_domain::time::now_ms;
 
-pub use rocketraft_proto::limits::SEND_BATCH_BODY_BYTES_MAX;
-pub use rocketraft_proto::limits::SEND_BATCH_COUNT_MAX;
-pub use rocketraft_proto::limits::SEND_BATCH_PROPERTIES_BYTES_MAX;
+pub use rocketraft_domain::limits::SEND_BATCH_BODY_BYTES_MAX;
+pub use rocketraft_domain::limits::SEND_BATCH_COUNT_MAX;
+pub use rocketraft_domain::limits::SEND_BATCH_PROPERTIES_BYTES_MAX;
 /// How long a send waits for its batch to commit before it reports `REPLICATION_TIMEOUT`.
 /// Clients wait longer than this, so they learn the outcome rather than time out blind.
 pub const SEND_COMMIT_TIMEOUT: Duration = Duration::from_secs(2);

@@ -26,8 +26,8 @@ use crate::store::properties::UNIQ_KEY;
 use crate::store::record::MessageRecord;
 use crate::topic::RETRY_TOPIC_PREFIX;
 use crate::topic::validate_group_name;
-use rocketraft_proto::names::RETRY_DELAY_LEVEL_BASE;
-use rocketraft_proto::time::now_ms;
+use rocketraft_domain::names::RETRY_DELAY_LEVEL_BASE;
+use rocketraft_domain::time::now_ms;
 
 impl BrokerService {
     pub(super) async fn handle_send_message_back(

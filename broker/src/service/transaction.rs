@@ -8,10 +8,10 @@
 //! that ended already reports how it ended, and nothing changes.
 
 use futures::StreamExt;
+use rocketraft_domain::limits::END_TRANSACTIONS_MAX;
+use rocketraft_domain::time::now_ms;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::ResponseCode;
-use rocketraft_proto::limits::END_TRANSACTIONS_MAX;
-use rocketraft_proto::time::now_ms;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::BrokerError;

@@ -71,7 +71,7 @@ const NO_ENTRY: u32 = 0;
 
 /// Stable 64-bit FNV-1a hash of a key (must never change: it is persisted).
 pub fn key_hash(key: &str) -> u64 {
-    rocketraft_proto::stable_hash::fnv1a_64(key.as_bytes())
+    rocketraft_domain::stable_hash::fnv1a_64(key.as_bytes())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

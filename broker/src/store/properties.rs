@@ -8,25 +8,25 @@
 
 use std::collections::BTreeMap;
 
-use rocketraft_proto::properties as wire;
+use rocketraft_domain::properties as wire;
 
 use crate::store::error::StoreError;
 
-pub use rocketraft_proto::properties::NAME_VALUE_SEPARATOR;
-pub use rocketraft_proto::properties::PROPERTY_SEPARATOR;
+pub use rocketraft_domain::properties::NAME_VALUE_SEPARATOR;
+pub use rocketraft_domain::properties::PROPERTY_SEPARATOR;
 /// Separates the message keys inside the `KEYS` property.
 pub const KEY_SEPARATOR: &str = " ";
 
-pub use rocketraft_proto::property_keys::DELAY;
-pub use rocketraft_proto::property_keys::KEYS;
-pub use rocketraft_proto::property_keys::MAX_RECONSUME_TIMES;
-pub use rocketraft_proto::property_keys::ORIGIN_MESSAGE_ID;
-pub use rocketraft_proto::property_keys::REAL_QID;
-pub use rocketraft_proto::property_keys::REAL_TOPIC;
-pub use rocketraft_proto::property_keys::RECONSUME_TIME;
-pub use rocketraft_proto::property_keys::RETRY_TOPIC;
-pub use rocketraft_proto::property_keys::TAGS;
-pub use rocketraft_proto::property_keys::UNIQ_KEY;
+pub use rocketraft_domain::property_keys::DELAY;
+pub use rocketraft_domain::property_keys::KEYS;
+pub use rocketraft_domain::property_keys::MAX_RECONSUME_TIMES;
+pub use rocketraft_domain::property_keys::ORIGIN_MESSAGE_ID;
+pub use rocketraft_domain::property_keys::REAL_QID;
+pub use rocketraft_domain::property_keys::REAL_TOPIC;
+pub use rocketraft_domain::property_keys::RECONSUME_TIME;
+pub use rocketraft_domain::property_keys::RETRY_TOPIC;
+pub use rocketraft_domain::property_keys::TAGS;
+pub use rocketraft_domain::property_keys::UNIQ_KEY;
 
 /// Ordered message properties.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn decode_refuses_what_the_wire_parser_refuses_and_duplicate_keys() {
-        // The parser's cases are tested with it (`rocketraft_proto::properties`); this checks
+        // The parser's cases are tested with it (`rocketraft_domain::properties`); this checks
         // that its errors, and decode's own duplicate check, become store errors.
         for bad in [&b"A\x02"[..], b"A\x011\x02A\x012\x02"] {
             assert!(

@@ -33,7 +33,7 @@ pub const STOREHOSTADDRESS_V6_FLAG: i32 = 1 << 5;
 /// Largest message body, in bytes (RocketMQ `maxMessageSize` default).
 pub const MESSAGE_BODY_SIZE_MAX: usize = 4 * 1024 * 1024;
 /// Longest topic name, in bytes (the 1-byte length field holds up to 255; RocketMQ allows 127).
-pub const TOPIC_NAME_LEN_MAX: usize = rocketraft_proto::names::NAME_LEN_MAX;
+pub const TOPIC_NAME_LEN_MAX: usize = rocketraft_domain::names::NAME_LEN_MAX;
 /// Largest encoded properties, in bytes: the 2-byte signed length field.
 pub const PROPERTIES_SIZE_MAX: usize = i16::MAX as usize;
 
@@ -128,7 +128,7 @@ pub fn validate_topic(topic: &str) -> Result<(), StoreError> {
             actual: topic.len(),
         });
     }
-    if !topic.chars().all(rocketraft_proto::names::is_name_char) {
+    if !topic.chars().all(rocketraft_domain::names::is_name_char) {
         return Err(StoreError::InvalidTopic {
             topic: topic.to_owned(),
             reason: "allowed characters are [A-Za-z0-9_%|-]",

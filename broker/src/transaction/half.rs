@@ -19,10 +19,10 @@ use crate::store::record::MessageRecord;
 use crate::topic::TRANSACTION_HALF_TOPIC;
 use crate::topic::TRANSACTION_OP_TOPIC;
 
-pub use rocketraft_proto::property_keys::PGROUP;
-pub use rocketraft_proto::property_keys::TRAN_HALF_OFFSET;
-pub use rocketraft_proto::property_keys::TRAN_MSG;
-pub use rocketraft_proto::property_keys::TRANSACTION_CHECK_TIMES;
+pub use rocketraft_domain::property_keys::PGROUP;
+pub use rocketraft_domain::property_keys::TRAN_HALF_OFFSET;
+pub use rocketraft_domain::property_keys::TRAN_MSG;
+pub use rocketraft_domain::property_keys::TRANSACTION_CHECK_TIMES;
 /// Queue of the half topic holding half messages as sent.
 pub const HALF_QUEUE_SENT: i32 = 0;
 /// Queue of the half topic holding the copies stored at each check-back.

@@ -9,8 +9,8 @@ use rocketraft_client::admin::Admin;
 use rocketraft_client::connector::ClientTls;
 use rocketraft_client::connector::Connector;
 use rocketraft_client::group::GroupError;
+use rocketraft_domain::secrets::ADMIN_TOKEN_HEADER;
 use rocketraft_proto::broker::broker_client::BrokerClient;
-use rocketraft_proto::secrets::ADMIN_TOKEN_HEADER;
 use tonic::transport::Channel;
 
 /// The flags that let a tool into a guarded cluster.
@@ -89,7 +89,7 @@ impl ClusterAccess {
     pub fn admin_request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         if let Some(token) = &self.admin_token {
-            rocketraft_proto::secrets::attach(&mut request, ADMIN_TOKEN_HEADER, token);
+            rocketraft_domain::secrets::attach(&mut request, ADMIN_TOKEN_HEADER, token);
         }
         request
     }

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
+use rocketraft_domain::sql_filter::EXPRESSION_TYPE_TAG;
 use rocketraft_proto::broker as broker_pb;
-use rocketraft_proto::sql_filter::EXPRESSION_TYPE_TAG;
 use serde::Serialize;
 
 use crate::admin::Admin;

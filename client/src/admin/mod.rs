@@ -137,9 +137,9 @@ impl Admin {
     fn admin_call<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         if let Some(token) = &self.admin_token {
-            rocketraft_proto::secrets::attach(
+            rocketraft_domain::secrets::attach(
                 &mut request,
-                rocketraft_proto::secrets::ADMIN_TOKEN_HEADER,
+                rocketraft_domain::secrets::ADMIN_TOKEN_HEADER,
                 token,
             );
         }

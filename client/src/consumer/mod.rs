@@ -40,8 +40,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use rocketraft_proto::names::validate_group_name;
-use rocketraft_proto::names::validate_topic_name;
+use rocketraft_domain::names::validate_group_name;
+use rocketraft_domain::names::validate_topic_name;
 use tokio::sync::Notify;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
@@ -107,7 +107,7 @@ pub const CONSUME_BATCH_MAX_SIZE_MAX: usize = 1024;
 /// A listener call that takes longer counts as failed (RocketMQ's default).
 pub const CONSUME_TIMEOUT_DEFAULT: Duration = Duration::from_secs(15 * 60);
 /// The most reconsumes a consumer may allow (the broker's limit).
-pub const MAX_RECONSUME_TIMES_MAX: u32 = rocketraft_proto::limits::RETRY_MAX_TIMES_MAX;
+pub const MAX_RECONSUME_TIMES_MAX: u32 = rocketraft_domain::limits::RETRY_MAX_TIMES_MAX;
 /// Topics one consumer may subscribe at most (a heartbeat carries them all).
 pub const SUBSCRIPTIONS_MAX: usize = 1024;
 /// Orderly: how long a queue pauses after a suspended batch (RocketMQ's default).
@@ -116,7 +116,7 @@ pub const SUSPEND_CURRENT_QUEUE_TIME_DEFAULT: Duration = Duration::from_secs(1);
 /// than two thirds of how long the broker says a lock stays valid.
 pub const LOCK_RENEW_INTERVAL_DEFAULT: Duration = Duration::from_secs(20);
 /// Orderly: the maximum reconsume count until a broker says the group's.
-const GROUP_MAX_RECONSUME_TIMES_DEFAULT: u32 = rocketraft_proto::limits::RETRY_MAX_TIMES_DEFAULT;
+const GROUP_MAX_RECONSUME_TIMES_DEFAULT: u32 = rocketraft_domain::limits::RETRY_MAX_TIMES_DEFAULT;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumerError {

@@ -21,8 +21,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rocketraft_domain::limits::LOCK_QUEUES_MAX;
 use rocketraft_proto::broker as pb;
-use rocketraft_proto::limits::LOCK_QUEUES_MAX;
 use tokio::time::Instant;
 
 use crate::consumer::ConsumeFrom;

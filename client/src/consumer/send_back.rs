@@ -9,9 +9,9 @@
 
 use std::time::Duration;
 
+use rocketraft_domain::names::RETRY_DELAY_LEVEL_BASE;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common as common_pb;
-use rocketraft_proto::names::RETRY_DELAY_LEVEL_BASE;
 
 use crate::consumer::Shared;
 use crate::message::MessageExt;

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use rocketraft_nameserver::logging::init_logging;
 use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::settings::NameServerSettings;
+use rocketraft_server_kit::logging::init_logging;
 
 #[derive(Parser)]
 #[command(name = "nameserver", about = "rocketraft route registry", version)]

@@ -44,12 +44,12 @@ use rocketraft_client::message::property;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::transaction::LocalTransactionState;
 use rocketraft_client::transaction::TransactionEnd;
+use rocketraft_domain::time::now_ms;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
 use rocketraft_proto::common as common_pb;
-use rocketraft_proto::time::now_ms;
-use rocketraft_proxy::pb as v5;
-use rocketraft_proxy::pb::messaging_service_client::MessagingServiceClient;
+use rocketraft_proto::v5;
+use rocketraft_proto::v5::messaging_service_client::MessagingServiceClient;
 use std::net::SocketAddr;
 use tonic::transport::Channel;
 
@@ -125,7 +125,7 @@ struct CpuMark {
 impl CpuMark {
     async fn now(access: &ClusterAccess, namesrv: &[String]) -> CpuMark {
         CpuMark {
-            client: rocketraft_proto::process::cpu_time(),
+            client: rocketraft_domain::process::cpu_time(),
             servers: if namesrv.is_empty() {
                 None
             } else {

@@ -2,7 +2,7 @@
 
 use clap::Subcommand;
 use rocketraft_client::admin::GroupSettings;
-use rocketraft_proto::sql_filter::EXPRESSION_TYPE_SQL92;
+use rocketraft_domain::sql_filter::EXPRESSION_TYPE_SQL92;
 
 use crate::Context;
 

@@ -2,6 +2,7 @@
 
 use clap::Subcommand;
 use clap::ValueEnum;
+use rocketraft_domain::topic_type::TopicTypeMeaning;
 use rocketraft_proto::common::TopicMessageType;
 use serde_json::json;
 

@@ -9,9 +9,9 @@ use std::net::SocketAddr;
 
 use rocketraft_client::route::GroupQueues;
 use rocketraft_client::route::TopicRoute;
+use rocketraft_domain::perm::PERM_READ;
+use rocketraft_domain::perm::PERM_WRITE;
 use rocketraft_proto::common::TopicMessageType;
-use rocketraft_proto::perm::PERM_READ;
-use rocketraft_proto::perm::PERM_WRITE;
 
 use crate::pb;
 

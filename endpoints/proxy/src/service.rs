@@ -101,7 +101,7 @@ fn client_id(metadata: &tonic::metadata::MetadataMap) -> Option<String> {
 type TelemetryStream = ReceiverStream<Result<pb::TelemetryCommand, tonic::Status>>;
 
 #[tonic::async_trait]
-impl MessagingService for Arc<Service> {
+impl MessagingService for Service {
     async fn query_route(
         &self,
         request: Request<pb::QueryRouteRequest>,

@@ -16,7 +16,7 @@ use rocketraft_client::message::MessageExt;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::transaction::LocalTransactionState;
 use rocketraft_client::transaction::TransactionChecker;
-use rocketraft_proto::property_keys::REAL_TOPIC;
+use rocketraft_domain::property_keys::REAL_TOPIC;
 
 use crate::clients::Clients;
 use crate::message::to_v5;

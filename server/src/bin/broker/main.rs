@@ -18,16 +18,19 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Parser;
 use clap::Subcommand;
-use rocketraft_broker::config::BrokerConfig;
 use rocketraft_broker::config::store_dir;
 use rocketraft_broker::data_dir_lock::DataDirLock;
-use rocketraft_broker::node::BrokerNode;
 use rocketraft_broker::node::NodeOptions;
 use rocketraft_broker::store::power_loss::lose_unsynced as lose_unsynced_writes;
-use rocketraft_nameserver::logging::LogFormat;
-use rocketraft_nameserver::logging::init_logging;
-use rocketraft_nameserver::server::NameServer;
-use rocketraft_nameserver::server::NameServerConfig;
+use rocketraft_server::Node;
+use rocketraft_server::ServerConfig;
+use rocketraft_server_kit::logging::LogFormat;
+use rocketraft_server_kit::logging::init_logging;
+
+use crate::dev::DevCluster;
+use crate::dev::run_dev;
+
+mod dev;
 
 #[derive(Parser)]
 #[command(name = "broker", about = "rocketraft broker node", version)]
@@ -192,9 +195,14 @@ fn lose_unsynced(data_dir: &Path) -> anyhow::Result<()> {
 
 async fn run_node(cli: Cli) -> anyhow::Result<()> {
     let config = node_config(&cli)?;
-    init_logging(config.log_format, LOG_FILTER_DEFAULT);
-    let node = BrokerNode::start(config, NodeOptions::default()).await?;
-    println!("broker node {} serving on {}", node.node_id(), node.addr());
+    init_logging(config.broker.log_format, LOG_FILTER_DEFAULT);
+    let node = Node::start(config, NodeOptions::default()).await?;
+    let broker = node.broker();
+    println!(
+        "broker node {} serving on {}",
+        broker.node_id(),
+        broker.addr()
+    );
     if let Some(endpoint) = node.grpc_v5_addr() {
         println!("RocketMQ 5.x gRPC endpoint on {endpoint}");
     }
@@ -205,7 +213,7 @@ async fn run_node(cli: Cli) -> anyhow::Result<()> {
 
 /// The config file's table with the flags written over it, then parsed and validated, so an
 /// error names the key whether it came from the file or a flag.
-fn node_config(cli: &Cli) -> anyhow::Result<BrokerConfig> {
+fn node_config(cli: &Cli) -> anyhow::Result<ServerConfig> {
     let mut table = match &cli.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -262,104 +270,7 @@ fn node_config(cli: &Cli) -> anyhow::Result<BrokerConfig> {
         }
         table.insert("peers".to_owned(), peers.into());
     }
-    let config = BrokerConfig::from_toml(&toml::to_string(&table)?)?;
+    let config = ServerConfig::from_table(table)?;
     config.validate()?;
     Ok(config)
-}
-
-/// What `broker dev` starts.
-struct DevCluster {
-    data_dir: PathBuf,
-    nodes: u64,
-    base_port: u16,
-    flush: String,
-    namesrv_listen: SocketAddr,
-    delay_levels: Option<String>,
-    grpc_v5_base_port: u16,
-}
-
-async fn run_dev(dev: DevCluster) -> anyhow::Result<()> {
-    let DevCluster {
-        data_dir,
-        nodes,
-        base_port,
-        flush,
-        namesrv_listen,
-        delay_levels,
-        grpc_v5_base_port,
-    } = dev;
-    let listener = tokio::net::TcpListener::bind(namesrv_listen)
-        .await
-        .with_context(|| format!("bind the nameserver on {namesrv_listen}"))?;
-    // Metrics on ports the OS picks (printed below): zero-config, never in the way.
-    let metrics_listen = "127.0.0.1:0";
-    let nameserver = NameServer::start_on(
-        listener,
-        NameServerConfig {
-            metrics_listen: metrics_listen.parse().ok(),
-            ..NameServerConfig::default()
-        },
-    )?;
-    let addr = |id: u64| format!("127.0.0.1:{}", u64::from(base_port) + id - 1);
-    let grpc_v5_addr = |id: u64| format!("127.0.0.1:{}", u64::from(grpc_v5_base_port) + id - 1);
-    let peers: Vec<String> = (1..=nodes).map(|id| format!("{id}={}", addr(id))).collect();
-    let mut started = Vec::new();
-    for id in 1..=nodes {
-        let cli = Cli {
-            command: None,
-            config: None,
-            cluster: Some("DevCluster".into()),
-            group: Some("broker-a".into()),
-            node_id: Some(id),
-            listen: Some(addr(id)),
-            // Raft shares the port: a dev cluster is reachable on loopback only.
-            raft_listen: None,
-            peers: peers.clone(),
-            namesrv: Some(nameserver.addr().to_string()),
-            data_dir: Some(data_dir.join(format!("node-{id}"))),
-            flush: Some(flush.clone()),
-            bootstrap: id == 1,
-            auto_create_topic: true,
-            delay_levels: delay_levels.clone(),
-            metrics_listen: Some(metrics_listen.to_owned()),
-            grpc_v5_listen: Some(grpc_v5_addr(id)),
-        };
-        let node = BrokerNode::start(node_config(&cli)?, NodeOptions::default()).await?;
-        started.push(node);
-    }
-    println!(
-        "rocketraft dev cluster: broker group broker-a, {nodes} node(s), data under {}",
-        data_dir.display()
-    );
-    let metrics = |addr: Option<SocketAddr>| {
-        addr.map_or_else(String::new, |addr| {
-            format!("  (metrics http://{addr}/metrics)")
-        })
-    };
-    println!(
-        "  nameserver -> {}{}",
-        nameserver.addr(),
-        metrics(nameserver.metrics_addr())
-    );
-    for node in &started {
-        println!(
-            "  node {} -> {}{}",
-            node.node_id(),
-            node.addr(),
-            metrics(node.metrics_addr())
-        );
-    }
-    if let Some(endpoint) = started.first().and_then(BrokerNode::grpc_v5_addr) {
-        println!(
-            "  RocketMQ 5.x clients -> {endpoint} (gRPC endpoint; every node serves one, on \
-             {grpc_v5_base_port}..)"
-        );
-    }
-    println!("press Ctrl-C to stop");
-    tokio::signal::ctrl_c().await.context("wait for ctrl-c")?;
-    for node in started {
-        node.shutdown().await;
-    }
-    nameserver.shutdown().await;
-    Ok(())
 }

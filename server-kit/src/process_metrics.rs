@@ -39,7 +39,7 @@ impl ProcessMetrics {
 
     /// Reads the process's CPU time and resident set now.
     pub fn refresh(&self) {
-        let cpu = rocketraft_proto::process::cpu_time().as_secs_f64();
+        let cpu = rocketraft_domain::process::cpu_time().as_secs_f64();
         let mut counted = self
             .counted_cpu_seconds
             .lock()

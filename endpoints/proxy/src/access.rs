@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use rocketraft_proto::secrets::constant_time_eq;
+use rocketraft_domain::secrets::constant_time_eq;
 use tonic::metadata::MetadataMap;
 
 use crate::pb;

@@ -1,20 +1,26 @@
 //! What a topic's [`TopicMessageType`] means where it is read: a type not said is `Mixed`
 //! (every type), and its name is RocketMQ's (`FIFO`, `MIXED`, ...).
 
-use crate::common::TopicMessageType;
+use rocketraft_proto::common::TopicMessageType;
 
-impl TopicMessageType {
+/// How a [`TopicMessageType`] read off the wire is understood.
+pub trait TopicTypeMeaning {
     /// The type a route or registration means: `Unspecified` (a broker that keeps no types)
     /// is `Mixed`.
-    pub fn or_mixed(self) -> TopicMessageType {
+    fn or_mixed(self) -> TopicMessageType;
+    /// RocketMQ's name of the type (its `message.type` attribute's value).
+    fn name(self) -> &'static str;
+}
+
+impl TopicTypeMeaning for TopicMessageType {
+    fn or_mixed(self) -> TopicMessageType {
         match self {
             TopicMessageType::Unspecified => TopicMessageType::Mixed,
             said => said,
         }
     }
 
-    /// RocketMQ's name of the type (its `message.type` attribute's value).
-    pub fn name(self) -> &'static str {
+    fn name(self) -> &'static str {
         let name = self.as_str_name();
         name.strip_prefix("TOPIC_MESSAGE_TYPE_").unwrap_or(name)
     }

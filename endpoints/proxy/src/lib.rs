@@ -9,11 +9,8 @@
 //! cluster, and routes name the endpoint itself as every queue's broker address, so a client
 //! given one node's address never sees a leader change.
 
-/// The protocol's messages and service, generated from `proto/apache/rocketmq/v2`.
-#[allow(clippy::large_enum_variant)] // Generated oneofs, as the protocol defines them.
-pub mod pb {
-    tonic::include_proto!("apache.rocketmq.v2");
-}
+/// The protocol's messages and service (`rocketraft-proto` generates them).
+pub use rocketraft_proto::v5 as pb;
 
 mod access;
 mod clients;

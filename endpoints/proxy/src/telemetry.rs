@@ -20,8 +20,8 @@ use crate::pb;
 use crate::pb::telemetry_command::Command;
 use crate::send::MESSAGE_BODY_BYTES_MAX;
 use crate::status;
-use rocketraft_proto::limits::POP_INVISIBLE_MS_MIN;
-use rocketraft_proto::limits::RETRY_MAX_TIMES_DEFAULT;
+use rocketraft_domain::limits::POP_INVISIBLE_MS_MIN;
+use rocketraft_domain::limits::RETRY_MAX_TIMES_DEFAULT;
 
 /// Attempts of a producer's send, the first included, before it gives up.
 pub const CLIENT_ATTEMPTS_MAX: i32 = 3;

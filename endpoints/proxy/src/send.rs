@@ -14,21 +14,22 @@
 //! Invariant: a request either fails whole, storing nothing, or every message of it is
 //! stored (one Raft entry).
 
+use rocketraft_domain::topic_type::TopicTypeMeaning;
 use std::net::SocketAddr;
 
 use rocketraft_client::message::Message;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::producer::SendOptions;
-use rocketraft_proto::limits::SEND_BATCH_BODY_BYTES_MAX;
-use rocketraft_proto::limits::SEND_BATCH_COUNT_MAX;
-use rocketraft_proto::names::validate_topic_name;
-use rocketraft_proto::property_keys::BORN_HOST;
-use rocketraft_proto::property_keys::PGROUP;
-use rocketraft_proto::property_keys::SHARDING_KEY;
-use rocketraft_proto::property_keys::SYSTEM_KEYS;
-use rocketraft_proto::property_keys::TRAN_MSG;
-use rocketraft_proto::property_keys::UNIQ_KEY;
-use rocketraft_proto::time::now_ms;
+use rocketraft_domain::limits::SEND_BATCH_BODY_BYTES_MAX;
+use rocketraft_domain::limits::SEND_BATCH_COUNT_MAX;
+use rocketraft_domain::names::validate_topic_name;
+use rocketraft_domain::property_keys::BORN_HOST;
+use rocketraft_domain::property_keys::PGROUP;
+use rocketraft_domain::property_keys::SHARDING_KEY;
+use rocketraft_domain::property_keys::SYSTEM_KEYS;
+use rocketraft_domain::property_keys::TRAN_MSG;
+use rocketraft_domain::property_keys::UNIQ_KEY;
+use rocketraft_domain::time::now_ms;
 
 use crate::message::delivery_ms;
 use crate::message::to_ms;
@@ -495,7 +496,7 @@ mod tests {
         let soon = now_ms() + 10_000;
         let batch = check(vec![delay(soon)]).expect("within the timer limit");
         assert_eq!(
-            batch.messages[0].properties[rocketraft_proto::property_keys::TIMER_DELIVER_MS],
+            batch.messages[0].properties[rocketraft_domain::property_keys::TIMER_DELIVER_MS],
             (soon / 1000 * 1000).to_string()
         );
         assert_eq!(

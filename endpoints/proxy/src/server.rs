@@ -10,11 +10,11 @@ use crate::renewals::Renewals;
 use rocketraft_client::connector::ClientTls;
 use rocketraft_client::error::ProducerError;
 use rocketraft_client::producer::Producer;
-use rocketraft_nameserver::connection_limit::serve_connections;
-use rocketraft_nameserver::server::stop_serving;
-use rocketraft_proto::limits::HTTP2_FRAME_BYTES_MAX;
-use rocketraft_proto::limits::SEND_BATCH_COUNT_MAX;
-use rocketraft_proto::limits::SEND_REQUEST_BYTES_MAX;
+use rocketraft_domain::limits::HTTP2_FRAME_BYTES_MAX;
+use rocketraft_domain::limits::SEND_BATCH_COUNT_MAX;
+use rocketraft_domain::limits::SEND_REQUEST_BYTES_MAX;
+use rocketraft_server_kit::connection_limit::serve_connections;
+use rocketraft_server_kit::graceful_stop::stop_serving;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -97,7 +97,7 @@ impl Proxy {
             let (brokers, clients, shutdown) = (brokers.clone(), clients.clone(), shutdown.clone());
             async move { renewals.run(brokers, clients, shutdown).await }
         });
-        let service = Arc::new(Service {
+        let service = Service {
             producer,
             brokers,
             clients,
@@ -106,7 +106,7 @@ impl Proxy {
             consumer_retry_delays: config.consumer_retry_delays.into(),
             renewals,
             shutdown: shutdown.clone(),
-        });
+        };
         let mut builder = tonic::transport::Server::builder()
             .max_concurrent_streams(config.streams_per_connection_max)
             .max_frame_size(HTTP2_FRAME_BYTES_MAX);

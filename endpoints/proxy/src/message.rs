@@ -2,11 +2,11 @@
 //! properties back out of the rocketraft properties `send.rs` stored them in.
 
 use rocketraft_client::message::MessageExt;
-use rocketraft_proto::property_keys::BORN_HOST;
-use rocketraft_proto::property_keys::REAL_TOPIC;
-use rocketraft_proto::property_keys::SHARDING_KEY;
-use rocketraft_proto::property_keys::SYSTEM_KEYS;
-use rocketraft_proto::property_keys::TIMER_DELIVER_MS;
+use rocketraft_domain::property_keys::BORN_HOST;
+use rocketraft_domain::property_keys::REAL_TOPIC;
+use rocketraft_domain::property_keys::SHARDING_KEY;
+use rocketraft_domain::property_keys::SYSTEM_KEYS;
+use rocketraft_domain::property_keys::TIMER_DELIVER_MS;
 
 use crate::pb;
 
@@ -102,8 +102,8 @@ pub fn delivery_ms(timestamp: &prost_types::Timestamp) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use rocketraft_proto::property_keys::TRAN_MSG;
-    use rocketraft_proto::property_keys::UNIQ_KEY;
+    use rocketraft_domain::property_keys::TRAN_MSG;
+    use rocketraft_domain::property_keys::UNIQ_KEY;
 
     use super::*;
 

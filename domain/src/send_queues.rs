@@ -3,7 +3,7 @@
 //! empty and names the queue in `queue_id`. The producer writes it ([`name_queues`]); the
 //! broker reads it ([`message_queue_ids`]).
 
-use crate::broker::SendRequest;
+use rocketraft_proto::broker::SendRequest;
 
 /// Sets `request`'s queue fields for messages going to `queue_ids`, in order: `queue_ids` is
 /// sent only if they are not all one queue.

@@ -1,0 +1,20 @@
+//! The rules rocketraft's broker, SDK and endpoints share, in one place so that a client and
+//! a broker never disagree on them: what a valid name is, the limits of the broker API, the
+//! message property keys and their codec, SQL92 filters, topic permissions and types, the
+//! stable hash, wall-clock time, and the shared secrets' format. No I/O: every function here
+//! is a pure rule over its arguments (except [`process`], which reads the process's CPU time,
+//! and [`time`], which reads the clock).
+
+pub mod limits;
+pub mod names;
+pub mod perm;
+pub mod process;
+pub mod properties;
+pub mod property_keys;
+pub mod secrets;
+pub mod send_queues;
+pub mod sql_filter;
+pub mod stable_hash;
+pub mod time;
+pub mod topic_type;
+pub mod xorshift;
