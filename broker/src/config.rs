@@ -8,19 +8,19 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::raft::compaction::COMPACTION_GROWTH_BYTES_DEFAULT;
-use crate::raft::compaction::COMPACTION_INTERVAL_DEFAULT;
-use crate::raft::compaction::RETAINED_BYTES_DEFAULT;
-use crate::raft::compaction::RETAINED_ENTRIES_DEFAULT;
-use crate::raft::log_store::FlushMode;
-use crate::raft::log_store::LOG_SEGMENT_SIZE_BYTES_DEFAULT;
-use crate::raft::membership::VOTERS_MAX;
-use crate::raft::node_addr::NodeAddr;
+use crate::raft::control::compaction::COMPACTION_GROWTH_BYTES_DEFAULT;
+use crate::raft::control::compaction::COMPACTION_INTERVAL_DEFAULT;
+use crate::raft::control::compaction::RETAINED_BYTES_DEFAULT;
+use crate::raft::control::compaction::RETAINED_ENTRIES_DEFAULT;
+use crate::raft::control::membership::VOTERS_MAX;
+use crate::raft::log::store::FlushMode;
+use crate::raft::log::store::LOG_SEGMENT_SIZE_BYTES_DEFAULT;
+use crate::raft::transport::node_addr::NodeAddr;
 use crate::raft::types::NodeId;
+use crate::retention::policy as retention;
+use crate::retention::policy::RetentionPolicy;
 use crate::store::record::END_FILE_MIN_BLANK_LENGTH;
 use crate::store::record::RECORD_SIZE_MAX;
-use crate::store::retention;
-use crate::store::retention::RetentionPolicy;
 
 /// Group sizes a broker group may have: one node for development, or 3 or 5 to survive the
 /// loss of 1 or 2 (an even size adds no fault tolerance).
@@ -337,7 +337,7 @@ fn default_true() -> bool {
 }
 
 fn default_delay_levels() -> String {
-    crate::delay_levels::DELAY_LEVELS_DEFAULT.to_owned()
+    crate::schedule::delay_levels::DELAY_LEVELS_DEFAULT.to_owned()
 }
 
 fn default_client_expiry_ms() -> u64 {
@@ -446,8 +446,10 @@ impl BrokerConfig {
     }
 
     /// The delay levels, parsed.
-    pub fn parsed_delay_levels(&self) -> Result<crate::delay_levels::DelayLevels, ConfigError> {
-        crate::delay_levels::DelayLevels::parse(&self.delay_levels)
+    pub fn parsed_delay_levels(
+        &self,
+    ) -> Result<crate::schedule::delay_levels::DelayLevels, ConfigError> {
+        crate::schedule::delay_levels::DelayLevels::parse(&self.delay_levels)
             .map_err(|reason| ConfigError::new("delay_levels", reason))
     }
 

@@ -226,7 +226,7 @@ pub async fn run_consumer_registry(
     tokio::select! {
         () = shutdown.cancelled() => {}
         () = expire_silent_members(&registry, expiry) => {}
-        () = forget_when_leadership_ends(crate::raft::role::RoleWatch::new(&raft), &registry) => {}
+        () = forget_when_leadership_ends(crate::raft::control::role::RoleWatch::new(&raft), &registry) => {}
     }
 }
 
@@ -242,7 +242,7 @@ async fn expire_silent_members(registry: &ConsumerRegistry, expiry: Duration) {
 
 /// Clears the registry whenever leadership ends; returns once Raft has stopped.
 async fn forget_when_leadership_ends(
-    mut roles: crate::raft::role::RoleWatch,
+    mut roles: crate::raft::control::role::RoleWatch,
     registry: &ConsumerRegistry,
 ) {
     let mut role = roles.current();

@@ -8,11 +8,11 @@ use rocketraft_proto::common::ResponseCode;
 
 use openraft::errors::Fatal;
 
-use crate::raft::membership::MembershipError;
-use crate::raft::propose::ProposeError;
-use crate::raft::propose::Undecided;
-use crate::raft::role::TransferError;
-use crate::raft::setup::SetupError;
+use crate::raft::control::membership::MembershipError;
+use crate::raft::control::propose::ProposeError;
+use crate::raft::control::propose::Undecided;
+use crate::raft::control::role::TransferError;
+use crate::raft::control::setup::SetupError;
 use crate::raft::types::TypeConfig;
 use crate::store::StoreError;
 

@@ -20,11 +20,11 @@ use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 
 use crate::error::BrokerError;
-use crate::raft::propose::propose;
-use crate::raft::types::AppendedMessage;
-use crate::raft::types::Command;
-use crate::raft::types::CommandResult;
+use crate::raft::control::propose::propose;
 use crate::raft::types::Raft;
+use crate::state_machine::command::AppendedMessage;
+use crate::state_machine::command::Command;
+use crate::state_machine::command::CommandResult;
 
 /// Messages in one `Append` entry at most.
 pub const GROUP_COMMIT_MESSAGES_MAX: usize = 4096;

@@ -18,7 +18,6 @@
 pub mod config;
 pub mod consumer_registry;
 pub mod data_dir_lock;
-pub mod delay_levels;
 pub mod disk;
 pub mod durable_file;
 pub mod error;
@@ -27,18 +26,18 @@ pub mod group_state;
 pub mod metadata;
 pub mod metrics;
 pub mod node;
-pub mod pop_state;
+pub mod pop;
 pub mod queue_locks;
 pub mod raft;
 pub mod registration;
 pub mod retention;
 pub mod schedule;
 pub mod scrub;
-pub mod scrub_suspects;
 pub mod seeded_rng;
 pub mod service;
 #[cfg(test)]
 mod sim_disk;
+pub mod state_machine;
 pub mod store;
 #[cfg(test)]
 mod test_node;

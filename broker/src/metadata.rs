@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use rocketraft_proto::common as common_pb;
 
-use crate::pop_state::PopState;
+use crate::pop::state::PopState;
 
 pub use rocketraft_domain::perm::PERM_READ;
 pub use rocketraft_domain::perm::PERM_WRITE;

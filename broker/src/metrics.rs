@@ -23,7 +23,7 @@ use prometheus_client::registry::Registry;
 use rocketraft_server_kit::process_metrics::ProcessMetrics;
 
 use crate::group_state::GroupState;
-use crate::raft::log_store::LogSize;
+use crate::raft::log::store::LogSize;
 use crate::raft::types::Raft;
 use crate::topic::SCHEDULE_TOPIC;
 

@@ -31,33 +31,30 @@ use crate::group_state::GroupState;
 use crate::metrics::BrokerMetrics;
 use crate::queue_locks::QueueLocks;
 use crate::queue_locks::run_queue_locks;
-use crate::raft::append_route::RaftRoutes;
-use crate::raft::boot_check;
-use crate::raft::compaction::CompactionError;
-use crate::raft::compaction::CompactionPolicy;
-use crate::raft::compaction::compact_log;
-use crate::raft::compaction::run_compaction;
-use crate::raft::faults::FaultPlan;
-use crate::raft::lease::Leadership;
-use crate::raft::lease::run_leadership_watch;
-use crate::raft::log_store::LogReader;
-use crate::raft::log_store::LogSize;
-use crate::raft::log_store::LogStore;
-use crate::raft::log_store::LogStoreConfig;
-use crate::raft::log_store::release_idle_entry_cache;
-use crate::raft::membership::PeerAddrs;
-use crate::raft::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
-use crate::raft::repair;
-use crate::raft::repair::RepairMark;
-use crate::raft::repair::RepairState;
-use crate::raft::repair::run_repair;
-use crate::raft::role::on_every_role_change;
-use crate::raft::service::RaftService;
-use crate::raft::setup::bootstrap;
-use crate::raft::setup::start_raft;
-use crate::raft::state_machine::CHECKPOINT_INTERVAL_DEFAULT;
-use crate::raft::state_machine::StateMachine;
-use crate::raft::state_machine::StoreLostFlushedData;
+use crate::raft::control::compaction::CompactionError;
+use crate::raft::control::compaction::CompactionPolicy;
+use crate::raft::control::compaction::compact_log;
+use crate::raft::control::compaction::run_compaction;
+use crate::raft::control::lease::Leadership;
+use crate::raft::control::lease::run_leadership_watch;
+use crate::raft::control::membership::PeerAddrs;
+use crate::raft::control::role::on_every_role_change;
+use crate::raft::control::setup::bootstrap;
+use crate::raft::control::setup::start_raft;
+use crate::raft::log::boot_check;
+use crate::raft::log::repair;
+use crate::raft::log::repair::RepairMark;
+use crate::raft::log::repair::RepairState;
+use crate::raft::log::repair::run_repair;
+use crate::raft::log::store::LogReader;
+use crate::raft::log::store::LogSize;
+use crate::raft::log::store::LogStore;
+use crate::raft::log::store::LogStoreConfig;
+use crate::raft::log::store::release_idle_entry_cache;
+use crate::raft::transport::append_route::RaftRoutes;
+use crate::raft::transport::faults::FaultPlan;
+use crate::raft::transport::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
+use crate::raft::transport::service::RaftService;
 use crate::raft::types::LogId;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
@@ -72,6 +69,9 @@ use crate::scrub::run_scrub;
 use crate::service::BrokerService;
 use crate::service::ServiceOptions;
 use crate::service::blackhole::BlackholeRoutes;
+use crate::state_machine::CHECKPOINT_INTERVAL_DEFAULT;
+use crate::state_machine::StateMachine;
+use crate::state_machine::StoreLostFlushedData;
 use crate::store::MessageStore;
 use crate::tls::NodeTls;
 use crate::tls::PeerConnector;
@@ -106,7 +106,7 @@ pub enum StartError {
         source: std::io::Error,
     },
     #[error("start raft")]
-    Raft(#[from] crate::raft::setup::SetupError),
+    Raft(#[from] crate::raft::control::setup::SetupError),
     #[error(transparent)]
     TlsFile(#[from] TlsFileError),
     #[error("configure TLS")]

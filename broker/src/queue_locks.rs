@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::raft::role::on_every_role_change;
+use crate::raft::control::role::on_every_role_change;
 use crate::raft::types::Raft;
 
 /// How long a lock lasts without renewal (RocketMQ: 60 s).

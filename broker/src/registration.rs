@@ -21,9 +21,9 @@ use rocketraft_proto::nameserver::name_server_client::NameServerClient;
 use tokio_util::sync::CancellationToken;
 
 use crate::group_state::GroupState;
-use crate::raft::faults::FaultPlan;
-use crate::raft::role::Role;
-use crate::raft::role::RoleWatch;
+use crate::raft::control::role::Role;
+use crate::raft::control::role::RoleWatch;
+use crate::raft::transport::faults::FaultPlan;
 use crate::raft::types::Raft;
 use crate::schedule::service::ScheduleStatus;
 use crate::tls::PeerConnector;

@@ -12,8 +12,8 @@ use crate::config::COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
 use crate::node::BrokerNode;
 use crate::node::Listeners;
 use crate::node::NodeOptions;
-use crate::raft::faults::FaultPlan;
-use crate::raft::role::leader_ready;
+use crate::raft::control::role::leader_ready;
+use crate::raft::transport::faults::FaultPlan;
 
 /// The founding node leads within this (its election timeout is 200–400 ms).
 const LEADS_WITHIN: Duration = Duration::from_secs(5);

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use rocketraft_broker::pop_state::PopQueueKey;
+use rocketraft_broker::pop::state::PopQueueKey;
 use rocketraft_client::admin::Admin;
 use rocketraft_client::group::GroupError;
 use rocketraft_client::message::Message;

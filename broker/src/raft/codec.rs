@@ -5,7 +5,7 @@
 //! never a panic.
 //!
 //! Records travel without a copy: [`decode_shared`] decodes from a `Bytes` buffer, and the
-//! record fields of a [`Command`](crate::raft::types::Command) ([`shared_bytes`]) become
+//! record fields of a [`Command`](crate::state_machine::command::Command) ([`shared_bytes`]) become
 //! slices of that buffer instead of copies of it. A follower thus keeps what it received,
 //! as received, and the leader reads its log the same way. The other way, [`encode_shared`]
 //! hands those fields to its [`SharedWrite`] by reference, so the Raft log writes them from

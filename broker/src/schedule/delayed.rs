@@ -7,7 +7,7 @@
 //! if the delay levels were reconfigured since. Restoring puts the record back under its real
 //! topic and queue without `DELAY`, so its tags code is its tag's hash again.
 
-use crate::delay_levels::DelayLevels;
+use crate::schedule::delay_levels::DelayLevels;
 use crate::store::RecordView;
 use crate::store::config::default_tags_code;
 use crate::store::error::StoreError;

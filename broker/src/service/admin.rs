@@ -14,19 +14,19 @@ use crate::metadata::PERM_READ;
 use crate::metadata::PERM_WRITE;
 use crate::metadata::TopicConfig;
 use crate::metadata::TopicMessageType;
-use crate::raft::membership::MembershipChange;
-use crate::raft::membership::MembershipError;
-use crate::raft::membership::change_membership;
-use crate::raft::node_addr::NodeAddr;
-use crate::raft::propose::linearizable_read;
-use crate::raft::propose::propose;
-use crate::raft::role::TransferError;
-use crate::raft::role::transfer_leadership;
-use crate::raft::setup::Rejoin;
-use crate::raft::setup::SetupError;
-use crate::raft::setup::allow_empty_rejoin;
-use crate::raft::types::Command;
+use crate::raft::control::membership::MembershipChange;
+use crate::raft::control::membership::MembershipError;
+use crate::raft::control::membership::change_membership;
+use crate::raft::control::propose::linearizable_read;
+use crate::raft::control::propose::propose;
+use crate::raft::control::role::TransferError;
+use crate::raft::control::role::transfer_leadership;
+use crate::raft::control::setup::Rejoin;
+use crate::raft::control::setup::SetupError;
+use crate::raft::control::setup::allow_empty_rejoin;
+use crate::raft::transport::node_addr::NodeAddr;
 use crate::service::BrokerService;
+use crate::state_machine::command::Command;
 use crate::topic::GROUP_QUEUES_MAX;
 use crate::topic::QUEUE_COUNT_MAX;
 use crate::topic::is_system_topic;
@@ -148,9 +148,9 @@ impl BrokerService {
             .map_err(|error| match error {
                 // Name the new leader, as any other NOT_LEADER answer does.
                 TransferError::NotLeader => BrokerError::from(
-                    crate::raft::propose::ensure_leader(&self.raft)
+                    crate::raft::control::propose::ensure_leader(&self.raft)
                         .err()
-                        .unwrap_or(crate::raft::propose::ProposeError::NotLeader {
+                        .unwrap_or(crate::raft::control::propose::ProposeError::NotLeader {
                             leader_addr: None,
                         }),
                 ),

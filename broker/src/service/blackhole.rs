@@ -20,7 +20,7 @@ use tonic::codegen::Service;
 use tonic::codegen::http;
 use tonic::server::NamedService;
 
-use crate::raft::faults::FaultPlan;
+use crate::raft::transport::faults::FaultPlan;
 use crate::raft::types::NodeId;
 use crate::service::BrokerService;
 

@@ -126,8 +126,9 @@ impl BrokerService {
                         // it; the Raft metrics `ensure_leader` reads may lag behind, so the
                         // answer is NOT_LEADER either way (naming the new leader if known).
                         Ok(MembershipEvent::LeadershipLost) => {
-                            let not_leader =
-                                crate::raft::propose::ensure_leader(&raft).err().map_or(
+                            let not_leader = crate::raft::control::propose::ensure_leader(&raft)
+                                .err()
+                                .map_or(
                                     BrokerError::NotLeader { leader_addr: None },
                                     BrokerError::from,
                                 );

@@ -5,10 +5,9 @@ pub mod blackhole;
 mod consumers;
 mod node_status;
 mod offsets;
-mod pop;
-mod pop_turns;
 mod pull;
 pub use pull::PULL_HOLDS_MAX_DEFAULT;
+mod pop;
 mod pulled;
 mod query_messages;
 mod queue_locks;
@@ -31,15 +30,15 @@ use tonic::Response;
 use tonic::Status;
 
 use crate::consumer_registry::ConsumerRegistry;
-use crate::delay_levels::DelayLevels;
 use crate::error::BrokerError;
 use crate::group_commit::GroupCommit;
 use crate::group_state::GroupState;
 use crate::metrics::BrokerMetrics;
 use crate::queue_locks::QueueLocks;
-use crate::raft::faults::FaultPlan;
-use crate::raft::repair::RepairState;
+use crate::raft::log::repair::RepairState;
+use crate::raft::transport::faults::FaultPlan;
 use crate::raft::types::Raft;
+use crate::schedule::delay_levels::DelayLevels;
 use crate::schedule::service::ScheduleStatus;
 
 /// What the broker API needs besides the group's Raft and state.
@@ -69,7 +68,7 @@ pub struct ServiceOptions {
     /// The token admin calls must carry, if one is configured.
     pub admin_token: Option<String>,
     /// Whether this node leads with a live quorum (held pulls end when it is cut off).
-    pub leadership: tokio::sync::watch::Receiver<crate::raft::lease::Leadership>,
+    pub leadership: tokio::sync::watch::Receiver<crate::raft::control::lease::Leadership>,
     /// The node's own fault plan, when `enable_fault_injection` is set (drills).
     pub fault_injection: Option<Arc<FaultPlan>>,
     /// The repair of this node's Raft log, for its status.
@@ -101,10 +100,10 @@ pub struct BrokerService {
     pull_holds_max: usize,
     scrub: Arc<crate::scrub::ScrubStatus>,
     admin_token: Option<String>,
-    leadership: tokio::sync::watch::Receiver<crate::raft::lease::Leadership>,
+    leadership: tokio::sync::watch::Receiver<crate::raft::control::lease::Leadership>,
     metrics: Arc<BrokerMetrics>,
     /// Pops of one group's queue take turns (`pop.rs`).
-    pop_turns: pop_turns::PopTurns,
+    pop_turns: crate::pop::turns::PopTurns,
     /// Where the next pop of any queue starts trying queues (`pop.rs`).
     pop_rotation: std::sync::atomic::AtomicUsize,
 }
@@ -135,7 +134,7 @@ impl BrokerService {
             scrub: options.scrub,
             admin_token: options.admin_token,
             leadership: options.leadership,
-            pop_turns: pop_turns::PopTurns::default(),
+            pop_turns: crate::pop::turns::PopTurns::default(),
             pop_rotation: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -165,7 +164,7 @@ impl BrokerService {
 
     /// Fails with `NOT_LEADER` (and the leader's address, if known) unless this node leads.
     fn ensure_leader(&self) -> Result<(), BrokerError> {
-        Ok(crate::raft::propose::ensure_leader(&self.raft)?)
+        Ok(crate::raft::control::propose::ensure_leader(&self.raft)?)
     }
 
     /// Fails with `DISK_FULL` while retention finds this node's disk past `disk_full_ratio`:

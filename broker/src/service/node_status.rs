@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering;
 use rocketraft_proto::broker as pb;
 
 use crate::error::BrokerError;
-use crate::raft::membership::members;
-use crate::raft::node_addr::NodeAddr;
-use crate::raft::role::raft_status;
+use crate::raft::control::membership::members;
+use crate::raft::control::role::raft_status;
+use crate::raft::transport::node_addr::NodeAddr;
 use crate::raft::types::NodeId;
 use crate::service::BrokerService;
 

@@ -6,10 +6,10 @@ use rocketraft_proto::broker as pb;
 
 use crate::error::BrokerError;
 use crate::metadata::QueueOffset;
-use crate::raft::propose::linearizable_read;
-use crate::raft::propose::propose;
-use crate::raft::types::Command;
+use crate::raft::control::propose::linearizable_read;
+use crate::raft::control::propose::propose;
 use crate::service::BrokerService;
+use crate::state_machine::command::Command;
 use crate::topic::validate_group_name;
 use crate::topic::validate_topic_name;
 

@@ -1,5 +1,5 @@
 //! `Pop` and `ChangePopped`: pop consumption on the leader (RocketMQ 5.x's consumers, through
-//! the 5.x endpoint), over the replicated [`crate::pop_state`].
+//! the 5.x endpoint), over the replicated [`crate::pop::state`].
 //!
 //! A pop names one queue or, as RocketMQ 5.x's proxy does, any queue of the topic
 //! (`POP_ANY_QUEUE`): then it tries the readable queues in turn, each queue's pop a commit of
@@ -37,15 +37,13 @@ use rocketraft_proto::POP_ANY_QUEUE;
 use rocketraft_proto::broker as pb;
 
 use crate::error::BrokerError;
-use crate::pop_state::InFlight;
-use crate::pop_state::POP_IN_FLIGHT_MAX;
-use crate::pop_state::Pop;
-use crate::pop_state::PopChange;
-use crate::pop_state::PopChangeOutcome;
-use crate::pop_state::PopQueueKey;
-use crate::raft::propose::propose;
-use crate::raft::types::Command;
-use crate::raft::types::CommandResult;
+use crate::pop::state::InFlight;
+use crate::pop::state::POP_IN_FLIGHT_MAX;
+use crate::pop::state::Pop;
+use crate::pop::state::PopChange;
+use crate::pop::state::PopChangeOutcome;
+use crate::pop::state::PopQueueKey;
+use crate::raft::control::propose::propose;
 use crate::service::BrokerService;
 use crate::service::pull::ByteBudget;
 use crate::service::pull::Filter;
@@ -57,6 +55,8 @@ use crate::service::pulled::to_pulled;
 use crate::service::send_back::into_dead_letter;
 use crate::service::system_topics::DLQ_QUEUE_COUNT;
 use crate::service::system_topics::dlq_topic;
+use crate::state_machine::command::Command;
+use crate::state_machine::command::CommandResult;
 use crate::store::CheckedBlock;
 use crate::store::CqUnit;
 use crate::store::MessageStore;

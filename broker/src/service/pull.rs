@@ -21,9 +21,9 @@ use rocketraft_domain::sql_filter::SqlFilter;
 use rocketraft_proto::broker as pb;
 
 use crate::error::BrokerError;
-use crate::raft::lease::Leadership;
-use crate::raft::role::is_ready_leader;
-use crate::scrub_suspects::SuspectUnit;
+use crate::raft::control::lease::Leadership;
+use crate::raft::control::role::is_ready_leader;
+use crate::scrub::suspects::SuspectUnit;
 use crate::service::BrokerService;
 use crate::service::pulled::HostText;
 use crate::service::pulled::to_pulled;

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use crate::error::BrokerError;
 use crate::queue_locks::LOCK_QUEUES_MAX;
 use crate::queue_locks::QueueId;
-use crate::raft::lease::Leadership;
+use crate::raft::control::lease::Leadership;
 use crate::service::BrokerService;
 use crate::service::consumers::validate_client_id;
 use crate::topic::validate_group_name;

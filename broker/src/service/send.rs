@@ -21,7 +21,6 @@ use rocketraft_proto::common as common_pb;
 
 use crate::error::BrokerError;
 use crate::metadata::PERM_WRITE;
-use crate::raft::types::AppendedMessage;
 use crate::schedule::delayed::park;
 use crate::schedule::delayed::requested_level;
 use crate::schedule::timer;
@@ -29,6 +28,7 @@ use crate::schedule::timer::TIMER_KEYS;
 use crate::service::BrokerService;
 use crate::service::system_topics::DLQ_QUEUE_COUNT;
 use crate::service::system_topics::dlq_topic;
+use crate::state_machine::command::AppendedMessage;
 use crate::store::properties;
 use crate::store::properties::DELAY;
 use crate::store::properties::MAX_RECONSUME_TIMES;
@@ -383,7 +383,7 @@ pub(super) fn park_delayed(
     record: &mut MessageRecord,
     delayed: Delayed,
     now_ms: i64,
-    levels: &crate::delay_levels::DelayLevels,
+    levels: &crate::schedule::delay_levels::DelayLevels,
 ) -> Result<(), BrokerError> {
     match delayed {
         Delayed::Now => Ok(()),

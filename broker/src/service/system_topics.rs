@@ -7,10 +7,10 @@ use crate::error::BrokerError;
 use crate::metadata::GroupConfig;
 use crate::metadata::PERM_WRITE;
 use crate::metadata::TopicConfig;
-use crate::raft::types::Command;
 use crate::service::BrokerService;
 use crate::service::admin::RETRY_MAX_TIMES_DEFAULT;
 use crate::service::admin::RETRY_QUEUE_COUNT_DEFAULT;
+use crate::state_machine::command::Command;
 use crate::topic::DLQ_TOPIC_PREFIX;
 use crate::topic::RETRY_TOPIC_PREFIX;
 

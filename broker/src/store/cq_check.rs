@@ -13,7 +13,7 @@ use std::ops::Range;
 
 use tracing::{info, warn};
 
-use crate::scrub_suspects::SuspectUnit;
+use crate::scrub::suspects::SuspectUnit;
 use crate::store::MessageStore;
 use crate::store::consume_queue::{ConsumeQueue, CqUnit};
 use crate::store::error::StoreError;
@@ -42,7 +42,7 @@ pub struct BlockCheck {
 
 impl MessageStore {
     /// Units reads found wrong, for the scrubber (shared with it by the node).
-    pub fn suspects(&self) -> &std::sync::Arc<crate::scrub_suspects::SuspectUnits> {
+    pub fn suspects(&self) -> &std::sync::Arc<crate::scrub::suspects::SuspectUnits> {
         &self.suspects
     }
 

@@ -25,7 +25,6 @@ pub mod mapped_file;
 pub mod power_loss;
 pub mod properties;
 pub mod record;
-pub mod retention;
 pub mod scrub;
 pub mod slot_table;
 pub mod tags;
@@ -169,7 +168,7 @@ pub struct MessageStore {
     dispatcher: Dispatcher,
     last_checkpoint: Checkpoint,
     /// Units reads found wrong, for the scrubber.
-    suspects: std::sync::Arc<crate::scrub_suspects::SuspectUnits>,
+    suspects: std::sync::Arc<crate::scrub::suspects::SuspectUnits>,
 }
 
 fn to_offset(offset: i64, log: &CommitLog) -> Result<u64, StoreError> {

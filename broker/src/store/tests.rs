@@ -875,7 +875,7 @@ pub(crate) fn flip_bits(path: &Path, at: usize, mask: u8) {
 
 #[test]
 fn a_flipped_tags_code_is_found_at_open_served_from_its_record_and_resealed_by_a_repair() {
-    use crate::scrub_suspects::SuspectUnit;
+    use crate::scrub::suspects::SuspectUnit;
     let dir = tempfile::tempdir().expect("tempdir");
     let expected = stored_and_closed(dir.path());
     // TopicA queue 0 holds messages 0, 6, 12, ...: rot in the tags code of its unit 1 (message

@@ -17,7 +17,7 @@ use crate::group_state::GroupState;
 use crate::metadata::Metadata;
 use crate::metadata::TopicTypes;
 use crate::metadata::Trailing;
-use crate::pop_state::PopState;
+use crate::pop::state::PopState;
 use crate::raft::types::SnapshotMeta;
 use crate::store::QueueTail;
 
@@ -116,8 +116,8 @@ impl CommitLogInstaller {
 mod tests {
     use super::*;
     use crate::metadata::TopicMessageType;
-    use crate::pop_state::Pop;
-    use crate::pop_state::PopQueueKey;
+    use crate::pop::state::Pop;
+    use crate::pop::state::PopQueueKey;
     use crate::store::CqUnit;
 
     fn state_with_pops() -> SnapshotState {

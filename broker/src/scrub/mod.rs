@@ -10,6 +10,8 @@
 //! told apart from a record whose header changed without breaking its layout by comparing the
 //! record with a peer's copy: the record is repaired if they differ, the unit rewritten if not.
 //! Damage no peer can help with is counted, logged, and looked at again on the next pass.
+//! The checks and repairs that read the store's own state are the store's
+//! ([`crate::store::scrub`]); this module paces them and asks the peers.
 //!
 //! A read that finds a unit pointing at the wrong bytes reports it ([`SuspectUnits`]); the
 //! scrubber then checks, at once and unpaced, the CommitLog between the nearest units before
@@ -27,6 +29,8 @@
 //! repair, never across a peer call; a repair writes only bytes a peer's checks passed, over
 //! the same range (the CommitLog end and queue offsets never move).
 
+pub mod suspects;
+
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
@@ -38,10 +42,10 @@ use rocketraft_proto::raft::raft_client::RaftClient;
 use tokio_util::sync::CancellationToken;
 
 use crate::group_state::GroupState;
-use crate::raft::membership::PeerAddrs;
-use crate::raft::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
-use crate::scrub_suspects::SuspectUnit;
-use crate::scrub_suspects::SuspectUnits;
+use crate::raft::control::membership::PeerAddrs;
+use crate::raft::transport::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
+use crate::scrub::suspects::SuspectUnit;
+use crate::scrub::suspects::SuspectUnits;
 use crate::store::StoreError;
 use crate::store::commit_log_segment::COMMIT_LOG_BLOCK_BYTES;
 use crate::store::cq_sums::CQ_BLOCK_UNITS;

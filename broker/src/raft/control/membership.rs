@@ -23,8 +23,8 @@ use openraft::async_runtime::watch::WatchReceiver;
 use openraft::errors::ClientWriteError;
 use openraft::errors::RaftError;
 
-use crate::raft::node_addr::BadNodeAddr;
-use crate::raft::node_addr::NodeAddr;
+use crate::raft::transport::node_addr::BadNodeAddr;
+use crate::raft::transport::node_addr::NodeAddr;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 use crate::raft::types::TypeConfig;

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use crate::disk::Disk;
 use crate::durable_file;
-use crate::raft::log_store::FlushMode;
+use crate::raft::log::store::FlushMode;
 
 /// The file, in the Raft log directory.
 const BOOT_FILE: &str = "boot";

@@ -38,22 +38,22 @@ use tonic::codec::Streaming;
 use tonic::codegen::Service;
 use tonic::codegen::http;
 
-use crate::raft::append_codec::AppendBody;
-use crate::raft::append_codec::PayloadDecoder;
-use crate::raft::append_codec::STREAM_APPEND_PATH;
 use crate::raft::codec;
-use crate::raft::faults::FaultPlan;
-use crate::raft::faults::Verdict;
-use crate::raft::layout_check::Stamped;
-use crate::raft::node_addr::NodeAddr;
-use crate::raft::snapshot::CommitLogSource;
-use crate::raft::snapshot::SNAPSHOT_CHUNK_BYTES;
-use crate::raft::snapshot::SnapshotState;
-use crate::raft::stalled_stream::until_stalled;
+use crate::raft::log::layout_check::Stamped;
+use crate::raft::transport::append_codec::AppendBody;
+use crate::raft::transport::append_codec::PayloadDecoder;
+use crate::raft::transport::append_codec::STREAM_APPEND_PATH;
+use crate::raft::transport::faults::FaultPlan;
+use crate::raft::transport::faults::Verdict;
+use crate::raft::transport::node_addr::NodeAddr;
+use crate::raft::transport::stalled_stream::until_stalled;
 use crate::raft::types::NodeId;
 use crate::raft::types::Snapshot;
 use crate::raft::types::TypeConfig;
 use crate::raft::types::Vote;
+use crate::state_machine::snapshot::CommitLogSource;
+use crate::state_machine::snapshot::SNAPSHOT_CHUNK_BYTES;
+use crate::state_machine::snapshot::SnapshotState;
 use crate::tls::PeerConnector;
 
 /// gRPC messages between nodes may carry a batch of messages near the 4 MiB body maximum
@@ -341,7 +341,7 @@ impl NetBackoff<TypeConfig> for PeerClient {
 }
 
 impl NetSnapshot<TypeConfig> for PeerClient {
-    type SnapshotData = crate::raft::snapshot::SnapshotData;
+    type SnapshotData = crate::state_machine::snapshot::SnapshotData;
 
     async fn full_snapshot(
         &mut self,

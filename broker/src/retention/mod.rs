@@ -16,6 +16,8 @@
 //! Replicas delete independently: the same offsets hold the same bytes everywhere, only the
 //! first offset differs.
 
+pub mod policy;
+
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -29,12 +31,12 @@ use tokio_util::sync::CancellationToken;
 use crate::config::RetentionSettings;
 use crate::group_state::GroupState;
 use crate::metrics::BrokerMetrics;
+use crate::retention::policy::RetentionInput;
+use crate::retention::policy::local_hour;
+use crate::retention::policy::segments_to_delete;
 use crate::schedule::pending::oldest_pending_offset;
 use crate::store::Deleted;
 use crate::store::StoreError;
-use crate::store::retention::RetentionInput;
-use crate::store::retention::local_hour;
-use crate::store::retention::segments_to_delete;
 
 /// Default interval between rounds (RocketMQ's `cleanResourceInterval`).
 pub const RETENTION_INTERVAL_DEFAULT: Duration = Duration::from_secs(10);

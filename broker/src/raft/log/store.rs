@@ -38,22 +38,22 @@ use crate::disk::DiskFile;
 use crate::durable_file;
 use crate::durable_file::DurableFileError;
 use crate::raft::codec;
-use crate::raft::entry_cache::EntryCache;
-use crate::raft::log_flusher::CurrentSegment;
-use crate::raft::log_flusher::Flusher;
-use crate::raft::log_flusher::Written;
-use crate::raft::log_purger::PurgeJob;
-use crate::raft::log_purger::Purger;
-use crate::raft::log_segment::LogSegment;
-use crate::raft::log_segment::RecordBatch;
-use crate::raft::repair;
-use crate::raft::repair::RepairMark;
+use crate::raft::log::entry_cache::EntryCache;
+use crate::raft::log::flusher::CurrentSegment;
+use crate::raft::log::flusher::Flusher;
+use crate::raft::log::flusher::Written;
+use crate::raft::log::purger::PurgeJob;
+use crate::raft::log::purger::Purger;
+use crate::raft::log::repair;
+use crate::raft::log::repair::RepairMark;
+use crate::raft::log::segment::LogSegment;
+use crate::raft::log::segment::RecordBatch;
+use crate::raft::log::vote_file;
 use crate::raft::types::Entry;
 use crate::raft::types::LogId;
 use crate::raft::types::LogTypes;
 use crate::raft::types::TypeConfig;
 use crate::raft::types::Vote;
-use crate::raft::vote_file;
 
 /// The record format of the segments (see `log_segment`); kept in the log's `format` file.
 /// Format 1 had no header checksum.
@@ -202,7 +202,7 @@ impl<C: LogTypes> LogStore<C> {
     /// The handle that runs this store's flusher rounds, which stays valid after the store
     /// moved into openraft (a store opened by [`LogStore::open_flushed_by_caller`]).
     #[cfg(test)]
-    pub fn flush_rounds(&self) -> Option<crate::raft::log_flusher::ManualRounds<C>> {
+    pub fn flush_rounds(&self) -> Option<crate::raft::log::flusher::ManualRounds<C>> {
         self.flusher.manual_rounds()
     }
 
@@ -844,8 +844,8 @@ mod tests {
 
     use super::*;
     use crate::disk::OsDisk;
-    use crate::raft::log_segment::RECORD_HEADER_SIZE;
-    use crate::raft::types::Command;
+    use crate::raft::log::segment::RECORD_HEADER_SIZE;
+    use crate::state_machine::command::Command;
 
     fn entry(term: u64, index: u64) -> Entry {
         let records = bytes::Bytes::from(vec![index as u8; 300]);

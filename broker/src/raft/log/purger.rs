@@ -20,7 +20,7 @@ use std::thread;
 
 use crate::disk::Disk;
 use crate::durable_file;
-use crate::raft::log_segment::LogSegment;
+use crate::raft::log::segment::LogSegment;
 
 /// One purge to make durable.
 pub struct PurgeJob {

@@ -33,19 +33,19 @@ use openraft::storage::RaftLogStorage;
 use openraft::type_config::TypeConfigExt;
 
 use crate::disk::Disk;
-use crate::raft::log_segment::LogSegment;
-use crate::raft::log_store::FlushMode;
-use crate::raft::log_store::LogStore;
-use crate::raft::log_store::LogStoreConfig;
-use crate::raft::repair;
-use crate::raft::types::Command;
+use crate::raft::log::repair;
+use crate::raft::log::segment::LogSegment;
+use crate::raft::log::store::FlushMode;
+use crate::raft::log::store::LogStore;
+use crate::raft::log::store::LogStoreConfig;
+use crate::raft::log::vote_file;
 use crate::raft::types::Entry;
 use crate::raft::types::LogId;
 use crate::raft::types::TypeConfig;
 use crate::raft::types::Vote;
-use crate::raft::vote_file;
 use crate::seeded_rng::SeededRng;
 use crate::sim_disk::SimDisk;
+use crate::state_machine::command::Command;
 
 /// Seeds run by default.
 const SEEDS_DEFAULT: u64 = 200;

@@ -19,7 +19,7 @@ use openraft::storage::IOFlushed;
 
 use crate::disk::Disk;
 use crate::disk::DiskFile;
-use crate::raft::log_store::FlushMode;
+use crate::raft::log::store::FlushMode;
 use crate::raft::types::LogTypes;
 use crate::raft::types::TypeConfig;
 

@@ -23,16 +23,16 @@ use tonic::Streaming;
 
 use crate::group_state::GroupState;
 use crate::raft::codec;
-use crate::raft::faults::FaultPlan;
-use crate::raft::network::SnapshotHeader;
-use crate::raft::repair::RepairState;
-use crate::raft::snapshot::CommitLogSource;
-use crate::raft::snapshot::SnapshotData;
+use crate::raft::log::repair::RepairState;
+use crate::raft::transport::faults::FaultPlan;
+use crate::raft::transport::network::SnapshotHeader;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 use crate::raft::types::Snapshot;
 use crate::raft::types::TypeConfig;
 use crate::raft::types::Vote;
+use crate::state_machine::snapshot::CommitLogSource;
+use crate::state_machine::snapshot::SnapshotData;
 use crate::store::scrub::RECORD_OR_FILLER_BYTES_MAX;
 
 pub struct RaftService {
@@ -116,7 +116,7 @@ impl RaftService {
     /// bincode of an `AppendEntriesRequest`, which its entries' records become slices of).
     /// An undecodable or failed item ends the stream, so requests and results stay paired;
     /// so does an injected partition (a blackhole holds the stream until the heal first).
-    pub(super) async fn append_stream(
+    pub(crate) async fn append_stream(
         &self,
         payloads: impl Stream<Item = Result<bytes::Bytes, Status>> + Send + 'static,
     ) -> Result<ResultStream, Status> {
@@ -230,7 +230,7 @@ fn invalid(error: impl std::fmt::Display) -> Status {
     Status::invalid_argument(error.to_string())
 }
 
-pub(super) fn internal(error: impl std::fmt::Display) -> Status {
+pub(crate) fn internal(error: impl std::fmt::Display) -> Status {
     Status::internal(error.to_string())
 }
 
@@ -247,7 +247,7 @@ fn decode<T: serde::de::DeserializeOwned>(
     codec::decode(what, &request.into_inner().data).map_err(invalid)
 }
 
-pub(super) type ResultStream = Pin<Box<dyn Stream<Item = Result<pb::RaftPayload, Status>> + Send>>;
+pub(crate) type ResultStream = Pin<Box<dyn Stream<Item = Result<pb::RaftPayload, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl RaftRpc for RaftService {

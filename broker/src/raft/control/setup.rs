@@ -13,16 +13,16 @@ use openraft::errors::InitializeError;
 use openraft::errors::RaftError;
 
 use crate::config::BrokerConfig;
-use crate::raft::faults::FaultPlan;
-use crate::raft::log_store::LogStore;
-use crate::raft::network::NetworkFactory;
-use crate::raft::node_addr::NodeAddr;
-use crate::raft::role::leader_ready;
-use crate::raft::state_machine::StateMachine;
+use crate::raft::control::role::leader_ready;
+use crate::raft::log::store::LogStore;
+use crate::raft::transport::faults::FaultPlan;
+use crate::raft::transport::network::NetworkFactory;
+use crate::raft::transport::node_addr::NodeAddr;
 use crate::raft::types::LogId;
 use crate::raft::types::NodeId;
 use crate::raft::types::Raft;
 use crate::raft::types::TypeConfig;
+use crate::state_machine::StateMachine;
 use crate::tls::PeerConnector;
 
 /// How long [`allow_empty_rejoin`] waits for a new leader to apply an entry of its term.

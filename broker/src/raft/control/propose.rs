@@ -9,11 +9,11 @@ use openraft::errors::Fatal;
 use openraft::errors::LinearizableReadError;
 use openraft::impls::ProgressResponder;
 
-use crate::raft::role::leader_ready;
-use crate::raft::types::Command;
-use crate::raft::types::CommandResult;
+use crate::raft::control::role::leader_ready;
 use crate::raft::types::Raft;
 use crate::raft::types::TypeConfig;
+use crate::state_machine::command::Command;
+use crate::state_machine::command::CommandResult;
 
 /// Why a proposed command has no result.
 #[derive(Debug, Clone, thiserror::Error)]

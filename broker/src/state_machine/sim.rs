@@ -36,12 +36,12 @@ use openraft::storage::RaftStateMachine;
 
 use crate::group_state::GroupState;
 use crate::metadata::QueueOffset;
-use crate::raft::state_machine::StateMachine;
-use crate::raft::types::Command;
 use crate::raft::types::Entry;
 use crate::raft::types::LogId;
 use crate::raft::types::TypeConfig;
 use crate::seeded_rng::SeededRng;
+use crate::state_machine::StateMachine;
+use crate::state_machine::command::Command;
 use crate::store::MessageStore;
 use crate::store::StoreConfig;
 use crate::store::cq_sums::CQ_BLOCK_UNITS;

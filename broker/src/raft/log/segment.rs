@@ -455,8 +455,8 @@ mod tests {
 
     use super::*;
     use crate::disk::OsDisk;
-    use crate::raft::types::Command;
     use crate::raft::types::LogId;
+    use crate::state_machine::command::Command;
 
     fn append(index: u64, records: Bytes) -> Entry {
         Entry {

@@ -15,12 +15,12 @@ use std::time::Duration;
 use openraft::async_runtime::watch::WatchReceiver;
 use tokio_util::sync::CancellationToken;
 
-use crate::raft::log_store::LOG_SEGMENT_SIZE_BYTES_DEFAULT;
-use crate::raft::log_store::LogReader;
-use crate::raft::log_store::LogSize;
-use crate::raft::state_machine::StateMachine;
+use crate::raft::log::store::LOG_SEGMENT_SIZE_BYTES_DEFAULT;
+use crate::raft::log::store::LogReader;
+use crate::raft::log::store::LogSize;
 use crate::raft::types::LogTypes;
 use crate::raft::types::Raft;
+use crate::state_machine::StateMachine;
 
 /// When a node compacts its log.
 #[derive(Debug, Clone)]

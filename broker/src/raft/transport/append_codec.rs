@@ -34,7 +34,7 @@ use tonic::codec::Decoder;
 use tonic_prost::ProstCodec;
 
 use crate::raft::codec;
-use crate::raft::service::internal;
+use crate::raft::transport::service::internal;
 use crate::raft::types::TypeConfig;
 
 /// The path of `Raft.StreamAppend`, the replication stream.
@@ -187,10 +187,10 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::raft::types::Command;
     use crate::raft::types::Entry;
     use crate::raft::types::LogId;
     use crate::raft::types::Vote;
+    use crate::state_machine::command::Command;
 
     fn request(records: &Bytes) -> AppendEntriesRequest<TypeConfig> {
         let entry = |index: u64, records: Bytes| Entry {

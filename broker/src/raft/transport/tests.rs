@@ -17,10 +17,10 @@ use rocketraft_proto::raft as pb;
 use rocketraft_proto::raft::raft_client::RaftClient;
 
 use crate::config::COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
-use crate::raft::faults::FaultPlan;
-use crate::raft::network::NetworkFactory;
-use crate::raft::network::PeerClient;
-use crate::raft::node_addr::NodeAddr;
+use crate::raft::transport::faults::FaultPlan;
+use crate::raft::transport::network::NetworkFactory;
+use crate::raft::transport::network::PeerClient;
+use crate::raft::transport::node_addr::NodeAddr;
 use crate::raft::types::NodeId;
 use crate::raft::types::TypeConfig;
 use crate::raft::types::Vote;

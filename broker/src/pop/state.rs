@@ -49,7 +49,7 @@ pub struct PopQueue {
     pub in_flight: BTreeMap<i64, InFlight>,
 }
 
-/// A pop as the leader proposes it (see [`crate::raft::types::Command::Pop`]).
+/// A pop as the leader proposes it (see [`crate::state_machine::command::Command::Pop`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pop {
     pub key: PopQueueKey,
@@ -70,7 +70,7 @@ pub struct Pop {
     pub invisible_until_ms: i64,
 }
 
-/// A change to one in-flight message (see [`crate::raft::types::Command::PopChange`]).
+/// A change to one in-flight message (see [`crate::state_machine::command::Command::PopChange`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PopChange {
     pub queue_offset: i64,

@@ -14,6 +14,11 @@
 //! - a checkpoint or snapshot is written no sooner than the durability lag after its cut
 //!   (under `flush = async`: until then the whole group may still lose entries in it).
 
+pub mod command;
+#[cfg(test)]
+pub(crate) mod sim;
+pub mod snapshot;
+
 use crate::topic::TRANSACTION_OP_TOPIC;
 use std::collections::HashMap;
 use std::io;
@@ -40,22 +45,22 @@ use crate::group_state::GroupState;
 use crate::metadata::Metadata;
 use crate::metadata::TopicTypes;
 use crate::metadata::Trailing;
-use crate::pop_state::PopChange;
-use crate::pop_state::PopChangeOutcome;
-use crate::pop_state::PopState;
+use crate::pop::state::PopChange;
+use crate::pop::state::PopChangeOutcome;
+use crate::pop::state::PopState;
 use crate::raft::codec;
-use crate::raft::snapshot::CommitLogInstaller;
-use crate::raft::snapshot::CommitLogSource;
-use crate::raft::snapshot::SNAPSHOT_CHUNK_BYTES;
-use crate::raft::snapshot::SnapshotData;
-use crate::raft::snapshot::SnapshotState;
-use crate::raft::types::AppendedMessage;
-use crate::raft::types::Command;
-use crate::raft::types::CommandResult;
 use crate::raft::types::LogId;
 use crate::raft::types::LogTypes;
 use crate::raft::types::SnapshotMeta;
 use crate::raft::types::StoredMembership;
+use crate::state_machine::command::AppendedMessage;
+use crate::state_machine::command::Command;
+use crate::state_machine::command::CommandResult;
+use crate::state_machine::snapshot::CommitLogInstaller;
+use crate::state_machine::snapshot::CommitLogSource;
+use crate::state_machine::snapshot::SNAPSHOT_CHUNK_BYTES;
+use crate::state_machine::snapshot::SnapshotData;
+use crate::state_machine::snapshot::SnapshotState;
 use crate::store::Appended;
 use crate::store::MessageStore;
 use crate::store::RecordView;
@@ -925,9 +930,9 @@ mod tests {
     use openraft::EntryPayload;
 
     use super::*;
-    use crate::raft::state_machine_sim::open_small_node;
     use crate::raft::types::Entry;
     use crate::raft::types::TypeConfig;
+    use crate::state_machine::sim::open_small_node;
     use crate::store::record::tests::keyed;
 
     /// Opens the node in `dir`, checkpointing after every apply, in the apply task.

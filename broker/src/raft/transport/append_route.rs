@@ -40,13 +40,13 @@ use tonic::codegen::Service;
 use tonic::codegen::http;
 use tonic::server::NamedService;
 
-use crate::raft::append_codec::GRPC_HEADER_SIZE;
-use crate::raft::append_codec::STREAM_APPEND_PATH;
-use crate::raft::append_codec::message_len;
-use crate::raft::append_codec::put_message_header;
-use crate::raft::layout_check::LayoutCheck;
-use crate::raft::service::RaftService;
-use crate::raft::service::ResultStream;
+use crate::raft::log::layout_check::LayoutCheck;
+use crate::raft::transport::append_codec::GRPC_HEADER_SIZE;
+use crate::raft::transport::append_codec::STREAM_APPEND_PATH;
+use crate::raft::transport::append_codec::message_len;
+use crate::raft::transport::append_codec::put_message_header;
+use crate::raft::transport::service::RaftService;
+use crate::raft::transport::service::ResultStream;
 
 /// The Raft service as the server routes it: `StreamAppend` here, the rest generated.
 #[derive(Clone)]

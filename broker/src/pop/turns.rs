@@ -11,7 +11,7 @@ use dashmap::DashMap;
 use tokio::sync::Mutex;
 use tokio::sync::OwnedMutexGuard;
 
-use crate::pop_state::PopQueueKey;
+use crate::pop::state::PopQueueKey;
 
 #[derive(Default)]
 pub struct PopTurns {

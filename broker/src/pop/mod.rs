@@ -1,0 +1,10 @@
+//! Pop consumption (RocketMQ 5.x's): a consumer pops messages from a queue, each becomes
+//! invisible for a while, and comes back unless it is acked in time. [`state`]: the leader's
+//! in-memory pops (invisibility, acks, checkpoints); [`turns`]: pops of one queue taking turns;
+//! the broker API's `Pop` and `ChangePopped` are [`crate::service`]'s.
+//!
+//! Invariant: a popped message is delivered again once its invisible time ends unacked, on
+//! this leader or, after a failover, from the group's committed offsets.
+
+pub mod state;
+pub mod turns;
