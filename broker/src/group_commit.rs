@@ -14,6 +14,7 @@
 //! skips every message of the batch whose `UNIQ_KEY` its topic already holds.
 
 use std::sync::Arc;
+use tokio_util::task::TaskTracker;
 
 use tokio::sync::Semaphore;
 use tokio::sync::mpsc;
@@ -53,10 +54,11 @@ pub struct GroupCommit {
 }
 
 impl GroupCommit {
-    /// Starts the batching task; it ends when every `GroupCommit` handle is dropped.
-    pub fn start(raft: Raft) -> GroupCommit {
+    /// Starts the batching task, tracked by `tasks` with the tasks that wait for each
+    /// batch; it ends when every `GroupCommit` handle is dropped.
+    pub fn start(raft: Raft, tasks: &TaskTracker) -> GroupCommit {
         let (queue, receiver) = mpsc::channel(GROUP_COMMIT_QUEUE_CAPACITY);
-        tokio::spawn(run(raft, receiver));
+        tasks.spawn(run(raft, receiver, tasks.clone()));
         GroupCommit { queue }
     }
 
@@ -85,7 +87,7 @@ impl GroupCommit {
     }
 }
 
-async fn run(raft: Raft, mut queue: mpsc::Receiver<PendingSend>) {
+async fn run(raft: Raft, mut queue: mpsc::Receiver<PendingSend>, tasks: TaskTracker) {
     let in_flight = Arc::new(Semaphore::new(GROUP_COMMIT_IN_FLIGHT_MAX));
     // A send that did not fit the last batch; it opens the next one.
     let mut carried: Option<PendingSend> = None;
@@ -127,7 +129,7 @@ async fn run(raft: Raft, mut queue: mpsc::Receiver<PendingSend>) {
                 continue;
             }
         };
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             let result = applied.await;
             drop(permit);
             match result {
@@ -232,7 +234,7 @@ mod tests {
     #[tokio::test]
     async fn concurrent_sends_share_one_entry_and_each_gets_its_own_offsets() {
         let group = OneNode::start().await;
-        let commit = GroupCommit::start(group.node.raft().clone());
+        let commit = GroupCommit::start(group.node.raft().clone(), &TaskTracker::new());
         let before = last_log_index(&group);
 
         let results =
@@ -258,7 +260,7 @@ mod tests {
     #[tokio::test]
     async fn a_send_that_would_pass_the_byte_cap_opens_the_next_batch() {
         let group = OneNode::start().await;
-        let commit = GroupCommit::start(group.node.raft().clone());
+        let commit = GroupCommit::start(group.node.raft().clone(), &TaskTracker::new());
         let before = last_log_index(&group);
         let mib = 1024 * 1024;
         assert!(2 * 3 * mib <= GROUP_COMMIT_BYTES_MAX && 3 * 3 * mib > GROUP_COMMIT_BYTES_MAX);
@@ -284,7 +286,7 @@ mod tests {
     #[tokio::test]
     async fn a_retry_batched_with_its_attempt_is_stored_once() {
         let group = OneNode::start().await;
-        let commit = GroupCommit::start(group.node.raft().clone());
+        let commit = GroupCommit::start(group.node.raft().clone(), &TaskTracker::new());
         let message = records("same", 1, 100);
 
         let (attempt, retry) = tokio::join!(
@@ -310,7 +312,7 @@ mod tests {
     async fn a_retry_whose_first_copys_index_entry_rotted_is_still_stored_once() {
         use crate::store::tests::{flip_bits, index_entry_byte};
         let group = OneNode::start().await;
-        let commit = GroupCommit::start(group.node.raft().clone());
+        let commit = GroupCommit::start(group.node.raft().clone(), &TaskTracker::new());
         let message = records("rot", 1, 100);
         let first = commit
             .append(message.clone(), 1, false)

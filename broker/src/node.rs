@@ -5,6 +5,7 @@
 //! Raft replays the log into it, and the listener is bound before Raft starts so peers can
 //! reach a node as soon as it can vote.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,10 +14,9 @@ use std::time::Duration;
 use rocketraft_domain::limits::HTTP2_FRAME_BYTES_MAX;
 use rocketraft_domain::limits::SEND_REQUEST_BYTES_MAX;
 use rocketraft_proto::broker::broker_server::BrokerServer;
-use rocketraft_server_kit::connection_limit::serve_connections;
-use rocketraft_server_kit::graceful_stop::stop_serving;
+use rocketraft_server_kit::graceful_stop::Serving;
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::ServerTlsConfig;
@@ -54,6 +54,7 @@ use crate::raft::log::store::release_idle_entry_cache;
 use crate::raft::transport::append_route::RaftRoutes;
 use crate::raft::transport::faults::FaultPlan;
 use crate::raft::transport::network::RAFT_GRPC_MESSAGE_BYTES_MAX;
+use crate::raft::transport::node_addr::NodeAddr;
 use crate::raft::transport::service::RaftService;
 use crate::raft::types::LogId;
 use crate::raft::types::NodeId;
@@ -61,6 +62,7 @@ use crate::raft::types::Raft;
 use crate::registration::Identity;
 use crate::registration::run_registration;
 use crate::retention::run_retention;
+use crate::schedule::delay_levels::DelayLevels;
 use crate::schedule::service::ScheduleStatus;
 use crate::schedule::service::run_schedule_service;
 use crate::scrub::ScrubOptions;
@@ -127,8 +129,9 @@ pub struct BrokerNode {
     raft: Raft,
     group: Arc<GroupState>,
     shutdown: CancellationToken,
-    /// The broker API's server, and the Raft service's when it has a port of its own.
-    servers: Vec<JoinHandle<Result<(), tonic::transport::Error>>>,
+    /// The broker API's server, and the Raft service's when it has a port of its own; once
+    /// they are stopped no call of this node still runs.
+    servers: Vec<Serving>,
     /// Every other task the node runs (registration, retention, scrub, repair, compaction,
     /// the schedule service, the registries, metrics): each ends with `shutdown` or with
     /// Raft, and `shutdown` awaits them all.
@@ -184,7 +187,11 @@ impl BrokerNode {
     }
 
     /// Starts a node on already bound listeners, one for Raft exactly when the config has a
-    /// `raft_listen`.
+    /// `raft_listen`, in four phases: open (lock the data dir, open the store and the Raft
+    /// log, start Raft), share (what the services and tasks share), serve (the broker API and
+    /// Raft), then spawn (every background task, tracked). Raft starts before the servers so
+    /// that a peer reaching the node finds it ready; the listeners were bound before, so
+    /// peers can connect as soon as the node can vote.
     pub async fn start_on(
         config: BrokerConfig,
         listeners: Listeners,
@@ -198,268 +205,34 @@ impl BrokerNode {
             )));
         }
         crate::topic::warn_if_mappings_short();
-        let tls = config.tls.as_ref().map(NodeTls::load).transpose()?;
-        let peer_connector = PeerConnector::new(tls.as_ref());
-        let data_dir_lock = DataDirLock::acquire(&config.data_dir)?;
-        let peers = config.peer_map()?;
-        let local_addr = |listener: &TcpListener, configured| {
-            listener.local_addr().map_err(|source| StartError::Bind {
-                addr: configured,
-                source,
-            })
-        };
-        let addr = local_addr(&listeners.api, config.listen)?;
-        let raft_addr = match (&listeners.raft, config.raft_listen) {
-            (Some(listener), Some(configured)) => local_addr(listener, configured)?,
-            _ => addr,
-        };
-        // A drill node gets a plan of its own, driven by `InjectFault`.
-        let drill_faults = config
-            .enable_fault_injection
-            .then(|| Arc::new(FaultPlan::new(config.node_id)));
-        let faults = options.faults.or_else(|| drill_faults.clone());
-        let raft_log_dir = config.data_dir.join("raft").join("log");
-        let OpenedRaft {
+        let opened = open(&config, &listeners, options).await?;
+        let shared = share(&config, &opened)?;
+        let served = serve(&config, listeners, &opened, &shared).await?;
+        if config.bootstrap {
+            bootstrap(&opened.raft, &opened.peers)
+                .await
+                .map_err(StartError::Raft)?;
+        }
+        spawn(&config, &opened, &shared);
+        let Opened {
+            data_dir_lock,
+            addr,
+            raft_addr,
             raft,
             group,
-            pending_repair,
-            after_reboot,
-            log,
-            log_size,
-        } = open_raft(&config, faults.clone(), peer_connector.clone()).await?;
-        let repair = RepairState::new(pending_repair, after_reboot.then(|| config.flush_mode()));
-        let shutdown = CancellationToken::new();
-        // Every task the node runs, awaited by `shutdown` before the data dir is unlocked.
-        let tasks = TaskTracker::new();
-        tasks.spawn(release_idle_entry_cache(log.clone(), shutdown.clone()));
-        let consumers = Arc::new(ConsumerRegistry::default());
-        tasks.spawn(run_consumer_registry(
-            raft.clone(),
-            consumers.clone(),
-            Duration::from_millis(config.client_expiry_ms),
-            shutdown.clone(),
-        ));
-        let queue_locks = Arc::new(QueueLocks::new(Duration::from_millis(
-            config.queue_lock_expiry_ms,
-        )));
-        tasks.spawn(run_queue_locks(raft.clone(), queue_locks.clone()));
-        let transaction_checks = Arc::new(TransactionChecks::default());
-        let checks = transaction_checks.clone();
-        tasks.spawn(on_every_role_change(raft.clone(), move || checks.reset()));
-        let delay_levels = config.parsed_delay_levels()?;
-        let schedule_status = Arc::new(ScheduleStatus::default());
-        let scrub_status = Arc::new(ScrubStatus::new(group.store().suspects().clone()));
-        let metrics = Arc::new(BrokerMetrics::default());
-        let metrics_addr = match config.metrics_listen {
-            Some(metrics_listen) => {
-                let listener =
-                    TcpListener::bind(metrics_listen)
-                        .await
-                        .map_err(|source| StartError::Bind {
-                            addr: metrics_listen,
-                            source,
-                        })?;
-                let metrics_addr = listener.local_addr().map_err(|source| StartError::Bind {
-                    addr: metrics_listen,
-                    source,
-                })?;
-                let (metrics, raft, group) = (metrics.clone(), raft.clone(), group.clone());
-                let log_size = log_size.clone();
-                tasks.spawn(serve_metrics(
-                    listener,
-                    Arc::new(move || metrics.render(&raft, &log_size, &group)),
-                    shutdown.clone(),
-                ));
-                tracing::info!(%metrics_addr, "metrics endpoint serving /metrics");
-                Some(metrics_addr)
-            }
-            None => None,
-        };
-        let (leadership, leadership_watch) = tokio::sync::watch::channel(Leadership::NotLeading);
-        tasks.spawn(run_leadership_watch(
-            raft.clone(),
-            Duration::from_millis(config.raft.election_timeout_max_ms),
-            leadership,
-            shutdown.clone(),
-        ));
-        tasks.spawn(run_schedule_service(
-            raft.clone(),
-            group.clone(),
-            delay_levels.clone(),
-            (config.transaction_checks(), transaction_checks.clone()),
-            schedule_status.clone(),
-            shutdown.clone(),
-        ));
-        let broker = BrokerService::new(
-            raft.clone(),
-            group.clone(),
-            ServiceOptions {
-                group_name: config.group.clone(),
-                store_host: addr,
-                auto_create_topic: config.auto_create_topic,
-                auto_create_group: config.auto_create_group,
-                delay_levels,
-                timer_max_delay: Duration::from_millis(config.timer_max_delay_ms),
-                consumers,
-                queue_locks,
-                transaction_checks: transaction_checks.clone(),
-                schedule: schedule_status.clone(),
-                fault_injection: drill_faults.clone(),
-                repair: repair.clone(),
-                pull_holds_max: config.pull_holds_max,
-                scrub: scrub_status.clone(),
-                admin_token: config.admin_token.clone(),
-                leadership: leadership_watch,
-                metrics: metrics.clone(),
-            },
-        );
-        let raft_service = RaftService::new(
-            raft.clone(),
-            group.clone(),
-            config.data_dir.join("raft").join("staging"),
-            shutdown.clone(),
-            faults.map(|faults| (config.node_id, faults)),
-            repair.clone(),
-        );
-        let broker = BrokerServer::new(broker)
-            // The largest legal broker request is a full `Send`; pull responses stay below
-            // the pull budget plus one message, far under the encoding limit.
-            .max_decoding_message_size(SEND_REQUEST_BYTES_MAX)
-            .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX);
-        let broker = BlackholeRoutes::new(
-            broker,
-            drill_faults.clone().map(|faults| (config.node_id, faults)),
-        );
-        let raft_service = RaftRoutes::new(
-            raft_service,
-            RAFT_GRPC_MESSAGE_BYTES_MAX,
-            config.store.commit_log_segment_bytes,
-        );
-        let serve = |router: Router, listener: TcpListener| {
-            tokio::spawn(router.serve_with_incoming_shutdown(
-                serve_connections(listener, config.connections_max),
-                shutdown.clone().cancelled_owned(),
-            ))
-        };
-        let server = |tls: Option<ServerTlsConfig>| {
-            let builder = tonic::transport::Server::builder()
-                .max_concurrent_streams(config.streams_per_connection_max)
-                .max_frame_size(HTTP2_FRAME_BYTES_MAX);
-            match tls {
-                Some(tls) => builder.tls_config(tls).map_err(StartError::Tls),
-                None => Ok(builder),
-            }
-        };
-        let servers = match listeners.raft {
-            // Raft on a port of its own: the broker API's port answers `UNIMPLEMENTED` to
-            // every Raft call.
-            Some(raft_listener) => vec![
-                serve(
-                    server(tls.as_ref().map(NodeTls::api_server))?.add_service(broker),
-                    listeners.api,
-                ),
-                serve(
-                    server(tls.as_ref().map(NodeTls::raft_server))?.add_service(raft_service),
-                    raft_listener,
-                ),
-            ],
-            // Validated: TLS needs a `raft_listen`.
-            None => vec![serve(
-                server(None)?.add_service(broker).add_service(raft_service),
-                listeners.api,
-            )],
-        };
-        tasks.spawn(run_compaction(
-            raft.clone(),
-            CompactionPolicy {
-                interval: Duration::from_millis(config.raft.log_compaction_interval_ms),
-                growth_bytes: config.raft.log_compaction_growth_bytes,
-                retained: config.raft.log_retained_entries,
-                retained_bytes: config.raft.log_retained_bytes,
-            },
-            log.clone(),
-            log_size,
-            shutdown.clone(),
-        ));
-        if config.bootstrap {
-            bootstrap(&raft, &peers).await.map_err(StartError::Raft)?;
-        }
-        // The addresses of the group's other nodes.
-        let other_nodes = PeerAddrs::new(
-            raft.clone(),
-            peers
-                .iter()
-                .filter(|(id, _)| **id != config.node_id)
-                .map(|(_, addr)| addr.clone())
-                .collect(),
-            peer_connector.clone(),
-        );
-        tasks.spawn(run_scrub(
-            group.clone(),
-            other_nodes.clone(),
-            ScrubOptions {
-                bytes_per_sec: config.scrub_bytes_per_sec,
-                pass_interval: Duration::from_millis(config.scrub_pass_interval_ms),
-            },
-            scrub_status,
-            shutdown.clone(),
-        ));
-        tasks.spawn(run_retention(
-            group.clone(),
-            config.data_dir.clone(),
-            config.retention.clone(),
-            metrics,
-            shutdown.clone(),
-        ));
-        tasks.spawn(run_repair(
-            raft.clone(),
-            repair,
-            raft_log_dir,
-            config.node_id,
-            other_nodes,
-            config.admin_token.clone(),
-            shutdown.clone(),
-        ));
-        if !config.namesrv.is_empty() {
-            let identity = Identity {
-                cluster: config.cluster.clone(),
-                group: config.group.clone(),
-                node_id: config.node_id,
-                // The address clients reach this node at.
-                addr: peers
-                    .get(&config.node_id)
-                    .map_or_else(|| addr.to_string(), |own| own.api.clone()),
-                auto_create_queue_count: if config.auto_create_topic {
-                    AUTO_CREATED_QUEUE_COUNT
-                } else {
-                    0
-                },
-                cluster_secret: config.cluster_secret.clone(),
-                // With TLS, the nameservers too are verified against the group's CA.
-                connector: peer_connector,
-                fault_injection: drill_faults.clone(),
-            };
-            tasks.spawn(run_registration(
-                raft.clone(),
-                group.clone(),
-                schedule_status.clone(),
-                identity,
-                config.namesrv.clone(),
-                Duration::from_millis(config.register_interval_ms),
-                shutdown.clone(),
-            ));
-        }
+            ..
+        } = opened;
         tracing::info!(node_id = config.node_id, group = %config.group, %addr, %raft_addr, "broker node started");
         Ok(BrokerNode {
             node_id: config.node_id,
             addr,
             raft_addr,
-            metrics_addr,
+            metrics_addr: served.metrics_addr,
             raft,
             group,
-            shutdown,
-            servers,
-            tasks,
+            shutdown: shared.shutdown,
+            servers: served.servers,
+            tasks: shared.tasks,
             _data_dir_lock: data_dir_lock,
         })
     }
@@ -511,7 +284,7 @@ impl BrokerNode {
         if let Err(error) = self.raft.shutdown().await {
             tracing::warn!(%error, "raft shutdown");
         }
-        futures::future::join_all(self.servers.into_iter().map(stop_serving)).await;
+        futures::future::join_all(self.servers.into_iter().map(Serving::stop)).await;
         self.tasks.close();
         let group = self.group.clone();
         let finished = async move {
@@ -530,6 +303,366 @@ impl BrokerNode {
             );
         }
         tracing::info!(node_id = self.node_id, "broker node stopped");
+    }
+}
+
+/// Phase 1 of a start: the node's own state, locked, opened and with Raft running over it.
+struct Opened {
+    /// Held from here on: no other node opens this data dir meanwhile.
+    data_dir_lock: DataDirLock,
+    /// Where the broker API and Raft are served.
+    addr: SocketAddr,
+    raft_addr: SocketAddr,
+    /// The group's nodes as configured.
+    peers: BTreeMap<NodeId, NodeAddr>,
+    tls: Option<NodeTls>,
+    /// How this node reaches its peers and the nameservers.
+    peer_connector: PeerConnector,
+    /// The node's own fault plan, when drills may inject faults (`enable_fault_injection`).
+    drill_faults: Option<Arc<FaultPlan>>,
+    /// The faults on this node's outgoing Raft calls: a test's plan, or the drill's.
+    faults: Option<Arc<FaultPlan>>,
+    raft: Raft,
+    group: Arc<GroupState>,
+    repair: Arc<RepairState>,
+    log: LogReader,
+    log_size: LogSize,
+}
+
+/// Locks the data dir, opens the store and the Raft log (repairing what it may), and starts
+/// Raft.
+async fn open(
+    config: &BrokerConfig,
+    listeners: &Listeners,
+    options: NodeOptions,
+) -> Result<Opened, StartError> {
+    let tls = config.tls.as_ref().map(NodeTls::load).transpose()?;
+    let peer_connector = PeerConnector::new(tls.as_ref());
+    let data_dir_lock = DataDirLock::acquire(&config.data_dir)?;
+    let peers = config.peer_map()?;
+    let local_addr = |listener: &TcpListener, configured| {
+        listener.local_addr().map_err(|source| StartError::Bind {
+            addr: configured,
+            source,
+        })
+    };
+    let addr = local_addr(&listeners.api, config.listen)?;
+    let raft_addr = match (&listeners.raft, config.raft_listen) {
+        (Some(listener), Some(configured)) => local_addr(listener, configured)?,
+        _ => addr,
+    };
+    // A drill node gets a plan of its own, driven by `InjectFault`.
+    let drill_faults = config
+        .enable_fault_injection
+        .then(|| Arc::new(FaultPlan::new(config.node_id)));
+    let faults = options.faults.or_else(|| drill_faults.clone());
+    let OpenedRaft {
+        raft,
+        group,
+        pending_repair,
+        after_reboot,
+        log,
+        log_size,
+    } = open_raft(config, faults.clone(), peer_connector.clone()).await?;
+    let repair = RepairState::new(pending_repair, after_reboot.then(|| config.flush_mode()));
+    Ok(Opened {
+        data_dir_lock,
+        addr,
+        raft_addr,
+        peers,
+        tls,
+        peer_connector,
+        drill_faults,
+        faults,
+        raft,
+        group,
+        repair,
+        log,
+        log_size,
+    })
+}
+
+/// Phase 2: what the node's services and background tasks share.
+struct Shared {
+    /// Cancelled by `shutdown`: every task and server of the node ends on it.
+    shutdown: CancellationToken,
+    /// Every task the node runs, awaited by `shutdown` before the data dir is unlocked.
+    tasks: TaskTracker,
+    consumers: Arc<ConsumerRegistry>,
+    queue_locks: Arc<QueueLocks>,
+    transaction_checks: Arc<TransactionChecks>,
+    delay_levels: DelayLevels,
+    schedule_status: Arc<ScheduleStatus>,
+    scrub_status: Arc<ScrubStatus>,
+    metrics: Arc<BrokerMetrics>,
+    /// Whether this node leads with a live quorum: set by the leadership watch, read by the
+    /// broker API (held pulls end when the node is cut off).
+    leadership: watch::Sender<Leadership>,
+}
+
+fn share(config: &BrokerConfig, opened: &Opened) -> Result<Shared, StartError> {
+    Ok(Shared {
+        shutdown: CancellationToken::new(),
+        tasks: TaskTracker::new(),
+        consumers: Arc::new(ConsumerRegistry::default()),
+        queue_locks: Arc::new(QueueLocks::new(Duration::from_millis(
+            config.queue_lock_expiry_ms,
+        ))),
+        transaction_checks: Arc::new(TransactionChecks::default()),
+        delay_levels: config.parsed_delay_levels()?,
+        schedule_status: Arc::new(ScheduleStatus::default()),
+        scrub_status: Arc::new(ScrubStatus::new(opened.group.store().suspects().clone())),
+        metrics: Arc::new(BrokerMetrics::default()),
+        leadership: watch::channel(Leadership::NotLeading).0,
+    })
+}
+
+/// Phase 3: the servers running.
+struct Served {
+    /// The broker API's server, and the Raft service's when it has a port of its own.
+    servers: Vec<Serving>,
+    metrics_addr: Option<SocketAddr>,
+}
+
+/// Serves the broker API and the Raft service on the node's listeners, and `/metrics` if
+/// configured.
+async fn serve(
+    config: &BrokerConfig,
+    listeners: Listeners,
+    opened: &Opened,
+    shared: &Shared,
+) -> Result<Served, StartError> {
+    let metrics_addr = match config.metrics_listen {
+        Some(metrics_listen) => Some(serve_metrics_on(metrics_listen, opened, shared).await?),
+        None => None,
+    };
+    let broker = BrokerService::new(
+        opened.raft.clone(),
+        opened.group.clone(),
+        ServiceOptions {
+            group_name: config.group.clone(),
+            store_host: opened.addr,
+            auto_create_topic: config.auto_create_topic,
+            auto_create_group: config.auto_create_group,
+            delay_levels: shared.delay_levels.clone(),
+            timer_max_delay: Duration::from_millis(config.timer_max_delay_ms),
+            consumers: shared.consumers.clone(),
+            queue_locks: shared.queue_locks.clone(),
+            transaction_checks: shared.transaction_checks.clone(),
+            schedule: shared.schedule_status.clone(),
+            fault_injection: opened.drill_faults.clone(),
+            repair: opened.repair.clone(),
+            pull_holds_max: config.pull_holds_max,
+            scrub: shared.scrub_status.clone(),
+            admin_token: config.admin_token.clone(),
+            leadership: shared.leadership.subscribe(),
+            metrics: shared.metrics.clone(),
+            tasks: shared.tasks.clone(),
+        },
+    );
+    let raft_service = RaftService::new(
+        opened.raft.clone(),
+        opened.group.clone(),
+        config.data_dir.join("raft").join("staging"),
+        shared.shutdown.clone(),
+        opened.faults.clone().map(|faults| (config.node_id, faults)),
+        opened.repair.clone(),
+    );
+    let broker = BrokerServer::new(broker)
+        // The largest legal broker request is a full `Send`; pull responses stay below
+        // the pull budget plus one message, far under the encoding limit.
+        .max_decoding_message_size(SEND_REQUEST_BYTES_MAX)
+        .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX);
+    let broker = BlackholeRoutes::new(
+        broker,
+        opened
+            .drill_faults
+            .clone()
+            .map(|faults| (config.node_id, faults)),
+    );
+    let raft_service = RaftRoutes::new(
+        raft_service,
+        RAFT_GRPC_MESSAGE_BYTES_MAX,
+        config.store.commit_log_segment_bytes,
+    );
+    let serve = |router: Router, listener: TcpListener| {
+        Serving::spawn(router, listener, config.connections_max, &shared.shutdown)
+    };
+    let server = |tls: Option<ServerTlsConfig>| {
+        let builder = tonic::transport::Server::builder()
+            .max_concurrent_streams(config.streams_per_connection_max)
+            .max_frame_size(HTTP2_FRAME_BYTES_MAX);
+        match tls {
+            Some(tls) => builder.tls_config(tls).map_err(StartError::Tls),
+            None => Ok(builder),
+        }
+    };
+    let tls = opened.tls.as_ref();
+    let servers = match listeners.raft {
+        // Raft on a port of its own: the broker API's port answers `UNIMPLEMENTED` to every
+        // Raft call.
+        Some(raft_listener) => vec![
+            serve(
+                server(tls.map(NodeTls::api_server))?.add_service(broker),
+                listeners.api,
+            ),
+            serve(
+                server(tls.map(NodeTls::raft_server))?.add_service(raft_service),
+                raft_listener,
+            ),
+        ],
+        // Validated: TLS needs a `raft_listen`.
+        None => vec![serve(
+            server(None)?.add_service(broker).add_service(raft_service),
+            listeners.api,
+        )],
+    };
+    Ok(Served {
+        servers,
+        metrics_addr,
+    })
+}
+
+/// Serves `/metrics` on `listen` as a tracked task; returns the address bound.
+async fn serve_metrics_on(
+    listen: SocketAddr,
+    opened: &Opened,
+    shared: &Shared,
+) -> Result<SocketAddr, StartError> {
+    let bind_error = |source| StartError::Bind {
+        addr: listen,
+        source,
+    };
+    let listener = TcpListener::bind(listen).await.map_err(bind_error)?;
+    let metrics_addr = listener.local_addr().map_err(bind_error)?;
+    let (metrics, raft, group) = (
+        shared.metrics.clone(),
+        opened.raft.clone(),
+        opened.group.clone(),
+    );
+    let log_size = opened.log_size.clone();
+    shared.tasks.spawn(serve_metrics(
+        listener,
+        Arc::new(move || metrics.render(&raft, &log_size, &group)),
+        shared.shutdown.clone(),
+    ));
+    tracing::info!(%metrics_addr, "metrics endpoint serving /metrics");
+    Ok(metrics_addr)
+}
+
+/// Phase 4: every background task of the node, tracked, each ending with the node's
+/// shutdown or with Raft.
+fn spawn(config: &BrokerConfig, opened: &Opened, shared: &Shared) {
+    let (tasks, shutdown) = (&shared.tasks, &shared.shutdown);
+    let (raft, group) = (&opened.raft, &opened.group);
+    tasks.spawn(release_idle_entry_cache(
+        opened.log.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(run_consumer_registry(
+        raft.clone(),
+        shared.consumers.clone(),
+        Duration::from_millis(config.client_expiry_ms),
+        shutdown.clone(),
+    ));
+    tasks.spawn(run_queue_locks(raft.clone(), shared.queue_locks.clone()));
+    let checks = shared.transaction_checks.clone();
+    tasks.spawn(on_every_role_change(raft.clone(), move || checks.reset()));
+    tasks.spawn(run_leadership_watch(
+        raft.clone(),
+        Duration::from_millis(config.raft.election_timeout_max_ms),
+        shared.leadership.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(run_schedule_service(
+        raft.clone(),
+        group.clone(),
+        shared.delay_levels.clone(),
+        (
+            config.transaction_checks(),
+            shared.transaction_checks.clone(),
+        ),
+        shared.schedule_status.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(run_compaction(
+        raft.clone(),
+        CompactionPolicy {
+            interval: Duration::from_millis(config.raft.log_compaction_interval_ms),
+            growth_bytes: config.raft.log_compaction_growth_bytes,
+            retained: config.raft.log_retained_entries,
+            retained_bytes: config.raft.log_retained_bytes,
+        },
+        opened.log.clone(),
+        opened.log_size.clone(),
+        shutdown.clone(),
+    ));
+    // The addresses of the group's other nodes.
+    let other_nodes = PeerAddrs::new(
+        raft.clone(),
+        opened
+            .peers
+            .iter()
+            .filter(|(id, _)| **id != config.node_id)
+            .map(|(_, addr)| addr.clone())
+            .collect(),
+        opened.peer_connector.clone(),
+    );
+    tasks.spawn(run_scrub(
+        group.clone(),
+        other_nodes.clone(),
+        ScrubOptions {
+            bytes_per_sec: config.scrub_bytes_per_sec,
+            pass_interval: Duration::from_millis(config.scrub_pass_interval_ms),
+        },
+        shared.scrub_status.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(run_retention(
+        group.clone(),
+        config.data_dir.clone(),
+        config.retention.clone(),
+        shared.metrics.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(run_repair(
+        raft.clone(),
+        opened.repair.clone(),
+        config.data_dir.join("raft").join("log"),
+        config.node_id,
+        other_nodes,
+        config.admin_token.clone(),
+        shutdown.clone(),
+    ));
+    if !config.namesrv.is_empty() {
+        let identity = Identity {
+            cluster: config.cluster.clone(),
+            group: config.group.clone(),
+            node_id: config.node_id,
+            // The address clients reach this node at.
+            addr: opened
+                .peers
+                .get(&config.node_id)
+                .map_or_else(|| opened.addr.to_string(), |own| own.api.clone()),
+            auto_create_queue_count: if config.auto_create_topic {
+                AUTO_CREATED_QUEUE_COUNT
+            } else {
+                0
+            },
+            cluster_secret: config.cluster_secret.clone(),
+            // With TLS, the nameservers too are verified against the group's CA.
+            connector: opened.peer_connector.clone(),
+            fault_injection: opened.drill_faults.clone(),
+        };
+        tasks.spawn(run_registration(
+            raft.clone(),
+            group.clone(),
+            shared.schedule_status.clone(),
+            identity,
+            config.namesrv.clone(),
+            Duration::from_millis(config.register_interval_ms),
+            shutdown.clone(),
+        ));
     }
 }
 

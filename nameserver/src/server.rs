@@ -10,7 +10,6 @@ use std::time::Instant;
 
 use rocketraft_proto::nameserver::name_server_server::NameServerServer;
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Identity;
 use tonic::transport::ServerTlsConfig;
@@ -19,8 +18,7 @@ use crate::metrics::NameServerMetrics;
 use crate::service::NameServerService;
 use crate::service::SharedRegistry;
 use rocketraft_server_kit::connection_limit::CONNECTIONS_MAX_DEFAULT;
-use rocketraft_server_kit::connection_limit::serve_connections;
-use rocketraft_server_kit::graceful_stop::stop_serving;
+use rocketraft_server_kit::graceful_stop::Serving;
 use rocketraft_server_kit::metrics_endpoint::serve_metrics;
 
 /// The nameserver's default address.
@@ -84,7 +82,7 @@ pub struct NameServer {
     addr: SocketAddr,
     metrics_addr: Option<SocketAddr>,
     shutdown: CancellationToken,
-    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    serving: Serving,
 }
 
 impl NameServer {
@@ -125,25 +123,21 @@ impl NameServer {
                 .tls_config(tls.load()?)
                 .map_err(|error| std::io::Error::other(format!("tls: {error}")))?;
         }
-        let server = builder
-            .add_service(
-                NameServerServer::new(NameServerService::new(
-                    registry,
-                    metrics,
-                    config.cluster_secret.clone(),
-                ))
-                .max_decoding_message_size(REGISTRATION_BYTES_MAX),
-            )
-            .serve_with_incoming_shutdown(
-                serve_connections(listener, config.connections_max),
-                shutdown.clone().cancelled_owned(),
-            );
+        let router = builder.add_service(
+            NameServerServer::new(NameServerService::new(
+                registry,
+                metrics,
+                config.cluster_secret.clone(),
+            ))
+            .max_decoding_message_size(REGISTRATION_BYTES_MAX),
+        );
+        let serving = Serving::spawn(router, listener, config.connections_max, &shutdown);
         tracing::info!(%addr, "nameserver started");
         Ok(NameServer {
             addr,
             metrics_addr,
             shutdown,
-            server: tokio::spawn(server),
+            serving,
         })
     }
 
@@ -159,7 +153,7 @@ impl NameServer {
     /// Stops serving: open calls get a grace period to finish, then are cut.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
-        stop_serving(self.server).await;
+        self.serving.stop().await;
     }
 }
 

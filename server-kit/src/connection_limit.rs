@@ -30,6 +30,8 @@ use tokio::io::ReadBuf;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 use tonic::transport::server::Connected;
 use tonic::transport::server::TcpConnectInfo;
 
@@ -53,6 +55,20 @@ pub struct Admitted {
     _permit: OwnedSemaphorePermit,
     /// Until the client's first bytes arrive: when the connection is given up.
     first_bytes_deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Fires when the server's stop gave up waiting for its calls: every read and write fails
+    /// from then on, so the connection's task ends and drops the services it holds (a server
+    /// task's abort does not reach the tasks that serve its connections).
+    cut: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+impl Admitted {
+    /// The error of every read and write once the connection is cut.
+    fn cut_error() -> io::Error {
+        io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "the server stopped: its calls outlived the shutdown grace",
+        )
+    }
 }
 
 impl Connected for Admitted {
@@ -69,6 +85,9 @@ impl AsyncRead for Admitted {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if self.cut.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(Admitted::cut_error()));
+        }
         let filled = buf.filled().len();
         let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
         let Some(deadline) = self.first_bytes_deadline.as_mut() else {
@@ -96,6 +115,9 @@ impl AsyncWrite for Admitted {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if self.cut.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(Admitted::cut_error()));
+        }
         Pin::new(&mut self.stream).poll_write(cx, buf)
     }
 
@@ -104,6 +126,9 @@ impl AsyncWrite for Admitted {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        if self.cut.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(Admitted::cut_error()));
+        }
         Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
     }
 
@@ -124,23 +149,28 @@ impl AsyncWrite for Admitted {
 /// at most `max` at once (the `connections_max` setting), with Nagle's algorithm off. It
 /// would hold back small frames (replication, acks) until the peer's delayed ACK (40 ms), and
 /// the server builder's `tcp_nodelay` does not reach connections from an incoming stream.
+/// Every connection is cut when `cut` is cancelled (the server's stop, see
+/// [`crate::graceful_stop::stop_serving`]).
 pub fn serve_connections(
     listener: tokio::net::TcpListener,
     max: usize,
+    cut: CancellationToken,
 ) -> impl Stream<Item = io::Result<Admitted>> {
     limit_connections(
         tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
         max,
         "connections_max",
+        cut,
     )
 }
 
 /// The connections of `incoming` a server may serve: at most `max` at once (`key` names the
-/// setting in the refusal's log line).
+/// setting in the refusal's log line), each cut when `cut` is cancelled.
 pub fn limit_connections<S>(
     incoming: S,
     max: usize,
     key: &'static str,
+    cut: CancellationToken,
 ) -> impl Stream<Item = io::Result<Admitted>>
 where
     S: Stream<Item = io::Result<TcpStream>>,
@@ -153,6 +183,7 @@ where
                 stream,
                 _permit: permit,
                 first_bytes_deadline: Some(Box::pin(tokio::time::sleep(FIRST_BYTES_TIMEOUT))),
+                cut: Box::pin(cut.clone().cancelled_owned()),
             }),
             Err(_) => {
                 refusals.refuse(stream);
@@ -248,7 +279,12 @@ mod tests {
     async fn a_connection_holds_its_place_until_it_closes_or_stays_silent_too_long() {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let mut admitted = Box::pin(limit_connections(TcpIncoming::from(listener), 1, "max"));
+        let mut admitted = Box::pin(limit_connections(
+            TcpIncoming::from(listener),
+            1,
+            "max",
+            CancellationToken::new(),
+        ));
 
         let _quiet_client = TcpStream::connect(addr).await.expect("connect");
         let mut quiet = admitted.next().await.expect("open").expect("admitted");
@@ -280,5 +316,40 @@ mod tests {
         let mut preface = [0u8; 3];
         talking.read_exact(&mut preface).await.expect("read");
         assert_eq!(&preface, b"PRI");
+    }
+
+    #[tokio::test]
+    async fn a_cut_connection_fails_every_read_and_write_at_once() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let cut = CancellationToken::new();
+        let mut admitted = Box::pin(limit_connections(
+            TcpIncoming::from(listener),
+            1,
+            "max",
+            cut.clone(),
+        ));
+        let mut client = TcpStream::connect(addr).await.expect("connect");
+        let mut served = admitted.next().await.expect("open").expect("admitted");
+        client.write_all(b"ping").await.expect("write");
+        let mut buf = [0u8; 4];
+        served
+            .read_exact(&mut buf)
+            .await
+            .expect("read before the cut");
+
+        // A read waiting for bytes that never come ends when the connection is cut.
+        let waiting = tokio::spawn(async move {
+            let read = served.read(&mut buf).await;
+            (read.map_err(|error| error.kind()), served)
+        });
+        cut.cancel();
+        let (read, mut served) = waiting.await.expect("the read ends");
+        assert_eq!(read, Err(io::ErrorKind::ConnectionAborted));
+        let write = served
+            .write_all(b"pong")
+            .await
+            .map_err(|error| error.kind());
+        assert_eq!(write, Err(io::ErrorKind::ConnectionAborted));
     }
 }

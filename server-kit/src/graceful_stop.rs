@@ -1,23 +1,63 @@
-//! Stopping a gRPC server whose shutdown signal fired (broker or nameserver): open calls get
-//! [`SHUTDOWN_GRACE`] to finish, then the server task is cut, so an idle client socket never
-//! holds a stop.
+//! A gRPC server (broker, nameserver, 5.x endpoint) serving until its shutdown signal fires,
+//! and its stop: open calls get [`SHUTDOWN_GRACE`] to finish, then the server task is aborted
+//! and its connections cut, so neither an idle client socket nor a call that never ends (a
+//! watch, a held pull) holds a stop.
+//!
+//! Invariant: once [`Serving::stop`] returns, no call of the server still runs, so none
+//! holds the services it was given (a server task's abort alone does not reach the tasks that
+//! serve its connections).
 
 use std::time::Duration;
 
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::server::Router;
+
+use crate::connection_limit::serve_connections;
 
 /// How long a stopping server lets open calls finish before it cuts them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
-/// Waits for `server` to stop, cutting its open calls after [`SHUTDOWN_GRACE`].
-pub async fn stop_serving(mut server: JoinHandle<Result<(), tonic::transport::Error>>) {
-    match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(error))) => tracing::warn!(%error, "grpc server stopped with an error"),
-        Ok(Err(error)) => tracing::warn!(%error, "grpc server task failed"),
-        Err(_) => {
-            tracing::warn!("grpc calls still open after {SHUTDOWN_GRACE:?}; closing them");
-            server.abort();
+/// A running gRPC server.
+pub struct Serving {
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    /// Cut when the stop's grace is over: every connection's reads and writes fail.
+    connections: CancellationToken,
+}
+
+impl Serving {
+    /// Serves `router` on `listener`, at most `connections_max` connections at once, until
+    /// `shutdown` is cancelled; then [`Serving::stop`] ends it.
+    pub fn spawn(
+        router: Router,
+        listener: TcpListener,
+        connections_max: usize,
+        shutdown: &CancellationToken,
+    ) -> Serving {
+        let connections = CancellationToken::new();
+        let server = tokio::spawn(router.serve_with_incoming_shutdown(
+            serve_connections(listener, connections_max, connections.clone()),
+            shutdown.clone().cancelled_owned(),
+        ));
+        Serving {
+            server,
+            connections,
         }
+    }
+
+    /// Waits for the server to stop once its shutdown signal fired, cutting the calls still
+    /// open after [`SHUTDOWN_GRACE`].
+    pub async fn stop(mut self) {
+        match tokio::time::timeout(SHUTDOWN_GRACE, &mut self.server).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => tracing::warn!(%error, "grpc server stopped with an error"),
+            Ok(Err(error)) => tracing::warn!(%error, "grpc server task failed"),
+            Err(_) => {
+                tracing::warn!("grpc calls still open after {SHUTDOWN_GRACE:?}; closing them");
+                self.server.abort();
+            }
+        }
+        self.connections.cancel();
     }
 }

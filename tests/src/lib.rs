@@ -348,6 +348,18 @@ impl TestGroup {
         }
     }
 
+    /// [`TestGroup::stop`], then how many holders of the node's group state are left: each
+    /// would be work of the old node that outlived its shutdown, still able to touch the
+    /// store after its data dir was unlocked.
+    pub async fn stop_counting_survivors(&mut self, id: u64) -> usize {
+        let Some(node) = self.nodes.remove(&id) else {
+            return 0;
+        };
+        let group = Arc::downgrade(node.broker().group());
+        node.shutdown().await;
+        group.strong_count()
+    }
+
     /// Starts a stopped node again on its old address and data.
     pub async fn restart(&mut self, id: u64) -> anyhow::Result<()> {
         let mut config = self.configs[&id].clone();

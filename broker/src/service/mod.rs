@@ -75,6 +75,8 @@ pub struct ServiceOptions {
     pub repair: Arc<RepairState>,
     /// What the send, pull and commit paths count.
     pub metrics: Arc<BrokerMetrics>,
+    /// The node's tasks: the service's own (group commit) are tracked with them.
+    pub tasks: tokio_util::task::TaskTracker,
 }
 
 pub struct BrokerService {
@@ -110,7 +112,7 @@ pub struct BrokerService {
 
 impl BrokerService {
     pub fn new(raft: Raft, group: Arc<GroupState>, options: ServiceOptions) -> BrokerService {
-        let group_commit = GroupCommit::start(raft.clone());
+        let group_commit = GroupCommit::start(raft.clone(), &options.tasks);
         BrokerService {
             raft,
             group,

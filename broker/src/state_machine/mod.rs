@@ -126,6 +126,11 @@ pub struct StateMachine {
     /// How long after its cut a checkpoint or snapshot may name the entries it holds
     /// ([`StateMachine::with_durability_lag`]).
     durability_lag: Duration,
+    /// Background work on the group state for as long as this machine lives: openraft's
+    /// state machine worker outlives `Raft::shutdown` (nothing joins it) and may be applying
+    /// an entry, so a node's shutdown waits for it to drop the machine. Declared last: it is
+    /// released after the machine's hold on the group state.
+    _in_use: TaskTrackerToken,
 }
 
 /// A checkpoint whose state is cut and whose file is not written yet.
@@ -247,6 +252,7 @@ impl StateMachine {
             checkpoint_in_flight: None,
             writes: DurableWrites::Background,
             durability_lag: Duration::ZERO,
+            _in_use: group.background_work(),
         };
         Ok((machine, group))
     }

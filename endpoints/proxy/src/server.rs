@@ -13,10 +13,8 @@ use rocketraft_client::producer::Producer;
 use rocketraft_domain::limits::HTTP2_FRAME_BYTES_MAX;
 use rocketraft_domain::limits::SEND_BATCH_COUNT_MAX;
 use rocketraft_domain::limits::SEND_REQUEST_BYTES_MAX;
-use rocketraft_server_kit::connection_limit::serve_connections;
-use rocketraft_server_kit::graceful_stop::stop_serving;
+use rocketraft_server_kit::graceful_stop::Serving;
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::ServerTlsConfig;
 
@@ -62,7 +60,7 @@ pub struct ProxyConfig {
 pub struct Proxy {
     addr: SocketAddr,
     shutdown: CancellationToken,
-    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    serving: Serving,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,20 +111,15 @@ impl Proxy {
         if let Some(tls) = config.server_tls {
             builder = builder.tls_config(tls)?;
         }
-        let server = builder
-            .add_service(
-                MessagingServiceServer::new(service)
-                    .max_decoding_message_size(V5_REQUEST_BYTES_MAX),
-            )
-            .serve_with_incoming_shutdown(
-                serve_connections(listener, config.connections_max),
-                shutdown.clone().cancelled_owned(),
-            );
+        let router = builder.add_service(
+            MessagingServiceServer::new(service).max_decoding_message_size(V5_REQUEST_BYTES_MAX),
+        );
+        let serving = Serving::spawn(router, listener, config.connections_max, &shutdown);
         tracing::info!(%addr, "RocketMQ 5.x gRPC endpoint serving");
         Ok(Proxy {
             addr,
             shutdown,
-            server: tokio::spawn(server),
+            serving,
         })
     }
 
@@ -137,6 +130,6 @@ impl Proxy {
     /// Stops serving: open calls get the nameserver's grace period, then are cut.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
-        stop_serving(self.server).await;
+        self.serving.stop().await;
     }
 }
