@@ -38,12 +38,12 @@ pub mod schedule;
 pub mod scrub;
 pub mod seeded_rng;
 pub mod service;
-#[cfg(test)]
-mod sim_disk;
 pub mod state_machine;
 pub mod store;
 #[cfg(test)]
 mod test_node;
+#[cfg(test)]
+mod testing;
 pub mod tls;
 pub mod topic;
 pub mod transaction;

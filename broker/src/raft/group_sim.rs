@@ -28,7 +28,7 @@
 //! shorter log, and neither votes nor stands for election until it applied the leader's last
 //! index at that moment, except for a candidate whose log reaches the consenting leader's last
 //! log id (when that leader's term was at least its own). No other node loses power meanwhile
-//! (a second power loss in that window can lose writes, as docs/operations.md says), but once every
+//! (a second power loss in that window can lose writes, as docs/operators/repair.md says), but once every
 //! such node has that consent another node may be killed (its page cache survives), most often
 //! the leader that consented: the two left must elect through that rule. Partitions and lossy
 //! links go on. Bits also rot in the Raft log of a node while it is down (one node at a time):
@@ -45,7 +45,7 @@
 //!   at least the last one acknowledged (a committed offset never goes back).
 //!
 //! `SIM_SEED=N` replays one seed (`SIM_TRACE=1` prints its events as they happen);
-//! `GROUP_SIM_SEEDS=N` runs seeds `0..N`.
+//! `SIM_SEEDS=N` runs seeds `0..N` (`crate::testing::seeds`).
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -102,7 +102,6 @@ use crate::raft::transport::stalled_stream::until_stalled;
 use crate::raft::types::NodeId;
 use crate::raft::types::Vote;
 use crate::seeded_rng::SeededRng;
-use crate::sim_disk::SimDisk;
 use crate::state_machine;
 use crate::state_machine::StateMachine;
 use crate::state_machine::command::AppendedMessage;
@@ -124,6 +123,7 @@ use crate::store::RecordView;
 use crate::store::durable_images;
 use crate::store::properties::UNIQ_KEY;
 use crate::store::record::tests::keyed;
+use crate::testing::sim_disk::SimDisk;
 
 openraft::declare_raft_types!(
     /// The broker's Raft types on a runtime whose random numbers follow the seed.
@@ -527,8 +527,9 @@ impl Sim {
 
     fn fail(&self, reason: String) -> String {
         format!(
-            "seed {}: {reason} (replay: SIM_SEED={} cargo test -p rocketraft-broker group_sim)",
-            self.seed, self.seed
+            "seed {}: {reason} ({})",
+            self.seed,
+            crate::testing::seeds::replay(self.seed, "group_sim")
         )
     }
 
@@ -1491,11 +1492,7 @@ compile_error!(
 const SEEDS_CHECKING_EVERY_KIND: usize = 10;
 
 fn seeds() -> std::ops::Range<u64> {
-    let env = |name| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-    match (env("SIM_SEED"), env("GROUP_SIM_SEEDS")) {
-        (Some(seed), _) => seed..seed + 1,
-        (None, count) => 0..count.unwrap_or(SEEDS_DEFAULT),
-    }
+    crate::testing::seeds::seeds(SEEDS_DEFAULT)
 }
 
 /// Runs one seed on a fresh single-threaded runtime with paused time. tokio's own random
@@ -1516,8 +1513,8 @@ fn run_seed(seed: u64) -> Result<String, String> {
         .map_err(|failure| match failure.starts_with("seed ") {
             true => failure,
             false => format!(
-                "seed {seed}: {failure} (replay: SIM_SEED={seed} cargo test -p rocketraft-broker \
-             group_sim)"
+                "seed {seed}: {failure} ({})",
+                crate::testing::seeds::replay(seed, "group_sim")
             ),
         })
 }

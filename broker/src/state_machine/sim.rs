@@ -23,7 +23,8 @@
 //!
 //! Group-wide faults (elections, lost votes, partitions) are the group simulation's
 //! (`group_sim`, over this same state machine); this one checks, against a twin, what the
-//! state machine makes of many crashes in one long log. `SM_SIM_SEED=N` replays one seed; `SM_SIM_SEEDS=N` runs `0..N`.
+//! state machine makes of many crashes in one long log. `SIM_SEED=N` replays one seed;
+//! `SIM_SEEDS=N` runs `0..N` (`crate::testing::seeds`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -467,11 +468,7 @@ pub(crate) fn unique_keys(
 }
 
 fn seeds() -> std::ops::Range<u64> {
-    let env = |name| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-    match (env("SM_SIM_SEED"), env("SM_SIM_SEEDS")) {
-        (Some(seed), _) => seed..seed + 1,
-        (None, count) => 0..count.unwrap_or(SEEDS_DEFAULT),
-    }
+    crate::testing::seeds::seeds(SEEDS_DEFAULT)
 }
 
 #[test]
@@ -482,9 +479,12 @@ fn power_losses_between_applies_lose_no_applied_command_and_deliver_each_delay_o
             .enable_all()
             .build()
             .expect("runtime");
-        let stats = runtime
-            .block_on(run(seed))
-            .unwrap_or_else(|failure| panic!("{failure}"));
+        let stats = runtime.block_on(run(seed)).unwrap_or_else(|failure| {
+            panic!(
+                "{failure} ({})",
+                crate::testing::seeds::replay(seed, "state_machine::sim")
+            )
+        });
         total.index_rots += stats.index_rots;
         total.power_losses += stats.power_losses;
         total.bytes_lost += stats.bytes_lost;

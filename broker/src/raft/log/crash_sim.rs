@@ -44,8 +44,8 @@ use crate::raft::types::LogId;
 use crate::raft::types::TypeConfig;
 use crate::raft::types::Vote;
 use crate::seeded_rng::SeededRng;
-use crate::sim_disk::SimDisk;
 use crate::state_machine::command::Command;
+use crate::testing::sim_disk::SimDisk;
 
 /// Seeds run by default.
 const SEEDS_DEFAULT: u64 = 200;
@@ -138,8 +138,9 @@ impl Sim {
 
     fn fail(&self, reason: String) -> String {
         format!(
-            "seed {}: {reason} (replay: SIM_SEED={} cargo test -p rocketraft-broker log_crash_sim)",
-            self.seed, self.seed
+            "seed {}: {reason} ({})",
+            self.seed,
+            crate::testing::seeds::replay(self.seed, "crash_sim")
         )
     }
 
@@ -467,11 +468,7 @@ fn payload_bytes(entry: &Entry) -> Option<&[u8]> {
 }
 
 fn seeds() -> std::ops::Range<u64> {
-    let env = |name| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-    match (env("SIM_SEED"), env("SIM_SEEDS")) {
-        (Some(seed), _) => seed..seed + 1,
-        (None, count) => 0..count.unwrap_or(SEEDS_DEFAULT),
-    }
+    crate::testing::seeds::seeds(SEEDS_DEFAULT)
 }
 
 #[test]

@@ -634,7 +634,7 @@ mod tests {
 
     #[test]
     fn a_power_loss_at_any_point_of_setting_aside_leaves_no_log_entries_moved_unmarked() {
-        use crate::sim_disk::SimDisk;
+        use crate::testing::sim_disk::SimDisk;
         let log_dir = Path::new("/sim/raft/log");
         let segments = log_dir.join("segments");
         let names = ["00000000000000000001.log", "00000000000000000009.log"];

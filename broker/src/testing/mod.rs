@@ -1,0 +1,6 @@
+//! Test doubles and helpers the broker's simulations share: [`sim_disk`] (a disk that loses
+//! what was not synced when its power is cut, and rots bytes on demand) and [`seeds`] (which
+//! seeds a simulation runs, chosen one way for all of them).
+
+pub(crate) mod seeds;
+pub(crate) mod sim_disk;
