@@ -5,7 +5,7 @@
 //!
 //!     cargo bench -p rocketraft-broker --bench hot_paths
 //!
-//! End-to-end throughput is `rocketraft-bench` and `shared/peers/run-baselines.sh`.
+//! End-to-end throughput is `rocketraft-bench` and `bench/run-baselines.sh`.
 
 use std::hint::black_box;
 use std::net::SocketAddr;

@@ -1,4 +1,4 @@
-//! The deployment examples under `deploy/` (docs/operations.md, "Deploy on three hosts")
+//! The deployment examples under `deploy/` (docs/operators/deploy.md)
 //! cannot rot: every broker and nameserver file parses and validates as the binaries would
 //! take it, the two groups are consistent (same peers everywhere, each node listening where
 //! its peers reach it, one founding node), the secrets match, no two processes of a host

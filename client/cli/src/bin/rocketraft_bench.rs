@@ -1,6 +1,6 @@
 //! `rocketraft-bench`: append throughput and latency of a running broker group.
 //!
-//! Workload W1 of `shared/peers`: `--size`-byte messages, `--producers` connections, each
+//! Workload W1 of `bench/`: `--size`-byte messages, `--producers` connections, each
 //! keeping `--inflight` sends outstanding, one message per send (the broker's group commit
 //! does the batching). Either straight to the leader of `--broker`'s group (found through
 //! `NodeStatus`), or through the producer SDK with `--namesrv`, or with `--v5-endpoint`
