@@ -13,6 +13,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::task::Context;
@@ -55,10 +56,36 @@ pub struct Admitted {
     _permit: OwnedSemaphorePermit,
     /// Until the client's first bytes arrive: when the connection is given up.
     first_bytes_deadline: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// Fires when the server's stop gave up waiting for its calls: every read and write fails
+    /// Set when the server's stop gave up waiting for its calls: every read and write fails
     /// from then on, so the connection's task ends and drops the services it holds (a server
     /// task's abort does not reach the tasks that serve its connections).
-    cut: Pin<Box<WaitForCancellationFutureOwned>>,
+    cut: ConnectionCut,
+    /// Wakes a read or write waiting on the socket when the cut comes; polled only when the
+    /// socket is not ready, so a busy connection pays one atomic load per call.
+    cut_wait: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+/// Cuts every connection of one server at once ([`Admitted`]).
+#[derive(Clone, Default)]
+pub struct ConnectionCut {
+    cut: Arc<AtomicBool>,
+    wake: CancellationToken,
+}
+
+impl ConnectionCut {
+    pub fn new() -> ConnectionCut {
+        ConnectionCut::default()
+    }
+
+    /// Cuts the connections: their reads and writes fail from now on.
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::Release);
+        self.wake.cancel();
+    }
+
+    fn is_cut(&self) -> bool {
+        self.cut.load(Ordering::Acquire)
+    }
 }
 
 impl Admitted {
@@ -68,6 +95,21 @@ impl Admitted {
             io::ErrorKind::ConnectionAborted,
             "the server stopped: its calls outlived the shutdown grace",
         )
+    }
+
+    /// `polled` (a read or write of the socket), unless the connection is cut; a pending
+    /// call is woken by the cut.
+    fn unless_cut<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Pending if self.cut_wait.as_mut().poll(cx).is_ready() => {
+                Poll::Ready(Err(Admitted::cut_error()))
+            }
+            polled => polled,
+        }
     }
 }
 
@@ -85,11 +127,12 @@ impl AsyncRead for Admitted {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if self.cut.as_mut().poll(cx).is_ready() {
+        if self.cut.is_cut() {
             return Poll::Ready(Err(Admitted::cut_error()));
         }
         let filled = buf.filled().len();
         let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
+        let polled = self.unless_cut(cx, polled);
         let Some(deadline) = self.first_bytes_deadline.as_mut() else {
             return polled;
         };
@@ -115,10 +158,11 @@ impl AsyncWrite for Admitted {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if self.cut.as_mut().poll(cx).is_ready() {
+        if self.cut.is_cut() {
             return Poll::Ready(Err(Admitted::cut_error()));
         }
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.unless_cut(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -126,10 +170,11 @@ impl AsyncWrite for Admitted {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        if self.cut.as_mut().poll(cx).is_ready() {
+        if self.cut.is_cut() {
             return Poll::Ready(Err(Admitted::cut_error()));
         }
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.unless_cut(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -149,12 +194,12 @@ impl AsyncWrite for Admitted {
 /// at most `max` at once (the `connections_max` setting), with Nagle's algorithm off. It
 /// would hold back small frames (replication, acks) until the peer's delayed ACK (40 ms), and
 /// the server builder's `tcp_nodelay` does not reach connections from an incoming stream.
-/// Every connection is cut when `cut` is cancelled (the server's stop, see
-/// [`crate::graceful_stop::stop_serving`]).
+/// Every connection is cut by `cut` (the server's stop, see
+/// [`crate::graceful_stop::Serving::stop`]).
 pub fn serve_connections(
     listener: tokio::net::TcpListener,
     max: usize,
-    cut: CancellationToken,
+    cut: ConnectionCut,
 ) -> impl Stream<Item = io::Result<Admitted>> {
     limit_connections(
         tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
@@ -165,12 +210,12 @@ pub fn serve_connections(
 }
 
 /// The connections of `incoming` a server may serve: at most `max` at once (`key` names the
-/// setting in the refusal's log line), each cut when `cut` is cancelled.
+/// setting in the refusal's log line), each cut by `cut`.
 pub fn limit_connections<S>(
     incoming: S,
     max: usize,
     key: &'static str,
-    cut: CancellationToken,
+    cut: ConnectionCut,
 ) -> impl Stream<Item = io::Result<Admitted>>
 where
     S: Stream<Item = io::Result<TcpStream>>,
@@ -183,7 +228,8 @@ where
                 stream,
                 _permit: permit,
                 first_bytes_deadline: Some(Box::pin(tokio::time::sleep(FIRST_BYTES_TIMEOUT))),
-                cut: Box::pin(cut.clone().cancelled_owned()),
+                cut_wait: Box::pin(cut.wake.clone().cancelled_owned()),
+                cut: cut.clone(),
             }),
             Err(_) => {
                 refusals.refuse(stream);
@@ -283,7 +329,7 @@ mod tests {
             TcpIncoming::from(listener),
             1,
             "max",
-            CancellationToken::new(),
+            ConnectionCut::new(),
         ));
 
         let _quiet_client = TcpStream::connect(addr).await.expect("connect");
@@ -322,7 +368,7 @@ mod tests {
     async fn a_cut_connection_fails_every_read_and_write_at_once() {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let cut = CancellationToken::new();
+        let cut = ConnectionCut::new();
         let mut admitted = Box::pin(limit_connections(
             TcpIncoming::from(listener),
             1,
@@ -343,7 +389,7 @@ mod tests {
             let read = served.read(&mut buf).await;
             (read.map_err(|error| error.kind()), served)
         });
-        cut.cancel();
+        cut.cut();
         let (read, mut served) = waiting.await.expect("the read ends");
         assert_eq!(read, Err(io::ErrorKind::ConnectionAborted));
         let write = served

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::Router;
 
+use crate::connection_limit::ConnectionCut;
 use crate::connection_limit::serve_connections;
 
 /// How long a stopping server lets open calls finish before it cuts them.
@@ -23,7 +24,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 pub struct Serving {
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     /// Cut when the stop's grace is over: every connection's reads and writes fail.
-    connections: CancellationToken,
+    connections: ConnectionCut,
 }
 
 impl Serving {
@@ -35,7 +36,7 @@ impl Serving {
         connections_max: usize,
         shutdown: &CancellationToken,
     ) -> Serving {
-        let connections = CancellationToken::new();
+        let connections = ConnectionCut::new();
         let server = tokio::spawn(router.serve_with_incoming_shutdown(
             serve_connections(listener, connections_max, connections.clone()),
             shutdown.clone().cancelled_owned(),
@@ -58,6 +59,6 @@ impl Serving {
                 self.server.abort();
             }
         }
-        self.connections.cancel();
+        self.connections.cut();
     }
 }
