@@ -60,7 +60,7 @@ use crate::tls::PeerConnector;
 /// plus framing; tonic's 4 MiB default would reject them.
 pub const RAFT_GRPC_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// How long an unreachable peer is left alone before the next attempt.
-pub(crate) const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
+const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
 
 /// Creates per-peer clients; channels are cached by address and reconnect by themselves.
 #[derive(Clone)]
@@ -111,7 +111,6 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             channel: self.channel(&node.raft),
             faults: self.faults.clone(),
-            next_stream_at: None,
         }
     }
 }
@@ -123,11 +122,6 @@ pub struct PeerClient {
     /// `Err` if the peer's address cannot be used at all.
     channel: Result<Stamped, String>,
     faults: Option<Arc<FaultPlan>>,
-    /// Set when a replication stream could not be opened (the peer is unreachable): the next
-    /// one waits until then. openraft's backoff paces only the requests of an open stream,
-    /// so without this a leader retried a refused connection (a killed follower) in a loop
-    /// and spent more than a core on it.
-    next_stream_at: Option<tokio::time::Instant>,
 }
 
 impl PeerClient {
@@ -379,73 +373,51 @@ impl NetStreamAppend<TypeConfig> for PeerClient {
         S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
     {
         Box::pin(async move {
-            if let Some(at) = self.next_stream_at.take() {
-                tokio::time::sleep_until(at).await;
-            }
-            let opened = self.open_append_stream(input, option).await;
-            if let Err(RPCError::Unreachable(_)) = &opened {
-                self.next_stream_at = Some(tokio::time::Instant::now() + UNREACHABLE_BACKOFF);
-            }
-            opened.map(|results| results as BoxStream<'s, _>)
+            self.pass_faults(option.hard_ttl()).await?;
+            let mut channel = self.channel()?;
+            let (from, target, faults) = (self.from, self.target, self.faults.clone());
+            // A dropped request ends the stream: openraft sees it close and retries.
+            let requests = until_stalled(input)
+                .then(move |request| {
+                    let faults = faults.clone();
+                    async move {
+                        let verdict = faults
+                            .as_ref()
+                            .map_or(Verdict::Deliver, |f| f.verdict(from, target));
+                        match verdict {
+                            Verdict::Drop => return None,
+                            Verdict::Delay(delay) => tokio::time::sleep(delay).await,
+                            Verdict::Deliver => {}
+                        }
+                        Some(request)
+                    }
+                })
+                .take_while(|request| futures::future::ready(request.is_some()))
+                .filter_map(futures::future::ready);
+            let unreachable = |error: tonic::transport::Error| {
+                RPCError::Unreachable(Unreachable::from_string(format!(
+                    "raft channel to {target}: {error}"
+                )))
+            };
+            futures::future::poll_fn(|cx| channel.poll_ready(cx))
+                .await
+                .map_err(unreachable)?;
+            let request = streaming_request(AppendBody::new(requests, RAFT_GRPC_MESSAGE_BYTES_MAX))
+                .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            let response = channel.call(request).await.map_err(unreachable)?;
+            let results = results_of(response).map_err(status_to_rpc_error)?;
+            let results = results.map(|item| {
+                let payload = item.map_err(status_to_rpc_error)?;
+                codec::decode::<StreamAppendResult<TypeConfig>>(
+                    "stream append result",
+                    &payload.data,
+                )
+                .map_err(|e| RPCError::Network(NetworkError::new(&e)))
+            });
+            Ok(Box::pin(results) as BoxStream<'s, _>)
         })
     }
 }
-
-impl PeerClient {
-    /// Opens a replication stream carrying `input`'s requests; its answers, in order.
-    async fn open_append_stream<S>(
-        &mut self,
-        input: S,
-        option: RPCOption,
-    ) -> Result<AppendResults, RPCError<TypeConfig>>
-    where
-        S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
-    {
-        self.pass_faults(option.hard_ttl()).await?;
-        let mut channel = self.channel()?;
-        let (from, target, faults) = (self.from, self.target, self.faults.clone());
-        // A dropped request ends the stream: openraft sees it close and retries.
-        let requests = until_stalled(input)
-            .then(move |request| {
-                let faults = faults.clone();
-                async move {
-                    let verdict = faults
-                        .as_ref()
-                        .map_or(Verdict::Deliver, |f| f.verdict(from, target));
-                    match verdict {
-                        Verdict::Drop => return None,
-                        Verdict::Delay(delay) => tokio::time::sleep(delay).await,
-                        Verdict::Deliver => {}
-                    }
-                    Some(request)
-                }
-            })
-            .take_while(|request| futures::future::ready(request.is_some()))
-            .filter_map(futures::future::ready);
-        let unreachable = |error: tonic::transport::Error| {
-            RPCError::Unreachable(Unreachable::from_string(format!(
-                "raft channel to {target}: {error}"
-            )))
-        };
-        futures::future::poll_fn(|cx| channel.poll_ready(cx))
-            .await
-            .map_err(unreachable)?;
-        let request = streaming_request(AppendBody::new(requests, RAFT_GRPC_MESSAGE_BYTES_MAX))
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let response = channel.call(request).await.map_err(unreachable)?;
-        let results = results_of(response).map_err(status_to_rpc_error)?;
-        let results = results.map(|item| {
-            let payload = item.map_err(status_to_rpc_error)?;
-            codec::decode::<StreamAppendResult<TypeConfig>>("stream append result", &payload.data)
-                .map_err(|e| RPCError::Network(NetworkError::new(&e)))
-        });
-        Ok(Box::pin(results))
-    }
-}
-
-/// The answers of one replication stream.
-type AppendResults =
-    BoxStream<'static, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>;
 
 /// The HTTP/2 request of a `Raft.StreamAppend` call, as tonic's client would make it.
 fn streaming_request(body: AppendBody) -> http::Result<http::Request<tonic::body::Body>> {

@@ -20,7 +20,6 @@ use crate::config::COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
 use crate::raft::transport::faults::FaultPlan;
 use crate::raft::transport::network::NetworkFactory;
 use crate::raft::transport::network::PeerClient;
-use crate::raft::transport::network::UNREACHABLE_BACKOFF;
 use crate::raft::transport::node_addr::NodeAddr;
 use crate::raft::types::NodeId;
 use crate::raft::types::TypeConfig;
@@ -246,40 +245,6 @@ async fn a_peer_that_does_not_listen_is_unreachable() {
         .await
         .expect_err("nobody listens");
     assert!(matches!(error, RPCError::Unreachable(_)), "{error:?}");
-}
-
-/// A killed follower refuses connections at once: each failed stream must not be followed by
-/// the next at once (openraft's backoff paces only an open stream's requests), or the leader
-/// spins on it.
-#[tokio::test]
-async fn a_replication_stream_to_a_refusing_peer_is_retried_no_sooner_than_the_backoff() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    drop(listener);
-    let mut client = peer_client(&addr.to_string(), None).await;
-    let request = || AppendEntriesRequest::<TypeConfig> {
-        vote: Vote::new_committed(1, STRANGER),
-        prev_log_id: None,
-        entries: Vec::new(),
-        leader_commit: None,
-    };
-    let mut open_stream = async || {
-        client
-            .stream_append(futures::stream::iter([request()]), RPCOption::new(RPC_TTL))
-            .await
-            .map(|_| ())
-    };
-
-    let first = open_stream().await.expect_err("nobody listens");
-    assert!(matches!(first, RPCError::Unreachable(_)), "{first:?}");
-    let failed_at = std::time::Instant::now();
-    let second = open_stream().await.expect_err("still nobody");
-    assert!(matches!(second, RPCError::Unreachable(_)), "{second:?}");
-    assert!(
-        failed_at.elapsed() >= UNREACHABLE_BACKOFF,
-        "retried after {:?}",
-        failed_at.elapsed()
-    );
 }
 
 #[tokio::test]
