@@ -308,6 +308,9 @@ impl BrokerNode {
 
 /// Phase 1 of a start: the node's own state, locked, opened and with Raft running over it.
 struct Opened {
+    /// Cancelled by `shutdown`: Raft sends nothing more, and every task and server of the
+    /// node ends on it.
+    shutdown: CancellationToken,
     /// Held from here on: no other node opens this data dir meanwhile.
     data_dir_lock: DataDirLock,
     /// Where the broker API and Raft are served.
@@ -356,6 +359,7 @@ async fn open(
         .enable_fault_injection
         .then(|| Arc::new(FaultPlan::new(config.node_id)));
     let faults = options.faults.or_else(|| drill_faults.clone());
+    let shutdown = CancellationToken::new();
     let OpenedRaft {
         raft,
         group,
@@ -363,9 +367,10 @@ async fn open(
         after_reboot,
         log,
         log_size,
-    } = open_raft(config, faults.clone(), peer_connector.clone()).await?;
+    } = open_raft(config, faults.clone(), peer_connector.clone(), &shutdown).await?;
     let repair = RepairState::new(pending_repair, after_reboot.then(|| config.flush_mode()));
     Ok(Opened {
+        shutdown,
         data_dir_lock,
         addr,
         raft_addr,
@@ -384,7 +389,7 @@ async fn open(
 
 /// Phase 2: what the node's services and background tasks share.
 struct Shared {
-    /// Cancelled by `shutdown`: every task and server of the node ends on it.
+    /// [`Opened::shutdown`].
     shutdown: CancellationToken,
     /// Every task the node runs, awaited by `shutdown` before the data dir is unlocked.
     tasks: TaskTracker,
@@ -402,7 +407,7 @@ struct Shared {
 
 fn share(config: &BrokerConfig, opened: &Opened) -> Result<Shared, StartError> {
     Ok(Shared {
-        shutdown: CancellationToken::new(),
+        shutdown: opened.shutdown.clone(),
         tasks: TaskTracker::new(),
         consumers: Arc::new(ConsumerRegistry::default()),
         queue_locks: Arc::new(QueueLocks::new(Duration::from_millis(
@@ -684,6 +689,7 @@ async fn open_raft(
     config: &BrokerConfig,
     faults: Option<Arc<FaultPlan>>,
     peer_connector: PeerConnector,
+    stopped: &CancellationToken,
 ) -> Result<OpenedRaft, StartError> {
     let raft_dir = config.data_dir.join("raft");
     let raft_error = |source| StartError::RaftState {
@@ -763,6 +769,7 @@ async fn open_raft(
         faults,
         peer_connector,
         may_elect,
+        stopped.clone(),
     )
     .await
     .map_err(StartError::Raft)?;

@@ -11,6 +11,7 @@ use openraft::errors::AllowNextRevertError;
 use openraft::errors::Fatal;
 use openraft::errors::InitializeError;
 use openraft::errors::RaftError;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::BrokerConfig;
 use crate::raft::control::role::leader_ready;
@@ -46,7 +47,8 @@ pub enum SetupError {
 }
 
 /// Starts Raft over the node's opened log and state machine; `may_elect` false keeps the node
-/// from standing for election until `runtime_config().elect(true)`.
+/// from standing for election until `runtime_config().elect(true)`; once `stopped` is
+/// cancelled, the node sends no more RPCs.
 pub async fn start_raft(
     config: &BrokerConfig,
     log_store: LogStore,
@@ -54,6 +56,7 @@ pub async fn start_raft(
     faults: Option<Arc<FaultPlan>>,
     peers: PeerConnector,
     may_elect: bool,
+    stopped: CancellationToken,
 ) -> Result<Raft, SetupError> {
     let raft_config = raft_config(config, may_elect)?;
     let network = NetworkFactory::new(
@@ -61,6 +64,7 @@ pub async fn start_raft(
         config.store.commit_log_segment_bytes,
         faults,
         peers,
+        stopped,
     );
     Raft::new(
         config.node_id,

@@ -34,6 +34,7 @@ use rocketraft_proto::raft as pb;
 use rocketraft_proto::raft::raft_client::RaftClient;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
 use tonic::codec::Streaming;
 use tonic::codegen::Service;
 use tonic::codegen::http;
@@ -60,7 +61,7 @@ use crate::tls::PeerConnector;
 /// plus framing; tonic's 4 MiB default would reject them.
 pub const RAFT_GRPC_MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// How long an unreachable peer is left alone before the next attempt.
-const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
+pub(crate) const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
 
 /// Creates per-peer clients; channels are cached by address and reconnect by themselves.
 #[derive(Clone)]
@@ -71,14 +72,20 @@ pub struct NetworkFactory {
     channels: Arc<DashMap<String, Stamped>>,
     faults: Option<Arc<FaultPlan>>,
     connector: PeerConnector,
+    /// Cancelled when the node stops: from then on no RPC leaves it.
+    stopped: CancellationToken,
 }
 
 impl NetworkFactory {
+    /// The clients of node `node_id`, which sends nothing once `stopped` is cancelled:
+    /// openraft does not join its replication tasks at shutdown, and one still running
+    /// would otherwise replicate for a node that has stopped.
     pub fn new(
         node_id: NodeId,
         commit_log_segment_bytes: u64,
         faults: Option<Arc<FaultPlan>>,
         connector: PeerConnector,
+        stopped: CancellationToken,
     ) -> NetworkFactory {
         NetworkFactory {
             node_id,
@@ -86,6 +93,7 @@ impl NetworkFactory {
             channels: Arc::new(DashMap::new()),
             faults,
             connector,
+            stopped,
         }
     }
 
@@ -111,6 +119,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             channel: self.channel(&node.raft),
             faults: self.faults.clone(),
+            stopped: self.stopped.clone(),
+            next_stream_at: None,
         }
     }
 }
@@ -122,6 +132,12 @@ pub struct PeerClient {
     /// `Err` if the peer's address cannot be used at all.
     channel: Result<Stamped, String>,
     faults: Option<Arc<FaultPlan>>,
+    stopped: CancellationToken,
+    /// Set when a replication stream could not be opened (the peer is unreachable): the next
+    /// one waits until then. openraft's backoff paces only the requests of an open stream,
+    /// so without this a leader retried a refused connection (a killed follower) in a loop
+    /// and spent more than a core on it.
+    next_stream_at: Option<tokio::time::Instant>,
 }
 
 impl PeerClient {
@@ -137,10 +153,14 @@ impl PeerClient {
             .max_encoding_message_size(RAFT_GRPC_MESSAGE_BYTES_MAX))
     }
 
-    /// Applies injected faults to one RPC; `Err` if it is dropped.
-    /// A dropped RPC fails after `ttl`, as a lost packet would surface as a timeout; failing
-    /// at once would make openraft retry in a hot loop no real network produces.
+    /// Lets one RPC leave, or not: `Err` once this node has stopped, or if injected faults
+    /// drop it. A dropped RPC fails after `ttl`, as a lost packet would surface as a
+    /// timeout; failing at once would make openraft retry in a hot loop no real network
+    /// produces.
     async fn pass_faults(&self, ttl: Duration) -> Result<(), Unreachable<TypeConfig>> {
+        if self.stopped.is_cancelled() {
+            return Err(node_stopped());
+        }
         let verdict = self
             .faults
             .as_ref()
@@ -373,51 +393,86 @@ impl NetStreamAppend<TypeConfig> for PeerClient {
         S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
     {
         Box::pin(async move {
-            self.pass_faults(option.hard_ttl()).await?;
-            let mut channel = self.channel()?;
-            let (from, target, faults) = (self.from, self.target, self.faults.clone());
-            // A dropped request ends the stream: openraft sees it close and retries.
-            let requests = until_stalled(input)
-                .then(move |request| {
-                    let faults = faults.clone();
-                    async move {
-                        let verdict = faults
-                            .as_ref()
-                            .map_or(Verdict::Deliver, |f| f.verdict(from, target));
-                        match verdict {
-                            Verdict::Drop => return None,
-                            Verdict::Delay(delay) => tokio::time::sleep(delay).await,
-                            Verdict::Deliver => {}
-                        }
-                        Some(request)
-                    }
-                })
-                .take_while(|request| futures::future::ready(request.is_some()))
-                .filter_map(futures::future::ready);
-            let unreachable = |error: tonic::transport::Error| {
-                RPCError::Unreachable(Unreachable::from_string(format!(
-                    "raft channel to {target}: {error}"
-                )))
-            };
-            futures::future::poll_fn(|cx| channel.poll_ready(cx))
-                .await
-                .map_err(unreachable)?;
-            let request = streaming_request(AppendBody::new(requests, RAFT_GRPC_MESSAGE_BYTES_MAX))
-                .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-            let response = channel.call(request).await.map_err(unreachable)?;
-            let results = results_of(response).map_err(status_to_rpc_error)?;
-            let results = results.map(|item| {
-                let payload = item.map_err(status_to_rpc_error)?;
-                codec::decode::<StreamAppendResult<TypeConfig>>(
-                    "stream append result",
-                    &payload.data,
-                )
-                .map_err(|e| RPCError::Network(NetworkError::new(&e)))
-            });
-            Ok(Box::pin(results) as BoxStream<'s, _>)
+            if let Some(at) = self.next_stream_at.take() {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => {}
+                    () = self.stopped.cancelled() => return Err(node_stopped().into()),
+                }
+            }
+            let opened = self.open_append_stream(input, option).await;
+            if let Err(RPCError::Unreachable(_)) = &opened {
+                self.next_stream_at = Some(tokio::time::Instant::now() + UNREACHABLE_BACKOFF);
+            }
+            opened.map(|results| results as BoxStream<'s, _>)
         })
     }
 }
+
+impl PeerClient {
+    /// Opens a replication stream carrying `input`'s requests; its answers, in order.
+    async fn open_append_stream<S>(
+        &mut self,
+        input: S,
+        option: RPCOption,
+    ) -> Result<AppendResults, RPCError<TypeConfig>>
+    where
+        S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+    {
+        self.pass_faults(option.hard_ttl()).await?;
+        let mut channel = self.channel()?;
+        let (from, target, faults) = (self.from, self.target, self.faults.clone());
+        let stopped = self.stopped.clone();
+        // A dropped request ends the stream: openraft sees it close and retries. So does the
+        // node's stop.
+        let requests = until_stalled(input)
+            .then(move |request| {
+                let (faults, stopped) = (faults.clone(), stopped.clone());
+                async move {
+                    if stopped.is_cancelled() {
+                        return None;
+                    }
+                    let verdict = faults
+                        .as_ref()
+                        .map_or(Verdict::Deliver, |f| f.verdict(from, target));
+                    match verdict {
+                        Verdict::Drop => return None,
+                        Verdict::Delay(delay) => tokio::time::sleep(delay).await,
+                        Verdict::Deliver => {}
+                    }
+                    Some(request)
+                }
+            })
+            .take_while(|request| futures::future::ready(request.is_some()))
+            .filter_map(futures::future::ready);
+        let unreachable = |error: tonic::transport::Error| {
+            RPCError::Unreachable(Unreachable::from_string(format!(
+                "raft channel to {target}: {error}"
+            )))
+        };
+        futures::future::poll_fn(|cx| channel.poll_ready(cx))
+            .await
+            .map_err(unreachable)?;
+        let request = streaming_request(AppendBody::new(requests, RAFT_GRPC_MESSAGE_BYTES_MAX))
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let response = channel.call(request).await.map_err(unreachable)?;
+        let results = results_of(response).map_err(status_to_rpc_error)?;
+        let results = results.map(|item| {
+            let payload = item.map_err(status_to_rpc_error)?;
+            codec::decode::<StreamAppendResult<TypeConfig>>("stream append result", &payload.data)
+                .map_err(|e| RPCError::Network(NetworkError::new(&e)))
+        });
+        Ok(Box::pin(results))
+    }
+}
+
+/// Why a stopped node sends nothing.
+fn node_stopped() -> Unreachable<TypeConfig> {
+    Unreachable::from_string("this node has stopped")
+}
+
+/// The answers of one replication stream.
+type AppendResults =
+    BoxStream<'static, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>;
 
 /// The HTTP/2 request of a `Raft.StreamAppend` call, as tonic's client would make it.
 fn streaming_request(body: AppendBody) -> http::Result<http::Request<tonic::body::Body>> {
