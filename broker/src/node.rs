@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rocketraft_domain::clock::Clock;
 use rocketraft_domain::limits::HTTP2_FRAME_BYTES_MAX;
 use rocketraft_domain::limits::SEND_REQUEST_BYTES_MAX;
 use rocketraft_proto::broker::broker_server::BrokerServer;
@@ -146,6 +147,8 @@ pub struct BrokerNode {
 pub struct NodeOptions {
     /// Fault injection on this node's outgoing Raft RPCs.
     pub faults: Option<Arc<FaultPlan>>,
+    /// The time the node's business logic reads: the system's, or a test's manual clock.
+    pub clock: Clock,
 }
 
 /// The sockets a node serves on, bound before it starts (tests bind port 0 first to learn
@@ -205,8 +208,9 @@ impl BrokerNode {
             )));
         }
         crate::topic::warn_if_mappings_short();
+        let clock = options.clock.clone();
         let opened = open(&config, &listeners, options).await?;
-        let shared = share(&config, &opened)?;
+        let shared = share(&config, &opened, clock)?;
         let served = serve(&config, listeners, &opened, &shared).await?;
         if config.bootstrap {
             bootstrap(&opened.raft, &opened.peers)
@@ -403,9 +407,10 @@ struct Shared {
     /// Whether this node leads with a live quorum: set by the leadership watch, read by the
     /// broker API (held pulls end when the node is cut off).
     leadership: watch::Sender<Leadership>,
+    clock: Clock,
 }
 
-fn share(config: &BrokerConfig, opened: &Opened) -> Result<Shared, StartError> {
+fn share(config: &BrokerConfig, opened: &Opened, clock: Clock) -> Result<Shared, StartError> {
     Ok(Shared {
         shutdown: opened.shutdown.clone(),
         tasks: TaskTracker::new(),
@@ -419,6 +424,7 @@ fn share(config: &BrokerConfig, opened: &Opened) -> Result<Shared, StartError> {
         scrub_status: Arc::new(ScrubStatus::new(opened.group.store().suspects().clone())),
         metrics: Arc::new(BrokerMetrics::default()),
         leadership: watch::channel(Leadership::NotLeading).0,
+        clock,
     })
 }
 
@@ -463,6 +469,7 @@ async fn serve(
             leadership: shared.leadership.subscribe(),
             metrics: shared.metrics.clone(),
             tasks: shared.tasks.clone(),
+            clock: shared.clock.clone(),
         },
     );
     let raft_service = RaftService::new(
@@ -570,7 +577,11 @@ fn spawn(config: &BrokerConfig, opened: &Opened, shared: &Shared) {
         Duration::from_millis(config.client_expiry_ms),
         shutdown.clone(),
     ));
-    tasks.spawn(run_queue_locks(raft.clone(), shared.queue_locks.clone()));
+    tasks.spawn(run_queue_locks(
+        raft.clone(),
+        shared.queue_locks.clone(),
+        shared.clock.clone(),
+    ));
     let checks = shared.transaction_checks.clone();
     tasks.spawn(on_every_role_change(raft.clone(), move || checks.reset()));
     tasks.spawn(run_leadership_watch(
@@ -588,6 +599,7 @@ fn spawn(config: &BrokerConfig, opened: &Opened, shared: &Shared) {
             shared.transaction_checks.clone(),
         ),
         shared.schedule_status.clone(),
+        shared.clock.clone(),
         shutdown.clone(),
     ));
     tasks.spawn(run_compaction(

@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use rocketraft_domain::clock::Clock;
+
 use crate::raft::control::role::on_every_role_change;
 use crate::raft::types::Raft;
 
@@ -132,10 +134,10 @@ impl QueueLocks {
     }
 }
 
-/// Starts the grace period at every change of this node's role; returns once Raft has
-/// stopped.
-pub async fn run_queue_locks(raft: Raft, locks: std::sync::Arc<QueueLocks>) {
-    on_every_role_change(raft, || locks.role_changed(Instant::now())).await;
+/// Starts the grace period, on `clock`, at every change of this node's role; returns once
+/// Raft has stopped.
+pub async fn run_queue_locks(raft: Raft, locks: std::sync::Arc<QueueLocks>, clock: Clock) {
+    on_every_role_change(raft, || locks.role_changed(clock.instant())).await;
 }
 
 #[cfg(test)]

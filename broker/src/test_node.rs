@@ -56,6 +56,7 @@ impl OneNode {
             },
             NodeOptions {
                 faults: Some(faults.clone()),
+                ..NodeOptions::default()
             },
         )
         .await

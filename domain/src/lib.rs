@@ -3,8 +3,9 @@
 //! message property keys and their codec, SQL92 filters, topic permissions and types, the
 //! stable hash, wall-clock time, and the shared secrets' format. No I/O: every function here
 //! is a pure rule over its arguments (except [`process`], which reads the process's CPU time,
-//! and [`time`], which reads the clock).
+//! and [`time`] and [`clock`], which read the clock).
 
+pub mod clock;
 pub mod limits;
 pub mod names;
 pub mod perm;

@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use rocketraft_broker::config::BrokerConfig;
 use rocketraft_client::route::RouteCache;
+use rocketraft_domain::names::TRANSACTION_OP_TOPIC;
 use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::TopicMessageType;
-use rocketraft_server::config::GrpcV5Config;
 
+use crate::Extras;
 use crate::TestGroup;
 use crate::wait_for;
 
@@ -41,15 +42,14 @@ impl TestCluster {
         seed: u64,
         tune: impl Fn(&mut BrokerConfig),
     ) -> anyhow::Result<TestCluster> {
-        TestCluster::start_with_grpc_v5(seed, tune, GrpcV5Config::default()).await
+        TestCluster::start_with_extras(seed, tune, Extras::default()).await
     }
 
-    /// [`TestCluster::start_with`], every node serving RocketMQ 5.x's gRPC API as `grpc_v5`
-    /// says.
-    pub async fn start_with_grpc_v5(
+    /// [`TestCluster::start_with`], with `extras` for every node.
+    pub async fn start_with_extras(
         seed: u64,
         tune: impl Fn(&mut BrokerConfig),
-        grpc_v5: GrpcV5Config,
+        extras: Extras,
     ) -> anyhow::Result<TestCluster> {
         let nameserver = crate::start_nameserver(NameServerConfig::default()).await?;
         let addr = nameserver.addr().to_string();
@@ -62,7 +62,7 @@ impl TestCluster {
                 tune(config);
             };
             let group =
-                TestGroup::start_with_grpc_v5(3, seed + index as u64, tune_group, grpc_v5.clone())
+                TestGroup::start_with_extras(3, seed + index as u64, tune_group, extras.clone())
                     .await?;
             group.wait_for_leader(TIMEOUT).await?;
             groups.push(group);
@@ -138,6 +138,15 @@ impl TestCluster {
             .into_inner()
             .units;
         Ok(units.iter().map(|unit| unit.commit_log_offset).collect())
+    }
+
+    /// Transactions ended so far, whatever their end: one operation record each.
+    pub async fn transactions_ended(&self) -> anyhow::Result<usize> {
+        let mut ended = 0;
+        for group in GROUPS {
+            ended += self.queue(group, TRANSACTION_OP_TOPIC, 0).await?.len();
+        }
+        Ok(ended)
     }
 
     /// Pull requests every running node of every group received so far (`NodeStatus`).

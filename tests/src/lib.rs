@@ -35,6 +35,8 @@ use rocketraft_client::admin::NewNode;
 use rocketraft_client::connector::ClientTls;
 use rocketraft_client::connector::Connector;
 use rocketraft_client::group::BrokerGroupClient;
+use rocketraft_domain::clock::Clock;
+use rocketraft_domain::clock::ManualClock;
 use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
@@ -94,6 +96,51 @@ where
     }
 }
 
+/// Moves `clock` on by `step` between polls of `condition`, until it yields `Some` or
+/// `timeout` of real time passes: for what the nodes do only as their clock moves (check-backs,
+/// expiries), where no single step can be waited out.
+pub async fn advance_until<T, F, Fut>(
+    what: &str,
+    clock: &ManualClock,
+    step: Duration,
+    timeout: Duration,
+    mut condition: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = condition().await {
+            return Ok(value);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "timed out after {timeout:?} waiting for {what}, the clock moved on by {step:?} each time"
+            );
+        }
+        clock.advance(step);
+        tokio::time::sleep(ADVANCE_POLL).await;
+    }
+}
+
+/// Real time between two steps of [`advance_until`]: enough for a loaded node to act on
+/// the one before.
+const ADVANCE_POLL: Duration = Duration::from_millis(100);
+
+/// What every node of a test group gets besides its config.
+#[derive(Debug, Clone, Default)]
+pub struct Extras {
+    /// The RocketMQ 5.x endpoint (if `listen` is set: on a port of its own).
+    pub grpc_v5: GrpcV5Config,
+    /// The clock the nodes' business logic reads: a [`ManualClock`]'s, for a test that
+    /// holds time still and moves it on itself.
+    ///
+    /// [`ManualClock`]: rocketraft_domain::clock::ManualClock
+    pub clock: Clock,
+}
+
 /// A broker group of real nodes in this process.
 pub struct TestGroup {
     dir: TempDir,
@@ -101,6 +148,8 @@ pub struct TestGroup {
     nodes: BTreeMap<u64, Node>,
     /// The RocketMQ 5.x endpoint every node serves (if `listen` is set: a port of its own).
     grpc_v5: GrpcV5Config,
+    /// The clock every node reads.
+    clock: Clock,
     pub faults: Arc<FaultPlan>,
     /// How the test reaches the nodes' broker API: TLS if the nodes serve it.
     connector: Connector,
@@ -113,16 +162,17 @@ impl TestGroup {
         seed: u64,
         tune: impl Fn(&mut BrokerConfig),
     ) -> anyhow::Result<TestGroup> {
-        TestGroup::start_with_grpc_v5(size, seed, tune, GrpcV5Config::default()).await
+        TestGroup::start_with_extras(size, seed, tune, Extras::default()).await
     }
 
-    /// [`TestGroup::start`] with every node serving RocketMQ 5.x's gRPC API as `grpc_v5` says.
-    pub async fn start_with_grpc_v5(
+    /// [`TestGroup::start`] with `extras` for every node.
+    pub async fn start_with_extras(
         size: u64,
         seed: u64,
         tune: impl Fn(&mut BrokerConfig),
-        grpc_v5: GrpcV5Config,
+        extras: Extras,
     ) -> anyhow::Result<TestGroup> {
+        let Extras { grpc_v5, clock } = extras;
         let dir = tempfile::tempdir()?;
         let mut listeners = BTreeMap::new();
         let mut peers = BTreeMap::new();
@@ -138,6 +188,7 @@ impl TestGroup {
             configs: BTreeMap::new(),
             nodes: BTreeMap::new(),
             grpc_v5,
+            clock,
             faults,
             dir,
             connector: Connector::plain(),
@@ -213,6 +264,7 @@ impl TestGroup {
     fn node_options(&self) -> NodeOptions {
         NodeOptions {
             faults: Some(self.faults.clone()),
+            clock: self.clock.clone(),
         }
     }
 

@@ -35,10 +35,13 @@ use rocketraft_client::message::MessageExt;
 use rocketraft_client::message::property;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::producer::SendResult;
+use rocketraft_domain::clock::Clock;
+use rocketraft_domain::clock::ManualClock;
 use rocketraft_domain::time::now_ms;
 use rocketraft_proto::common::TopicMessageType;
 use rocketraft_proto::v5;
 use rocketraft_proto::v5::messaging_service_client::MessagingServiceClient;
+use rocketraft_tests::Extras;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::deliveries::Deliveries;
@@ -52,20 +55,22 @@ const TOPIC: &str = "V5Orders";
 const FIFO_TOPIC: &str = "V5Sequence";
 
 async fn start_cluster(seed: u64) -> anyhow::Result<TestCluster> {
-    start_cluster_with_keys(seed, BTreeMap::new()).await
+    start_cluster_with(seed, BTreeMap::new(), Clock::system()).await
 }
 
-/// A cluster whose 5.x endpoints accept only calls signed with `access_keys`, if any.
-async fn start_cluster_with_keys(
+/// A cluster whose 5.x endpoints accept only calls signed with `access_keys`, if any, and
+/// whose nodes read `clock`.
+async fn start_cluster_with(
     seed: u64,
     access_keys: BTreeMap<String, String>,
+    clock: Clock,
 ) -> anyhow::Result<TestCluster> {
     let grpc_v5 = GrpcV5Config {
         listen: Some("127.0.0.1:0".parse()?),
         access_keys,
         ..GrpcV5Config::default()
     };
-    let cluster = TestCluster::start_with_grpc_v5(seed, |_| {}, grpc_v5).await?;
+    let cluster = TestCluster::start_with_extras(seed, |_| {}, Extras { grpc_v5, clock }).await?;
     cluster.create_topic(TOPIC, 2).await?;
     cluster.wait_for_route(TOPIC).await?;
     Ok(cluster)
@@ -319,7 +324,7 @@ async fn given_the_official_5x_producer_its_messages_should_be_stored_with_their
 async fn given_access_keys_only_a_client_signing_with_one_should_be_served() -> anyhow::Result<()> {
     init_tracing();
     let keys = BTreeMap::from([("orders-app".to_owned(), "s3cret".to_owned())]);
-    let cluster = start_cluster_with_keys(0x5005_0007, keys).await?;
+    let cluster = start_cluster_with(0x5005_0007, keys, Clock::system()).await?;
     let endpoint = follower_endpoint(&cluster, GROUPS[0]).await?;
     let producer_with = |secret: Option<&str>| {
         let (producer_option, mut client_option) = v5_options(endpoint);
@@ -419,8 +424,18 @@ async fn given_5x_transactions_each_should_end_as_its_client_or_its_check_back_s
         (checked.contains(&open_commit_id) && checked.contains(&open_rollback_id)).then_some(())
     })
     .await?;
-    // Rolled back ones stay invisible; give a wrong delivery the time a commit took.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Once all four ended, nothing more can reach the topic: exactly the two committed.
+    wait_for("all four transactions ended", TIMEOUT, || async {
+        (cluster.transactions_ended().await.ok()? == 4).then_some(())
+    })
+    .await?;
+    let mut stored = 0;
+    for group in GROUPS {
+        for queue_id in 0..2 {
+            stored += cluster.queue(group, TOPIC, queue_id).await?.len();
+        }
+    }
+    assert_eq!(stored, 2, "only the committed reach the topic");
     let seen = deliveries.by_message();
     assert!(
         !seen.contains_key(&rolled_back_id),
@@ -662,7 +677,8 @@ fn simple_consumer_options(
 async fn given_a_leader_kill_while_receiving_nothing_should_be_lost_and_nothing_acked_come_back()
 -> anyhow::Result<()> {
     init_tracing();
-    let mut cluster = start_cluster(0x5005_0004).await?;
+    let clock = ManualClock::starting_now();
+    let mut cluster = start_cluster_with(0x5005_0004, BTreeMap::new(), clock.clock()).await?;
     // The endpoint lives on a node of the other group: the kill does not take it down.
     let endpoint = follower_endpoint(&cluster, "broker-b").await?;
     let producer = Producer::builder(cluster.nameservers(), "v5-kill-producer").build()?;
@@ -680,7 +696,6 @@ async fn given_a_leader_kill_while_receiving_nothing_should_be_lost_and_nothing_
     let invisible = Duration::from_secs(10);
 
     info!("--- every message received once; every other one acked");
-    let receiving = tokio::time::Instant::now();
     let first = receive_until(&consumer, &all, invisible, sent.len(), TIMEOUT).await?;
     let ids: BTreeSet<String> = first.iter().map(|m| m.message_id().to_owned()).collect();
     assert_eq!(ids, sent);
@@ -699,6 +714,16 @@ async fn given_a_leader_kill_while_receiving_nothing_should_be_lost_and_nothing_
     group.wait_for_leader(TIMEOUT).await?;
 
     info!("--- the unacked come back once their invisible time ended, the acked never");
+    // The nodes' clock has stood still since the receive: none may come back yet.
+    let early = consumer
+        .receive_with(TOPIC, &all, 32, invisible)
+        .await
+        .context("5.x receive")?;
+    assert!(
+        early.is_empty(),
+        "back before its invisible time ended: {early:?}"
+    );
+    clock.advance(invisible);
     let again = receive_until(
         &consumer,
         &all,
@@ -714,10 +739,6 @@ async fn given_a_leader_kill_while_receiving_nothing_should_be_lost_and_nothing_
     );
     assert_eq!(again.len(), unacked.len(), "each once");
     assert!(again.iter().all(|message| message.delivery_attempt() == 2));
-    assert!(
-        receiving.elapsed() >= invisible,
-        "none came back before its invisible time ended"
-    );
     ack_all(&consumer, &again).await?;
     assert_nothing_to_receive(&consumer, &all).await?;
     cluster.shutdown().await;
@@ -1076,7 +1097,15 @@ async fn given_an_auto_renew_receive_the_endpoint_should_keep_it_invisible_while
         auto_renew_invisible_ms: 2000,
         ..GrpcV5Config::default()
     };
-    let cluster = TestCluster::start_with_grpc_v5(0x5005_0008, |_| {}, grpc_v5).await?;
+    let cluster = TestCluster::start_with_extras(
+        0x5005_0008,
+        |_| {},
+        Extras {
+            grpc_v5,
+            ..Extras::default()
+        },
+    )
+    .await?;
     cluster.create_topic(TOPIC, 2).await?;
     cluster.wait_for_route(TOPIC).await?;
     let endpoint = follower_endpoint(&cluster, GROUPS[0]).await?;

@@ -21,6 +21,7 @@ use std::time::Duration;
 use anyhow::Context;
 use rocketraft_client::admin::Admin;
 use rocketraft_client::admin::GroupSettings;
+use rocketraft_tests::Extras;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::init_tracing;
@@ -114,7 +115,15 @@ async fn run(client: &Client, seed: u64) -> anyhow::Result<Option<Value>> {
         access_keys: BTreeMap::from([(ACCESS_KEY.into(), SECRET.into())]),
         ..GrpcV5Config::default()
     };
-    let cluster = TestCluster::start_with_grpc_v5(seed, |_| {}, grpc_v5).await?;
+    let cluster = TestCluster::start_with_extras(
+        seed,
+        |_| {},
+        Extras {
+            grpc_v5,
+            ..Extras::default()
+        },
+    )
+    .await?;
     // Two queues per broker group: the Node.js client's simple consumer names only queue 0 of
     // each (its SubscriptionLoadBalancer compares the queue id where it means the broker id),
     // and receives from both as the endpoint pops any queue of the group.

@@ -53,7 +53,7 @@ use crate::transaction::half::check_times;
 use crate::transaction::half::checked_copy;
 use crate::transaction::half::half_offset;
 use crate::transaction::half::op_record;
-use rocketraft_domain::time::now_ms;
+use rocketraft_domain::clock::Clock;
 use rocketraft_proto::broker as pb;
 
 /// Messages one `DeliverDelayed` entry carries at most.
@@ -106,6 +106,7 @@ pub async fn run_schedule_service(
     levels: DelayLevels,
     transactions: (CheckSettings, Arc<TransactionChecks>),
     status: Arc<ScheduleStatus>,
+    clock: Clock,
     shutdown: CancellationToken,
 ) {
     let (settings, checks) = transactions;
@@ -126,6 +127,7 @@ pub async fn run_schedule_service(
                     group.clone(),
                     queue,
                     checks.clone(),
+                    clock.clone(),
                     leading.clone(),
                 ))
             })
@@ -273,13 +275,14 @@ async fn run_queue(
     group: Arc<GroupState>,
     queue: ScheduleQueue,
     producers: Arc<TransactionChecks>,
+    clock: Clock,
     leading: CancellationToken,
 ) {
     let mut arrivals = group.watch_queue(queue.topic, queue.queue_id);
     let (topic, queue_id) = (queue.topic, queue.queue_id);
     while !leading.is_cancelled() {
         arrivals.borrow_and_update();
-        let due = match collect_due(&group, queue, now_ms()) {
+        let due = match collect_due(&group, queue, clock.now_ms()) {
             Ok(due) => due,
             Err(error) => {
                 tracing::error!(topic, queue_id, %error, "reading the schedule queue failed");
@@ -336,8 +339,10 @@ async fn run_queue(
             }
             Due::NotBefore(due_ms) => {
                 tracing::trace!(topic, queue_id, due_ms, "head not due");
-                let wait = Duration::from_millis((due_ms - now_ms()).max(1) as u64);
-                pause(&leading, wait).await;
+                tokio::select! {
+                    () = leading.cancelled() => {}
+                    () = clock.sleep_until_ms(due_ms) => {}
+                }
             }
             Due::Empty => {
                 tracing::trace!(topic, queue_id, "empty");

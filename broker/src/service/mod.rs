@@ -3,6 +3,7 @@
 mod admin;
 pub mod blackhole;
 mod consumers;
+mod long_poll;
 mod node_status;
 mod offsets;
 mod pull;
@@ -40,6 +41,7 @@ use crate::raft::transport::faults::FaultPlan;
 use crate::raft::types::Raft;
 use crate::schedule::delay_levels::DelayLevels;
 use crate::schedule::service::ScheduleStatus;
+use rocketraft_domain::clock::Clock;
 
 /// What the broker API needs besides the group's Raft and state.
 pub struct ServiceOptions {
@@ -77,6 +79,8 @@ pub struct ServiceOptions {
     pub metrics: Arc<BrokerMetrics>,
     /// The node's tasks: the service's own (group commit) are tracked with them.
     pub tasks: tokio_util::task::TaskTracker,
+    /// The time store timestamps, deliver times, invisibility and locks are reckoned in.
+    pub clock: Clock,
 }
 
 pub struct BrokerService {
@@ -108,6 +112,7 @@ pub struct BrokerService {
     pop_turns: crate::pop::turns::PopTurns,
     /// Where the next pop of any queue starts trying queues (`pop.rs`).
     pop_rotation: std::sync::atomic::AtomicUsize,
+    clock: Clock,
 }
 
 impl BrokerService {
@@ -138,6 +143,7 @@ impl BrokerService {
             leadership: options.leadership,
             pop_turns: crate::pop::turns::PopTurns::default(),
             pop_rotation: std::sync::atomic::AtomicUsize::new(0),
+            clock: options.clock,
         }
     }
 

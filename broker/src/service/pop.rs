@@ -23,7 +23,6 @@
 //! the copy in `%DLQ%<group>` land together or not at all.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -32,7 +31,6 @@ use rocketraft_domain::limits::POP_INVISIBLE_MS_MAX as INVISIBLE_MS_MAX;
 use rocketraft_domain::limits::POP_INVISIBLE_MS_MIN as INVISIBLE_MS_MIN;
 use rocketraft_domain::limits::PULL_RESPONSE_BYTES_MAX;
 use rocketraft_domain::property_keys::TAGS;
-use rocketraft_domain::time::now_ms;
 use rocketraft_proto::POP_ANY_QUEUE;
 use rocketraft_proto::broker as pb;
 
@@ -45,6 +43,8 @@ use crate::pop::state::PopChangeOutcome;
 use crate::pop::state::PopQueueKey;
 use crate::raft::control::propose::propose;
 use crate::service::BrokerService;
+use crate::service::long_poll::LongPoll;
+use crate::service::long_poll::Woken;
 use crate::service::pull::ByteBudget;
 use crate::service::pull::Filter;
 use crate::service::pull::PULL_SCAN_UNITS_MAX;
@@ -88,29 +88,15 @@ impl BrokerService {
             // group's retries.
             attempts_max: self.group_config(&request.group).await?.retry_max_times + 1,
         };
-        let deadline =
-            tokio::time::Instant::now() + Duration::from_millis(u64::from(request.max_wait_ms));
         // `POP_ANY_QUEUE` watches every queue of the topic.
-        let mut arrivals = self.group.watch_queue(&request.topic, request.queue_id);
-        let mut leadership = self.leadership.clone();
-        let mut hold = None;
+        let mut poll = LongPoll::begin(self, &request.topic, request.queue_id, request.max_wait_ms);
         loop {
-            arrivals.borrow_and_update();
-            leadership.borrow_and_update();
+            poll.look();
             let messages = self.pop_queues(&request, &queues, &terms).await?;
             if !messages.is_empty() || request.max_wait_ms == 0 {
                 return Ok(pb::PopResponse { messages });
             }
-            if hold.is_none() {
-                hold = Some(self.pull_holds.clone().try_acquire_owned().map_err(|_| {
-                    BrokerError::LimitExceeded(format!(
-                        "this node holds {} pulls and pops open already (pull_holds_max); \
-                         pop again later",
-                        self.pull_holds_max
-                    ))
-                })?);
-            }
-            let now = now_ms();
+            let now = self.clock.now_ms();
             let revival = {
                 let metadata = self.group.metadata();
                 queues
@@ -121,24 +107,9 @@ impl BrokerService {
                     })
                     .min()
             };
-            let wake = revival.map_or(deadline, |at_ms| {
-                let after = Duration::from_millis(at_ms.saturating_sub(now).max(0) as u64);
-                deadline.min(tokio::time::Instant::now() + after)
-            });
-            let woken = tokio::time::timeout_at(wake, async {
-                tokio::select! {
-                    arrived = arrivals.changed() => arrived,
-                    changed = leadership.changed() => changed,
-                }
-            });
-            match woken.await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return Ok(pb::PopResponse::default()),
-                Err(_) if tokio::time::Instant::now() >= deadline => {
-                    return Ok(pb::PopResponse::default());
-                }
-                // An invisibility ended: look again.
-                Err(_) => {}
+            // An end of invisibility wakes the pop too.
+            if poll.wait(self, "pop", revival).await? == Woken::Ended {
+                return Ok(pb::PopResponse::default());
             }
             self.ensure_leader()?;
         }
@@ -209,7 +180,7 @@ impl BrokerService {
         budget: &mut ByteBudget,
     ) -> Result<Vec<pb::PoppedMessage>, BrokerError> {
         for _ in 0..POP_CONFLICT_RETRIES {
-            let now = now_ms();
+            let now = self.clock.now_ms();
             let mut planned_budget = *budget;
             let PopPlan {
                 pop,
@@ -511,7 +482,7 @@ impl BrokerService {
                 request.changes.len()
             )));
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let mut changes = Vec::with_capacity(request.changes.len());
         for change in &request.changes {
             let invisible_until_ms = match change.invisible_ms {

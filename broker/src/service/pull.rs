@@ -14,7 +14,6 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use rocketraft_domain::limits::PULL_RESPONSE_BYTES_MAX;
 use rocketraft_domain::sql_filter::SqlFilter;
@@ -25,6 +24,8 @@ use crate::raft::control::lease::Leadership;
 use crate::raft::control::role::is_ready_leader;
 use crate::scrub::suspects::SuspectUnit;
 use crate::service::BrokerService;
+use crate::service::long_poll::LongPoll;
+use crate::service::long_poll::Woken;
 use crate::service::pulled::HostText;
 use crate::service::pulled::to_pulled;
 use crate::store::CheckedBlock;
@@ -99,17 +100,9 @@ impl BrokerService {
     ) -> Result<pb::PullResponse, BrokerError> {
         self.pull_requests.fetch_add(1, Ordering::Relaxed);
         let filter = validate_pull(&request)?;
-        let deadline =
-            tokio::time::Instant::now() + Duration::from_millis(u64::from(request.max_wait_ms));
-        let mut arrivals = self.group.watch_queue(&request.topic, request.queue_id);
-        let mut leadership = self.leadership.clone();
-        // Taken before the first wait, released when the pull returns.
-        let mut hold = None;
+        let mut poll = LongPoll::begin(self, &request.topic, request.queue_id, request.max_wait_ms);
         loop {
-            // Mark the current versions seen before reading, so an append or a change of
-            // leadership between the read and the wait still wakes this pull.
-            arrivals.borrow_and_update();
-            let cut_off = *leadership.borrow_and_update() == Leadership::LeadingWithoutQuorum;
+            let cut_off = poll.look() == Leadership::LeadingWithoutQuorum;
             let reading = std::time::Instant::now();
             let response = self.read_queue(&request, &filter)?;
             let body_bytes = response
@@ -134,23 +127,8 @@ impl BrokerService {
                         .into(),
                 ));
             }
-            if hold.is_none() {
-                hold = Some(self.pull_holds.clone().try_acquire_owned().map_err(|_| {
-                    BrokerError::LimitExceeded(format!(
-                        "this node holds {} pulls open already (pull_holds_max); pull again later",
-                        self.pull_holds_max
-                    ))
-                })?);
-            }
-            let woken = tokio::time::timeout_at(deadline, async {
-                tokio::select! {
-                    arrived = arrivals.changed() => arrived,
-                    changed = leadership.changed() => changed,
-                }
-            });
-            match woken.await {
-                Ok(Ok(())) => continue,
-                Ok(Err(_)) | Err(_) => return Ok(response),
+            if poll.wait(self, "pull", None).await? == Woken::Ended {
+                return Ok(response);
             }
         }
     }

@@ -3,7 +3,6 @@
 //! its quorum may have a successor granting the same queues.
 
 use rocketraft_proto::broker as pb;
-use tokio::time::Instant;
 
 use crate::error::BrokerError;
 use crate::queue_locks::LOCK_QUEUES_MAX;
@@ -28,7 +27,7 @@ impl BrokerService {
             &request.client_id,
             &wanted,
             &held,
-            Instant::now(),
+            self.clock.instant(),
         );
         Ok(pb::LockQueuesResponse {
             locked: locked

@@ -43,7 +43,6 @@ use crate::topic::validate_topic_name;
 use crate::transaction::half::PGROUP;
 use crate::transaction::half::TRAN_MSG;
 use crate::transaction::half::park_half;
-use rocketraft_domain::time::now_ms;
 
 pub use rocketraft_domain::limits::SEND_BATCH_BODY_BYTES_MAX;
 pub use rocketraft_domain::limits::SEND_BATCH_COUNT_MAX;
@@ -251,7 +250,7 @@ impl BrokerService {
         placements: &[Placement],
         born_host: SocketAddr,
     ) -> Result<(Vec<u8>, usize), BrokerError> {
-        let store_timestamp_ms = now_ms();
+        let store_timestamp_ms = self.clock.now_ms();
         let body_bytes: usize = request.messages.iter().map(|m| m.body.len()).sum();
         let mut records =
             Vec::with_capacity(body_bytes + request.messages.len() * RECORD_OVERHEAD_ESTIMATE);

@@ -27,7 +27,6 @@ use crate::store::record::MessageRecord;
 use crate::topic::RETRY_TOPIC_PREFIX;
 use crate::topic::validate_group_name;
 use rocketraft_domain::names::RETRY_DELAY_LEVEL_BASE;
-use rocketraft_domain::time::now_ms;
 
 impl BrokerService {
     pub(super) async fn handle_send_message_back(
@@ -133,7 +132,7 @@ impl BrokerService {
             .insert(MAX_RECONSUME_TIMES, max_reconsume_times.to_string())
             .map_err(BrokerError::illegal)?;
         copy.reconsume_times = reconsume_times;
-        copy.store_timestamp_ms = now_ms();
+        copy.store_timestamp_ms = self.clock.now_ms();
         copy.queue_offset = 0;
         copy.physical_offset = 0;
         Ok(copy)

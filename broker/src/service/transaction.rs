@@ -9,7 +9,6 @@
 
 use futures::StreamExt;
 use rocketraft_domain::limits::END_TRANSACTIONS_MAX;
-use rocketraft_domain::time::now_ms;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::ResponseCode;
 use tokio_stream::wrappers::ReceiverStream;
@@ -100,7 +99,7 @@ impl BrokerService {
         // is harmless: an end applies only if its transaction has not ended, and commits
         // only on the real leader.)
         leader_caught_up(&self.raft, CAUGHT_UP_WAIT_MAX).await?;
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let mut results = Vec::with_capacity(requests.len());
         let mut proposed = Vec::new();
         let mut ends = Vec::new();
