@@ -1,21 +1,27 @@
 //! The leader's queue locks for orderly consumers, on a real 3-node group: one holder per
 //! queue, release and expiry, followers refuse, and after a leader change the new leader
-//! grants renewals at once and other locks only after its grace period.
+//! grants renewals at once and other locks only after its grace period. The nodes read a
+//! manual clock, which the test moves past the grace period and the expiry.
 
 use std::time::Duration;
 
+use rocketraft_broker::queue_locks::QUEUE_LOCK_EXPIRY_DEFAULT;
+use rocketraft_domain::clock::ManualClock;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
+use rocketraft_tests::Extras;
 use rocketraft_tests::TestGroup;
+use rocketraft_tests::advance_until;
 use rocketraft_tests::init_tracing;
 use rocketraft_tests::wait_for;
 use tonic::transport::Channel;
 use tracing::info;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-/// Locks last 20 s without renewal here, so a new leader's grace period is 10 s: long enough
-/// for the test to act inside it on a slow machine.
-const LOCK_EXPIRY_MS: u64 = 20_000;
+/// How long a lock lasts without renewal: RocketMQ's 60 s, on the nodes' manual clock.
+const LOCK_EXPIRY: Duration = QUEUE_LOCK_EXPIRY_DEFAULT;
+/// A new leader's grace period.
+const GRACE: Duration = Duration::from_secs(LOCK_EXPIRY.as_secs() / 2);
 
 fn queues(ids: &[i32]) -> Vec<pb::QueueRef> {
     ids.iter()
@@ -49,14 +55,22 @@ async fn lock(
 async fn given_queue_locks_one_member_should_hold_each_queue_across_a_leader_change()
 -> anyhow::Result<()> {
     init_tracing();
-    let group = TestGroup::start(3, 0x5EED_0C01, |config| {
-        config.queue_lock_expiry_ms = LOCK_EXPIRY_MS;
-    })
+    let clock = ManualClock::starting_now();
+    let extras = Extras {
+        clock: clock.clock(),
+        ..Extras::default()
+    };
+    let group = TestGroup::start_with_extras(
+        3,
+        0x5EED_0C01,
+        |config| config.queue_lock_expiry_ms = LOCK_EXPIRY.as_millis() as u64,
+        extras,
+    )
     .await?;
     let leader = group.wait_for_leader(TIMEOUT).await?;
     let mut client = group.client(leader).await?;
     info!("--- the first locks come once the new leader's grace period ends");
-    wait_for("c1 holds queues 0 and 1", TIMEOUT, || {
+    advance_until("c1 holds queues 0 and 1", &clock, GRACE, TIMEOUT, || {
         let mut client = client.clone();
         async move { (lock(&mut client, "c1", &[0, 1], &[]).await.ok()? == [0, 1]).then_some(()) }
     })
@@ -97,11 +111,20 @@ async fn given_queue_locks_one_member_should_hold_each_queue_across_a_leader_cha
         "0 is renewed by c1, 3 is free but c3 held nothing: it waits out the grace period"
     );
     assert_eq!(lock(&mut client, "c2", &[1, 2], &[1, 2]).await?, [1, 2]);
-    wait_for("c3 gets queue 3 after the grace period", TIMEOUT, || {
-        let mut client = client.clone();
-        async move { (lock(&mut client, "c3", &[0, 3], &[]).await.ok()? == [3]).then_some(()) }
-    })
-    .await?;
+    clock.advance(GRACE);
+    assert_eq!(
+        lock(&mut client, "c3", &[0, 3], &[]).await?,
+        [3],
+        "the grace period ended; 0 is still c1's"
+    );
+
+    info!("--- a lock not renewed for its expiry is free");
+    clock.advance(LOCK_EXPIRY);
+    assert_eq!(
+        lock(&mut client, "c3", &[0, 3], &[3]).await?,
+        [0, 3],
+        "c1 let its lock on 0 expire"
+    );
     let too_many: Vec<i32> = (0..=1024).collect();
     let error = lock(&mut client, "c3", &too_many, &[])
         .await

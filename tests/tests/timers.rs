@@ -1,6 +1,7 @@
 //! Timer messages against a real cluster (a nameserver and two 3-node broker groups on
-//! loopback): each is delivered once, never before its deliver time and within a second of
-//! it, across the kill of a group's leader; the limits are enforced at the send.
+//! loopback) whose nodes read a manual clock: each is delivered once, never before its
+//! deliver time and within one step of the clock after it, across the kill of a group's
+//! leader; the limits are enforced at the send.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,7 +10,8 @@ use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
 use rocketraft_client::message::property;
 use rocketraft_client::producer::Producer;
-use rocketraft_domain::time::now_ms;
+use rocketraft_domain::clock::ManualClock;
+use rocketraft_tests::Extras;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::deliveries::Deliveries;
 use rocketraft_tests::init_tracing;
@@ -17,18 +19,28 @@ use tracing::info;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const TOPIC: &str = "Reminders";
-/// How late a timer may be delivered (the promised precision).
-const PRECISION_MS: i64 = 1000;
+/// How far the test moves the clock at once: the promised precision.
+const STEP: Duration = Duration::from_millis(250);
 
-async fn start_cluster(seed: u64, max_delay_ms: u64) -> anyhow::Result<(TestCluster, Producer)> {
-    let cluster = TestCluster::start_with(seed, |config| {
-        config.timer_max_delay_ms = max_delay_ms;
-    })
+async fn start_cluster(
+    seed: u64,
+    max_delay_ms: u64,
+) -> anyhow::Result<(TestCluster, Producer, ManualClock)> {
+    let clock = ManualClock::starting_now();
+    let extras = Extras {
+        clock: clock.clock(),
+        ..Extras::default()
+    };
+    let cluster = TestCluster::start_with_extras(
+        seed,
+        |config| config.timer_max_delay_ms = max_delay_ms,
+        extras,
+    )
     .await?;
     cluster.create_topic(TOPIC, 2).await?;
     cluster.wait_for_route(TOPIC).await?;
     let producer = Producer::builder(cluster.nameservers(), "reminder-producer").build()?;
-    Ok((cluster, producer))
+    Ok((cluster, producer, clock))
 }
 
 /// The deliver time a delivered timer carried, and how late its delivery was stored.
@@ -44,15 +56,16 @@ fn lateness_ms(message: &MessageExt) -> anyhow::Result<(i64, i64)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_timers_each_should_arrive_once_on_time_across_a_leader_kill() -> anyhow::Result<()> {
     init_tracing();
-    let (mut cluster, producer) = start_cluster(0x71AE_0001, 3_600_000).await?;
+    let (mut cluster, producer, clock) = start_cluster(0x71AE_0001, 3_600_000).await?;
     let deliveries = Deliveries::default();
     let consumer = deliveries
         .start_reader(cluster.nameservers(), "reminder-reader", TOPIC)
         .await?;
 
     info!("--- timers from 1.5 s to 12 s ahead, by deliver time and by delay");
-    let sent_at = now_ms();
-    let mut sent = BTreeMap::new();
+    // The clock stands still until the test moves it: every send is stored at `sent_at`.
+    let sent_at = clock.now_ms();
+    let mut deliver_at = BTreeMap::new();
     for i in 0..48i64 {
         let ahead_ms = 1_500 + i * 220;
         let message = Message::new(TOPIC, format!("reminder {i}"));
@@ -62,45 +75,49 @@ async fn given_timers_each_should_arrive_once_on_time_across_a_leader_kill() -> 
             message.with_delay(Duration::from_millis(ahead_ms as u64))
         };
         let result = producer.send(message).await?;
-        sent.insert(result.msg_id, i);
+        deliver_at.insert(result.msg_id, sent_at + ahead_ms);
     }
 
     info!("--- broker-a's leader is killed while timers are waiting");
     let group = cluster.group_mut("broker-a");
     let leader = group.wait_for_leader(TIMEOUT).await?;
-    let killed_at = now_ms();
     group.stop(leader).await;
     let new_leader = group.wait_for_leader(TIMEOUT).await?;
-    let recovered_at = now_ms();
-    info!(
-        leader,
-        new_leader,
-        failover_ms = recovered_at - killed_at,
-        "new leader"
-    );
+    info!(leader, new_leader, "new leader");
 
-    let ids = sent.keys().cloned().collect();
-    deliveries.wait_for_all(&ids, TIMEOUT).await?;
-    let mut worst_ms = 0;
-    for delivery in deliveries.all() {
-        let (deliver_ms, late_ms) = lateness_ms(&delivery.message)?;
-        assert!(
-            late_ms >= 0,
-            "{} delivered {} ms early",
-            delivery.message.msg_id,
-            -late_ms
-        );
-        // A timer due while its group had no leader comes once the new leader runs.
-        if deliver_ms > recovered_at || deliver_ms < killed_at {
+    info!("--- the clock moves on a step at a time: what is due comes, nothing else");
+    let last_ms = deliver_at.values().copied().max().unwrap_or(sent_at);
+    while clock.now_ms() < last_ms {
+        clock.advance(STEP);
+        let now_ms = clock.now_ms();
+        let due = deliver_at
+            .iter()
+            .filter(|(_, at)| **at <= now_ms)
+            .map(|(id, _)| id.clone())
+            .collect();
+        deliveries.wait_for_all(&due, TIMEOUT).await?;
+        for delivery in deliveries.all() {
+            let message = &delivery.message;
+            let (deliver_ms, late_ms) = lateness_ms(message)?;
+            assert_eq!(Some(&deliver_ms), deliver_at.get(&message.msg_id));
             assert!(
-                late_ms <= PRECISION_MS,
-                "{} delivered {late_ms} ms late",
-                delivery.message.msg_id
+                late_ms >= 0,
+                "{} delivered {} ms early",
+                message.msg_id,
+                -late_ms
             );
-            worst_ms = worst_ms.max(late_ms);
+            assert!(
+                late_ms < STEP.as_millis() as i64,
+                "{} delivered {late_ms} ms late",
+                message.msg_id
+            );
+            assert!(
+                deliver_ms <= now_ms,
+                "{} delivered before it was due",
+                message.msg_id
+            );
         }
     }
-    info!(worst_ms, "timers on time");
 
     info!("--- each timer was restored to its topic exactly once");
     let mut stored = 0;
@@ -109,7 +126,11 @@ async fn given_timers_each_should_arrive_once_on_time_across_a_leader_kill() -> 
             stored += cluster.queue(group, TOPIC, queue_id).await?.len();
         }
     }
-    assert_eq!(stored, sent.len(), "one copy of each timer in the topic");
+    assert_eq!(
+        stored,
+        deliver_at.len(),
+        "one copy of each timer in the topic"
+    );
 
     consumer.shutdown().await;
     cluster.shutdown().await;
@@ -121,7 +142,7 @@ async fn given_timer_limits_a_send_should_be_refused_clearly_or_delivered_at_onc
 -> anyhow::Result<()> {
     init_tracing();
     let max_delay_ms = 60_000;
-    let (cluster, producer) = start_cluster(0x71AE_0002, max_delay_ms).await?;
+    let (cluster, producer, clock) = start_cluster(0x71AE_0002, max_delay_ms).await?;
     let at_max = Message::new(TOPIC, "at max").with_delay(Duration::from_millis(max_delay_ms));
     producer.send(at_max).await?;
     let past_max =
@@ -144,7 +165,7 @@ async fn given_timer_limits_a_send_should_be_refused_clearly_or_delivered_at_onc
     assert!(refused.to_string().contains("TIMER_DELAY_SEC"), "{refused}");
 
     info!("--- a deliver time already past is delivered at once");
-    let past = Message::new(TOPIC, "past").with_deliver_time_ms(now_ms() - 1_000);
+    let past = Message::new(TOPIC, "past").with_deliver_time_ms(clock.now_ms() - 1_000);
     let result = producer.send(past).await?;
     let queue = cluster.queue(&result.group, TOPIC, result.queue_id).await?;
     assert_eq!(queue.len(), 1, "stored in its topic, not parked");

@@ -1,5 +1,5 @@
 //! Transactional messages against a real cluster (a nameserver and two 3-node broker groups
-//! on loopback): commit, rollback, check-back to commit or rollback, a producer that crashes
+//! on loopback) whose nodes read a manual clock: commit, rollback, check-back to commit or rollback, a producer that crashes
 //! between the half message and the end, a transaction nobody resolves, and a delayed
 //! transactional message, all across the kill of a group's leader. Committed messages are
 //! stored once; rolled-back and discarded ones are never seen. A producer answers at most
@@ -12,6 +12,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use rocketraft_broker::transaction::half::HALF_QUEUE_CHECKED;
 use rocketraft_client::admin::Admin;
 use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
@@ -19,9 +20,13 @@ use rocketraft_client::producer::Producer;
 use rocketraft_client::transaction::CHECKS_ANSWERING_MAX;
 use rocketraft_client::transaction::LocalTransactionState;
 use rocketraft_client::transaction::TransactionEnd;
+use rocketraft_domain::clock::ManualClock;
 use rocketraft_domain::limits::END_TRANSACTIONS_MAX;
+use rocketraft_domain::names::TRANSACTION_HALF_TOPIC;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::common::ResponseCode;
+use rocketraft_tests::Extras;
+use rocketraft_tests::advance_until;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::deliveries::Deliveries;
@@ -33,8 +38,31 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 const TOPIC: &str = "Payments";
 const PRODUCER_GROUP: &str = "payment-service";
 /// The test cluster checks a transaction back 1 s after its half message and every second
-/// after, 5 times (`tests/src/lib.rs`); then it is discarded.
-const DISCARDED_AFTER: Duration = Duration::from_secs(8);
+/// after, 5 times (`tests/src/lib.rs`); then it is discarded. The test moves the clock by
+/// this much at a time.
+const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A cluster whose nodes read `clock`.
+async fn start_cluster(seed: u64, clock: &ManualClock) -> anyhow::Result<TestCluster> {
+    let extras = Extras {
+        clock: clock.clock(),
+        ..Extras::default()
+    };
+    TestCluster::start_with_extras(seed, |_| {}, extras).await
+}
+
+/// The copies of half messages in `cluster`'s half queues that check-backs left: one per
+/// check-back offered.
+async fn half_copies(cluster: &TestCluster) -> anyhow::Result<usize> {
+    let mut copies = 0;
+    for group in GROUPS {
+        copies += cluster
+            .queue(group, TRANSACTION_HALF_TOPIC, HALF_QUEUE_CHECKED)
+            .await?
+            .len();
+    }
+    Ok(copies)
+}
 
 /// What the local transaction (and, asked later, the checker) says for a body's prefix.
 fn verdict(body: &str) -> (LocalTransactionState, LocalTransactionState) {
@@ -56,7 +84,8 @@ fn body_of(message: &MessageExt) -> String {
 async fn given_transactions_each_should_end_once_as_decided_across_a_leader_kill_and_a_producer_crash()
 -> anyhow::Result<()> {
     init_tracing();
-    let mut cluster = TestCluster::start(0x7A_0001).await?;
+    let clock = ManualClock::starting_now();
+    let mut cluster = start_cluster(0x7A_0001, &clock).await?;
     cluster.create_topic(TOPIC, 2).await?;
     cluster.wait_for_route(TOPIC).await?;
     let deliveries = Deliveries::default();
@@ -128,12 +157,13 @@ async fn given_transactions_each_should_end_once_as_decided_across_a_leader_kill
         .send_in_transaction(
             Message::new(TOPIC, "delayed:0").with_delay(Duration::from_secs(2)),
             |_sent| async {
-                tokio::time::sleep(Duration::from_millis(1_500)).await;
+                clock.advance(Duration::from_millis(1_500));
                 LocalTransactionState::Commit
             },
         )
         .await?;
     assert_eq!(delayed.end, Some(TransactionEnd::Committed));
+    let committed_at = clock.now_ms();
     drop(crashing);
 
     info!("--- broker-a's leader is killed with transactions unresolved");
@@ -154,18 +184,25 @@ async fn given_transactions_each_should_end_once_as_decided_across_a_leader_kill
         .cloned()
         .chain(["delayed:0".to_owned()])
         .collect();
-    wait_for("every committed transaction consumed", TIMEOUT, || async {
-        let seen: BTreeSet<String> = deliveries
-            .all()
-            .iter()
-            .map(|delivery| body_of(&delivery.message))
-            .collect();
-        committed.is_subset(&seen).then_some(())
-    })
+    // Every transaction ends: by its producer, by a check-back, or discarded after the last;
+    // the committed ones are consumed. Then nothing else can show up.
+    let transactions = ends.len() + 1;
+    advance_until(
+        "every transaction ended and every committed one consumed",
+        &clock,
+        CHECK_INTERVAL,
+        TIMEOUT,
+        || async {
+            let seen: BTreeSet<String> = deliveries
+                .all()
+                .iter()
+                .map(|delivery| body_of(&delivery.message))
+                .collect();
+            let ended = cluster.transactions_ended().await.ok()?;
+            (ended == transactions && committed.is_subset(&seen)).then_some(())
+        },
+    )
     .await?;
-    // Unresolved transactions are discarded after their last check-back; give the ones
-    // that could still show up the time to.
-    tokio::time::sleep(DISCARDED_AFTER).await;
     let seen: BTreeSet<String> = deliveries
         .all()
         .iter()
@@ -192,10 +229,10 @@ async fn given_transactions_each_should_end_once_as_decided_across_a_leader_kill
         .find(|delivery| body_of(&delivery.message) == "delayed:0")
         .map(|delivery| delivery.message)
         .ok_or_else(|| anyhow::anyhow!("the delayed message"))?;
-    let waited = delayed_message.store_timestamp_ms - delayed_message.born_timestamp_ms;
+    let waited = delayed_message.store_timestamp_ms - committed_at;
     assert!(
-        waited >= 3_400,
-        "a delayed transactional message waits its 2 s after the commit 1.5 s later: {waited} ms"
+        waited >= 2_000,
+        "a delayed transactional message waits its 2 s after the commit: {waited} ms"
     );
 
     drop(restarted);
@@ -209,7 +246,8 @@ async fn given_more_check_backs_than_a_producer_answers_at_once_it_should_hold_t
 -> anyhow::Result<()> {
     const UNRESOLVED: usize = CHECKS_ANSWERING_MAX + 8;
     init_tracing();
-    let cluster = TestCluster::start(0x7A_0002).await?;
+    let clock = ManualClock::starting_now();
+    let cluster = start_cluster(0x7A_0002, &clock).await?;
     cluster.create_topic(TOPIC, 1).await?;
     cluster.wait_for_route(TOPIC).await?;
     let sender = Producer::builder(cluster.nameservers(), PRODUCER_GROUP).build()?;
@@ -245,12 +283,21 @@ async fn given_more_check_backs_than_a_producer_answers_at_once_it_should_hold_t
         .topics([TOPIC])
         .transaction_checker(checker)
         .build()?;
-    wait_for("the checker saturated", TIMEOUT, || async {
-        (answering.load(Ordering::SeqCst) == CHECKS_ANSWERING_MAX).then_some(())
+    advance_until(
+        "the checker saturated",
+        &clock,
+        CHECK_INTERVAL,
+        TIMEOUT,
+        || async { (answering.load(Ordering::SeqCst) == CHECKS_ANSWERING_MAX).then_some(()) },
+    )
+    .await?;
+    info!("--- another check round offers the held-back transactions again");
+    let offered = half_copies(&cluster).await?;
+    clock.advance(CHECK_INTERVAL);
+    wait_for("the next check round", TIMEOUT, || async {
+        (half_copies(&cluster).await.ok()? > offered).then_some(())
     })
     .await?;
-    // Another check round (1 s in tests) offers the held-back transactions again.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(most_at_once.load(Ordering::SeqCst), CHECKS_ANSWERING_MAX);
 
     info!("--- released, every transaction commits, each once");
