@@ -52,6 +52,7 @@ use crate::store::index::INDEX_ENTRY_SIZE;
 use crate::store::mapped_file;
 use crate::store::properties::UNIQ_KEY;
 use crate::store::record::tests::keyed;
+use crate::testing::counters::Counters;
 
 const SEEDS_DEFAULT: u64 = 24;
 /// Entries in one seed's log.
@@ -328,15 +329,14 @@ pub(crate) fn rot_index_entry(group: &GroupState, node_dir: &Path, rng: &mut See
     true
 }
 
-#[derive(Debug, Default)]
-struct Stats {
-    index_rots: u64,
-    power_losses: u64,
-    bytes_lost: u64,
-    entries_reapplied: u64,
-}
+/// What a sweep counts: the faults injected, and what recovery did about them.
+const INDEX_ROTS: &str = "bits rotted in index entries";
+const POWER_LOSSES: &str = "power losses";
+const BYTES_LOST: &str = "bytes lost";
+const ENTRIES_REAPPLIED: &str = "entries applied again";
+const CLASSES: &[&str] = &[INDEX_ROTS, POWER_LOSSES, BYTES_LOST, ENTRIES_REAPPLIED];
 
-async fn run(seed: u64) -> Result<Stats, String> {
+async fn run(seed: u64) -> Result<Counters, String> {
     let dir = tempfile::tempdir().expect("tempdir");
     let _images = durable_images::ForgetOnDrop::new(dir.path());
     let workload = Workload::new(seed);
@@ -347,7 +347,7 @@ async fn run(seed: u64) -> Result<Stats, String> {
     let node_dir = dir.path().join("node");
     let mut node = Node::open(&node_dir, interval);
     let mut twin = Node::open(&dir.path().join("twin"), Duration::from_secs(3600));
-    let mut stats = Stats::default();
+    let mut counters = Counters::of(CLASSES);
     let mut applied = 0;
     while applied < LOG_ENTRIES {
         let to = (applied + 1 + rng.below(APPLY_BATCH_MAX)).min(LOG_ENTRIES);
@@ -355,7 +355,10 @@ async fn run(seed: u64) -> Result<Stats, String> {
         twin.apply(workload.entries(applied, to)).await;
         applied = to;
         if rng.chance_ppm(INDEX_ROT_PPM) {
-            stats.index_rots += u64::from(rot_index_entry(&node.group, &node_dir, &mut rng));
+            counters.add(
+                INDEX_ROTS,
+                u64::from(rot_index_entry(&node.group, &node_dir, &mut rng)),
+            );
         }
         if !rng.chance_ppm(POWER_LOSS_PPM) {
             continue;
@@ -364,8 +367,8 @@ async fn run(seed: u64) -> Result<Stats, String> {
         let lost =
             durable_images::lose_unsynced_pages(&node_dir.join("store"), || rng.below(2) == 0)
                 .map_err(|e| e.to_string())?;
-        stats.power_losses += 1;
-        stats.bytes_lost += lost;
+        counters.bump(POWER_LOSSES);
+        counters.add(BYTES_LOST, lost);
         node = Node::open(&node_dir, interval);
         let recovered = node.applied_index().await;
         if recovered > applied {
@@ -374,12 +377,12 @@ async fn run(seed: u64) -> Result<Stats, String> {
             ));
         }
         node.apply(workload.entries(recovered, applied)).await;
-        stats.entries_reapplied += applied - recovered;
+        counters.add(ENTRIES_REAPPLIED, applied - recovered);
         check_same(seed, applied, &node, &twin)?;
     }
     check_same(seed, applied, &node, &twin)?;
     check_promises(seed, &workload, &node)?;
-    Ok(stats)
+    Ok(counters)
 }
 
 /// The node is the twin, at log index `applied`.
@@ -473,29 +476,23 @@ fn seeds() -> std::ops::Range<u64> {
 
 #[test]
 fn power_losses_between_applies_lose_no_applied_command_and_deliver_each_delay_once() {
-    let mut total = Stats::default();
+    let mut total = Counters::of(CLASSES);
     for seed in seeds() {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
-        let stats = runtime.block_on(run(seed)).unwrap_or_else(|failure| {
+        let counters = runtime.block_on(run(seed)).unwrap_or_else(|failure| {
             panic!(
                 "{failure} ({})",
                 crate::testing::seeds::replay(seed, "state_machine::sim")
             )
         });
-        total.index_rots += stats.index_rots;
-        total.power_losses += stats.power_losses;
-        total.bytes_lost += stats.bytes_lost;
-        total.entries_reapplied += stats.entries_reapplied;
+        total.merge(&counters);
     }
     eprintln!(
-        "state machine crash simulation, seeds {:?}: {total:?}",
+        "state machine crash simulation, seeds {:?}: {total}",
         seeds()
     );
-    assert!(
-        total.power_losses > 0 && total.entries_reapplied > 0,
-        "{total:?}"
-    );
+    total.assert_every_class_fired(&seeds(), SEEDS_DEFAULT);
 }

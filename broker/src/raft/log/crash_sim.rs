@@ -45,6 +45,7 @@ use crate::raft::types::TypeConfig;
 use crate::raft::types::Vote;
 use crate::seeded_rng::SeededRng;
 use crate::state_machine::command::Command;
+use crate::testing::counters::Counters;
 use crate::testing::sim_disk::SimDisk;
 
 /// Seeds run by default.
@@ -84,16 +85,21 @@ struct Model {
     flipped: bool,
 }
 
-#[derive(Debug, Default)]
-struct Stats {
-    crashes: u64,
-    power_cuts_mid_operation: u64,
-    flips: u64,
-    /// Bits flipped in one copy of the vote.
-    vote_flips: u64,
-    acked_entries_checked: u64,
-    repairs: u64,
-}
+/// What a sweep counts: the faults injected, and the checks they were put to.
+const CRASHES: &str = "crashes";
+const POWER_CUTS_MID_OPERATION: &str = "power cuts mid-operation";
+const FLIPS: &str = "bits flipped in segments";
+const VOTE_FLIPS: &str = "bits flipped in one copy of the vote";
+const ACKED_ENTRIES_CHECKED: &str = "acknowledged entries checked";
+const REPAIRS: &str = "repairs";
+const CLASSES: &[&str] = &[
+    CRASHES,
+    POWER_CUTS_MID_OPERATION,
+    FLIPS,
+    VOTE_FLIPS,
+    ACKED_ENTRIES_CHECKED,
+    REPAIRS,
+];
 
 struct Sim {
     seed: u64,
@@ -102,7 +108,7 @@ struct Sim {
     disk: SimDisk,
     dir: PathBuf,
     model: Model,
-    stats: Stats,
+    counters: Counters,
 }
 
 fn open(disk: &SimDisk, dir: &Path, flush: FlushMode) -> std::io::Result<LogStore> {
@@ -132,7 +138,7 @@ impl Sim {
                 term: 1,
                 ..Model::default()
             },
-            stats: Stats::default(),
+            counters: Counters::of(CLASSES),
         }
     }
 
@@ -152,7 +158,7 @@ impl Sim {
         }
     }
 
-    async fn run(mut self) -> Result<Stats, String> {
+    async fn run(mut self) -> Result<Counters, String> {
         let mut store =
             open(&self.disk, &self.dir, self.flush).map_err(|e| self.fail(format!("open: {e}")))?;
         for _ in 0..STEPS {
@@ -173,7 +179,7 @@ impl Sim {
         drop(store);
         let store = self.crash_and_recover()?;
         self.check(store).await?;
-        Ok(self.stats)
+        Ok(self.counters)
     }
 
     /// The next index the log takes.
@@ -307,8 +313,9 @@ impl Sim {
     /// Power loss (at a quiet moment, or the one armed), sometimes bit rot in a segment, then
     /// reopens the log.
     fn crash_and_recover(&mut self) -> Result<LogStore, String> {
-        self.stats.crashes += 1;
-        self.stats.power_cuts_mid_operation += u64::from(self.disk.powered_off());
+        self.counters.bump(CRASHES);
+        self.counters
+            .add(POWER_CUTS_MID_OPERATION, u64::from(self.disk.powered_off()));
         self.disk.crash(&mut self.rng);
         if self.rng.below(4) == 0 {
             self.flip_segment()?;
@@ -341,7 +348,7 @@ impl Sim {
             .flip_bit(path, offset, bit)
             .map_err(|e| self.fail(format!("flip: {e}")))?;
         self.model.flipped = true;
-        self.stats.flips += 1;
+        self.counters.bump(FLIPS);
         Ok(())
     }
 
@@ -357,7 +364,7 @@ impl Sim {
         self.disk
             .flip_bit(path, offset, bit)
             .map_err(|e| self.fail(format!("flip the vote: {e}")))?;
-        self.stats.vote_flips += 1;
+        self.counters.bump(VOTE_FLIPS);
         Ok(())
     }
 
@@ -421,7 +428,7 @@ impl Sim {
             if present.get(index) == Some(log_id) || self.model.unsynced.contains(index) {
                 continue;
             }
-            self.stats.acked_entries_checked += 1;
+            self.counters.bump(ACKED_ENTRIES_CHECKED);
             let marked = mark
                 .as_ref()
                 .is_some_and(|m| m.cut_at_index <= *index && *index <= m.up_to_index);
@@ -442,7 +449,7 @@ impl Sim {
         // The recovered log is the new truth: a repair would refetch the marked range from
         // the leader; here the cut log simply goes on.
         if mark.is_some() {
-            self.stats.repairs += 1;
+            self.counters.bump(REPAIRS);
             let mark_path = self.dir.join("repair");
             self.disk
                 .remove_file(&mark_path)
@@ -473,21 +480,16 @@ fn seeds() -> std::ops::Range<u64> {
 
 #[test]
 fn seeded_power_losses_lose_no_acknowledged_entry() {
-    let mut total = Stats::default();
+    let mut total = Counters::of(CLASSES);
     for seed in seeds() {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");
-        let stats = runtime
+        let counters = runtime
             .block_on(Sim::new(seed).run())
             .unwrap_or_else(|failure| panic!("{failure}"));
-        total.crashes += stats.crashes;
-        total.power_cuts_mid_operation += stats.power_cuts_mid_operation;
-        total.flips += stats.flips;
-        total.vote_flips += stats.vote_flips;
-        total.acked_entries_checked += stats.acked_entries_checked;
-        total.repairs += stats.repairs;
+        total.merge(&counters);
     }
-    eprintln!("raft log crash simulation, seeds {:?}: {total:?}", seeds());
-    assert!(total.crashes > 0 && total.acked_entries_checked > 0);
+    eprintln!("raft log crash simulation, seeds {:?}: {total}", seeds());
+    total.assert_every_class_fired(&seeds(), SEEDS_DEFAULT);
 }
