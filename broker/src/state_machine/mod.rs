@@ -876,8 +876,6 @@ fn lock_snapshot(
 /// Builds a snapshot from state captured between two applies, so it is a consistent cut even
 /// though applying goes on while the builder flushes.
 pub struct SnapshotBuilder {
-    /// openraft runs a build detached: the node's shutdown waits for it through this.
-    _in_flight: TaskTrackerToken,
     state: SnapshotState,
     group: Arc<GroupState>,
     dir: PathBuf,
@@ -886,6 +884,10 @@ pub struct SnapshotBuilder {
     /// When the entries of the captured state are on a majority's disks
     /// ([`StateMachine::with_durability_lag`]).
     durable_from: Instant,
+    /// openraft runs a build detached: the node's shutdown waits for it through this. The
+    /// last field, so it is dropped last: once the shutdown sees the build end, the build's
+    /// hold on `group` is gone too.
+    _in_flight: TaskTrackerToken,
 }
 
 impl<C: LogTypes> RaftSnapshotBuilder<C> for SnapshotBuilder {

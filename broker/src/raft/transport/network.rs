@@ -245,15 +245,27 @@ impl PeerClient {
         .map_err(|e| NetworkError::new(&e))?;
         let vote = codec::encode("vote", &vote).map_err(|e| NetworkError::new(&e))?;
         let commit_log_end = state.commit_log_end;
+        // The body outlives this call (hyper streams it from a task of its own) and openraft
+        // does not join replication: so the body holds the store weakly and reads nothing
+        // once this node has stopped, and a restarted node owns its data dir alone.
+        let group = Arc::downgrade(&group);
+        let stopped = self.stopped.clone();
         let chunks = futures::stream::iter(std::iter::once(Ok(pb::snapshot_chunk::Chunk::Header(
             header.into(),
         ))))
         .chain(futures::stream::unfold(start_offset, move |offset| {
-            let group = group.clone();
+            let group = match group.upgrade() {
+                Some(group) if !stopped.is_cancelled() => Ok(group),
+                _ => Err("this node has stopped".to_owned()),
+            };
             async move {
                 if offset >= commit_log_end {
                     return None;
                 }
+                let group = match group {
+                    Ok(group) => group,
+                    Err(reason) => return Some((Err(reason), commit_log_end)),
+                };
                 let want = (commit_log_end - offset).min(SNAPSHOT_CHUNK_BYTES as i64) as usize;
                 match group.store().read_commit_log(offset, want) {
                     Ok(bytes) if !bytes.is_empty() => {
