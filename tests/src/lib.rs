@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use anyhow::bail;
 use rocketraft_broker::config::BrokerConfig;
 use rocketraft_broker::config::COMMIT_LOG_SEGMENT_BYTES_MIN_BROKER;
 use rocketraft_broker::config::FlushKind;
@@ -75,26 +74,18 @@ pub fn init_tracing() {
 }
 
 /// Polls `condition` until it yields `Some` or `timeout` passes.
-pub async fn wait_for<T, F, Fut>(
-    what: &str,
-    timeout: Duration,
-    mut condition: F,
-) -> anyhow::Result<T>
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, condition: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = condition().await {
-            return Ok(value);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    poll_until(timeout, WAIT_POLL, || {}, condition)
+        .await
+        .with_context(|| format!("timed out after {timeout:?} waiting for {what}"))
 }
+
+/// Real time between two polls of [`wait_for`].
+const WAIT_POLL: Duration = Duration::from_millis(20);
 
 /// Moves `clock` on by `step` between polls of `condition`, until it yields `Some` or
 /// `timeout` of real time passes: for what the nodes do only as their clock moves (check-backs,
@@ -104,8 +95,30 @@ pub async fn advance_until<T, F, Fut>(
     clock: &ManualClock,
     step: Duration,
     timeout: Duration,
-    mut condition: F,
+    condition: F,
 ) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    poll_until(timeout, ADVANCE_POLL, || clock.advance(step), condition)
+        .await
+        .with_context(|| {
+            format!(
+                "timed out after {timeout:?} waiting for {what}, the clock moved on by {step:?} \
+                 each time"
+            )
+        })
+}
+
+/// Polls `condition` every `pause` of real time, calling `between` before each pause, until
+/// it yields `Some`; `None` once `timeout` has passed.
+async fn poll_until<T, F, Fut>(
+    timeout: Duration,
+    pause: Duration,
+    mut between: impl FnMut(),
+    mut condition: F,
+) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -113,15 +126,13 @@ where
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         if let Some(value) = condition().await {
-            return Ok(value);
+            return Some(value);
         }
         if tokio::time::Instant::now() >= deadline {
-            bail!(
-                "timed out after {timeout:?} waiting for {what}, the clock moved on by {step:?} each time"
-            );
+            return None;
         }
-        clock.advance(step);
-        tokio::time::sleep(ADVANCE_POLL).await;
+        between();
+        tokio::time::sleep(pause).await;
     }
 }
 
