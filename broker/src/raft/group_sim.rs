@@ -2,11 +2,12 @@
 //! openraft over the real Raft log store, each on its own [`SimDisk`], applying to the
 //! broker's own [`StateMachine`] over a real message store (in a temporary directory: the
 //! store is read through mmap, which a simulated disk cannot serve), joined by an in-process
-//! network that drops, delays and partitions as the seed says, with tokio's time paused and
-//! advanced only when every task waits. openraft draws its random numbers (election timeouts,
-//! tick phases) from its runtime, here `DeterministicRng`, so a seed replays exactly: the test
-//! runs a seed twice and compares the traces. The state machine writes its checkpoints in its
-//! apply task here (`StateMachine::writing_inline`), not on a thread of its own.
+//! network ([`SimNetwork`]) that drops, delays and partitions as the seed says, with tokio's
+//! time paused and advanced only when every task waits. openraft draws its random numbers
+//! (election timeouts, tick phases) from its runtime, here `DeterministicRng`, so a seed
+//! replays exactly: the test runs a seed twice and compares the traces. The state machine
+//! writes its checkpoints in its apply task here (`StateMachine::writing_inline`), not on a
+//! thread of its own.
 //!
 //! The workload is a broker's: sends (some batched, some a producer's retry of a recent one,
 //! `AppendOnce`), consumer offset commits, and delay levels' due ranges read from the
@@ -17,7 +18,7 @@
 //! Faults: a power loss of one node, or rarely of all three, at a disk operation the seed
 //! picks (a node loses what it had not fsynced and keeps a torn prefix of the rest; its store
 //! keeps its checkpoints as they were when the power failed and loses any page of its files
-//! changed since it was last synced, `store::durable_images`), their restart, a
+//! changed since it was last synced, `testing::durable_images`), their restart, a
 //! partition of one
 //! node, lossy links. Even seeds run `flush = sync`; odd ones `flush = async`, which promises
 //! to survive killed processes (the page cache survives) and one power loss at a time: there
@@ -58,30 +59,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::Stream;
-use openraft::RaftNetworkFactory;
 use openraft::ServerState;
 use openraft::async_runtime::watch::WatchReceiver;
-use openraft::base::BoxFuture;
-use openraft::base::BoxStream;
-use openraft::errors::NetworkError;
-use openraft::errors::RPCError;
-use openraft::errors::ReplicationClosed;
-use openraft::errors::StreamingError;
-use openraft::errors::Unreachable;
-use openraft::network::RPCOption;
-use openraft::network::stream_append_sequential;
-use openraft::network::v2::RaftNetworkV2;
-use openraft::raft::AppendEntriesRequest;
-use openraft::raft::AppendEntriesResponse;
-use openraft::raft::SnapshotResponse;
-use openraft::raft::StreamAppendResult;
-use openraft::raft::VoteRequest;
-use openraft::raft::VoteResponse;
 use openraft::rt::deterministic_rng::DeterministicRng;
 use openraft::type_config::TypeConfigExt;
 use openraft::type_config::alias::LogIdOf;
-use openraft::type_config::alias::SnapshotOf;
 use openraft_rt_tokio::TokioRuntime;
 use tokio_util::sync::CancellationToken;
 
@@ -96,11 +78,8 @@ use crate::raft::log::store::FlushMode;
 use crate::raft::log::store::LogStore;
 use crate::raft::log::store::LogStoreConfig;
 use crate::raft::transport::faults::FaultPlan;
-use crate::raft::transport::faults::Verdict;
 use crate::raft::transport::node_addr::NodeAddr;
-use crate::raft::transport::stalled_stream::until_stalled;
 use crate::raft::types::NodeId;
-use crate::raft::types::Vote;
 use crate::seeded_rng::SeededRng;
 use crate::state_machine;
 use crate::state_machine::StateMachine;
@@ -118,30 +97,16 @@ use crate::state_machine::sim::open_small_node;
 use crate::state_machine::sim::random_body;
 use crate::state_machine::sim::rot_index_entry;
 use crate::state_machine::sim::unique_keys;
-use crate::state_machine::snapshot::SnapshotData;
 use crate::store::RecordView;
-use crate::store::durable_images;
 use crate::store::properties::UNIQ_KEY;
 use crate::store::record::tests::keyed;
 use crate::testing::counters::Counters;
+use crate::testing::durable_images;
 use crate::testing::sim_disk::SimDisk;
-
-openraft::declare_raft_types!(
-    /// The broker's Raft types on a runtime whose random numbers follow the seed.
-    SimTypeConfig:
-        D = Command,
-        R = CommandResult,
-        NodeId = u64,
-        Node = NodeAddr,
-        Term = u64,
-        LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
-        AsyncRuntime = DeterministicRng<TokioRuntime>,
-);
-
-impl crate::raft::types::LogTypes for SimTypeConfig {}
-
-type SimRaft = openraft::Raft<SimTypeConfig, StateMachine>;
-type Snapshot = SnapshotOf<SimTypeConfig, SnapshotData>;
+use crate::testing::sim_network::SimNetwork;
+use crate::testing::sim_network::SimNetworkFactory;
+use crate::testing::sim_network::SimRaft;
+use crate::testing::sim_network::SimTypeConfig;
 
 /// Seeds run by default.
 const SEEDS_DEFAULT: u64 = 200;
@@ -176,201 +141,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// The nodes that run, and the network's faults.
-struct Cluster {
-    rafts: Mutex<BTreeMap<NodeId, SimRaft>>,
-    faults: FaultPlan,
-    /// Nodes that lost power under `async` and refuse replication until a leader accepted
-    /// their shorter log.
-    awaiting_consent: Mutex<BTreeSet<NodeId>>,
-    /// Nodes that lost power under `async` and refuse votes until they caught up.
-    refusing_votes: Mutex<BTreeSet<NodeId>>,
-    /// Of those, the ones a leader of their term or later consented to, with its last log id:
-    /// they vote for a candidate whose log reaches it.
-    vote_floors: Mutex<BTreeMap<NodeId, LogIdOf<SimTypeConfig>>>,
-    /// Votes and pre-votes granted through a vote floor.
-    floor_votes: Mutex<u64>,
-    /// Snapshots installed by a node that lagged behind a purge.
-    snapshots_installed: Mutex<u64>,
-}
-
-impl Cluster {
-    /// The running node `target`, if the link to it delivers now.
-    async fn reach(
-        &self,
-        from: NodeId,
-        target: NodeId,
-    ) -> Result<SimRaft, Unreachable<SimTypeConfig>> {
-        match self.faults.verdict(from, target) {
-            Verdict::Drop => {
-                return Err(Unreachable::from_string(format!(
-                    "{from} -> {target} dropped"
-                )));
-            }
-            Verdict::Delay(delay) => tokio::time::sleep(delay).await,
-            Verdict::Deliver => {}
-        }
-        lock(&self.rafts)
-            .get(&target)
-            .cloned()
-            .ok_or_else(|| Unreachable::from_string(format!("node {target} is down")))
-    }
-
-    /// The running node `target`, for replication: refused while it awaits consent.
-    async fn reach_for_replication(
-        &self,
-        from: NodeId,
-        target: NodeId,
-    ) -> Result<SimRaft, Unreachable<SimTypeConfig>> {
-        self.reach_unless(from, target, &self.awaiting_consent, "waits for consent")
-            .await
-    }
-
-    /// The running node `target`, for a vote by a candidate whose last log id is
-    /// `candidate_last`: refused while it catches up, unless that reaches its vote floor
-    /// (`RepairState::refuses_vote_for`).
-    async fn reach_for_vote(
-        &self,
-        from: NodeId,
-        target: NodeId,
-        candidate_last: Option<&LogIdOf<SimTypeConfig>>,
-    ) -> Result<SimRaft, Unreachable<SimTypeConfig>> {
-        let raft = self.reach(from, target).await?;
-        if !lock(&self.refusing_votes).contains(&target) {
-            return Ok(raft);
-        }
-        match lock(&self.vote_floors).get(&target) {
-            Some(floor) if candidate_last >= Some(floor) => {
-                *lock(&self.floor_votes) += 1;
-                Ok(raft)
-            }
-            _ => Err(Unreachable::from_string(format!(
-                "node {target} catches up before it votes"
-            ))),
-        }
-    }
-
-    /// The running node `target`, unless it is in `refusing` (then it answers `why`).
-    async fn reach_unless(
-        &self,
-        from: NodeId,
-        target: NodeId,
-        refusing: &Mutex<BTreeSet<NodeId>>,
-        why: &str,
-    ) -> Result<SimRaft, Unreachable<SimTypeConfig>> {
-        let raft = self.reach(from, target).await?;
-        if lock(refusing).contains(&target) {
-            return Err(Unreachable::from_string(format!("node {target} {why}")));
-        }
-        Ok(raft)
-    }
-}
-
-struct SimNetworkFactory {
-    from: NodeId,
-    cluster: Arc<Cluster>,
-}
-
-impl RaftNetworkFactory<SimTypeConfig> for SimNetworkFactory {
-    type Network = SimLink;
-
-    async fn new_client(&mut self, target: NodeId, _node: &NodeAddr) -> SimLink {
-        SimLink {
-            from: self.from,
-            target,
-            cluster: self.cluster.clone(),
-        }
-    }
-}
-
-struct SimLink {
-    from: NodeId,
-    target: NodeId,
-    cluster: Arc<Cluster>,
-}
-
-fn network_error(error: &(impl std::error::Error + 'static)) -> RPCError<SimTypeConfig> {
-    RPCError::Network(NetworkError::new(error))
-}
-
-impl RaftNetworkV2<SimTypeConfig> for SimLink {
-    type SnapshotData = SnapshotData;
-
-    async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest<SimTypeConfig>,
-        _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<SimTypeConfig>, RPCError<SimTypeConfig>> {
-        let raft = self
-            .cluster
-            .reach_for_replication(self.from, self.target)
-            .await?;
-        raft.append_entries(rpc)
-            .await
-            .map_err(|e| network_error(&e))
-    }
-
-    fn stream_append<'s, S>(
-        &'s mut self,
-        input: S,
-        option: RPCOption,
-    ) -> BoxFuture<
-        's,
-        Result<
-            BoxStream<'s, Result<StreamAppendResult<SimTypeConfig>, RPCError<SimTypeConfig>>>,
-            RPCError<SimTypeConfig>,
-        >,
-    >
-    where
-        S: Stream<Item = AppendEntriesRequest<SimTypeConfig>> + Send + Unpin + 'static,
-    {
-        stream_append_sequential(self, until_stalled(input), option)
-    }
-
-    async fn vote(
-        &mut self,
-        rpc: VoteRequest<SimTypeConfig>,
-        _option: RPCOption,
-    ) -> Result<VoteResponse<SimTypeConfig>, RPCError<SimTypeConfig>> {
-        let raft = self
-            .cluster
-            .reach_for_vote(self.from, self.target, rpc.last_log_id.as_ref())
-            .await?;
-        raft.vote(rpc).await.map_err(|e| network_error(&e))
-    }
-
-    async fn pre_vote(
-        &mut self,
-        rpc: VoteRequest<SimTypeConfig>,
-        _option: RPCOption,
-    ) -> Result<VoteResponse<SimTypeConfig>, RPCError<SimTypeConfig>> {
-        let raft = self
-            .cluster
-            .reach_for_vote(self.from, self.target, rpc.last_log_id.as_ref())
-            .await?;
-        raft.pre_vote(rpc).await.map_err(|e| network_error(&e))
-    }
-
-    async fn full_snapshot(
-        &mut self,
-        vote: Vote,
-        snapshot: Snapshot,
-        _cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
-        _option: RPCOption,
-    ) -> Result<SnapshotResponse<SimTypeConfig>, StreamingError<SimTypeConfig>> {
-        let raft = self
-            .cluster
-            .reach_for_replication(self.from, self.target)
-            .await?;
-        let installed = raft
-            .install_full_snapshot(vote, snapshot)
-            .await
-            .map_err(|e| StreamingError::Network(NetworkError::new(&e)))?;
-        *lock(&self.cluster.snapshots_installed) += 1;
-        Ok(installed)
-    }
 }
 
 /// A node that may lack entries it acknowledged (it lost power under `async`, or its log was
@@ -436,7 +206,7 @@ struct Sim {
     seed: u64,
     flush: FlushMode,
     rng: SeededRng,
-    cluster: Arc<Cluster>,
+    network: Arc<SimNetwork>,
     nodes: BTreeMap<NodeId, SimNode>,
     /// The nodes' directories.
     /// Forgets the durable images of the nodes' stores, before `_dirs` deletes them.
@@ -484,15 +254,7 @@ impl Sim {
                 },
             },
             rng: SeededRng::new(seed),
-            cluster: Arc::new(Cluster {
-                rafts: Mutex::new(BTreeMap::new()),
-                faults,
-                awaiting_consent: Mutex::default(),
-                refusing_votes: Mutex::default(),
-                vote_floors: Mutex::default(),
-                floor_votes: Mutex::default(),
-                snapshots_installed: Mutex::default(),
-            }),
+            network: Arc::new(SimNetwork::new(faults)),
             nodes: NODES
                 .iter()
                 .map(|id| {
@@ -565,21 +327,21 @@ impl Sim {
         let rounds = store.flush_rounds().ok_or("no manual flusher")?;
         let mark = repair::load(&node.disk, Path::new(LOG_DIR))
             .map_err(|e| format!("node {id}: repair mark: {e}"))?;
-        lock(&self.cluster.vote_floors).remove(&id);
+        lock(&self.network.vote_floors).remove(&id);
         if let Some(mark) = &mark {
-            lock(&self.cluster.awaiting_consent).insert(id);
-            lock(&self.cluster.refusing_votes).insert(id);
+            lock(&self.network.awaiting_consent).insert(id);
+            lock(&self.network.refusing_votes).insert(id);
             let forgetful = self.forgetful.entry(id).or_default();
             forgetful.mark_up_to = Some(mark.up_to_index);
             forgetful.catch_up_to = None;
         }
         let network = SimNetworkFactory {
             from: id,
-            cluster: self.cluster.clone(),
+            network: self.network.clone(),
         };
         // The broker's own openraft settings, with short test timings. A node that forgot
         // entries does not stand for election until it caught up.
-        let may_elect = !lock(&self.cluster.refusing_votes).contains(&id);
+        let may_elect = !lock(&self.network.refusing_votes).contains(&id);
         let config = openraft_config("sim".into(), (50, 150, 300), may_elect)
             .map_err(|e| format!("raft config: {e}"))?;
         let raft = SimRaft::new(id, Arc::new(config), network, store, state_machine)
@@ -598,7 +360,7 @@ impl Sim {
             self.leaders.clone(),
             self.violations.clone(),
         );
-        lock(&self.cluster.rafts).insert(id, raft.clone());
+        lock(&self.network.rafts).insert(id, raft.clone());
         node.raft = Some(raft);
         node.group = Some(group);
         self.note(format_args!("start {id}"));
@@ -648,8 +410,8 @@ impl Sim {
     /// with `flush = async` when the whole group stops, a killed process (the page cache
     /// survives). A node that lost power under `async` waits for consent after its restart.
     async fn power_loss(&mut self, id: NodeId, kill: bool) -> Result<(), String> {
-        lock(&self.cluster.rafts).remove(&id);
-        lock(&self.cluster.vote_floors).remove(&id);
+        lock(&self.network.rafts).remove(&id);
+        lock(&self.network.vote_floors).remove(&id);
         let Some(node) = self.nodes.get_mut(&id) else {
             return Ok(());
         };
@@ -682,8 +444,8 @@ impl Sim {
             "power loss {id}: {report:?}, store lost {store_lost} bytes of unsynced pages"
         ));
         if self.flush != FlushMode::Sync {
-            lock(&self.cluster.awaiting_consent).insert(id);
-            lock(&self.cluster.refusing_votes).insert(id);
+            lock(&self.network.awaiting_consent).insert(id);
+            lock(&self.network.refusing_votes).insert(id);
             let forgetful = self.forgetful.entry(id).or_default();
             forgetful.after_power_loss = true;
             forgetful.catch_up_to = None;
@@ -730,7 +492,7 @@ impl Sim {
     /// before that for a candidate whose log reaches the leader's last log id if the leader's
     /// term is at least the node's (`raft::repair::Consented`).
     async fn grant_consents(&mut self) {
-        let waiting: Vec<NodeId> = lock(&self.cluster.awaiting_consent)
+        let waiting: Vec<NodeId> = lock(&self.network.awaiting_consent)
             .iter()
             .copied()
             .collect();
@@ -743,7 +505,7 @@ impl Sim {
             else {
                 continue;
             };
-            let rafts = lock(&self.cluster.rafts).clone();
+            let rafts = lock(&self.network.rafts).clone();
             let Some((leader, raft)) = rafts
                 .into_iter()
                 .find(|(_, raft)| raft.metrics().borrow_watched().state == ServerState::Leader)
@@ -785,9 +547,9 @@ impl Sim {
     /// Records that the group accepted the log of `id`, whose leader's last index was `last`,
     /// and the vote floor that gives it.
     fn consented(&mut self, id: NodeId, last: Option<u64>, floor: Option<LogIdOf<SimTypeConfig>>) {
-        lock(&self.cluster.awaiting_consent).remove(&id);
+        lock(&self.network.awaiting_consent).remove(&id);
         if let Some(floor) = floor {
-            lock(&self.cluster.vote_floors).insert(id, floor);
+            lock(&self.network.vote_floors).insert(id, floor);
         }
         if let Some(forgetful) = self.forgetful.get_mut(&id) {
             // As `raft::repair::run_repair` computes it.
@@ -811,7 +573,7 @@ impl Sim {
             return;
         }
         for id in running_after_loss {
-            if lock(&self.cluster.refusing_votes).remove(&id)
+            if lock(&self.network.refusing_votes).remove(&id)
                 && let Some(raft) = &self.nodes[&id].raft
             {
                 raft.runtime_config().elect(true);
@@ -840,8 +602,8 @@ impl Sim {
                 repair::clear(&node.disk, Path::new(LOG_DIR))
                     .map_err(|e| self.fail(format!("node {id}: clear repair mark: {e}")))?;
             }
-            lock(&self.cluster.refusing_votes).remove(&id);
-            lock(&self.cluster.vote_floors).remove(&id);
+            lock(&self.network.refusing_votes).remove(&id);
+            lock(&self.network.vote_floors).remove(&id);
             raft.runtime_config().elect(true);
             self.forgetful.remove(&id);
             self.note(format_args!("{id} caught up"));
@@ -851,7 +613,7 @@ impl Sim {
 
     /// Whether every node that catches up has a vote floor.
     fn all_forgetful_have_vote_floors(&self) -> bool {
-        let floors = lock(&self.cluster.vote_floors);
+        let floors = lock(&self.network.vote_floors);
         self.forgetful.keys().all(|id| floors.contains_key(id))
     }
 
@@ -982,7 +744,7 @@ impl Sim {
     /// consumer's offset commit, or a delay level's next due range (sometimes one proposed
     /// before, as a stale second leader would).
     async fn write(&mut self) {
-        let leader = lock(&self.cluster.rafts)
+        let leader = lock(&self.network.rafts)
             .iter()
             .find(|(_, raft)| raft.metrics().borrow_watched().state == ServerState::Leader)
             .map(|(id, raft)| (*id, raft.clone()));
@@ -1126,7 +888,7 @@ impl Sim {
             .iter()
             .map(|id| (*id, NodeAddr::shared(format!("sim-{id}"))))
             .collect();
-        let first = lock(&self.cluster.rafts).get(&1).cloned().ok_or("node 1")?;
+        let first = lock(&self.network.rafts).get(&1).cloned().ok_or("node 1")?;
         first
             .initialize(members)
             .await
@@ -1172,15 +934,15 @@ impl Sim {
                 }
                 84..88 => {
                     let id = NODES[self.rng.below(3) as usize];
-                    self.cluster.faults.isolate(id);
+                    self.network.faults.isolate(id);
                     self.note(format_args!("isolate {id}"));
                 }
                 88..92 => {
-                    self.cluster.faults.heal();
+                    self.network.faults.heal();
                     self.note("heal");
                 }
                 92..94 => {
-                    self.cluster
+                    self.network
                         .faults
                         .set_lossy(100_000, Duration::from_millis(5));
                     self.note("lossy");
@@ -1205,13 +967,13 @@ impl Sim {
                 }
             }
         }
-        self.cluster.faults.heal();
+        self.network.faults.heal();
         for id in down {
             self.start(id).await?;
         }
         self.note("healed");
         self.converge_and_check().await?;
-        let running: Vec<SimRaft> = lock(&self.cluster.rafts).values().cloned().collect();
+        let running: Vec<SimRaft> = lock(&self.network.rafts).values().cloned().collect();
         for raft in running {
             let _ = raft.shutdown().await;
         }
@@ -1298,12 +1060,12 @@ impl Sim {
         let _ = writeln!(
             self.trace,
             "floor votes {}",
-            lock(&self.cluster.floor_votes)
+            lock(&self.network.floor_votes)
         );
         let _ = writeln!(
             self.trace,
             "snapshots installed {}",
-            lock(&self.cluster.snapshots_installed)
+            lock(&self.network.snapshots_installed)
         );
         let _ = writeln!(self.trace, "messages {}", self.acked.len());
         let _ = writeln!(

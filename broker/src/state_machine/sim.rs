@@ -4,7 +4,7 @@
 //! as two leaders would) and loses power between applies at points the seed picks. A power
 //! loss drops the node's memory and, from its store, any page of its files (CommitLog,
 //! ConsumeQueues, key index and their checksums) changed since it was last synced
-//! (`store::durable_images`: what a machine that lost power may have lost, writeback having
+//! (`testing::durable_images`: what a machine that lost power may have lost, writeback having
 //! reached some pages and not others). The node
 //! reopens as a broker does, from its checkpoint, and applies the log again from there (the
 //! Raft log is durable: `flush = sync`). A twin that never crashes applies the same log.
@@ -46,13 +46,13 @@ use crate::state_machine::command::Command;
 use crate::store::MessageStore;
 use crate::store::StoreConfig;
 use crate::store::cq_sums::CQ_BLOCK_UNITS;
-use crate::store::durable_images;
 use crate::store::index::INDEX_DIR;
 use crate::store::index::INDEX_ENTRY_SIZE;
 use crate::store::mapped_file;
 use crate::store::properties::UNIQ_KEY;
 use crate::store::record::tests::keyed;
 use crate::testing::counters::Counters;
+use crate::testing::durable_images;
 
 const SEEDS_DEFAULT: u64 = 24;
 /// Entries in one seed's log.

@@ -189,7 +189,7 @@ impl FlushTarget {
             },
         }
         #[cfg(test)]
-        crate::store::durable_images::durable_now(&self.path);
+        crate::testing::durable_images::durable_now(&self.path);
         Ok(())
     }
 }
@@ -275,7 +275,7 @@ impl MappedFile {
         sync_dir(dir)?;
         debug!(path = %path.display(), size_bytes, ?footprint, "created segment");
         #[cfg(test)]
-        crate::store::durable_images::created(&path, size_bytes as usize);
+        crate::testing::durable_images::created(&path, size_bytes as usize);
         let allocated = match footprint {
             Footprint::Preallocated => size_bytes as usize,
             Footprint::Grown => 0,
@@ -306,7 +306,7 @@ impl MappedFile {
             });
         }
         #[cfg(test)]
-        crate::store::durable_images::durable_now(&path);
+        crate::testing::durable_images::durable_now(&path);
         let allocated = match footprint {
             Footprint::Preallocated => size_bytes as usize,
             Footprint::Grown => 0,

@@ -16,8 +16,6 @@ pub mod consume_queue;
 pub mod cq_check;
 pub mod cq_sums;
 pub mod dispatch;
-#[cfg(test)]
-pub mod durable_images;
 pub mod error;
 pub mod index;
 pub mod index_repair;

@@ -7,6 +7,11 @@
 //! order. CommitLog segments and their checksums, ConsumeQueue files and theirs, key index
 //! files and theirs all go through it; the checkpoint (written by rename) does not.
 //!
+//! The Raft log's power losses come from `SimDisk` behind the `Disk` seam instead; the store
+//! cannot sit behind it: it maps its segments and asks the kernel for blocks and writeback
+//! (fallocate, `sync_file_range`), which an in-memory disk cannot serve. So the store writes
+//! real files, and this model images them at the points where they become durable.
+//!
 //! Invariant: only paths under a watched directory are imaged, so other tests pay nothing.
 
 use std::collections::HashMap;
