@@ -12,6 +12,7 @@ use rocketraft_client::consumer::ConsumeFrom;
 use rocketraft_client::consumer::ConsumeResult;
 use rocketraft_client::consumer::PushConsumer;
 use rocketraft_client::message::MessageExt;
+use rocketraft_domain::clock::ManualClock;
 
 use crate::wait_for;
 
@@ -104,5 +105,49 @@ impl Deliveries {
             ids.iter().all(|id| seen.contains_key(id)).then_some(())
         })
         .await
+    }
+
+    /// Moves `clock` on by `step` at a time until the last of `due_at` (message id to the
+    /// clock time it is due, in ms) has passed, waiting after each step for everything due
+    /// by then. Checks, for every delivery so far, that it was stored (by the broker that
+    /// moved it into its topic, on the same clock) no earlier than it was due and less than
+    /// a `step` later: a delayed message comes within one step of its time, never before.
+    pub async fn step_clock_through(
+        &self,
+        clock: &ManualClock,
+        due_at: &BTreeMap<String, i64>,
+        step: Duration,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        let last_ms = due_at.values().copied().max().unwrap_or(i64::MIN);
+        while clock.now_ms() < last_ms {
+            clock.advance(step);
+            let now_ms = clock.now_ms();
+            let due = due_at
+                .iter()
+                .filter(|(_, at)| **at <= now_ms)
+                .map(|(id, _)| id.clone())
+                .collect();
+            self.wait_for_all(&due, timeout).await?;
+            for delivery in self.all() {
+                let message = &delivery.message;
+                let Some(due_ms) = due_at.get(&message.msg_id) else {
+                    continue;
+                };
+                let late_ms = message.store_timestamp_ms - due_ms;
+                anyhow::ensure!(
+                    late_ms >= 0,
+                    "{} stored {} ms before it was due",
+                    message.msg_id,
+                    -late_ms
+                );
+                anyhow::ensure!(
+                    late_ms < step.as_millis() as i64,
+                    "{} stored {late_ms} ms after it was due, more than a step of {step:?}",
+                    message.msg_id
+                );
+            }
+        }
+        Ok(())
     }
 }

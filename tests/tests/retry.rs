@@ -1,13 +1,14 @@
 //! Delayed delivery, retries and dead letters against a real cluster (a nameserver and two
-//! 3-node broker groups on loopback, delay levels `1s 2s 3s 4s 5s 6s`), including the
-//! hand-over of pending deliveries to a new leader.
+//! 3-node broker groups on loopback, delay levels `1s 2s 3s 4s 5s 6s`) whose nodes read a
+//! manual clock, including the hand-over of pending deliveries to a new leader. The clock
+//! stands still until a test moves it, so a delay is measured exactly, on the brokers' store
+//! timestamps, and no test waits out a delay level in real time.
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
-use std::time::Instant;
 
 use rocketraft_client::admin::Admin;
 use rocketraft_client::consumer::ConsumeContext;
@@ -19,7 +20,11 @@ use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
 use rocketraft_client::message::encode_properties;
 use rocketraft_client::producer::Producer;
+use rocketraft_domain::clock::ManualClock;
+use rocketraft_domain::names::SCHEDULE_TOPIC;
 use rocketraft_proto::broker as pb;
+use rocketraft_tests::Extras;
+use rocketraft_tests::advance_until;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::deliveries::Deliveries;
@@ -29,8 +34,8 @@ use tracing::info;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 const TOPIC: &str = "Orders";
-/// Tolerance for "on time": the schedule service, a pull and the listener.
-const DELIVERY_MARGIN: Duration = Duration::from_millis(2500);
+/// How far the tests move the clock at once: the precision a delay is checked to.
+const STEP: Duration = Duration::from_millis(250);
 
 fn consumer(cluster: &TestCluster, group: &str) -> PushConsumerBuilder {
     PushConsumer::builder(cluster.nameservers(), group)
@@ -72,19 +77,45 @@ fn refusing(
 async fn start_cluster(
     seed: u64,
     tune: impl Fn(&mut rocketraft_broker::config::BrokerConfig),
-) -> anyhow::Result<(TestCluster, Producer)> {
-    let cluster = TestCluster::start_with(seed, tune).await?;
+) -> anyhow::Result<(TestCluster, Producer, ManualClock)> {
+    let clock = ManualClock::starting_now();
+    let extras = Extras {
+        clock: clock.clock(),
+        ..Extras::default()
+    };
+    let cluster = TestCluster::start_with_extras(seed, tune, extras).await?;
     cluster.create_topic(TOPIC, 2).await?;
     cluster.wait_for_route(TOPIC).await?;
     let producer = Producer::builder(cluster.nameservers(), "test-producer").build()?;
-    Ok((cluster, producer))
+    Ok((cluster, producer, clock))
+}
+
+/// Waits, with the clock held, until `copies` copies in all were parked in delay level
+/// `level`'s queue of the schedule topic, on either group: a refused message was handed back.
+async fn parked(cluster: &TestCluster, level: i32, copies: usize) -> anyhow::Result<()> {
+    wait_for(
+        &format!("{copies} copies parked at delay level {level}"),
+        TIMEOUT,
+        || async {
+            let mut parked = 0;
+            for group in GROUPS {
+                parked += cluster
+                    .queue(group, SCHEDULE_TOPIC, level - 1)
+                    .await
+                    .ok()?
+                    .len();
+            }
+            (parked >= copies).then_some(())
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_a_delay_level_the_message_should_arrive_after_it_and_not_before()
 -> anyhow::Result<()> {
     init_tracing();
-    let (cluster, producer) = start_cluster(0x5EED_0801, |_| {}).await?;
+    let (cluster, producer, clock) = start_cluster(0x5EED_0801, |_| {}).await?;
     let deliveries = Deliveries::default();
     let recorder = deliveries.clone();
     let consumer = consumer(&cluster, "timely")
@@ -93,7 +124,8 @@ async fn given_a_delay_level_the_message_should_arrive_after_it_and_not_before()
             async { ConsumeResult::Success }
         })
         .await?;
-    let sent_at = Instant::now();
+    // Both are stored at `sent_at`: the clock stands still until the test moves it.
+    let sent_at = clock.now_ms();
     let two = producer
         .send(Message::new(TOPIC, "in 2s").with_delay_level(2))
         .await?;
@@ -104,21 +136,15 @@ async fn given_a_delay_level_the_message_should_arrive_after_it_and_not_before()
         clamped.queue_id, 5,
         "level 99 is clamped to the last level, 6"
     );
-    let ids: BTreeSet<String> = [two.msg_id.clone(), clamped.msg_id.clone()].into();
-    deliveries.wait_for_all(&ids, TIMEOUT).await?;
-    for (id, delay) in [(&two.msg_id, 2), (&clamped.msg_id, 6)] {
+    let due_at = BTreeMap::from([
+        (two.msg_id.clone(), sent_at + 2_000),
+        (clamped.msg_id.clone(), sent_at + 6_000),
+    ]);
+    deliveries
+        .step_clock_through(&clock, &due_at, STEP, TIMEOUT)
+        .await?;
+    for id in due_at.keys() {
         let delivered = &deliveries.of(id)[0];
-        let waited = delivered.at - sent_at;
-        let delay = Duration::from_secs(delay);
-        info!(?waited, ?delay, "delayed message arrived");
-        assert!(
-            waited >= delay,
-            "arrived after {waited:?}, before its {delay:?}"
-        );
-        assert!(
-            waited <= delay + DELIVERY_MARGIN,
-            "arrived {waited:?} after a {delay:?} delay"
-        );
         assert_eq!(delivered.message.topic, TOPIC);
         assert!(!delivered.message.properties.contains_key("DELAY"));
     }
@@ -131,7 +157,7 @@ async fn given_a_delay_level_the_message_should_arrive_after_it_and_not_before()
 async fn given_a_listener_failing_twice_the_message_should_come_back_twice_then_be_consumed_once()
 -> anyhow::Result<()> {
     init_tracing();
-    let (cluster, producer) = start_cluster(0x5EED_0802, |_| {}).await?;
+    let (cluster, producer, clock) = start_cluster(0x5EED_0802, |_| {}).await?;
     let deliveries = Deliveries::default();
     let consumer = consumer(&cluster, "flaky")
         .start(refusing(&deliveries, 2, 0))
@@ -139,10 +165,19 @@ async fn given_a_listener_failing_twice_the_message_should_come_back_twice_then_
     let sent = producer
         .send(Message::new(TOPIC, "try again").with_tags("TagA"))
         .await?;
-    wait_for("three deliveries", TIMEOUT, || async {
-        (deliveries.of(&sent.msg_id).len() >= 3).then_some(())
-    })
-    .await?;
+    // Refused at delivery n, the message is parked at level 3 + (n - 1), with the clock held
+    // since that delivery's store time; then the clock moves until it comes back.
+    for (delivered, level) in [(1, 3), (2, 4)] {
+        parked(&cluster, level, 1).await?;
+        advance_until(
+            &format!("delivery {}", delivered + 1),
+            &clock,
+            STEP,
+            TIMEOUT,
+            || async { (deliveries.of(&sent.msg_id).len() > delivered).then_some(()) },
+        )
+        .await?;
+    }
     info!("--- the original queue's offset moved on while retries were pending");
     let progress = Admin::new(cluster.nameservers())
         .consumer_progress("flaky", Some(TOPIC))
@@ -161,12 +196,17 @@ async fn given_a_listener_failing_twice_the_message_should_come_back_twice_then_
         );
         assert_eq!(delivery.message.tags.as_deref(), Some("TagA"));
     }
-    // Levels 3 + 0 and 3 + 1: 3 s, then 4 s.
-    let (first_gap, second_gap) = (got[1].at - got[0].at, got[2].at - got[1].at);
-    info!(?first_gap, ?second_gap, "retry delays");
-    assert!(first_gap >= Duration::from_secs(3), "{first_gap:?}");
-    assert!(second_gap >= Duration::from_secs(4), "{second_gap:?}");
-    assert!(second_gap > first_gap, "growing delays");
+    // Levels 3 + 0 and 3 + 1: 3 s, then 4 s, on the brokers' clock. The first refusal came
+    // with the clock still at the send's store time: that delay is exact to a step.
+    let stored_ms: Vec<i64> = got.iter().map(|d| d.message.store_timestamp_ms).collect();
+    let (first_gap, second_gap) = (stored_ms[1] - stored_ms[0], stored_ms[2] - stored_ms[1]);
+    info!(first_gap, second_gap, "retry delays, ms");
+    let step_ms = STEP.as_millis() as i64;
+    assert!(
+        (3_000..3_000 + step_ms).contains(&first_gap),
+        "{first_gap} ms"
+    );
+    assert!(second_gap >= 4_000, "{second_gap} ms: growing delays");
     consumer.shutdown().await;
     cluster.shutdown().await;
     Ok(())
@@ -176,7 +216,7 @@ async fn given_a_listener_failing_twice_the_message_should_come_back_twice_then_
 async fn given_max_reconsume_times_reached_the_message_should_land_in_the_dlq() -> anyhow::Result<()>
 {
     init_tracing();
-    let (cluster, producer) = start_cluster(0x5EED_0803, |_| {}).await?;
+    let (cluster, producer, clock) = start_cluster(0x5EED_0803, |_| {}).await?;
     let deliveries = Deliveries::default();
     let consumer = consumer(&cluster, "doomed")
         .max_reconsume_times(1)
@@ -201,8 +241,10 @@ async fn given_max_reconsume_times_reached_the_message_should_land_in_the_dlq() 
             async { ConsumeResult::Success }
         })
         .await?;
-    let ids: BTreeSet<String> = [sent.msg_id.clone()].into();
-    dead.wait_for_all(&ids, TIMEOUT).await?;
+    advance_until("the dead letter", &clock, STEP, TIMEOUT, || async {
+        (!dead.of(&sent.msg_id).is_empty()).then_some(())
+    })
+    .await?;
     let letter = &dead.of(&sent.msg_id)[0].message;
     assert_eq!(letter.topic, "%DLQ%doomed");
     assert_eq!(letter.tags.as_deref(), Some("TagP"));
@@ -232,23 +274,27 @@ async fn given_send_back_failing_the_client_fallback_should_bring_the_message_ba
 -> anyhow::Result<()> {
     init_tracing();
     // No group configs are created: SendMessageBack answers SUBSCRIPTION_GROUP_NOT_EXIST.
-    let (cluster, producer) =
+    let (cluster, producer, clock) =
         start_cluster(0x5EED_0804, |config| config.auto_create_group = false).await?;
     let deliveries = Deliveries::default();
     let consumer = consumer(&cluster, "orphan")
         .start(refusing(&deliveries, 1, 1))
         .await?;
     let sent = producer.send(Message::new(TOPIC, "again")).await?;
-    wait_for("the message back", TIMEOUT, || async {
+    // The client sends the retry copy itself, delayed by level 1; the clock was held since
+    // the message was stored.
+    parked(&cluster, 1, 1).await?;
+    advance_until("the message back", &clock, STEP, TIMEOUT, || async {
         (deliveries.of(&sent.msg_id).len() >= 2).then_some(())
     })
     .await?;
     let got = deliveries.of(&sent.msg_id);
     assert_eq!(got[1].message.reconsume_times, 1);
     assert_eq!(got[1].message.topic, TOPIC);
+    let delay_ms = got[1].message.store_timestamp_ms - got[0].message.store_timestamp_ms;
     assert!(
-        got[1].at - got[0].at >= Duration::from_secs(1),
-        "delayed by level 1"
+        (1_000..1_000 + STEP.as_millis() as i64).contains(&delay_ms),
+        "delayed by level 1: {delay_ms} ms"
     );
     consumer.shutdown().await;
     cluster.shutdown().await;
@@ -338,7 +384,7 @@ fn assert_once(ids: &[String], expected: &BTreeSet<String>, what: &str) {
 async fn given_pending_deliveries_when_the_leader_dies_each_should_be_delivered_exactly_once()
 -> anyhow::Result<()> {
     init_tracing();
-    let (mut cluster, producer) = start_cluster(0x5EED_0805, |_| {}).await?;
+    let (mut cluster, producer, clock) = start_cluster(0x5EED_0805, |_| {}).await?;
     let deliveries = Deliveries::default();
     // Each message is refused once (retry at level 3: 3 s), then consumed.
     let consumer = consumer(&cluster, "survivor")
@@ -381,8 +427,10 @@ async fn given_pending_deliveries_when_the_leader_dies_each_should_be_delivered_
     assert_ne!(new_leader, old_leader);
 
     let all: BTreeSet<String> = immediate.union(&delayed).cloned().collect();
-    wait_for(
+    advance_until(
         "every message consumed after its retry or delay",
+        &clock,
+        STEP,
         TIMEOUT,
         || async {
             all.iter()
@@ -453,7 +501,13 @@ async fn given_pending_deliveries_when_the_leader_dies_each_should_be_delivered_
 async fn given_a_deleted_topic_its_delayed_messages_are_dropped_and_the_level_goes_on()
 -> anyhow::Result<()> {
     init_tracing();
-    let group = rocketraft_tests::TestGroup::start(3, 0x5EED_0806, |_| {}).await?;
+    let clock = ManualClock::starting_now();
+    let extras = Extras {
+        clock: clock.clock(),
+        ..Extras::default()
+    };
+    let group =
+        rocketraft_tests::TestGroup::start_with_extras(3, 0x5EED_0806, |_| {}, extras).await?;
     let leader = group.wait_for_leader(TIMEOUT).await?;
     let mut client = group.client(leader).await?;
     let delayed = |topic: &str, body: &str| {
@@ -467,7 +521,7 @@ async fn given_a_deleted_topic_its_delayed_messages_are_dropped_and_the_level_go
         topic: "Doomed".into(),
     };
     client.delete_topic(delete).await?;
-    wait_for("the kept message delivered", TIMEOUT, || {
+    advance_until("the kept message delivered", &clock, STEP, TIMEOUT, || {
         let mut client = client.clone();
         async move {
             let request = pb::ReadConsumeQueueRequest {
