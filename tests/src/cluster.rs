@@ -149,12 +149,16 @@ impl TestCluster {
         Ok(ended)
     }
 
-    /// Pull requests every running node of every group received so far (`NodeStatus`).
-    pub async fn pull_requests(&self) -> anyhow::Result<u64> {
+    /// The sum over every running node of every group of a figure of its `NodeStatus`:
+    /// `|status| status.pull_requests`, the pulls the cluster received so far.
+    pub async fn node_total(
+        &self,
+        figure: impl Fn(&pb::NodeStatusResponse) -> u64,
+    ) -> anyhow::Result<u64> {
         let mut total = 0;
         for group in &self.groups {
             for node in group.running() {
-                total += group.status(node.node_id()).await?.pull_requests;
+                total += figure(&group.status(node.node_id()).await?);
             }
         }
         Ok(total)

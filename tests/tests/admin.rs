@@ -311,7 +311,7 @@ async fn given_a_leader_change_consume_should_follow_the_new_leader() -> anyhow:
     cluster.create_topic("Orders", 1).await?;
     cluster.wait_for_route("Orders").await?;
     let admin = std::sync::Arc::new(Admin::new(cluster.nameservers()));
-    let pulls_before = cluster.pull_requests().await?;
+    let pulls_before = cluster.node_total(|status| status.pull_requests).await?;
     let consuming = tokio::spawn({
         let admin = admin.clone();
         async move {
@@ -328,7 +328,12 @@ async fn given_a_leader_change_consume_should_follow_the_new_leader() -> anyhow:
         }
     });
     wait_for("consume pulling", TIMEOUT, || async {
-        (cluster.pull_requests().await.ok()? > pulls_before).then_some(())
+        (cluster
+            .node_total(|status| status.pull_requests)
+            .await
+            .ok()?
+            > pulls_before)
+            .then_some(())
     })
     .await?;
 
