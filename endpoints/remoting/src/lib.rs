@@ -4,9 +4,14 @@
 //!
 //! # Layout
 //!
+//! - [`ExtFields`] (`ext`): the header class fields, with typed reads whose errors name the
+//!   field and the value.
 //! - [`codes`]: request and response codes.
 //!
 //! The protocol as its clients speak it is described in
 //! `docs/research/rocketmq-4x-remoting.md`.
 
 pub mod codes;
+mod ext;
+
+pub use ext::{BAD_VALUE_SHOWN_CHARS_MAX, ExtFieldError, ExtFields};
