@@ -108,6 +108,18 @@ impl ExtFields {
         }
     }
 
+    /// The fields in key order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0
+            .iter()
+            .map(|(key, value)| (key.as_str(), value.as_str()))
+    }
+
+    /// Drops `field`: what a `null` or empty value does to an earlier one of the same key.
+    pub(crate) fn remove(&mut self, field: &str) {
+        self.0.remove(field);
+    }
+
     fn integer<T: FromStr>(
         &self,
         field: &'static str,

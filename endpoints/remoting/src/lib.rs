@@ -4,14 +4,30 @@
 //!
 //! # Layout
 //!
+//! - [`RemotingCodec`] (`frame`): frames to [`RemotingCommand`]s and back, for
+//!   `tokio_util::codec::Framed`, capped at [`FRAME_BYTES_MAX`]. A decode error closes the
+//!   connection.
+//! - [`RemotingCommand`] (`command`): one request or response, and
+//!   [`RemotingCommand::response_to`], which answers as a 4.9.8 Java broker does.
+//! - `json_header`, `binary_header`: the two header forms, JSON (decoded leniently, as the
+//!   clients write it) and ROCKETMQ (decoded through checked lengths only).
 //! - [`ExtFields`] (`ext`): the header class fields, with typed reads whose errors name the
 //!   field and the value.
-//! - [`codes`]: request and response codes.
+//! - [`codes`]: request and response codes; [`LanguageCode`] (`language`).
 //!
 //! The protocol as its clients speak it is described in
 //! `docs/research/rocketmq-4x-remoting.md`.
 
+mod binary_header;
 pub mod codes;
+mod command;
 mod ext;
+mod frame;
+mod json_header;
+mod language;
 
+pub use binary_header::{BinaryEncodeError, BinaryHeaderError};
+pub use command::{BROKER_VERSION, FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, SerializeType};
 pub use ext::{BAD_VALUE_SHOWN_CHARS_MAX, ExtFieldError, ExtFields};
+pub use frame::{DecodeError, EncodeError, FRAME_BYTES_MAX, RemotingCodec};
+pub use language::LanguageCode;
