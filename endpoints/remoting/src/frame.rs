@@ -33,6 +33,9 @@ const PREFIX_BYTES: usize = LENGTH_BYTES + 4;
 const HEADER_BYTES_MASK: u32 = 0x00FF_FFFF;
 /// Where the serialize type sits in the second field.
 const SERIALIZE_TYPE_SHIFT: u32 = 24;
+/// The most room a partial frame reserves ahead of its bytes: a peer that announces a long
+/// frame makes the buffer hold what it sends, not what it announces.
+const RESERVE_AHEAD_BYTES_MAX: usize = 64 * 1024;
 
 // Any header that fits in a frame fits in the 24-bit header length, and any frame length fits
 // the i32 length field: the casts in `encode` cannot truncate.
@@ -103,13 +106,13 @@ impl Decoder for RemotingCodec {
         let frame_bytes = frame_bytes(i32::from_be_bytes(*length))?;
         let Some(type_and_header) = src.get(LENGTH_BYTES..).and_then(<[u8]>::first_chunk::<4>)
         else {
-            src.reserve(frame_bytes - src.len());
+            reserve_ahead(src, frame_bytes);
             return Ok(None);
         };
         let (serialize_type, header_bytes) =
             header_of(u32::from_be_bytes(*type_and_header), frame_bytes)?;
         if src.len() < frame_bytes {
-            src.reserve(frame_bytes - src.len());
+            reserve_ahead(src, frame_bytes);
             return Ok(None);
         }
 
@@ -124,6 +127,15 @@ impl Decoder for RemotingCodec {
         command.serialize_type = serialize_type;
         Ok(Some(command))
     }
+}
+
+/// Makes room for more of a frame of `frame_bytes`, at most [`RESERVE_AHEAD_BYTES_MAX`].
+fn reserve_ahead(src: &mut BytesMut, frame_bytes: usize) {
+    src.reserve(
+        frame_bytes
+            .saturating_sub(src.len())
+            .min(RESERVE_AHEAD_BYTES_MAX),
+    );
 }
 
 impl Encoder<RemotingCommand> for RemotingCodec {
@@ -324,8 +336,9 @@ mod tests {
         src.put_i32(longest_length as i32);
         assert!(matches!(RemotingCodec.decode(&mut src), Ok(None)));
         assert!(
-            src.capacity() >= FRAME_BYTES_MAX,
-            "the rest of the frame is reserved"
+            src.capacity() <= LENGTH_BYTES + RESERVE_AHEAD_BYTES_MAX,
+            "an announced frame is not reserved whole: {} bytes",
+            src.capacity()
         );
         assert!(matches!(
             decode_prefix(longest_length as i32 + 1, 0),
