@@ -4,12 +4,14 @@
 //! generating behavior") and closed; nothing it sends is read as a request.
 //!
 //! Invariants: at most `max` connections are served at once, each holding one permit until it
-//! closes, and one that sends nothing within [`FIRST_BYTES_TIMEOUT`] is closed; a refused connection is gone within [`REFUSAL_LINGER`], and at most
+//! closes, and one that sends nothing within [`FIRST_BYTES_TIMEOUT`] is closed; a refused
+//! connection is gone within [`REFUSAL_LINGER`], and at most
 //! [`REFUSALS_LINGERING_MAX`] linger at once (past them a connection is closed unanswered);
 //! refusals are logged at most once per [`REFUSAL_LOG_EVERY`], with their count.
 
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -89,6 +91,46 @@ impl ConnectionCut {
 }
 
 impl Admitted {
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.stream.peer_addr()
+    }
+
+    /// The first byte the client sent, left unread (to tell protocols apart). Fails if the
+    /// client closes first, sends nothing within [`FIRST_BYTES_TIMEOUT`], or the connection
+    /// is cut.
+    pub async fn first_byte(&mut self) -> io::Result<u8> {
+        let Admitted {
+            stream,
+            first_bytes_deadline,
+            cut_wait,
+            ..
+        } = self;
+        let silent_too_long = async {
+            match first_bytes_deadline.as_mut() {
+                Some(deadline) => deadline.as_mut().await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut byte = [0u8; 1];
+        tokio::select! {
+            peeked = stream.peek(&mut byte) => match peeked? {
+                0 => Err(io::ErrorKind::UnexpectedEof.into()),
+                _ => Ok(byte[0]),
+            },
+            () = silent_too_long => Err(Admitted::silent_error()),
+            () = cut_wait.as_mut() => Err(Admitted::cut_error()),
+        }
+    }
+
+    /// The error of a connection whose client sent nothing in time.
+    fn silent_error() -> io::Error {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the client sent nothing within FIRST_BYTES_TIMEOUT",
+        )
+    }
+
     /// The error of every read and write once the connection is cut.
     fn cut_error() -> io::Error {
         io::Error::new(
@@ -142,10 +184,7 @@ impl AsyncRead for Admitted {
                 Poll::Ready(Ok(()))
             }
             Poll::Pending if deadline.as_mut().poll(cx).is_ready() => {
-                Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "the client sent nothing within FIRST_BYTES_TIMEOUT",
-                )))
+                Poll::Ready(Err(Admitted::silent_error()))
             }
             other => other,
         }

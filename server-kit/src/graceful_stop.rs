@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use futures::future::Either;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -16,6 +17,8 @@ use tonic::transport::server::Router;
 
 use crate::connection_limit::ConnectionCut;
 use crate::connection_limit::serve_connections;
+use crate::side_protocol::SideProtocol;
+use crate::side_protocol::split_side_protocol;
 
 /// How long a stopping server lets open calls finish before it cuts them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -36,11 +39,27 @@ impl Serving {
         connections_max: usize,
         shutdown: &CancellationToken,
     ) -> Serving {
+        Serving::spawn_with(router, listener, connections_max, shutdown, None)
+    }
+
+    /// As [`Serving::spawn`], handing the connections that open with `side`'s first byte to
+    /// it (they count under `connections_max` too, and are cut with the others).
+    pub fn spawn_with(
+        router: Router,
+        listener: TcpListener,
+        connections_max: usize,
+        shutdown: &CancellationToken,
+        side: Option<SideProtocol>,
+    ) -> Serving {
         let connections = ConnectionCut::new();
-        let server = tokio::spawn(router.serve_with_incoming_shutdown(
-            serve_connections(listener, connections_max, connections.clone()),
-            shutdown.clone().cancelled_owned(),
-        ));
+        let admitted = serve_connections(listener, connections_max, connections.clone());
+        let incoming = match side {
+            Some(side) => Either::Left(split_side_protocol(admitted, side, connections_max)),
+            None => Either::Right(admitted),
+        };
+        let server = tokio::spawn(
+            router.serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned()),
+        );
         Serving {
             server,
             connections,
