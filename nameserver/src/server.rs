@@ -20,6 +20,7 @@ use crate::service::SharedRegistry;
 use rocketraft_server_kit::connection_limit::CONNECTIONS_MAX_DEFAULT;
 use rocketraft_server_kit::graceful_stop::Serving;
 use rocketraft_server_kit::metrics_endpoint::serve_metrics;
+use rocketraft_server_kit::side_protocol::SideProtocol;
 
 /// The nameserver's default address.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:9876";
@@ -91,8 +92,18 @@ impl NameServer {
         listener: TcpListener,
         config: NameServerConfig,
     ) -> std::io::Result<NameServer> {
+        NameServer::start_with(listener, config, SharedRegistry::default(), None)
+    }
+
+    /// As [`NameServer::start_on`], over `registry` (which `side` may read too), serving
+    /// `side` beside gRPC on the same port (RocketMQ 4.x remoting).
+    pub fn start_with(
+        listener: TcpListener,
+        config: NameServerConfig,
+        registry: SharedRegistry,
+        side: Option<SideProtocol>,
+    ) -> std::io::Result<NameServer> {
         let addr = listener.local_addr()?;
-        let registry = SharedRegistry::default();
         let shutdown = CancellationToken::new();
         let metrics = Arc::new(NameServerMetrics::default());
         let metrics_addr = match config.metrics_listen {
@@ -131,7 +142,8 @@ impl NameServer {
             ))
             .max_decoding_message_size(REGISTRATION_BYTES_MAX),
         );
-        let serving = Serving::spawn(router, listener, config.connections_max, &shutdown);
+        let serving =
+            Serving::spawn_with(router, listener, config.connections_max, &shutdown, side);
         tracing::info!(%addr, "nameserver started");
         Ok(NameServer {
             addr,

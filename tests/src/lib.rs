@@ -531,7 +531,9 @@ async fn bind_node() -> anyhow::Result<(Listeners, String)> {
 /// Starts a nameserver with `config` on a 127.0.0.1 port the OS picks.
 pub async fn start_nameserver(config: NameServerConfig) -> anyhow::Result<NameServer> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
-    Ok(NameServer::start_on(listener, config)?)
+    Ok(rocketraft_server::nameserver::start_nameserver(
+        listener, config,
+    )?)
 }
 
 /// A pull by group `readers` of up to 32 messages of one queue from `queue_offset`, every tag,

@@ -106,6 +106,32 @@ impl RemotingCommand {
             serialize_type: request.serialize_type,
         }
     }
+
+    /// The answer to a code this server does not serve, worded as a Java server words it.
+    pub fn not_supported(request: &RemotingCommand) -> RemotingCommand {
+        RemotingCommand::response_to(
+            request,
+            crate::codes::response::REQUEST_CODE_NOT_SUPPORTED,
+            Some(format!(" request type {} not supported", request.code)),
+        )
+    }
+
+    /// A `SYSTEM_ERROR` answer saying why.
+    pub fn system_error(request: &RemotingCommand, why: impl std::fmt::Display) -> RemotingCommand {
+        RemotingCommand::response_to(
+            request,
+            crate::codes::response::SYSTEM_ERROR,
+            Some(why.to_string()),
+        )
+    }
+
+    /// A `SUCCESS` answer carrying `body`.
+    pub fn success(request: &RemotingCommand, body: impl Into<Bytes>) -> RemotingCommand {
+        RemotingCommand {
+            body: body.into(),
+            ..RemotingCommand::response_to(request, crate::codes::response::SUCCESS, None)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,12 @@ use crate::json_header;
 /// (`com.rocketmq.remoting.frameMaxLength`), so the length field says at most 16_777_212.
 pub const FRAME_BYTES_MAX: usize = 16 * 1024 * 1024;
 
+/// The first byte of every frame: its length field's high byte, 0 as a frame is shorter than
+/// 2^24 bytes. HTTP/2's preface opens with `P` and TLS with 0x16, so a server tells a
+/// remoting connection from theirs by it.
+pub const FRAME_FIRST_BYTE: u8 = 0x00;
+const _: () = assert!(FRAME_BYTES_MAX - LENGTH_BYTES < 1 << 24);
+
 /// Bytes of the frame's length field.
 const LENGTH_BYTES: usize = 4;
 /// Bytes of the length field and the serialize-type-and-header-length field.

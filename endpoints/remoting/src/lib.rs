@@ -1,6 +1,7 @@
 //! RocketMQ 4.x's remoting protocol on the wire, so that apps written for the 4.x clients
 //! (Java, Go, C++, ali-ons for Node.js) can reach rocketraft unmodified. This crate is the
-//! wire layer only: frames, headers and codes. It holds no connection, handler or state.
+//! wire layer, a connection's service, and the handlers behind it; it holds no state of its
+//! own.
 //!
 //! # Layout
 //!
@@ -14,6 +15,9 @@
 //! - [`ExtFields`] (`ext`): the header class fields, with typed reads whose errors name the
 //!   field and the value.
 //! - [`codes`]: request and response codes; [`LanguageCode`] (`language`).
+//! - [`connection`]: one connection served, its requests answered concurrently by a
+//!   [`connection::Handler`].
+//! - [`nameserver`]: the nameserver's 4.x requests, answered from its route registry.
 //!
 //! The protocol as its clients speak it is described in
 //! `docs/research/rocketmq-4x-remoting.md`.
@@ -21,13 +25,15 @@
 mod binary_header;
 pub mod codes;
 mod command;
+pub mod connection;
 mod ext;
 mod frame;
 mod json_header;
 mod language;
+pub mod nameserver;
 
 pub use binary_header::{BinaryEncodeError, BinaryHeaderError};
 pub use command::{BROKER_VERSION, FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, SerializeType};
 pub use ext::{BAD_VALUE_SHOWN_CHARS_MAX, ExtFieldError, ExtFields};
-pub use frame::{DecodeError, EncodeError, FRAME_BYTES_MAX, RemotingCodec};
+pub use frame::{DecodeError, EncodeError, FRAME_BYTES_MAX, FRAME_FIRST_BYTE, RemotingCodec};
 pub use language::LanguageCode;

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use rocketraft_broker::node::NodeOptions;
-use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_server::Node;
+use rocketraft_server::nameserver::start_nameserver;
 
 use crate::Cli;
 use crate::node_config;
@@ -39,7 +39,7 @@ pub(crate) async fn run_dev(dev: DevCluster) -> anyhow::Result<()> {
         .with_context(|| format!("bind the nameserver on {namesrv_listen}"))?;
     // Metrics on ports the OS picks (printed below): zero-config, never in the way.
     let metrics_listen = "127.0.0.1:0";
-    let nameserver = NameServer::start_on(
+    let nameserver = start_nameserver(
         listener,
         NameServerConfig {
             metrics_listen: metrics_listen.parse().ok(),

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use rocketraft_nameserver::server::NameServer;
 use rocketraft_nameserver::settings::NameServerSettings;
+use rocketraft_server::nameserver::start_nameserver;
 use rocketraft_server_kit::logging::init_logging;
 
 #[derive(Parser)]
@@ -46,7 +46,7 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("bind {listen}"))?;
-    let server = NameServer::start_on(listener, config)?;
+    let server = start_nameserver(listener, config)?;
     println!("nameserver serving on {}", server.addr());
     if let Some(metrics) = server.metrics_addr() {
         println!("metrics on http://{metrics}/metrics");
