@@ -40,12 +40,13 @@ impl std::fmt::Debug for SideProtocol {
 }
 
 /// The connections of `connections` that are gRPC's; the others go to `side` as their first
-/// byte arrives. At most `classifying_max` wait for their first byte at once (the server's
-/// connection cap: every admitted connection may).
+/// byte arrives. Every admitted connection may wait for its first byte at once (there are at
+/// most `connections_max` of them), and `connections` is polled on meanwhile, so a connection
+/// past the cap is refused at once even while every admitted one is silent.
 pub fn split_side_protocol<S>(
     connections: S,
     side: SideProtocol,
-    classifying_max: usize,
+    connections_max: usize,
 ) -> impl Stream<Item = io::Result<Admitted>>
 where
     S: Stream<Item = io::Result<Admitted>>,
@@ -75,13 +76,14 @@ where
                 }
             }
         })
-        .buffer_unordered(classifying_max.max(1))
+        .buffer_unordered(connections_max.saturating_add(1))
         .filter_map(futures::future::ready)
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
+    use std::time::Duration;
 
     use tokio::io::AsyncReadExt;
     use tokio::io::AsyncWriteExt;
@@ -151,5 +153,33 @@ mod tests {
             "the side protocol reads from the start too"
         );
         assert_eq!(*served.lock().expect("lock"), 1);
+    }
+
+    #[tokio::test]
+    async fn past_the_cap_a_connection_is_refused_while_the_admitted_are_silent() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut grpc = Box::pin(split_side_protocol(
+            limit_connections(
+                TcpIncoming::from(listener),
+                1,
+                "connections_max",
+                ConnectionCut::new(),
+            ),
+            echo(Arc::new(Mutex::new(0))),
+            1,
+        ));
+        let _silent = TcpStream::connect(addr).await.expect("connect");
+        let mut refused = TcpStream::connect(addr).await.expect("connect");
+        let serving = tokio::spawn(async move { grpc.next().await.map(|c| c.is_ok()) });
+        let mut answer = Vec::new();
+        // Without polling on, the refusal would wait for the silent one's first-byte timeout
+        // and then find its place free.
+        tokio::time::timeout(Duration::from_secs(5), refused.read_to_end(&mut answer))
+            .await
+            .expect("refused at once")
+            .expect("read");
+        assert_eq!(answer, crate::connection_limit::refusal_frames());
+        serving.abort();
     }
 }
