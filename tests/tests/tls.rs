@@ -2,11 +2,14 @@
 //! a nameserver serving TLS, elect, register, replicate and serve the SDK's producer and
 //! admin client through a CA they trust; a plain-text client (of a broker or of the
 //! nameserver), a client that trusts another CA, and a caller of the Raft port without a
-//! certificate from the group's CA are all turned away.
+//! certificate from the group's CA are all turned away, and so is 4.x remoting, which has no
+//! TLS.
 
 use std::time::Duration;
 
 use anyhow::Context;
+use futures::SinkExt;
+use futures::StreamExt;
 
 use rocketraft_client::admin::Admin;
 use rocketraft_client::admin::ConsumeFrom;
@@ -21,11 +24,17 @@ use rocketraft_nameserver::server::NameServerConfig;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::raft as raft_pb;
 use rocketraft_proto::raft::raft_client::RaftClient;
+use rocketraft_remoting::ExtFields;
+use rocketraft_remoting::RemotingCodec;
+use rocketraft_remoting::RemotingCommand;
+use rocketraft_remoting::codes::request;
 use rocketraft_tests::TestGroup;
 use rocketraft_tests::init_tracing;
 use rocketraft_tests::start_nameserver;
 use rocketraft_tests::tls::TestCerts;
 use rocketraft_tests::wait_for;
+use tokio::net::TcpStream;
+use tokio_util::codec::Framed;
 use tonic::transport::Certificate;
 use tonic::transport::ClientTlsConfig;
 use tonic::transport::Endpoint;
@@ -87,6 +96,23 @@ async fn given_tls_the_group_should_serve_only_clients_and_peers_that_trust_its_
     info!("--- plain text: no route from the nameserver");
     let plain_routes = RouteCache::new(vec![namesrv.clone()], Duration::ZERO);
     assert!(plain_routes.route("Secured").await.is_err());
+
+    info!("--- 4.x remoting, which has no TLS, is not served beside the TLS port");
+    let mut remoting = Framed::new(TcpStream::connect(&namesrv).await?, RemotingCodec);
+    let mut fields = ExtFields::new();
+    fields.insert("topic", "Secured");
+    let route_request = RemotingCommand {
+        code: request::GET_ROUTEINFO_BY_TOPIC,
+        ext_fields: fields,
+        ..RemotingCommand::default()
+    };
+    // The TLS side reads the frame as a bad handshake: it closes, or answers with an alert.
+    let _ = remoting.send(route_request).await;
+    let answer = tokio::time::timeout(TIMEOUT, remoting.next()).await?;
+    assert!(
+        !matches!(answer, Some(Ok(_))),
+        "a plain-text remoting request was answered: {answer:?}"
+    );
 
     info!("--- plain text, or TLS trusting another CA: no connection to the broker API");
     let api = group.addr(follower);
