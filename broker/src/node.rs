@@ -16,6 +16,7 @@ use rocketraft_domain::limits::HTTP2_FRAME_BYTES_MAX;
 use rocketraft_domain::limits::SEND_REQUEST_BYTES_MAX;
 use rocketraft_proto::broker::broker_server::BrokerServer;
 use rocketraft_server_kit::graceful_stop::Serving;
+use rocketraft_server_kit::side_protocol::SideProtocol;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -149,6 +150,10 @@ pub struct NodeOptions {
     pub faults: Option<Arc<FaultPlan>>,
     /// The time the node's business logic reads: the system's, or a test's manual clock.
     pub clock: Clock,
+    /// A protocol served beside the broker API on its port, told apart by a connection's
+    /// first byte (RocketMQ 4.x remoting, wired by the composition root). Served only while
+    /// the port is in plain text: it has no TLS of its own.
+    pub side_protocol: Option<SideProtocol>,
 }
 
 /// The sockets a node serves on, bound before it starts (tests bind port 0 first to learn
@@ -209,9 +214,10 @@ impl BrokerNode {
         }
         crate::topic::warn_if_mappings_short();
         let clock = options.clock.clone();
+        let side_protocol = options.side_protocol.clone();
         let opened = open(&config, &listeners, options).await?;
         let shared = share(&config, &opened, clock)?;
-        let served = serve(&config, listeners, &opened, &shared).await?;
+        let served = serve(&config, listeners, &opened, &shared, side_protocol).await?;
         if config.bootstrap {
             bootstrap(&opened.raft, &opened.peers)
                 .await
@@ -442,6 +448,7 @@ async fn serve(
     listeners: Listeners,
     opened: &Opened,
     shared: &Shared,
+    side_protocol: Option<SideProtocol>,
 ) -> Result<Served, StartError> {
     let metrics_addr = match config.metrics_listen {
         Some(metrics_listen) => Some(serve_metrics_on(metrics_listen, opened, shared).await?),
@@ -497,8 +504,26 @@ async fn serve(
         RAFT_GRPC_MESSAGE_BYTES_MAX,
         config.store.commit_log_segment_bytes,
     );
-    let serve = |router: Router, listener: TcpListener| {
-        Serving::spawn(router, listener, config.connections_max, &shared.shutdown)
+    let serve = |router: Router, listener: TcpListener, side: Option<SideProtocol>| {
+        Serving::spawn_with(
+            router,
+            listener,
+            config.connections_max,
+            &shared.shutdown,
+            side,
+        )
+    };
+    let tls = opened.tls.as_ref();
+    // Plain-text requests must not get past the TLS the operator set.
+    let api_side = match (side_protocol, tls) {
+        (Some(side), Some(_)) => {
+            tracing::info!(
+                protocol = side.name,
+                "not served: it has no TLS, and this port has"
+            );
+            None
+        }
+        (side, _) => side,
     };
     let server = |tls: Option<ServerTlsConfig>| {
         let builder = tonic::transport::Server::builder()
@@ -509,7 +534,6 @@ async fn serve(
             None => Ok(builder),
         }
     };
-    let tls = opened.tls.as_ref();
     let servers = match listeners.raft {
         // Raft on a port of its own: the broker API's port answers `UNIMPLEMENTED` to every
         // Raft call.
@@ -517,16 +541,19 @@ async fn serve(
             serve(
                 server(tls.map(NodeTls::api_server))?.add_service(broker),
                 listeners.api,
+                api_side,
             ),
             serve(
                 server(tls.map(NodeTls::raft_server))?.add_service(raft_service),
                 raft_listener,
+                None,
             ),
         ],
         // Validated: TLS needs a `raft_listen`.
         None => vec![serve(
             server(None)?.add_service(broker).add_service(raft_service),
             listeners.api,
+            api_side,
         )],
     };
     Ok(Served {

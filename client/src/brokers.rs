@@ -177,6 +177,17 @@ impl Brokers {
         }
     }
 
+    /// Makes `group` known by its `nodes` before any route names it (an endpoint served on a
+    /// node of the group serves it from the start); its leader is found on the first call. A
+    /// route naming the group later replaces these nodes.
+    pub fn know_group(&self, group: &str, nodes: Vec<SocketAddr>) {
+        let mut groups = self.lock();
+        let known = groups.entry(group.to_owned()).or_default();
+        if known.nodes.is_empty() {
+            known.nodes = nodes;
+        }
+    }
+
     /// The leader of `group` calls go to now, if one is known.
     pub fn known_leader(&self, group: &str) -> Option<SocketAddr> {
         self.lock().get(group).and_then(|known| known.leader)

@@ -1,8 +1,10 @@
 //! A broker node with the endpoints its config asks for: the composition root. The broker
 //! library serves the broker API and Raft; each endpoint is a client of that API (through the
-//! SDK) and keeps no message state, so it starts after the node and stops before it.
+//! SDK) and keeps no message state, so it starts after the node and stops before it. RocketMQ
+//! 4.x remoting is served on the broker API's own port, beside gRPC, from the node's start.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rocketraft_broker::node::BrokerNode;
@@ -11,11 +13,15 @@ use rocketraft_broker::node::NodeOptions;
 use rocketraft_broker::node::StartError;
 use rocketraft_broker::tls::NodeTls;
 use rocketraft_client::connector::ClientTls;
+use rocketraft_client::connector::Connector;
 use rocketraft_proxy::AccessKeys;
 use rocketraft_proxy::Proxy;
 use rocketraft_proxy::ProxyConfig;
 use rocketraft_proxy::ProxyError;
+use rocketraft_remoting::broker::BrokerHandler;
+use rocketraft_remoting::connection::side_protocol;
 use rocketraft_server_kit::config_file::ConfigError;
+use rocketraft_server_kit::side_protocol::SideProtocol;
 use tokio::net::TcpListener;
 
 use crate::config::ServerConfig;
@@ -57,9 +63,10 @@ impl Node {
     pub async fn start_on(
         config: ServerConfig,
         listeners: Listeners,
-        options: NodeOptions,
+        mut options: NodeOptions,
     ) -> Result<Node, NodeStartError> {
         config.validate()?;
+        options.side_protocol = remoting(&config)?;
         let broker = BrokerNode::start_on(config.broker.clone(), listeners, options).await?;
         let grpc_v5 = match config.grpc_v5.listen {
             Some(listen) => match start_grpc_v5(&config, listen).await {
@@ -92,6 +99,22 @@ impl Node {
         }
         self.broker.shutdown().await;
     }
+}
+
+/// RocketMQ 4.x remoting on the broker API's port, for a node in plain text (remoting has no
+/// TLS here): requests reach the group's leader through the SDK, as the 5.x endpoint's do.
+fn remoting(config: &ServerConfig) -> Result<Option<SideProtocol>, NodeStartError> {
+    let broker = &config.broker;
+    if broker.tls.is_some() {
+        return Ok(None);
+    }
+    let nodes = broker
+        .peer_map()?
+        .values()
+        .filter_map(|addr| addr.api.parse().ok())
+        .collect();
+    let handler = BrokerHandler::new(broker.group.clone(), nodes, Connector::plain());
+    Ok(Some(side_protocol(Arc::new(handler))))
 }
 
 /// Serves RocketMQ 5.x's gRPC API on `listen`, with the broker API's TLS and caps.

@@ -5,6 +5,7 @@
 //! Everything waits on conditions with deadlines; nothing sleeps for a fixed time to "let
 //! things settle". [`cluster`] adds a nameserver and a second group for SDK tests.
 
+pub mod client_scripts;
 pub mod cluster;
 pub mod deliveries;
 pub mod lab_cluster;
@@ -276,6 +277,7 @@ impl TestGroup {
         NodeOptions {
             faults: Some(self.faults.clone()),
             clock: self.clock.clone(),
+            ..NodeOptions::default()
         }
     }
 

@@ -14,14 +14,13 @@
 
 use rocketraft_server::config::GrpcV5Config;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context;
 use rocketraft_client::admin::Admin;
 use rocketraft_client::admin::GroupSettings;
 use rocketraft_tests::Extras;
+use rocketraft_tests::client_scripts::ClientScript;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::init_tracing;
@@ -29,27 +28,13 @@ use serde_json::Value;
 use serde_json::json;
 use tracing::info;
 
-/// Set to `required` where a missing client must fail its test (CI).
-const REQUIRED_ENV: &str = "RR_CLIENT_TESTS";
 /// The scripts' own steps give up after 30 s each; this bounds a whole run.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);
 const TOPIC: &str = "ClientOrders";
 const ACCESS_KEY: &str = "client-app";
 const SECRET: &str = "cl1ent-s3cret";
 
-/// How to run one client's script.
-struct Client {
-    /// Its directory under `tests/`.
-    dir: &'static str,
-    /// The interpreter, relative to the directory (or on PATH), and the script.
-    interpreter: &'static str,
-    script: &'static str,
-    /// What must exist in the directory once the client is installed.
-    installed: &'static str,
-    install: &'static str,
-}
-
-const NODEJS: Client = Client {
+const NODEJS: ClientScript = ClientScript {
     dir: "nodejs",
     interpreter: "node",
     script: "compat.mjs",
@@ -57,7 +42,7 @@ const NODEJS: Client = Client {
     install: "npm ci --prefix tests/nodejs",
 };
 
-const PYTHON: Client = Client {
+const PYTHON: ClientScript = ClientScript {
     dir: "python",
     interpreter: ".venv/bin/python",
     script: "compat.py",
@@ -65,49 +50,11 @@ const PYTHON: Client = Client {
     install: "python3 -m venv tests/python/.venv && tests/python/.venv/bin/pip install -r tests/python/requirements.txt",
 };
 
-impl Client {
-    fn dir(&self) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(self.dir)
-    }
-
-    /// The interpreter: a path inside the directory, or a name looked up on PATH.
-    fn program(&self) -> PathBuf {
-        if self.interpreter.contains('/') {
-            self.dir().join(self.interpreter)
-        } else {
-            PathBuf::from(self.interpreter)
-        }
-    }
-
-    /// Why the client cannot run here, if it cannot.
-    fn missing(&self) -> Option<String> {
-        let installed = self.dir().join(self.installed);
-        if !installed.exists() {
-            return Some(format!(
-                "{} is missing: run `{}`",
-                installed.display(),
-                self.install
-            ));
-        }
-        let runs = std::process::Command::new(self.program())
-            .arg("--version")
-            .output();
-        (!runs.is_ok_and(|output| output.status.success()))
-            .then(|| format!("`{}` does not run here", self.interpreter))
-    }
-}
-
 /// Runs `client`'s script against a fresh cluster and returns its report; `None` if the
 /// client is not installed and not required.
-async fn run(client: &Client, seed: u64) -> anyhow::Result<Option<Value>> {
+async fn run(client: &ClientScript, seed: u64) -> anyhow::Result<Option<Value>> {
     init_tracing();
-    if let Some(missing) = client.missing() {
-        anyhow::ensure!(
-            std::env::var(REQUIRED_ENV).as_deref() != Ok("required"),
-            "the {} client is required ({REQUIRED_ENV}) but {missing}",
-            client.dir
-        );
-        eprintln!("skipped: {missing}");
+    if !client.ready()? {
         return Ok(None);
     }
     let grpc_v5 = GrpcV5Config {
@@ -143,33 +90,17 @@ async fn run(client: &Client, seed: u64) -> anyhow::Result<Option<Value>> {
         .context("a 5.x endpoint")?;
 
     info!(%endpoint, client = client.dir, "--- the client's script");
-    let script = tokio::process::Command::new(client.program())
-        .arg(client.script)
-        .current_dir(client.dir())
-        .env("ENDPOINT", endpoint.to_string())
-        .env("TOPIC", TOPIC)
-        .env("ACCESS_KEY", ACCESS_KEY)
-        .env("SECRET", SECRET)
-        .env("SIMPLE_GROUP", "client-simple")
-        .env("FIFO_GROUP", "client-fifo")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(SCRIPT_TIMEOUT, script)
-        .await
-        .context("the client's script timed out")??;
+    let envs = [
+        ("ENDPOINT", endpoint.to_string()),
+        ("TOPIC", TOPIC.to_owned()),
+        ("ACCESS_KEY", ACCESS_KEY.to_owned()),
+        ("SECRET", SECRET.to_owned()),
+        ("SIMPLE_GROUP", "client-simple".to_owned()),
+        ("FIFO_GROUP", "client-fifo".to_owned()),
+    ];
+    let report = client.run(&[], &envs, SCRIPT_TIMEOUT).await;
     cluster.shutdown().await;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    anyhow::ensure!(
-        output.status.success(),
-        "the {} script failed ({}): {stdout}\n{}",
-        client.dir,
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .with_context(|| format!("the script's report: {stdout}"))?;
+    let report = report?;
     info!(%report, "what the client saw");
     Ok(Some(report))
 }
@@ -232,7 +163,7 @@ fn judge(seen: &Value) -> anyhow::Result<()> {
 }
 
 /// Runs `client`'s script and judges its report (nothing to judge if it was skipped).
-async fn run_and_judge(client: &Client, seed: u64) -> anyhow::Result<()> {
+async fn run_and_judge(client: &ClientScript, seed: u64) -> anyhow::Result<()> {
     match run(client, seed).await? {
         Some(report) => judge(&report),
         None => Ok(()),

@@ -70,6 +70,7 @@ where
                     busy(&request)
                 }
                 Some(Ok(request)) => {
+                    tracing::debug!(%peer, code = request.code, opaque = request.opaque, "remoting request");
                     handling.push(answer(handler, request, peer));
                     continue;
                 }
@@ -84,6 +85,7 @@ where
                 None => continue,
             },
         };
+        tracing::debug!(%peer, code = reply.code, opaque = reply.opaque, remark = ?reply.remark, "remoting reply");
         if let Err(error) = replies.send(reply).await {
             tracing::debug!(%peer, %error, "closing a remoting connection: a reply failed");
             return;

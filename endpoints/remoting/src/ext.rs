@@ -89,16 +89,17 @@ impl ExtFields {
         self.integer(field, 64)
     }
 
-    /// The value of an optional `boolean`/`Boolean` field: `true` or `false` in any case.
-    /// (Java reads anything but `true` as false; a client that sends neither has a bug worth
-    /// telling it about, and none of the known clients does.)
+    /// The value of an optional `boolean`/`Boolean` field: `true` or `false` in any case, or
+    /// `1` or `0`, which the C++ client (1.2.x, bundled by PyPI `rocketmq`) sends as JSON
+    /// numbers. (Java reads anything but `true` as false; a client that sends something else
+    /// has a bug worth telling it about.)
     pub fn optional_bool(&self, field: &'static str) -> Result<Option<bool>, ExtFieldError> {
         let Some(value) = self.get(field) else {
             return Ok(None);
         };
-        if value.eq_ignore_ascii_case("true") {
+        if value.eq_ignore_ascii_case("true") || value == "1" {
             Ok(Some(true))
-        } else if value.eq_ignore_ascii_case("false") {
+        } else if value.eq_ignore_ascii_case("false") || value == "0" {
             Ok(Some(false))
         } else {
             Err(ExtFieldError::NotABoolean {
@@ -168,6 +169,8 @@ mod tests {
             ("unitMode", "false"),
             ("batch", "TRUE"),
             ("topic", "T"),
+            ("cppFalse", "0"),
+            ("cppTrue", "1"),
         ]);
         assert_eq!(header.required_i32("queueId"), Ok(3));
         assert_eq!(header.required_i64("queueOffset"), Ok(-9_000_000_000));
@@ -177,6 +180,8 @@ mod tests {
         assert_eq!(header.required_str("topic"), Ok("T"));
         assert_eq!(header.optional_i64("absent"), Ok(None));
         assert_eq!(header.optional_bool("absent"), Ok(None));
+        assert_eq!(header.optional_bool("cppFalse"), Ok(Some(false)));
+        assert_eq!(header.optional_bool("cppTrue"), Ok(Some(true)));
     }
 
     #[test]

@@ -18,11 +18,13 @@
 //! - [`connection`]: one connection served, its requests answered concurrently by a
 //!   [`connection::Handler`].
 //! - [`nameserver`]: the nameserver's 4.x requests, answered from its route registry.
+//! - [`broker`]: a broker node's 4.x requests, carried to its group's leader through the SDK.
 //!
 //! The protocol as its clients speak it is described in
 //! `docs/research/rocketmq-4x-remoting.md`.
 
 mod binary_header;
+pub mod broker;
 pub mod codes;
 mod command;
 pub mod connection;

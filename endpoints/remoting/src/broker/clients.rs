@@ -1,0 +1,191 @@
+//! The client registry's 4.x requests: `HEART_BEAT` (a client's consumer groups and their
+//! subscriptions, as `HeartbeatData` JSON), `UNREGISTER_CLIENT` and
+//! `GET_CONSUMER_LIST_BY_GROUP`, on the group leader's consumer registry.
+//!
+//! Invariant: a heartbeat's reply carries [`crate::BROKER_VERSION`] (every reply does): the
+//! Java consumer records it as the broker's version and refuses SQL92 pulls from a broker
+//! below 4.1.
+
+use serde::Deserialize;
+use serde::Serialize;
+
+use rocketraft_proto::broker as pb;
+
+use super::BrokerHandler;
+use super::refused;
+use crate::codes::response;
+use crate::command::RemotingCommand;
+
+/// `HeartbeatData`, the parts a broker reads.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HeartbeatData {
+    #[serde(rename = "clientID")]
+    client_id: String,
+    #[serde(default)]
+    consumer_data_set: Vec<ConsumerData>,
+}
+
+/// `ConsumerData`: one consumer group of the client.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ConsumerData {
+    group_name: String,
+    #[serde(default)]
+    subscription_data_set: Vec<SubscriptionData>,
+}
+
+/// `SubscriptionData`: a topic and its filter (`TAG`, the default, or `SQL92`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SubscriptionData {
+    topic: String,
+    #[serde(default)]
+    sub_string: String,
+    #[serde(default)]
+    expression_type: Option<String>,
+}
+
+/// `GetConsumerListByGroupResponseBody`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ConsumerIdList {
+    consumer_id_list: Vec<String>,
+}
+
+impl BrokerHandler {
+    /// Registers each consumer group of the heartbeat with the leader; a producer's
+    /// heartbeat (no consumer group) is answered at once.
+    pub(super) async fn heartbeat(&self, request: &RemotingCommand) -> RemotingCommand {
+        let heartbeat: HeartbeatData = match serde_json::from_slice(&request.body) {
+            Ok(heartbeat) => heartbeat,
+            Err(error) => {
+                return RemotingCommand::system_error(
+                    request,
+                    format!("the heartbeat's body is not HeartbeatData: {error}"),
+                );
+            }
+        };
+        for consumer in heartbeat.consumer_data_set {
+            let beat = pb::HeartbeatRequest {
+                client_id: heartbeat.client_id.clone(),
+                group: consumer.group_name,
+                subscriptions: consumer
+                    .subscription_data_set
+                    .into_iter()
+                    .map(|subscription| pb::SubscriptionData {
+                        topic: subscription.topic,
+                        expression: subscription.sub_string,
+                        expression_type: subscription.expression_type.unwrap_or_default(),
+                    })
+                    .collect(),
+            };
+            let registered = self
+                .on_leader(|mut client, _| {
+                    let beat = beat.clone();
+                    async move { client.heartbeat(beat).await }
+                })
+                .await;
+            if let Err(error) = registered {
+                return refused(request, &error);
+            }
+        }
+        RemotingCommand::success(request, bytes::Bytes::new())
+    }
+
+    /// Removes the client from its consumer group; a producer group's unregistration has
+    /// nothing to remove.
+    pub(super) async fn unregister(&self, request: &RemotingCommand) -> RemotingCommand {
+        let fields = &request.ext_fields;
+        let client_id = match fields.required_str("clientID") {
+            Ok(client_id) => client_id.to_owned(),
+            Err(error) => return RemotingCommand::system_error(request, error),
+        };
+        if let Some(group) = fields
+            .get("consumerGroup")
+            .filter(|group| !group.is_empty())
+        {
+            let leave = pb::UnregisterConsumerRequest {
+                client_id,
+                group: group.to_owned(),
+            };
+            let left = self
+                .on_leader(|mut client, _| {
+                    let leave = leave.clone();
+                    async move { client.unregister_consumer(leave).await }
+                })
+                .await;
+            if let Err(error) = left {
+                return refused(request, &error);
+            }
+        }
+        RemotingCommand::success(request, bytes::Bytes::new())
+    }
+
+    /// The live members of a consumer group, sorted as rebalancing sorts them.
+    pub(super) async fn consumer_list(&self, request: &RemotingCommand) -> RemotingCommand {
+        let group = match request.ext_fields.required_str("consumerGroup") {
+            Ok(group) => group.to_owned(),
+            Err(error) => return RemotingCommand::system_error(request, error),
+        };
+        let listed = self
+            .on_leader(|mut client, _| {
+                let group = group.clone();
+                async move {
+                    client
+                        .list_consumers(pb::ListConsumersRequest { group })
+                        .await
+                }
+            })
+            .await;
+        let members = match listed {
+            Ok(listed) => listed.members,
+            Err(error) => return refused(request, &error),
+        };
+        if members.is_empty() {
+            return RemotingCommand::response_to(
+                request,
+                response::SYSTEM_ERROR,
+                Some(format!("no consumer for this group, {group}")),
+            );
+        }
+        let list = ConsumerIdList {
+            consumer_id_list: members.into_iter().map(|member| member.client_id).collect(),
+        };
+        match serde_json::to_vec(&list) {
+            Ok(body) => RemotingCommand::success(request, body),
+            Err(error) => RemotingCommand::system_error(request, error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_java_heartbeat_reads_its_groups_and_subscriptions() {
+        let body = r#"{"clientID":"10.0.0.1@12345#1","consumerDataSet":[{"consumeFromWhere":"CONSUME_FROM_LAST_OFFSET","consumeType":"CONSUME_PASSIVELY","groupName":"G","messageModel":"CLUSTERING","subscriptionDataSet":[{"classFilterMode":false,"codeSet":[2598919],"expressionType":"TAG","subString":"TagA","subVersion":1700000000000,"tagsSet":["TagA"],"topic":"T"},{"topic":"%RETRY%G","subString":"*"}],"unitMode":false}],"producerDataSet":[{"groupName":"CLIENT_INNER_PRODUCER"}]}"#;
+        let heartbeat: HeartbeatData = serde_json::from_str(body).expect("heartbeat");
+        assert_eq!(heartbeat.client_id, "10.0.0.1@12345#1");
+        let group = &heartbeat.consumer_data_set[0];
+        assert_eq!(group.group_name, "G");
+        let topics: Vec<(&str, &str)> = group
+            .subscription_data_set
+            .iter()
+            .map(|s| (s.topic.as_str(), s.sub_string.as_str()))
+            .collect();
+        assert_eq!(topics, [("T", "TagA"), ("%RETRY%G", "*")]);
+        assert_eq!(
+            group.subscription_data_set[0].expression_type.as_deref(),
+            Some("TAG")
+        );
+    }
+
+    #[test]
+    fn a_producer_heartbeat_has_no_consumer_group() {
+        let body = r#"{"clientID":"c","producerDataSet":[{"groupName":"P"}]}"#;
+        let heartbeat: HeartbeatData = serde_json::from_str(body).expect("heartbeat");
+        assert!(heartbeat.consumer_data_set.is_empty());
+    }
+}

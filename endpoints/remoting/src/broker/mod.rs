@@ -1,0 +1,181 @@
+//! A broker node's 4.x face: what 4.x producers and consumers ask a broker, served on the
+//! node's own port and carried to its group through the SDK. Requests go to the group's
+//! leader, found and followed as the SDK follows it, so a 4.x client that still names a former
+//! leader as broker id 0 (its route is refreshed every 30 s) is served through that node.
+//!
+//! Served so far: sends (`SEND_MESSAGE`, `SEND_MESSAGE_V2`, `SEND_BATCH_MESSAGE`), topic
+//! creation, the client registry (`HEART_BEAT`, `UNREGISTER_CLIENT`,
+//! `GET_CONSUMER_LIST_BY_GROUP`) and offsets (`QUERY_CONSUMER_OFFSET`,
+//! `UPDATE_CONSUMER_OFFSET`, `GET_MAX_OFFSET`, `GET_MIN_OFFSET`, `SEARCH_OFFSET_BY_TIMESTAMP`).
+//! Any other code is answered `REQUEST_CODE_NOT_SUPPORTED`.
+//!
+//! Invariant: every answer comes from the group's leader at the time of the request; this
+//! handler keeps no state of the group.
+
+mod clients;
+mod offsets;
+mod send;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rocketraft_client::brokers::Brokers;
+use rocketraft_client::brokers::CallError;
+use rocketraft_client::connector::Connector;
+use rocketraft_client::route::RouteCache;
+use rocketraft_proto::broker as pb;
+use rocketraft_proto::broker::broker_client::BrokerClient;
+use rocketraft_proto::common::ResponseCode;
+use tonic::transport::Channel;
+
+use crate::codes::request;
+use crate::codes::response;
+use crate::command::RemotingCommand;
+use crate::connection::Handler;
+
+/// How long a request may take to reach the group's leader and be answered, through leader
+/// changes: a 4.x client's default send timeout.
+pub const LEADER_CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Answers 4.x clients' broker requests for one broker group.
+pub struct BrokerHandler {
+    group: String,
+    brokers: Brokers,
+}
+
+impl BrokerHandler {
+    /// A handler for the broker group `group`, whose nodes serve the broker API on `nodes`,
+    /// reached through `connector`.
+    pub fn new(group: String, nodes: Vec<SocketAddr>, connector: Connector) -> BrokerHandler {
+        // The group is known by its nodes; no topic route is ever asked for.
+        let routes = RouteCache::with_connector(Vec::new(), Duration::ZERO, connector.clone());
+        let brokers = Brokers::new(routes, connector);
+        brokers.know_group(&group, nodes);
+        BrokerHandler { group, brokers }
+    }
+
+    /// Runs `call` on the group's leader (told whether it repeats an earlier attempt that may
+    /// have taken effect), following leader changes for [`LEADER_CALL_TIMEOUT`].
+    async fn on_leader<T, F, Fut>(&self, call: F) -> Result<T, CallError>
+    where
+        F: Fn(BrokerClient<Channel>, bool) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.brokers
+            .on_leader(&self.group, LEADER_CALL_TIMEOUT, |client, repeat| {
+                let called = call(client, repeat);
+                async move { called.await.map(tonic::Response::into_inner) }
+            })
+            .await
+    }
+
+    async fn send(&self, request: &RemotingCommand, peer: SocketAddr) -> RemotingCommand {
+        let send = match send::send_request(request, peer) {
+            Ok(send) => send,
+            Err(send::SendRequestError::Field(error)) => {
+                return RemotingCommand::system_error(request, error);
+            }
+            Err(error) => {
+                return RemotingCommand::response_to(
+                    request,
+                    response::MESSAGE_ILLEGAL,
+                    Some(error.to_string()),
+                );
+            }
+        };
+        let sent = self
+            .on_leader(|mut client, repeat| {
+                // A repeat may find the first attempt stored: the leader answers with it.
+                let send = pb::SendRequest {
+                    deduplicate: repeat,
+                    ..send.clone()
+                };
+                async move { client.send(send).await }
+            })
+            .await;
+        match sent {
+            Ok(sent) => send::send_reply(request, &sent.results),
+            Err(error) => refused(request, &error),
+        }
+    }
+
+    async fn create_topic(&self, request: &RemotingCommand) -> RemotingCommand {
+        let fields = &request.ext_fields;
+        let create = (|| {
+            Ok::<_, crate::ext::ExtFieldError>(pb::CreateTopicRequest {
+                topic: fields.required_str("topic")?.to_owned(),
+                read_queue_count: queue_count(fields.required_i32("readQueueNums")?),
+                write_queue_count: queue_count(fields.required_i32("writeQueueNums")?),
+                perm: fields.optional_i32("perm")?.map_or(0, queue_count),
+                message_type: 0,
+            })
+        })();
+        let create = match create {
+            Ok(create) => create,
+            Err(error) => return RemotingCommand::system_error(request, error),
+        };
+        let created = self
+            .on_leader(|mut client, _| {
+                let create = create.clone();
+                async move { client.create_topic(create).await }
+            })
+            .await;
+        match created {
+            Ok(_) => RemotingCommand::success(request, bytes::Bytes::new()),
+            Err(error) => refused(request, &error),
+        }
+    }
+}
+
+impl Handler for BrokerHandler {
+    async fn handle(&self, request: RemotingCommand, peer: SocketAddr) -> RemotingCommand {
+        match request.code {
+            request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
+                self.send(&request, peer).await
+            }
+            request::UPDATE_AND_CREATE_TOPIC => self.create_topic(&request).await,
+            request::HEART_BEAT => self.heartbeat(&request).await,
+            request::UNREGISTER_CLIENT => self.unregister(&request).await,
+            request::GET_CONSUMER_LIST_BY_GROUP => self.consumer_list(&request).await,
+            request::QUERY_CONSUMER_OFFSET => self.query_offset(&request).await,
+            request::UPDATE_CONSUMER_OFFSET => self.update_offset(&request).await,
+            request::GET_MAX_OFFSET | request::GET_MIN_OFFSET => self.queue_bound(&request).await,
+            request::SEARCH_OFFSET_BY_TIMESTAMP => self.search_offset(&request).await,
+            _ => RemotingCommand::not_supported(&request),
+        }
+    }
+}
+
+/// A queue count or permission from a header: negative values are 0, which the broker
+/// refuses with a message naming the field.
+fn queue_count(value: i32) -> u32 {
+    u32::try_from(value).unwrap_or(0)
+}
+
+/// The 4.x answer to a request the group did not serve: the broker's reason, under the 4.x
+/// code a client acts on (it retries another broker on `SYSTEM_ERROR`,
+/// `SERVICE_NOT_AVAILABLE` and `TOPIC_NOT_EXIST`; it gives up on `MESSAGE_ILLEGAL`).
+fn refused(request: &RemotingCommand, error: &CallError) -> RemotingCommand {
+    let code = match error {
+        CallError::Unavailable { .. } => response::SERVICE_NOT_AVAILABLE,
+        CallError::Rejected { status, .. } => match rocketraft_proto::response_code(status) {
+            Some(ResponseCode::MessageIllegal | ResponseCode::TopicIllegal) => {
+                response::MESSAGE_ILLEGAL
+            }
+            Some(ResponseCode::TopicNotExist | ResponseCode::TopicRouteNotExist) => {
+                response::TOPIC_NOT_EXIST
+            }
+            Some(ResponseCode::NoPermission) => response::NO_PERMISSION,
+            Some(ResponseCode::SubscriptionGroupNotExist) => response::SUBSCRIPTION_GROUP_NOT_EXIST,
+            Some(ResponseCode::LimitExceeded) => response::SYSTEM_BUSY,
+            Some(
+                ResponseCode::DiskFull
+                | ResponseCode::ServiceUnavailable
+                | ResponseCode::StoreError,
+            ) => response::SERVICE_NOT_AVAILABLE,
+            _ => response::SYSTEM_ERROR,
+        },
+    };
+    RemotingCommand::response_to(request, code, Some(error.to_string()))
+}
