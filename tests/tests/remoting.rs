@@ -1,10 +1,13 @@
 //! RocketMQ 4.x remoting against a real cluster (a nameserver and two 3-node broker groups on
 //! loopback): the nameserver answers 4.x requests on its own port, beside gRPC, each in the
-//! serialize type it was sent in, with every group's leader as broker id 0.
+//! serialize type it was sent in, with every group's leader as broker id 0; a broker node
+//! answers sends, heartbeats and offsets on its own port, through its group's leader, a
+//! follower as well as the leader.
 
 use std::time::Duration;
 
 use anyhow::Context;
+use bytes::Bytes;
 use futures::SinkExt;
 use futures::StreamExt;
 use rocketraft_remoting::ExtFields;
@@ -20,6 +23,7 @@ use rocketraft_tests::wait_for;
 use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
+use tracing::info;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 const TOPIC: &str = "Orders";
@@ -28,6 +32,8 @@ const TOPIC: &str = "Orders";
 struct RemotingClient {
     frames: Framed<TcpStream, RemotingCodec>,
     next_opaque: i32,
+    /// The body of the next request.
+    body: Bytes,
 }
 
 impl RemotingClient {
@@ -36,6 +42,7 @@ impl RemotingClient {
         Ok(RemotingClient {
             frames: Framed::new(stream, RemotingCodec),
             next_opaque: 0,
+            body: Bytes::new(),
         })
     }
 
@@ -57,6 +64,7 @@ impl RemotingClient {
             opaque: self.next_opaque,
             ext_fields,
             serialize_type,
+            body: std::mem::take(&mut self.body),
             ..RemotingCommand::default()
         };
         self.frames.send(request).await?;
@@ -76,9 +84,27 @@ impl RemotingClient {
 
     /// The JSON body of a successful reply to `code`.
     async fn json(&mut self, code: i32, fields: &[(&str, &str)]) -> anyhow::Result<Value> {
+        let reply = self.ok(code, fields, Bytes::new()).await?;
+        Ok(serde_json::from_slice(&reply.body)?)
+    }
+
+    /// A successful JSON reply to request `code` with `fields` and `body`.
+    async fn ok(
+        &mut self,
+        code: i32,
+        fields: &[(&str, &str)],
+        body: Bytes,
+    ) -> anyhow::Result<RemotingCommand> {
+        self.body = body;
         let reply = self.call(code, fields, SerializeType::Json).await?;
         anyhow::ensure!(reply.code == response::SUCCESS, "{reply:?}");
-        Ok(serde_json::from_slice(&reply.body)?)
+        Ok(reply)
+    }
+
+    /// The `offset` a successful reply to `code` names.
+    async fn offset(&mut self, code: i32, fields: &[(&str, &str)]) -> anyhow::Result<i64> {
+        let reply = self.ok(code, fields, Bytes::new()).await?;
+        Ok(reply.ext_fields.required_i64("offset")?)
     }
 }
 
@@ -206,6 +232,159 @@ async fn given_a_topic_the_nameserver_should_route_4x_clients_to_each_leader_as_
     // gRPC still answers on the same port.
     let admin = rocketraft_client::admin::Admin::new(cluster.nameservers());
     assert_eq!(admin.topic_route(TOPIC).await?.groups.len(), 2);
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_follower_a_4x_client_should_send_register_and_commit_through_its_leader()
+-> anyhow::Result<()> {
+    init_tracing();
+    let cluster = TestCluster::start(0x4E4D_0002).await?;
+    let group = cluster.group(GROUPS[0]);
+    let leader = group.wait_for_leader(TIMEOUT).await?;
+    let follower = group.addr(group.a_follower(leader)).to_string();
+    let mut client = RemotingClient::connect(&follower).await?;
+
+    client
+        .ok(
+            request::UPDATE_AND_CREATE_TOPIC,
+            &[
+                ("topic", TOPIC),
+                ("defaultTopic", "TBW102"),
+                ("readQueueNums", "2"),
+                ("writeQueueNums", "2"),
+                ("perm", "6"),
+            ],
+            Bytes::new(),
+        )
+        .await?;
+    let queue = [("topic", TOPIC), ("queueId", "1")];
+    assert_eq!(client.offset(request::GET_MAX_OFFSET, &queue).await?, 0);
+
+    let mut sent = Vec::new();
+    for i in 0..3 {
+        let properties = format!("TAGS\u{1}A\u{2}UNIQ_KEY\u{1}ID{i}\u{2}");
+        let reply = client
+            .ok(
+                request::SEND_MESSAGE_V2,
+                &[
+                    ("a", "legacy-producer"),
+                    ("b", TOPIC),
+                    ("c", "TBW102"),
+                    ("d", "4"),
+                    ("e", "1"),
+                    ("f", "0"),
+                    ("g", "1700000000000"),
+                    ("h", "0"),
+                    ("i", &properties),
+                ],
+                Bytes::from(format!("m{i}")),
+            )
+            .await?;
+        sent.push(reply.ext_fields.required_i64("queueOffset")?);
+        let msg_id = reply.ext_fields.required_str("msgId")?;
+        assert_eq!(msg_id.len(), 32, "an IPv4 offset message id: {msg_id}");
+    }
+    assert_eq!(sent, [0, 1, 2], "stored in order on queue 1");
+    assert_eq!(client.offset(request::GET_MAX_OFFSET, &queue).await?, 3);
+    assert_eq!(client.offset(request::GET_MIN_OFFSET, &queue).await?, 0);
+    let from_the_start = [("topic", TOPIC), ("queueId", "1"), ("timestamp", "0")];
+    assert_eq!(
+        client
+            .offset(request::SEARCH_OFFSET_BY_TIMESTAMP, &from_the_start)
+            .await?,
+        0
+    );
+
+    info!("--- a consumer's heartbeat registers it with the leader");
+    let heartbeat = serde_json::json!({
+        "clientID": "10.0.0.1@legacy",
+        "consumerDataSet": [{
+            "groupName": "legacy-consumers",
+            "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "subscriptionDataSet": [{"topic": TOPIC, "subString": "A", "expressionType": "TAG"}],
+            "unitMode": false
+        }],
+        "producerDataSet": []
+    });
+    let beat = client
+        .ok(
+            request::HEART_BEAT,
+            &[],
+            Bytes::from(serde_json::to_vec(&heartbeat)?),
+        )
+        .await?;
+    assert_eq!(
+        beat.version, 409,
+        "a 4.9.8 broker, so SQL92 pulls are allowed"
+    );
+    let group_field = [("consumerGroup", "legacy-consumers")];
+    let members = client
+        .json(request::GET_CONSUMER_LIST_BY_GROUP, &group_field)
+        .await?;
+    assert_eq!(
+        members["consumerIdList"],
+        serde_json::json!(["10.0.0.1@legacy"])
+    );
+
+    info!("--- offsets: 0 for a queue holding its first message, then what was committed");
+    let mut offset_fields = group_field.to_vec();
+    offset_fields.extend(queue);
+    assert_eq!(
+        client
+            .offset(request::QUERY_CONSUMER_OFFSET, &offset_fields)
+            .await?,
+        0
+    );
+    let mut commit = offset_fields.clone();
+    commit.push(("commitOffset", "2"));
+    client
+        .ok(request::UPDATE_CONSUMER_OFFSET, &commit, Bytes::new())
+        .await?;
+    assert_eq!(
+        client
+            .offset(request::QUERY_CONSUMER_OFFSET, &offset_fields)
+            .await?,
+        2
+    );
+
+    client
+        .ok(
+            request::UNREGISTER_CLIENT,
+            &[
+                ("clientID", "10.0.0.1@legacy"),
+                ("consumerGroup", "legacy-consumers"),
+            ],
+            Bytes::new(),
+        )
+        .await?;
+    let gone = client
+        .call(
+            request::GET_CONSUMER_LIST_BY_GROUP,
+            &group_field,
+            SerializeType::Json,
+        )
+        .await?;
+    assert_eq!(gone.code, response::SYSTEM_ERROR, "{gone:?}");
+
+    info!("--- a bad field is named");
+    let bad = client
+        .call(
+            request::GET_MAX_OFFSET,
+            &[("topic", TOPIC), ("queueId", "one")],
+            SerializeType::Json,
+        )
+        .await?;
+    assert_eq!(bad.code, response::SYSTEM_ERROR);
+    assert!(
+        bad.remark
+            .as_deref()
+            .is_some_and(|remark| remark.contains("queueId")),
+        "{bad:?}"
+    );
     cluster.shutdown().await;
     Ok(())
 }
