@@ -28,9 +28,13 @@ pub const PULL_RESPONSE_BYTES_MAX: usize = 4 * 1024 * 1024;
 
 /// Messages one pop (a 5.x receive) returns at most (RocketMQ's receive batch limit).
 pub const POP_BATCH_COUNT_MAX: u32 = 32;
-/// The shortest invisible time a pop or a change of one may ask for. RocketMQ asks for 10 s
-/// at least; rocketraft allows shorter, for consumers (and tests) that retry fast.
+/// The shortest invisible time a pop may ask for. RocketMQ asks for 10 s at least;
+/// rocketraft allows shorter, for consumers (and tests) that retry fast.
 pub const POP_INVISIBLE_MS_MIN: u64 = 1_000;
+/// The shortest invisible time a change of a popped message may ask for: 1 ms makes it
+/// visible again at once (a nack; RocketMQ's proxy takes a change of 0 for it). A change of 0
+/// is an ack.
+pub const POP_CHANGE_INVISIBLE_MS_MIN: u64 = 1;
 /// The longest invisible time a pop or a change of one may ask for (RocketMQ's limit).
 pub const POP_INVISIBLE_MS_MAX: u64 = 12 * 3600 * 1000;
 /// How long an empty pull or pop may be held at most (long polling).

@@ -653,7 +653,33 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
         started.elapsed() < Duration::from_secs(30),
         "back after the changed second, not the first minute"
     );
-    consumer.ack(&again[0]).await.context("ack")?;
+
+    info!("--- a change of 0 (the Node.js client's nack) makes it visible again at once");
+    let at_once = v5::ChangeInvisibleDurationRequest {
+        group: resource("v5-pop"),
+        topic: resource(TOPIC),
+        receipt_handle: again[0].receipt_handle(),
+        invisible_duration: Some(prost_types::Duration {
+            seconds: 0,
+            nanos: 0,
+        }),
+        message_id: nacked.msg_id.clone(),
+    };
+    let changed = raw.change_invisible_duration(at_once).await?.into_inner();
+    assert_eq!(
+        changed.status.map(|status| status.code()),
+        Some(v5::Code::Ok),
+        "RocketMQ's proxy takes 0"
+    );
+    let started = tokio::time::Instant::now();
+    let third = receive_until(&consumer, &only_a, Duration::from_secs(30), 1, TIMEOUT).await?;
+    assert_eq!(third[0].message_id(), nacked.msg_id);
+    assert_eq!(third[0].delivery_attempt(), 3);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "back at once, not when the 30 s of the second delivery ended"
+    );
+    consumer.ack(&third[0]).await.context("ack")?;
 
     cluster.shutdown().await;
     Ok(())

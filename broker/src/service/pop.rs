@@ -27,6 +27,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use rocketraft_domain::limits::POP_BATCH_COUNT_MAX;
+use rocketraft_domain::limits::POP_CHANGE_INVISIBLE_MS_MIN as CHANGE_INVISIBLE_MS_MIN;
 use rocketraft_domain::limits::POP_INVISIBLE_MS_MAX as INVISIBLE_MS_MAX;
 use rocketraft_domain::limits::POP_INVISIBLE_MS_MIN as INVISIBLE_MS_MIN;
 use rocketraft_domain::limits::PULL_RESPONSE_BYTES_MAX;
@@ -488,7 +489,7 @@ impl BrokerService {
             let invisible_until_ms = match change.invisible_ms {
                 0 => None,
                 ms => {
-                    validate_invisible_ms(ms)?;
+                    validate_invisible_ms(ms, CHANGE_INVISIBLE_MS_MIN)?;
                     Some(now.saturating_add(ms as i64))
                 }
             };
@@ -656,14 +657,15 @@ fn validate_pop(request: &pb::PopRequest) -> Result<Filter, BrokerError> {
         (request.max_messages, POP_BATCH_COUNT_MAX),
         request.max_wait_ms,
     )?;
-    validate_invisible_ms(request.invisible_ms)?;
+    validate_invisible_ms(request.invisible_ms, INVISIBLE_MS_MIN)?;
     Filter::parse(&request.tags, &request.sql)
 }
 
-fn validate_invisible_ms(ms: u64) -> Result<(), BrokerError> {
-    if !(INVISIBLE_MS_MIN..=INVISIBLE_MS_MAX).contains(&ms) {
+/// An invisible time of `min` (a pop's, or a change's) to [`INVISIBLE_MS_MAX`] ms.
+fn validate_invisible_ms(ms: u64, min: u64) -> Result<(), BrokerError> {
+    if !(min..=INVISIBLE_MS_MAX).contains(&ms) {
         return Err(BrokerError::BadRequest(format!(
-            "an invisible time is {INVISIBLE_MS_MIN} to {INVISIBLE_MS_MAX} ms, got {ms}"
+            "an invisible time is {min} to {INVISIBLE_MS_MAX} ms, got {ms}"
         )));
     }
     Ok(())
@@ -703,5 +705,13 @@ mod tests {
         assert!(validate_pop(&request(1, INVISIBLE_MS_MIN - 1, 0)).is_err());
         assert!(validate_pop(&request(1, INVISIBLE_MS_MAX + 1, 0)).is_err());
         assert!(validate_pop(&request(1, INVISIBLE_MS_MIN, PULL_HOLD_MS_MAX + 1)).is_err());
+    }
+
+    #[test]
+    fn a_change_may_ask_for_less_than_a_pop() {
+        assert!(validate_invisible_ms(CHANGE_INVISIBLE_MS_MIN, CHANGE_INVISIBLE_MS_MIN).is_ok());
+        assert!(validate_invisible_ms(INVISIBLE_MS_MAX, CHANGE_INVISIBLE_MS_MIN).is_ok());
+        assert!(validate_invisible_ms(INVISIBLE_MS_MAX + 1, CHANGE_INVISIBLE_MS_MIN).is_err());
+        assert!(validate_invisible_ms(CHANGE_INVISIBLE_MS_MIN, INVISIBLE_MS_MIN).is_err());
     }
 }

@@ -18,6 +18,7 @@ use rocketraft_client::brokers::CallError;
 use rocketraft_client::message::MessageExt;
 use rocketraft_domain::limits::LONG_POLLING_MS_MAX;
 use rocketraft_domain::limits::POP_BATCH_COUNT_MAX;
+use rocketraft_domain::limits::POP_CHANGE_INVISIBLE_MS_MIN;
 use rocketraft_domain::limits::POP_INVISIBLE_MS_MAX;
 use rocketraft_domain::limits::POP_INVISIBLE_MS_MIN;
 use rocketraft_domain::names::validate_group_name;
@@ -43,10 +44,13 @@ use crate::status;
 
 /// Messages one receive returns at most (the brokers' pop limit).
 const RECEIVE_BATCH_MAX: i32 = POP_BATCH_COUNT_MAX as i32;
-/// The shortest and longest invisible time a receive or a change may ask for (the brokers'
-/// limits).
+/// The shortest and longest invisible time a receive may ask for (the brokers' limits); a
+/// change may ask for anything from 0 (visible again at once) to the longest.
 const INVISIBLE_MIN: Duration = Duration::from_millis(POP_INVISIBLE_MS_MIN);
 const INVISIBLE_MAX: Duration = Duration::from_millis(POP_INVISIBLE_MS_MAX);
+/// What a change of 0 asks the brokers for: the shortest change, which makes the message
+/// visible again at once (a change of 0 is an ack there).
+const VISIBLE_AT_ONCE: Duration = Duration::from_millis(POP_CHANGE_INVISIBLE_MS_MIN);
 /// How long a receive may wait for messages at most (the brokers' long-polling limit).
 const LONG_POLLING_MAX: Duration = Duration::from_millis(LONG_POLLING_MS_MAX as u64);
 /// Answered this much before the client's long-polling timeout, so the answer arrives before
@@ -158,7 +162,7 @@ async fn pop(
     let invisible = if request.auto_renew {
         renewals.invisible()
     } else {
-        invisible_duration(request.invisible_duration.as_ref())?
+        invisible_duration(request.invisible_duration.as_ref(), INVISIBLE_MIN)?
     };
     let (tags, sql) = filter(request.filter_expression.unwrap_or_default())?;
     let long_polling = request
@@ -418,8 +422,10 @@ pub async fn change_invisible(
             receipt_handle: String::new(),
         };
     };
-    let invisible = match invisible_duration(request.invisible_duration.as_ref()) {
-        Ok(invisible) => invisible,
+    // A change of 0 (the Node.js client's nack) makes the message visible again at once, as
+    // RocketMQ's proxy does.
+    let invisible = match invisible_duration(request.invisible_duration.as_ref(), Duration::ZERO) {
+        Ok(invisible) => invisible.max(VISIBLE_AT_ONCE),
         Err(rejected) => return refusal(rejected),
     };
     let handle = current(renewals, handle).await;
@@ -556,16 +562,18 @@ fn consumer_group(group: Option<&pb::Resource>) -> Result<String, Refusal> {
     Ok(name.to_owned())
 }
 
-fn invisible_duration(duration: Option<&prost_types::Duration>) -> Result<Duration, Refusal> {
+/// An invisible time of `min` to [`INVISIBLE_MAX`].
+fn invisible_duration(
+    duration: Option<&prost_types::Duration>,
+    min: Duration,
+) -> Result<Duration, Refusal> {
     duration
         .and_then(|duration| Duration::try_from(*duration).ok())
-        .filter(|duration| (INVISIBLE_MIN..=INVISIBLE_MAX).contains(duration))
+        .filter(|duration| (min..=INVISIBLE_MAX).contains(duration))
         .ok_or_else(|| {
             (
                 Code::IllegalInvisibleTime,
-                format!(
-                    "an invisible time is {INVISIBLE_MIN:?} to {INVISIBLE_MAX:?}, got {duration:?}"
-                ),
+                format!("an invisible time is {min:?} to {INVISIBLE_MAX:?}, got {duration:?}"),
             )
         })
 }
@@ -689,15 +697,20 @@ mod tests {
     #[test]
     fn invisible_times_at_the_boundary() {
         let of = |duration: Duration| prost_types::Duration::try_from(duration).ok();
-        assert!(invisible_duration(of(INVISIBLE_MIN).as_ref()).is_ok());
-        assert!(invisible_duration(of(INVISIBLE_MAX).as_ref()).is_ok());
+        let receive = |duration| invisible_duration(of(duration).as_ref(), INVISIBLE_MIN);
+        assert!(receive(INVISIBLE_MIN).is_ok());
+        assert!(receive(INVISIBLE_MAX).is_ok());
         let short = INVISIBLE_MIN - Duration::from_millis(1);
         assert_eq!(
-            invisible_duration(of(short).as_ref()).map_err(|e| e.0),
+            receive(short).map_err(|e| e.0),
             Err(Code::IllegalInvisibleTime)
         );
         let long = INVISIBLE_MAX + Duration::from_millis(1);
-        assert!(invisible_duration(of(long).as_ref()).is_err());
-        assert!(invisible_duration(None).is_err());
+        assert!(receive(long).is_err());
+        assert!(invisible_duration(None, INVISIBLE_MIN).is_err());
+        // A change may ask for 0: visible again at once, as RocketMQ's proxy takes it.
+        let change = |duration| invisible_duration(of(duration).as_ref(), Duration::ZERO);
+        assert_eq!(change(Duration::ZERO), Ok(Duration::ZERO));
+        assert!(change(long).is_err());
     }
 }
