@@ -1233,3 +1233,62 @@ async fn given_an_orderly_group_a_message_group_should_be_received_in_order_one_
     cluster.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_client_that_leaves_its_held_receives_should_end_at_once() -> anyhow::Result<()> {
+    init_tracing();
+    let cluster = start_cluster(0x5005_0009).await?;
+    let endpoint = follower_endpoint(&cluster, GROUPS[0]).await?;
+    // Longer than the test waits for a held receive to end: it must not be waited out.
+    let receive = ReceiveOf {
+        group: "v5-leaving",
+        broker_group: GROUPS[0],
+        queue_id: 0,
+        batch_size: 1,
+        long_polling: Duration::from_secs(30),
+    }
+    .request(false);
+    let held_receive = || {
+        let receive = receive.clone();
+        tokio::spawn(async move { raw_receive_with(endpoint, "leaving", receive).await })
+    };
+    let telemetry = open_telemetry(endpoint, "leaving", "v5-leaving").await?;
+
+    info!("--- NotifyClientTermination ends the client's held receive");
+    let first = held_receive();
+    one_receive_held(&cluster).await?;
+    let mut goodbye = tonic::Request::new(v5::NotifyClientTerminationRequest {
+        group: resource("v5-leaving"),
+    });
+    goodbye
+        .metadata_mut()
+        .insert("x-mq-client-id", "leaving".parse()?);
+    let mut raw = MessagingServiceClient::connect(format!("http://{endpoint}")).await?;
+    raw.notify_client_termination(goodbye).await?;
+    let (code, messages) = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .context("the held receive outlived its client's termination")???;
+    assert_eq!((code, messages.len()), (v5::Code::MessageNotFound, 0));
+
+    info!("--- so does the end of its Telemetry stream");
+    let telemetry_again = open_telemetry(endpoint, "leaving", "v5-leaving").await?;
+    drop(telemetry);
+    let second = held_receive();
+    one_receive_held(&cluster).await?;
+    drop(telemetry_again);
+    let (code, _) = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .context("the held receive outlived its client's Telemetry stream")???;
+    assert_eq!(code, v5::Code::MessageNotFound);
+    cluster.shutdown().await;
+    Ok(())
+}
+
+/// Waits until the cluster holds exactly one pull or pop (a receive long-polling at its broker).
+async fn one_receive_held(cluster: &TestCluster) -> anyhow::Result<()> {
+    wait_for("one receive held at its broker", TIMEOUT, || async {
+        let held = cluster.node_total(|status| status.pulls_held).await.ok()?;
+        (held == 1).then_some(())
+    })
+    .await
+}

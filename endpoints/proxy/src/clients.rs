@@ -3,8 +3,13 @@
 //! producer of the right topic; and by client id, whether a client is still there (a push
 //! consumer's deliveries are renewed only while it is).
 //!
+//! A client's held receives end when it leaves: its `NotifyClientTermination`, or the end of
+//! its Telemetry stream, cancels the stream's token ([`Clients::termination`]), so an official
+//! client's shutdown does not wait out a long poll.
+//!
 //! Invariants: a stream is registered from its first command until it ends; a command is
-//! only offered (never waited on): a client whose stream is full is passed over.
+//! only offered (never waited on): a client whose stream is full is passed over; a stream's
+//! token is cancelled once it ends, so no held receive outlives its client's streams.
 
 use std::collections::BTreeMap;
 use std::collections::HashSet;
@@ -14,6 +19,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::pb;
 
@@ -38,6 +44,8 @@ struct Client {
     client_id: Option<String>,
     publishes: HashSet<String>,
     commands: CommandSender,
+    /// Cancelled when this stream ends or its client says it terminates.
+    ended: CancellationToken,
 }
 
 /// One open Telemetry stream; closes its registration when dropped.
@@ -62,6 +70,7 @@ impl Clients {
                 client_id,
                 publishes: HashSet::new(),
                 commands,
+                ended: CancellationToken::new(),
             },
         );
         Registration {
@@ -106,6 +115,26 @@ impl Clients {
             .any(|client| client.client_id.as_deref() == Some(client_id))
     }
 
+    /// What ends client `client_id`'s held receives: its newest open stream's token; `None` if
+    /// it has no stream open here (a receive of such a client waits out its long poll).
+    pub fn termination(&self, client_id: &str) -> Option<CancellationToken> {
+        self.lock()
+            .open
+            .values()
+            .rev()
+            .find(|client| client.client_id.as_deref() == Some(client_id))
+            .map(|client| client.ended.clone())
+    }
+
+    /// Client `client_id` terminates: its held receives end now.
+    pub fn terminate(&self, client_id: &str) {
+        for client in self.lock().open.values() {
+            if client.client_id.as_deref() == Some(client_id) {
+                client.ended.cancel();
+            }
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Streams> {
         self.streams
             .lock()
@@ -124,7 +153,9 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.clients.lock().open.remove(&self.id);
+        if let Some(client) = self.clients.lock().open.remove(&self.id) {
+            client.ended.cancel();
+        }
     }
 }
 

@@ -29,6 +29,7 @@ use rocketraft_domain::time::now_ms;
 use rocketraft_proto::POP_ANY_QUEUE;
 use rocketraft_proto::broker as broker_pb;
 use rocketraft_proto::common::ResponseCode;
+use tokio_util::sync::CancellationToken;
 
 use crate::message::timestamp;
 use crate::message::to_v5;
@@ -97,12 +98,21 @@ type Refusal = (Code, String);
 pub async fn receive(
     brokers: &Brokers,
     renewals: &Arc<Renewals>,
-    client_id: Option<String>,
+    (client_id, termination): (Option<String>, Option<CancellationToken>),
     request: pb::ReceiveMessageRequest,
 ) -> ReceiveStream {
     let mut tracking = Tracking::new(renewals.clone());
-    let responses = responses(pop(brokers, renewals, &mut tracking, client_id, request).await);
-    ReceiveStream::new(responses, Some(tracking))
+    let popping = pop(brokers, renewals, &mut tracking, client_id, request);
+    // A client that leaves ends its held receive: what a pop was taking comes back once its
+    // invisible time ends, as for any delivery that was never acked.
+    let popped = match termination {
+        Some(ended) => tokio::select! {
+            popped = popping => popped,
+            () = ended.cancelled() => Ok(Vec::new()),
+        },
+        None => popping.await,
+    };
+    ReceiveStream::new(responses(popped), Some(tracking))
 }
 
 fn responses(popped: Result<Vec<pb::Message>, Refusal>) -> Vec<pb::ReceiveMessageResponse> {

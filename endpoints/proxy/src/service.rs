@@ -181,10 +181,13 @@ impl MessagingService for Service {
         let stream = match self.access_keys.check(request.metadata()) {
             Ok(()) => {
                 let client_id = client_id(request.metadata());
+                let termination = client_id
+                    .as_deref()
+                    .and_then(|client_id| self.clients.termination(client_id));
                 consume::receive(
                     &self.brokers,
                     &self.renewals,
-                    client_id,
+                    (client_id, termination),
                     request.into_inner(),
                 )
                 .await
@@ -267,6 +270,9 @@ impl MessagingService for Service {
         request: Request<pb::NotifyClientTerminationRequest>,
     ) -> Result<Response<pb::NotifyClientTerminationResponse>, tonic::Status> {
         refuse_unauthorized!(self, request, pb::NotifyClientTerminationResponse);
+        if let Some(client_id) = client_id(request.metadata()) {
+            self.clients.terminate(&client_id);
+        }
         Ok(Response::new(pb::NotifyClientTerminationResponse {
             status: status::ok(),
         }))
