@@ -1,6 +1,6 @@
 // RocketMQ's official Node.js client (rocketmq-client-nodejs) against a rocketraft 5.x
 // endpoint, run by tests/tests/grpc_v5_clients.rs with ENDPOINT, TOPIC, ACCESS_KEY, SECRET,
-// SIMPLE_GROUP and FIFO_GROUP (an orderly group) set. It prints one JSON line of what it
+// SIMPLE_GROUP, FIFO_GROUP (an orderly group) and NACK_GROUP set. It prints one JSON line of what it
 // saw; the Rust test judges it. Any step that fails or times out ends it with a message and
 // exit code 1.
 import { Producer, SimpleConsumer, PushConsumer, ConsumeResult } from 'rocketmq-client-nodejs';
@@ -109,6 +109,24 @@ while (out.fifo_received.length < 5 && Date.now() < deadline) await sleep(100);
 out.push_fifo = push.getPushConsumerSettings().isFifo();
 
 await push.shutdown();
+
+// A push consumer of another group that fails the plain message once: its nack (a
+// ChangeInvisibleDuration of 0) must bring it back as attempt 2.
+out.nack_attempts = [];
+const nackPush = new PushConsumer({
+  ...common, sessionCredentials, consumerGroup: env('NACK_GROUP'),
+  subscriptions: new Map().set(topic, 'Plain'), longPollingTimeout: 3000,
+  messageListener: {
+    consume(message) {
+      out.nack_attempts.push(message.deliveryAttempt);
+      return message.deliveryAttempt === 1 ? ConsumeResult.FAILURE : ConsumeResult.SUCCESS;
+    },
+  },
+});
+await nackPush.startup();
+deadline = Date.now() + STEP_MS;
+while (out.nack_attempts.length < 2 && Date.now() < deadline) await sleep(100);
+await nackPush.shutdown();
 await simple.shutdown();
 await producer.shutdown();
 console.log(JSON.stringify(out));

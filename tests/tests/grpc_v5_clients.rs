@@ -5,7 +5,8 @@
 //! wrongly signed clients refused; the simple consumer receiving by tag, a nack bringing a
 //! message back as attempt 2, a DELAY message not before its time, a rolled-back one never;
 //! the push consumer of an orderly group learning it is FIFO and getting the message group
-//! once, in order.
+//! once, in order; and the Node.js push consumer's nack (a `ChangeInvisibleDuration` of 0)
+//! bringing a failed message back as attempt 2.
 //!
 //! The clients are installed by `.ci/run` (`npm ci --prefix tests/nodejs`; a virtualenv at
 //! `tests/python/.venv` from `tests/python/requirements.txt`). Without them a test says why
@@ -97,6 +98,7 @@ async fn run(client: &ClientScript, seed: u64) -> anyhow::Result<Option<Value>> 
         ("SECRET", SECRET.to_owned()),
         ("SIMPLE_GROUP", "client-simple".to_owned()),
         ("FIFO_GROUP", "client-fifo".to_owned()),
+        ("NACK_GROUP", "client-nack".to_owned()),
     ];
     let report = client.run(&[], &envs, SCRIPT_TIMEOUT).await;
     cluster.shutdown().await;
@@ -170,10 +172,27 @@ async fn run_and_judge(client: &ClientScript, seed: u64) -> anyhow::Result<()> {
     }
 }
 
+/// The Node.js push consumer's nack: a ChangeInvisibleDuration of 0, which must bring the
+/// message back as attempt 2.
+fn judge_nodejs_nack(seen: &Value) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        seen["nack_attempts"] == json!([1, 2]),
+        "failed once, it must come back as attempt 2 and be consumed: {}",
+        seen["nack_attempts"]
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_the_official_nodejs_client_its_sends_receives_and_fifo_push_consumer_should_work()
 -> anyhow::Result<()> {
-    run_and_judge(&NODEJS, 0x5005_00E5).await
+    match run(&NODEJS, 0x5005_00E5).await? {
+        Some(report) => {
+            judge(&report)?;
+            judge_nodejs_nack(&report)
+        }
+        None => Ok(()),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
