@@ -9,10 +9,12 @@
 use serde::Deserialize;
 use serde::Serialize;
 
+use bytes::Bytes;
 use rocketraft_proto::broker as pb;
 
+use super::Answered;
 use super::BrokerHandler;
-use super::refused;
+use super::read;
 use crate::codes::response;
 use crate::command::RemotingCommand;
 
@@ -56,16 +58,13 @@ struct ConsumerIdList {
 impl BrokerHandler {
     /// Registers each consumer group of the heartbeat with the leader; a producer's
     /// heartbeat (no consumer group) is answered at once.
-    pub(super) async fn heartbeat(&self, request: &RemotingCommand) -> RemotingCommand {
-        let heartbeat: HeartbeatData = match serde_json::from_slice(&request.body) {
-            Ok(heartbeat) => heartbeat,
-            Err(error) => {
-                return RemotingCommand::system_error(
-                    request,
-                    format!("the heartbeat's body is not HeartbeatData: {error}"),
-                );
-            }
-        };
+    pub(super) async fn heartbeat(&self, request: &RemotingCommand) -> Answered {
+        let heartbeat: HeartbeatData = serde_json::from_slice(&request.body).map_err(|error| {
+            Box::new(RemotingCommand::system_error(
+                request,
+                format!("the heartbeat's body is not HeartbeatData: {error}"),
+            ))
+        })?;
         for consumer in heartbeat.consumer_data_set {
             let beat = pb::HeartbeatRequest {
                 client_id: heartbeat.client_id.clone(),
@@ -80,82 +79,64 @@ impl BrokerHandler {
                     })
                     .collect(),
             };
-            let registered = self
-                .on_leader(|mut client, _| {
-                    let beat = beat.clone();
-                    async move { client.heartbeat(beat).await }
-                })
-                .await;
-            if let Err(error) = registered {
-                return refused(request, &error);
-            }
+            self.on_leader(request, |mut client, _| {
+                let beat = beat.clone();
+                async move { client.heartbeat(beat).await }
+            })
+            .await?;
         }
-        RemotingCommand::success(request, bytes::Bytes::new())
+        Ok(RemotingCommand::success(request, Bytes::new()))
     }
 
     /// Removes the client from its consumer group; a producer group's unregistration has
     /// nothing to remove.
-    pub(super) async fn unregister(&self, request: &RemotingCommand) -> RemotingCommand {
-        let fields = &request.ext_fields;
-        let client_id = match fields.required_str("clientID") {
-            Ok(client_id) => client_id.to_owned(),
-            Err(error) => return RemotingCommand::system_error(request, error),
-        };
-        if let Some(group) = fields
-            .get("consumerGroup")
-            .filter(|group| !group.is_empty())
-        {
+    pub(super) async fn unregister(&self, request: &RemotingCommand) -> Answered {
+        let (client_id, group) = read(request, |fields| {
+            let group = fields
+                .get("consumerGroup")
+                .filter(|group| !group.is_empty());
+            Ok((fields.required_str("clientID")?, group))
+        })?;
+        if let Some(group) = group {
             let leave = pb::UnregisterConsumerRequest {
-                client_id,
+                client_id: client_id.to_owned(),
                 group: group.to_owned(),
             };
-            let left = self
-                .on_leader(|mut client, _| {
-                    let leave = leave.clone();
-                    async move { client.unregister_consumer(leave).await }
-                })
-                .await;
-            if let Err(error) = left {
-                return refused(request, &error);
-            }
+            self.on_leader(request, |mut client, _| {
+                let leave = leave.clone();
+                async move { client.unregister_consumer(leave).await }
+            })
+            .await?;
         }
-        RemotingCommand::success(request, bytes::Bytes::new())
+        Ok(RemotingCommand::success(request, Bytes::new()))
     }
 
     /// The live members of a consumer group, sorted as rebalancing sorts them.
-    pub(super) async fn consumer_list(&self, request: &RemotingCommand) -> RemotingCommand {
-        let group = match request.ext_fields.required_str("consumerGroup") {
-            Ok(group) => group.to_owned(),
-            Err(error) => return RemotingCommand::system_error(request, error),
+    pub(super) async fn consumer_list(&self, request: &RemotingCommand) -> Answered {
+        let group = read(request, |fields| fields.required_str("consumerGroup"))?;
+        let list = pb::ListConsumersRequest {
+            group: group.to_owned(),
         };
-        let listed = self
-            .on_leader(|mut client, _| {
-                let group = group.clone();
-                async move {
-                    client
-                        .list_consumers(pb::ListConsumersRequest { group })
-                        .await
-                }
+        let members = self
+            .on_leader(request, |mut client, _| {
+                let list = list.clone();
+                async move { client.list_consumers(list).await }
             })
-            .await;
-        let members = match listed {
-            Ok(listed) => listed.members,
-            Err(error) => return refused(request, &error),
-        };
+            .await?
+            .members;
         if members.is_empty() {
-            return RemotingCommand::response_to(
+            return Err(Box::new(RemotingCommand::response_to(
                 request,
                 response::SYSTEM_ERROR,
                 Some(format!("no consumer for this group, {group}")),
-            );
+            )));
         }
         let list = ConsumerIdList {
             consumer_id_list: members.into_iter().map(|member| member.client_id).collect(),
         };
-        match serde_json::to_vec(&list) {
-            Ok(body) => RemotingCommand::success(request, body),
-            Err(error) => RemotingCommand::system_error(request, error),
-        }
+        serde_json::to_vec(&list)
+            .map(|body| RemotingCommand::success(request, body))
+            .map_err(|error| Box::new(RemotingCommand::system_error(request, error)))
     }
 }
 

@@ -20,6 +20,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use bytes::Bytes;
 use rocketraft_client::brokers::Brokers;
 use rocketraft_client::brokers::CallError;
 use rocketraft_client::connector::Connector;
@@ -33,6 +34,8 @@ use crate::codes::request;
 use crate::codes::response;
 use crate::command::RemotingCommand;
 use crate::connection::Handler;
+use crate::ext::ExtFieldError;
+use crate::ext::ExtFields;
 
 /// How long a request may take to reach the group's leader and be answered, through leader
 /// changes: a 4.x client's default send timeout.
@@ -56,8 +59,9 @@ impl BrokerHandler {
     }
 
     /// Runs `call` on the group's leader (told whether it repeats an earlier attempt that may
-    /// have taken effect), following leader changes for [`LEADER_CALL_TIMEOUT`].
-    async fn on_leader<T, F, Fut>(&self, call: F) -> Result<T, CallError>
+    /// have taken effect), following leader changes for [`LEADER_CALL_TIMEOUT`]; a failure is
+    /// the 4.x answer to `request` that says why ([`refused`]).
+    async fn on_leader<T, F, Fut>(&self, request: &RemotingCommand, call: F) -> Answered<T>
     where
         F: Fn(BrokerClient<Channel>, bool) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -68,24 +72,24 @@ impl BrokerHandler {
                 async move { called.await.map(tonic::Response::into_inner) }
             })
             .await
+            .map_err(|error| Box::new(refused(request, &error)))
     }
 
-    async fn send(&self, request: &RemotingCommand, peer: SocketAddr) -> RemotingCommand {
-        let send = match send::send_request(request, peer) {
-            Ok(send) => send,
-            Err(send::SendRequestError::Field(error)) => {
-                return RemotingCommand::system_error(request, error);
-            }
-            Err(error) => {
-                return RemotingCommand::response_to(
+    async fn send(&self, request: &RemotingCommand, peer: SocketAddr) -> Answered {
+        let send = send::send_request(request, peer).map_err(|error| {
+            Box::new(match error {
+                send::SendRequestError::Field(error) => {
+                    RemotingCommand::system_error(request, error)
+                }
+                error => RemotingCommand::response_to(
                     request,
                     response::MESSAGE_ILLEGAL,
                     Some(error.to_string()),
-                );
-            }
-        };
+                ),
+            })
+        })?;
         let sent = self
-            .on_leader(|mut client, repeat| {
+            .on_leader(request, |mut client, repeat| {
                 // A repeat may find the first attempt stored: the leader answers with it.
                 let send = pb::SendRequest {
                     deduplicate: repeat,
@@ -93,44 +97,32 @@ impl BrokerHandler {
                 };
                 async move { client.send(send).await }
             })
-            .await;
-        match sent {
-            Ok(sent) => send::send_reply(request, &sent.results),
-            Err(error) => refused(request, &error),
-        }
+            .await?;
+        Ok(send::send_reply(request, &sent.results))
     }
 
-    async fn create_topic(&self, request: &RemotingCommand) -> RemotingCommand {
-        let fields = &request.ext_fields;
-        let create = (|| {
-            Ok::<_, crate::ext::ExtFieldError>(pb::CreateTopicRequest {
+    async fn create_topic(&self, request: &RemotingCommand) -> Answered {
+        let create = read(request, |fields| {
+            Ok(pb::CreateTopicRequest {
                 topic: fields.required_str("topic")?.to_owned(),
-                read_queue_count: queue_count(fields.required_i32("readQueueNums")?),
-                write_queue_count: queue_count(fields.required_i32("writeQueueNums")?),
-                perm: fields.optional_i32("perm")?.map_or(0, queue_count),
+                read_queue_count: non_negative(fields.required_i32("readQueueNums")?),
+                write_queue_count: non_negative(fields.required_i32("writeQueueNums")?),
+                perm: fields.optional_i32("perm")?.map_or(0, non_negative),
                 message_type: 0,
             })
-        })();
-        let create = match create {
-            Ok(create) => create,
-            Err(error) => return RemotingCommand::system_error(request, error),
-        };
-        let created = self
-            .on_leader(|mut client, _| {
-                let create = create.clone();
-                async move { client.create_topic(create).await }
-            })
-            .await;
-        match created {
-            Ok(_) => RemotingCommand::success(request, bytes::Bytes::new()),
-            Err(error) => refused(request, &error),
-        }
+        })?;
+        self.on_leader(request, |mut client, _| {
+            let create = create.clone();
+            async move { client.create_topic(create).await }
+        })
+        .await?;
+        Ok(RemotingCommand::success(request, Bytes::new()))
     }
 }
 
 impl Handler for BrokerHandler {
     async fn handle(&self, request: RemotingCommand, peer: SocketAddr) -> RemotingCommand {
-        match request.code {
+        let answered = match request.code {
             request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
                 self.send(&request, peer).await
             }
@@ -142,14 +134,28 @@ impl Handler for BrokerHandler {
             request::UPDATE_CONSUMER_OFFSET => self.update_offset(&request).await,
             request::GET_MAX_OFFSET | request::GET_MIN_OFFSET => self.queue_bound(&request).await,
             request::SEARCH_OFFSET_BY_TIMESTAMP => self.search_offset(&request).await,
-            _ => RemotingCommand::not_supported(&request),
-        }
+            _ => Err(Box::new(RemotingCommand::not_supported(&request))),
+        };
+        answered.unwrap_or_else(|early| *early)
     }
+}
+
+/// A handler's outcome: its value, or the answer it ends with early (a bad field, a refusal),
+/// boxed as the rare case.
+type Answered<T = RemotingCommand> = Result<T, Box<RemotingCommand>>;
+
+/// What `read` takes from `request`'s fields; a bad field is a `SYSTEM_ERROR` naming it.
+fn read<'a, T>(
+    request: &'a RemotingCommand,
+    read: impl FnOnce(&'a ExtFields) -> Result<T, ExtFieldError>,
+) -> Answered<T> {
+    read(&request.ext_fields)
+        .map_err(|error| Box::new(RemotingCommand::system_error(request, error)))
 }
 
 /// A queue count or permission from a header: negative values are 0, which the broker
 /// refuses with a message naming the field.
-fn queue_count(value: i32) -> u32 {
+fn non_negative(value: i32) -> u32 {
     u32::try_from(value).unwrap_or(0)
 }
 
