@@ -609,16 +609,7 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
     let first = receive_until(&consumer, &only_a, Duration::from_secs(60), 1, TIMEOUT).await?;
     assert_eq!(first[0].message_id(), nacked.msg_id);
     let mut raw = MessagingServiceClient::connect(format!("http://{endpoint}")).await?;
-    let back_in_a_second = v5::ChangeInvisibleDurationRequest {
-        group: resource("v5-pop"),
-        topic: resource(TOPIC),
-        receipt_handle: first[0].receipt_handle(),
-        invisible_duration: Some(prost_types::Duration {
-            seconds: 1,
-            nanos: 0,
-        }),
-        message_id: nacked.msg_id.clone(),
-    };
+    let back_in_a_second = change_invisible(&first[0], 1);
     let changed = raw
         .change_invisible_duration(back_in_a_second.clone())
         .await?
@@ -655,16 +646,7 @@ async fn given_the_official_simple_consumer_it_should_receive_by_tag_and_see_una
     );
 
     info!("--- a change of 0 (the Node.js client's nack) makes it visible again at once");
-    let at_once = v5::ChangeInvisibleDurationRequest {
-        group: resource("v5-pop"),
-        topic: resource(TOPIC),
-        receipt_handle: again[0].receipt_handle(),
-        invisible_duration: Some(prost_types::Duration {
-            seconds: 0,
-            nanos: 0,
-        }),
-        message_id: nacked.msg_id.clone(),
-    };
+    let at_once = change_invisible(&again[0], 0);
     let changed = raw.change_invisible_duration(at_once).await?.into_inner();
     assert_eq!(
         changed.status.map(|status| status.code()),
@@ -1291,4 +1273,15 @@ async fn one_receive_held(cluster: &TestCluster) -> anyhow::Result<()> {
         (held == 1).then_some(())
     })
     .await
+}
+
+/// A change of `message`'s invisible time (received by group `v5-pop`) to `seconds`.
+fn change_invisible(message: &MessageView, seconds: i64) -> v5::ChangeInvisibleDurationRequest {
+    v5::ChangeInvisibleDurationRequest {
+        group: resource("v5-pop"),
+        topic: resource(TOPIC),
+        receipt_handle: message.receipt_handle(),
+        invisible_duration: Some(prost_types::Duration { seconds, nanos: 0 }),
+        message_id: message.message_id().to_owned(),
+    }
 }
