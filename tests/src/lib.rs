@@ -550,6 +550,7 @@ pub fn pull_request(topic: &str, queue_id: i32, queue_offset: i64) -> pb::PullRe
         tags: Vec::new(),
         max_wait_ms: 0,
         sql: String::new(),
+        stored_records: false,
     }
 }
 

@@ -89,6 +89,7 @@ async fn given_streams_per_connection_max_calls_open_the_next_call_should_wait_f
         tags: Vec::new(),
         max_wait_ms: 15_000,
         sql: String::new(),
+        stored_records: false,
     };
 
     info!("--- {STREAMS} held pulls fill one connection");

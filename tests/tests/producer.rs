@@ -372,6 +372,7 @@ async fn given_leader_isolated_mid_sends_should_never_report_a_lost_send() -> an
         tags: Vec::new(),
         max_wait_ms: 0,
         sql: String::new(),
+        stored_records: false,
     };
     let stored = group_a
         .client(new_leader)

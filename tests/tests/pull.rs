@@ -1,11 +1,12 @@
 //! Pulls from a 3-node group: long polling, tag filtering by hash, SQL92 filtering by
 //! properties, offset checks, followers serving committed messages, and the byte budget that
-//! keeps large messages pullable.
+//! keeps large messages pullable; and pulls answered as the CommitLog's stored records.
 
 use std::time::Duration;
 use std::time::Instant;
 
 use anyhow::Context;
+use rocketraft_broker::store::RecordView;
 use rocketraft_client::message::encode_properties;
 use rocketraft_domain::limits::PULL_RESPONSE_BYTES_MAX;
 use rocketraft_proto::broker as pb;
@@ -29,6 +30,7 @@ fn pull(queue_offset: i64, tags: &[&str], max_wait_ms: u32) -> pb::PullRequest {
         tags: tags.iter().map(|t| (*t).to_owned()).collect(),
         max_wait_ms,
         sql: String::new(),
+        stored_records: false,
     }
 }
 
@@ -221,6 +223,38 @@ async fn given_tags_should_filter_by_hash_and_check_offsets_on_any_node() -> any
     })
     .await?;
     assert_eq!(bodies(&from_follower), ["a1", "a2"]);
+
+    info!("--- asked for stored records, it answers the CommitLog's bytes of the same messages");
+    let stored = follower_client
+        .pull(pb::PullRequest {
+            stored_records: true,
+            ..pull(0, &["TagA"], 0)
+        })
+        .await?
+        .into_inner();
+    assert!(stored.messages.is_empty());
+    assert_eq!(
+        (stored.status(), stored.next_offset),
+        (pb::PullStatus::Found, 5)
+    );
+    let mut records = &stored.stored_records[..];
+    for message in &from_follower.messages {
+        let record = RecordView::parse(records)?;
+        assert_eq!(record.topic(), message.topic);
+        assert_eq!(record.queue_offset(), message.queue_offset);
+        assert_eq!(record.physical_offset(), message.commit_log_offset);
+        assert_eq!(record.body(), &message.body[..]);
+        assert_eq!(record.properties_bytes(), &message.properties[..]);
+        assert_eq!(record.store_host()?.to_string(), message.store_host);
+        records = &records[record.total_size()..];
+    }
+    assert!(
+        records.is_empty(),
+        "{} bytes past the records",
+        records.len()
+    );
+    assert!(from_follower.stored_records.is_empty());
+
     let bad = follower_client
         .pull(pb::PullRequest {
             max_messages: 0,

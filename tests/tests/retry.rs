@@ -348,6 +348,7 @@ async fn stored_ids(
                 tags: Vec::new(),
                 max_wait_ms: 0,
                 sql: String::new(),
+                stored_records: false,
             };
             let response = client.pull(request).await?.into_inner();
             if response.messages.is_empty() {

@@ -104,16 +104,11 @@ impl BrokerService {
         loop {
             let cut_off = poll.look() == Leadership::LeadingWithoutQuorum;
             let reading = std::time::Instant::now();
-            let response = self.read_queue(&request, &filter)?;
-            let body_bytes = response
-                .messages
-                .iter()
-                .map(|message| message.body.len())
-                .sum();
+            let (response, served) = self.read_queue(&request, &filter)?;
             self.metrics.pulled(
                 &request.topic,
-                response.messages.len(),
-                body_bytes,
+                served.messages,
+                served.body_bytes,
                 reading.elapsed(),
             );
             if response.status != pb::PullStatus::NoNewMessage as i32 || request.max_wait_ms == 0 {
@@ -133,20 +128,24 @@ impl BrokerService {
         }
     }
 
+    /// One look at the queue: the pull's answer, and what it served.
     fn read_queue(
         &self,
         request: &pb::PullRequest,
         filter: &Filter,
-    ) -> Result<pb::PullResponse, BrokerError> {
+    ) -> Result<(pb::PullResponse, Served), BrokerError> {
         let store = self.group.store();
         let (min_offset, max_offset) =
             store.consume_queue_offsets(&request.topic, request.queue_id);
-        let answer = |status: pb::PullStatus, messages, next_offset| pb::PullResponse {
-            status: status as i32,
-            messages,
-            next_offset,
-            min_offset,
-            max_offset,
+        let empty = |status: pb::PullStatus, next_offset| {
+            let response = pb::PullResponse {
+                status: status as i32,
+                next_offset,
+                min_offset,
+                max_offset,
+                ..pb::PullResponse::default()
+            };
+            Ok((response, Served::default()))
         };
         if request.queue_offset > max_offset && !is_ready_leader(&self.raft) {
             // An offset the consumer may have taken from a node that applied more: a
@@ -154,18 +153,14 @@ impl BrokerService {
             // only after it leads. Moving the consumer back would deliver those messages
             // twice and regress its committed offset, so it keeps its offset and the pull
             // waits for the queue to reach it. Only a ready leader corrects it.
-            return Ok(answer(
-                pb::PullStatus::NoNewMessage,
-                Vec::new(),
-                request.queue_offset,
-            ));
+            return empty(pb::PullStatus::NoNewMessage, request.queue_offset);
         }
         if request.queue_offset < min_offset || request.queue_offset > max_offset {
             let nearest = request.queue_offset.clamp(min_offset, max_offset);
-            return Ok(answer(pb::PullStatus::OffsetIllegal, Vec::new(), nearest));
+            return empty(pb::PullStatus::OffsetIllegal, nearest);
         }
         if request.queue_offset == max_offset {
-            return Ok(answer(pb::PullStatus::NoNewMessage, Vec::new(), max_offset));
+            return empty(pb::PullStatus::NoNewMessage, max_offset);
         }
         let units = store
             .consume_queue_units(&request.topic, request.queue_id, request.queue_offset)
@@ -195,7 +190,9 @@ impl BrokerService {
                 }
             },
         )?;
-        let mut messages = Vec::with_capacity(picked.len());
+        let mut messages = Vec::new();
+        let mut stored_records = Vec::new();
+        let mut served = Served::default();
         let mut next_offset = next_offset;
         let mut hosts = HostText::default();
         for (queue_offset, unit, view) in picked {
@@ -211,27 +208,48 @@ impl BrokerService {
                 ) {
                     Ok(view) => view,
                     // What comes before a wrong unit is delivered; the next pull starts at it.
-                    Err(_) if !messages.is_empty() => {
+                    Err(_) if served.messages > 0 => {
                         next_offset = queue_offset;
                         break;
                     }
                     Err(error) => return Err(error.into()),
                 },
             };
-            messages.push(to_pulled(
-                &view,
-                queue_offset,
-                unit.commit_log_offset,
-                &mut hosts,
-            )?);
+            served.messages += 1;
+            served.body_bytes += view.body().len();
+            if request.stored_records {
+                stored_records.extend_from_slice(view.bytes());
+            } else {
+                messages.push(to_pulled(
+                    &view,
+                    queue_offset,
+                    unit.commit_log_offset,
+                    &mut hosts,
+                )?);
+            }
         }
-        let status = if messages.is_empty() {
+        let status = if served.messages == 0 {
             pb::PullStatus::NoMatchedMessage
         } else {
             pb::PullStatus::Found
         };
-        Ok(answer(status, messages, next_offset))
+        let response = pb::PullResponse {
+            status: status as i32,
+            messages,
+            stored_records: stored_records.into(),
+            next_offset,
+            min_offset,
+            max_offset,
+        };
+        Ok((response, served))
     }
+}
+
+/// The messages one look at a queue served, and their bodies' bytes.
+#[derive(Debug, Default, Clone, Copy)]
+struct Served {
+    messages: usize,
+    body_bytes: usize,
 }
 
 impl BrokerService {
@@ -374,6 +392,7 @@ mod tests {
             tags: tags.iter().map(|t| (*t).to_owned()).collect(),
             max_wait_ms,
             sql: String::new(),
+            stored_records: false,
         }
     }
 

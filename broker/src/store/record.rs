@@ -157,6 +157,11 @@ fn host_len(addr: &SocketAddr) -> usize {
     }
 }
 
+/// `addr` with an IPv4-mapped IPv6 address written as the IPv4 address it maps.
+fn canonical(addr: SocketAddr) -> SocketAddr {
+    SocketAddr::new(addr.ip().to_canonical(), addr.port())
+}
+
 fn put_host(out: &mut Vec<u8>, addr: &SocketAddr) {
     match addr.ip() {
         IpAddr::V4(ip) => out.extend_from_slice(&ip.octets()),
@@ -194,6 +199,10 @@ impl RecordParts<'_> {
     /// properties at most [`PROPERTIES_SIZE_MAX`]. On error `out` is unchanged.
     pub fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), StoreError> {
         validate_topic(self.topic)?;
+        // An IPv4 peer of a dual-stack listener (`::ffff:a.b.c.d`) is stored as IPv4: 4.x
+        // clients that read only 4-byte hosts (ali-ons, the C++ client) decode it.
+        let born_host = canonical(self.born_host);
+        let store_host = canonical(self.store_host);
         check_limit(
             "MESSAGE_BODY_SIZE_MAX",
             MESSAGE_BODY_SIZE_MAX,
@@ -202,16 +211,16 @@ impl RecordParts<'_> {
         let props = self.properties;
         check_limit("PROPERTIES_SIZE_MAX", PROPERTIES_SIZE_MAX, props.len())?;
         let total = RECORD_HEADER_SIZE_MIN - 2 * HOST_V4_LEN
-            + host_len(&self.born_host)
-            + host_len(&self.store_host)
+            + host_len(&born_host)
+            + host_len(&store_host)
             + self.body.len()
             + self.topic.len()
             + props.len();
         let mut sys_flag = self.sys_flag & !(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG);
-        if self.born_host.is_ipv6() {
+        if born_host.is_ipv6() {
             sys_flag |= BORNHOST_V6_FLAG;
         }
-        if self.store_host.is_ipv6() {
+        if store_host.is_ipv6() {
             sys_flag |= STOREHOSTADDRESS_V6_FLAG;
         }
         // Lengths were checked against limits whose sum fits i32 (compile-time asserts).
@@ -226,9 +235,9 @@ impl RecordParts<'_> {
         out.extend_from_slice(&self.physical_offset.to_be_bytes());
         out.extend_from_slice(&sys_flag.to_be_bytes());
         out.extend_from_slice(&self.born_timestamp_ms.to_be_bytes());
-        put_host(out, &self.born_host);
+        put_host(out, &born_host);
         out.extend_from_slice(&self.store_timestamp_ms.to_be_bytes());
-        put_host(out, &self.store_host);
+        put_host(out, &store_host);
         out.extend_from_slice(&self.reconsume_times.to_be_bytes());
         out.extend_from_slice(&self.prepared_transaction_offset.to_be_bytes());
         out.extend_from_slice(&(self.body.len() as i32).to_be_bytes());
@@ -638,6 +647,25 @@ pub(crate) mod tests {
             RECORD_HEADER_SIZE_MAX + 7 + 9 + rec.properties.encoded_len()
         );
         assert_eq!(message(decode(&bytes).expect("decode")), rec);
+    }
+
+    #[test]
+    fn an_ipv4_mapped_host_is_stored_as_ipv4() {
+        let mut rec = sample("TopicTest", 0, b"mapped");
+        rec.born_host = "[::ffff:10.0.0.7]:4321".parse().expect("addr");
+        rec.store_host = "[::ffff:127.0.0.1]:10911".parse().expect("addr");
+        let bytes = rec.encode().expect("encode");
+        assert_eq!(
+            bytes.len(),
+            RECORD_HEADER_SIZE_MIN + 6 + 9 + rec.properties.encoded_len()
+        );
+        let decoded = message(decode(&bytes).expect("decode"));
+        assert_eq!(decoded.born_host, "10.0.0.7:4321".parse().expect("addr"));
+        assert_eq!(decoded.store_host, "127.0.0.1:10911".parse().expect("addr"));
+        assert_eq!(
+            decoded.sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG),
+            0
+        );
     }
 
     #[test]

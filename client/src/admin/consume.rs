@@ -189,6 +189,7 @@ impl Admin {
             } else {
                 request.subscription.sql_text()
             },
+            stored_records: false,
         };
         let response = cursor
             .client

@@ -57,6 +57,7 @@ pub async fn run_pull_loop(
             tags: tags.clone(),
             max_wait_ms: config.pull_hold.as_millis() as u32,
             sql: sql.clone(),
+            stored_records: false,
         };
         let call_timeout = config.pull_hold + PULL_TIMEOUT_MARGIN;
         let pulled = tokio::select! {
