@@ -108,12 +108,16 @@ fn remoting(config: &ServerConfig) -> Result<Option<SideProtocol>, NodeStartErro
     if broker.tls.is_some() {
         return Ok(None);
     }
-    let nodes = broker
-        .peer_map()?
+    let peers = broker.peer_map()?;
+    let own = peers
+        .get(&broker.node_id)
+        .and_then(|addr| addr.api.parse().ok())
+        .unwrap_or(broker.listen);
+    let nodes = peers
         .values()
         .filter_map(|addr| addr.api.parse().ok())
         .collect();
-    let handler = BrokerHandler::new(broker.group.clone(), nodes, Connector::plain());
+    let handler = BrokerHandler::new(broker.group.clone(), own, nodes, Connector::plain());
     Ok(Some(side_protocol(Arc::new(handler))))
 }
 

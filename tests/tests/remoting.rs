@@ -2,7 +2,7 @@
 //! loopback): the nameserver answers 4.x requests on its own port, beside gRPC, each in the
 //! serialize type it was sent in, with every group's leader as broker id 0; a broker node
 //! answers sends, heartbeats and offsets on its own port, through its group's leader, a
-//! follower as well as the leader.
+//! follower as well as the leader, and serves pulls from its own data as stored records.
 
 use std::time::Duration;
 
@@ -99,6 +99,24 @@ impl RemotingClient {
         let reply = self.call(code, fields, SerializeType::Json).await?;
         anyhow::ensure!(reply.code == response::SUCCESS, "{reply:?}");
         Ok(reply)
+    }
+
+    /// The reply to a pull of queue 1 of [`TOPIC`] by `legacy-consumers`; `fields` add to
+    /// the header or replace its fields.
+    async fn pull(&mut self, fields: &[(&str, &str)]) -> anyhow::Result<RemotingCommand> {
+        let mut header = vec![
+            ("consumerGroup", "legacy-consumers"),
+            ("topic", TOPIC),
+            ("queueId", "1"),
+            ("maxMsgNums", "32"),
+            ("subVersion", "0"),
+        ];
+        for (name, value) in fields {
+            header.retain(|(known, _)| known != name);
+            header.push((name, value));
+        }
+        self.call(request::PULL_MESSAGE, &header, SerializeType::Json)
+            .await
     }
 
     /// The `offset` a successful reply to `code` names.
@@ -263,6 +281,7 @@ async fn given_a_follower_a_4x_client_should_send_register_and_commit_through_it
     assert_eq!(client.offset(request::GET_MAX_OFFSET, &queue).await?, 0);
 
     let mut sent = Vec::new();
+    let mut msg_ids = Vec::new();
     for i in 0..3 {
         let properties = format!("TAGS\u{1}A\u{2}UNIQ_KEY\u{1}ID{i}\u{2}");
         let reply = client
@@ -285,6 +304,7 @@ async fn given_a_follower_a_4x_client_should_send_register_and_commit_through_it
         sent.push(reply.ext_fields.required_i64("queueOffset")?);
         let msg_id = reply.ext_fields.required_str("msgId")?;
         assert_eq!(msg_id.len(), 32, "an IPv4 offset message id: {msg_id}");
+        msg_ids.push(msg_id.to_owned());
     }
     assert_eq!(sent, [0, 1, 2], "stored in order on queue 1");
     assert_eq!(client.offset(request::GET_MAX_OFFSET, &queue).await?, 3);
@@ -351,6 +371,90 @@ async fn given_a_follower_a_4x_client_should_send_register_and_commit_through_it
         2
     );
 
+    info!("--- the follower serves pulls from its own data, filtered by the registered tag");
+    // Held until the follower has applied the last send, if it has not yet.
+    let last = client
+        .pull(&[
+            ("queueOffset", "2"),
+            ("sysFlag", "2"),
+            ("suspendTimeoutMillis", "15000"),
+        ])
+        .await?;
+    assert_eq!(last.code, response::SUCCESS, "{last:?}");
+    let pulled = client
+        .pull(&[("queueOffset", "0"), ("sysFlag", "0")])
+        .await?;
+    assert_eq!(pulled.code, response::SUCCESS, "{pulled:?}");
+    let offsets = |reply: &RemotingCommand| -> anyhow::Result<[i64; 3]> {
+        let fields = &reply.ext_fields;
+        Ok([
+            fields.required_i64("nextBeginOffset")?,
+            fields.required_i64("minOffset")?,
+            fields.required_i64("maxOffset")?,
+        ])
+    };
+    assert_eq!(offsets(&pulled)?, [3, 0, 3]);
+    let records = decode_records(&pulled.body)?;
+    let bodies: Vec<&[u8]> = records.iter().map(|r| &r.body[..]).collect();
+    assert_eq!(bodies, [b"m0", b"m1", b"m2"]);
+    let ids: Vec<String> = records.iter().map(StoredRecord::offset_msg_id).collect();
+    assert_eq!(
+        ids, msg_ids,
+        "the ids a client computes are those the sends answered"
+    );
+    assert!(records.iter().all(|r| r.topic == TOPIC && r.queue_id == 1));
+    assert!(records[1].properties.contains("UNIQ_KEY\u{1}ID1"));
+
+    let own_tag = [
+        ("queueOffset", "0"),
+        ("sysFlag", "4"),
+        ("subscription", "B"),
+    ];
+    let none = client.pull(&own_tag).await?;
+    assert_eq!(none.code, response::PULL_RETRY_IMMEDIATELY, "{none:?}");
+    assert_eq!(offsets(&none)?, [3, 0, 3], "past what the filter skipped");
+    let sql = [
+        ("queueOffset", "0"),
+        ("sysFlag", "4"),
+        ("expressionType", "SQL92"),
+        ("subscription", "UNIQ_KEY = 'ID1'"),
+    ];
+    let selected = decode_records(&client.pull(&sql).await?.body)?;
+    assert_eq!(selected.len(), 1);
+    assert_eq!(selected[0].queue_offset, 1);
+    let held = tokio::time::Instant::now();
+    let caught_up = client
+        .pull(&[
+            ("queueOffset", "3"),
+            ("sysFlag", "2"),
+            ("suspendTimeoutMillis", "300"),
+        ])
+        .await?;
+    assert_eq!(caught_up.code, response::PULL_NOT_FOUND, "{caught_up:?}");
+    assert!(
+        held.elapsed() >= Duration::from_millis(300),
+        "held for its suspend time"
+    );
+    let leader_addr = group.addr(leader).to_string();
+    let moved = RemotingClient::connect(&leader_addr)
+        .await?
+        .pull(&[("queueOffset", "9"), ("sysFlag", "0")])
+        .await?;
+    assert_eq!(moved.code, response::PULL_OFFSET_MOVED, "{moved:?}");
+    assert_eq!(offsets(&moved)?, [3, 0, 3], "moved back to the queue's end");
+    let unknown = client
+        .pull(&[
+            ("queueOffset", "0"),
+            ("sysFlag", "0"),
+            ("consumerGroup", "never-heartbeat"),
+        ])
+        .await?;
+    assert_eq!(
+        unknown.code,
+        response::SUBSCRIPTION_NOT_EXIST,
+        "{unknown:?}"
+    );
+
     client
         .ok(
             request::UNREGISTER_CLIENT,
@@ -387,4 +491,69 @@ async fn given_a_follower_a_4x_client_should_send_register_and_commit_through_it
     );
     cluster.shutdown().await;
     Ok(())
+}
+
+/// A stored record as a 4.x client decodes it from a pull's body: field after field, as
+/// `MessageDecoder.clientDecode` does, with IPv4 hosts.
+struct StoredRecord {
+    queue_id: i32,
+    queue_offset: i64,
+    physical_offset: i64,
+    store_host: [u8; 8],
+    body: Vec<u8>,
+    topic: String,
+    properties: String,
+}
+
+impl StoredRecord {
+    /// The offset message id a client computes: the store host and the CommitLog offset.
+    fn offset_msg_id(&self) -> String {
+        let mut id: Vec<u8> = self.store_host.to_vec();
+        id.extend_from_slice(&self.physical_offset.to_be_bytes());
+        id.iter().map(|byte| format!("{byte:02X}")).collect()
+    }
+}
+
+/// The records of a pull's body, decoded in sequence.
+fn decode_records(mut body: &[u8]) -> anyhow::Result<Vec<StoredRecord>> {
+    use bytes::Buf;
+    let mut records = Vec::new();
+    while body.has_remaining() {
+        let _total_size = body.try_get_i32()?;
+        anyhow::ensure!(body.try_get_i32()? == 0xDAA3_20A7_u32 as i32, "magic code");
+        let _body_crc = body.try_get_i32()?;
+        let queue_id = body.try_get_i32()?;
+        let _flag = body.try_get_i32()?;
+        let queue_offset = body.try_get_i64()?;
+        let physical_offset = body.try_get_i64()?;
+        let sys_flag = body.try_get_i32()?;
+        anyhow::ensure!(sys_flag & 0x30 == 0, "IPv4 hosts");
+        let _born_timestamp = body.try_get_i64()?;
+        body.try_get_u64()?;
+        let _store_timestamp = body.try_get_i64()?;
+        let mut store_host = [0; 8];
+        body.try_copy_to_slice(&mut store_host)?;
+        let _reconsume_times = body.try_get_i32()?;
+        let _prepared_offset = body.try_get_i64()?;
+        let body_len = usize::try_from(body.try_get_i32()?)?;
+        let message_body = body.get(..body_len).context("body")?.to_vec();
+        body.advance(body_len);
+        let topic_len = usize::from(body.try_get_u8()?);
+        let topic = String::from_utf8(body.get(..topic_len).context("topic")?.to_vec())?;
+        body.advance(topic_len);
+        let properties_len = usize::try_from(body.try_get_i16()?)?;
+        let properties =
+            String::from_utf8(body.get(..properties_len).context("properties")?.to_vec())?;
+        body.advance(properties_len);
+        records.push(StoredRecord {
+            queue_id,
+            queue_offset,
+            physical_offset,
+            store_host,
+            body: message_body,
+            topic,
+            properties,
+        });
+    }
+    Ok(records)
 }

@@ -46,6 +46,9 @@ struct SubscriptionData {
     sub_string: String,
     #[serde(default)]
     expression_type: Option<String>,
+    /// When the client last changed the subscription (its pulls carry it).
+    #[serde(default)]
+    sub_version: i64,
 }
 
 /// `GetConsumerListByGroupResponseBody`.
@@ -56,8 +59,9 @@ struct ConsumerIdList {
 }
 
 impl BrokerHandler {
-    /// Registers each consumer group of the heartbeat with the leader; a producer's
-    /// heartbeat (no consumer group) is answered at once.
+    /// Registers each consumer group of the heartbeat with the leader, and learns its
+    /// subscriptions for this node's pulls; a producer's heartbeat (no consumer group) is
+    /// answered at once.
     pub(super) async fn heartbeat(&self, request: &RemotingCommand) -> Answered {
         let heartbeat: HeartbeatData = serde_json::from_slice(&request.body).map_err(|error| {
             Box::new(RemotingCommand::system_error(
@@ -66,24 +70,32 @@ impl BrokerHandler {
             ))
         })?;
         for consumer in heartbeat.consumer_data_set {
-            let beat = pb::HeartbeatRequest {
-                client_id: heartbeat.client_id.clone(),
-                group: consumer.group_name,
-                subscriptions: consumer
-                    .subscription_data_set
-                    .into_iter()
-                    .map(|subscription| pb::SubscriptionData {
+            let (subscriptions, versions): (Vec<_>, Vec<_>) = consumer
+                .subscription_data_set
+                .into_iter()
+                .map(|subscription| {
+                    let data = pb::SubscriptionData {
                         topic: subscription.topic,
                         expression: subscription.sub_string,
                         expression_type: subscription.expression_type.unwrap_or_default(),
-                    })
-                    .collect(),
+                    };
+                    (data, subscription.sub_version)
+                })
+                .unzip();
+            let beat = pb::HeartbeatRequest {
+                client_id: heartbeat.client_id.clone(),
+                group: consumer.group_name,
+                subscriptions,
             };
             self.on_leader(request, |mut client, _| {
                 let beat = beat.clone();
                 async move { client.heartbeat(beat).await }
             })
             .await?;
+            for (subscription, sub_version) in beat.subscriptions.into_iter().zip(versions) {
+                self.subscriptions
+                    .learn(&beat.group, subscription, sub_version);
+            }
         }
         Ok(RemotingCommand::success(request, Bytes::new()))
     }

@@ -6,15 +6,18 @@
 //! Served so far: sends (`SEND_MESSAGE`, `SEND_MESSAGE_V2`, `SEND_BATCH_MESSAGE`), topic
 //! creation, the client registry (`HEART_BEAT`, `UNREGISTER_CLIENT`,
 //! `GET_CONSUMER_LIST_BY_GROUP`) and offsets (`QUERY_CONSUMER_OFFSET`,
-//! `UPDATE_CONSUMER_OFFSET`, `GET_MAX_OFFSET`, `GET_MIN_OFFSET`, `SEARCH_OFFSET_BY_TIMESTAMP`).
-//! Any other code is answered `REQUEST_CODE_NOT_SUPPORTED`.
+//! `UPDATE_CONSUMER_OFFSET`, `GET_MAX_OFFSET`, `GET_MIN_OFFSET`, `SEARCH_OFFSET_BY_TIMESTAMP`)
+//! and pulls (`PULL_MESSAGE`). Any other code is answered `REQUEST_CODE_NOT_SUPPORTED`.
 //!
-//! Invariant: every answer comes from the group's leader at the time of the request; this
-//! handler keeps no state of the group.
+//! Invariant: every answer but a pull's comes from the group's leader at the time of the
+//! request; a pull reads this node's own committed data. The only state kept here is the
+//! subscriptions learnt from heartbeats, which the leader's registry backs.
 
 mod clients;
 mod offsets;
+mod pull;
 mod send;
+mod subscriptions;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -23,7 +26,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use rocketraft_client::brokers::Brokers;
 use rocketraft_client::brokers::CallError;
+use rocketraft_client::clients::BrokerClients;
 use rocketraft_client::connector::Connector;
+use rocketraft_client::group::GroupError;
 use rocketraft_client::route::RouteCache;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
@@ -41,21 +46,42 @@ use crate::ext::ExtFields;
 /// changes: a 4.x client's default send timeout.
 pub const LEADER_CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Answers 4.x clients' broker requests for one broker group.
+/// Answers 4.x clients' broker requests for one node of a broker group.
 pub struct BrokerHandler {
     group: String,
     brokers: Brokers,
+    /// The broker API of the node this handler serves on: pulls read its own data.
+    own: SocketAddr,
+    local: BrokerClients,
+    subscriptions: subscriptions::Subscriptions,
 }
 
 impl BrokerHandler {
-    /// A handler for the broker group `group`, whose nodes serve the broker API on `nodes`,
-    /// reached through `connector`.
-    pub fn new(group: String, nodes: Vec<SocketAddr>, connector: Connector) -> BrokerHandler {
+    /// A handler for the node at `own` of the broker group `group`, whose nodes serve the
+    /// broker API on `nodes`, reached through `connector`.
+    pub fn new(
+        group: String,
+        own: SocketAddr,
+        nodes: Vec<SocketAddr>,
+        connector: Connector,
+    ) -> BrokerHandler {
         // The group is known by its nodes; no topic route is ever asked for.
         let routes = RouteCache::with_connector(Vec::new(), Duration::ZERO, connector.clone());
+        let local = BrokerClients::new(connector.clone());
         let brokers = Brokers::new(routes, connector);
         brokers.know_group(&group, nodes);
-        BrokerHandler { group, brokers }
+        BrokerHandler {
+            group,
+            brokers,
+            own,
+            local,
+            subscriptions: subscriptions::Subscriptions::default(),
+        }
+    }
+
+    /// The broker API of this handler's own node.
+    async fn local_node(&self) -> Result<BrokerClient<Channel>, GroupError> {
+        self.local.get(self.own).await
     }
 
     /// Runs `call` on the group's leader (told whether it repeats an earlier attempt that may
@@ -134,6 +160,7 @@ impl Handler for BrokerHandler {
             request::UPDATE_CONSUMER_OFFSET => self.update_offset(&request).await,
             request::GET_MAX_OFFSET | request::GET_MIN_OFFSET => self.queue_bound(&request).await,
             request::SEARCH_OFFSET_BY_TIMESTAMP => self.search_offset(&request).await,
+            request::PULL_MESSAGE => self.pull(&request).await,
             _ => Err(Box::new(RemotingCommand::not_supported(&request))),
         };
         answered.unwrap_or_else(|early| *early)
@@ -165,23 +192,35 @@ fn non_negative(value: i32) -> u32 {
 fn refused(request: &RemotingCommand, error: &CallError) -> RemotingCommand {
     let code = match error {
         CallError::Unavailable { .. } => response::SERVICE_NOT_AVAILABLE,
-        CallError::Rejected { status, .. } => match rocketraft_proto::response_code(status) {
-            Some(ResponseCode::MessageIllegal | ResponseCode::TopicIllegal) => {
-                response::MESSAGE_ILLEGAL
-            }
-            Some(ResponseCode::TopicNotExist | ResponseCode::TopicRouteNotExist) => {
-                response::TOPIC_NOT_EXIST
-            }
-            Some(ResponseCode::NoPermission) => response::NO_PERMISSION,
-            Some(ResponseCode::SubscriptionGroupNotExist) => response::SUBSCRIPTION_GROUP_NOT_EXIST,
-            Some(ResponseCode::LimitExceeded) => response::SYSTEM_BUSY,
-            Some(
-                ResponseCode::DiskFull
-                | ResponseCode::ServiceUnavailable
-                | ResponseCode::StoreError,
-            ) => response::SERVICE_NOT_AVAILABLE,
-            _ => response::SYSTEM_ERROR,
-        },
+        CallError::Rejected { status, .. } => status_code(status),
     };
     RemotingCommand::response_to(request, code, Some(error.to_string()))
+}
+
+/// The 4.x answer to a request this node refused with `status`.
+fn status_reply(request: &RemotingCommand, status: &tonic::Status) -> RemotingCommand {
+    RemotingCommand::response_to(
+        request,
+        status_code(status),
+        Some(status.message().to_owned()),
+    )
+}
+
+/// The 4.x code of a node's refusal.
+fn status_code(status: &tonic::Status) -> i32 {
+    match rocketraft_proto::response_code(status) {
+        Some(ResponseCode::MessageIllegal | ResponseCode::TopicIllegal) => {
+            response::MESSAGE_ILLEGAL
+        }
+        Some(ResponseCode::TopicNotExist | ResponseCode::TopicRouteNotExist) => {
+            response::TOPIC_NOT_EXIST
+        }
+        Some(ResponseCode::NoPermission) => response::NO_PERMISSION,
+        Some(ResponseCode::SubscriptionGroupNotExist) => response::SUBSCRIPTION_GROUP_NOT_EXIST,
+        Some(ResponseCode::LimitExceeded) => response::SYSTEM_BUSY,
+        Some(
+            ResponseCode::DiskFull | ResponseCode::ServiceUnavailable | ResponseCode::StoreError,
+        ) => response::SERVICE_NOT_AVAILABLE,
+        _ => response::SYSTEM_ERROR,
+    }
 }
