@@ -16,6 +16,7 @@ use rocketraft_client::message::Message;
 use rocketraft_client::message::MessageExt;
 use rocketraft_client::producer::Producer;
 use rocketraft_client::route::MessageQueue;
+use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::deliveries::Deliveries;
 use rocketraft_tests::init_tracing;
@@ -73,19 +74,26 @@ async fn send(producer: &Producer, count: usize, tag: &str) -> anyhow::Result<BT
     Ok(ids)
 }
 
-/// Waits until `consumers` own every queue of `all` exactly once between them.
+/// The queues of [`TOPIC`] `consumer` owns (its group's retry topic is split apart).
+fn topic_queues(consumer: &PushConsumer) -> Vec<MessageQueue> {
+    let mut queues = consumer.assigned_queues();
+    queues.retain(|queue| queue.topic == TOPIC);
+    queues
+}
+
+/// Waits until `consumers` own every queue of `all` of [`TOPIC`] exactly once between them.
 async fn wait_for_partition(consumers: &[&PushConsumer], all: usize) -> anyhow::Result<()> {
     wait_for("queues split among the consumers", TIMEOUT, || async {
         let mut owned: Vec<MessageQueue> = consumers
             .iter()
-            .flat_map(|consumer| consumer.assigned_queues())
+            .flat_map(|consumer| topic_queues(consumer))
             .collect();
         let count = owned.len();
         owned.sort();
         owned.dedup();
         let sizes: Vec<usize> = consumers
             .iter()
-            .map(|c| c.assigned_queues().len())
+            .map(|consumer| topic_queues(consumer).len())
             .collect();
         let even = sizes
             .iter()
@@ -143,7 +151,7 @@ async fn given_three_consumers_when_one_leaves_should_share_and_take_over_every_
 
     info!("--- c3 leaves: the others take its queues over");
     let leaving = consumers.pop().expect("c3");
-    let leaving_queues = leaving.assigned_queues();
+    let leaving_queues = topic_queues(&leaving);
     leaving.shutdown().await;
     wait_for_partition(&consumers.iter().collect::<Vec<_>>(), 8).await?;
     let second = send(&producer, 300, "TagB").await?;
@@ -183,10 +191,12 @@ async fn given_a_held_pull_a_new_message_should_arrive_at_once() -> anyhow::Resu
     let warm_up = send(&producer, 4, "TagA").await?;
     deliveries.wait_for_all(&warm_up, TIMEOUT).await?;
     // Every queue's pull is now held by its broker for up to 15 s: an idle consumer costs
-    // one pull per queue at a time, not a client re-pulling an empty queue in a loop.
-    wait_for("the idle consumer's four pulls held", TIMEOUT, || async {
+    // one pull per queue at a time, not a client re-pulling an empty queue in a loop. Its
+    // queues: the topic's four and its retry topic's one in each broker group.
+    let queues = 4 + GROUPS.len() as u64;
+    wait_for("the idle consumer's pulls held", TIMEOUT, || async {
         let held = cluster.node_total(|status| status.pulls_held).await.ok()?;
-        (held == 4).then_some(())
+        (held == queues).then_some(())
     })
     .await?;
     let sent_at = std::time::Instant::now();
@@ -293,7 +303,7 @@ async fn given_broadcasting_every_consumer_should_get_every_message() -> anyhow:
     one.wait_for_all(&ids, TIMEOUT).await?;
     two.wait_for_all(&ids, TIMEOUT).await?;
     assert_eq!(
-        first.assigned_queues().len(),
+        topic_queues(&first).len(),
         4,
         "broadcasting takes every queue"
     );

@@ -2,7 +2,10 @@
 //! them: the Python client (PyPI `rocketmq`, which bundles the C++ client) finds the topic
 //! through the nameserver and sends to each group's leader: single messages, one over its
 //! compression threshold, and a batch (`tests/python4x/producer.py`). Each is stored once,
-//! with its body, tags, keys and message id.
+//! with its body, tags, keys and message id. Its push consumer
+//! (`tests/python4x/push_consumer.py`) gets only the tags it subscribed to, a message it
+//! failed once back exactly once (reconsume times 1, its own topic), and a delayed message not
+//! before its delay.
 //!
 //! The client is installed by `.ci/run` (a virtualenv at `tests/python4x/.venv`). Without it
 //! the test says why and passes; CI sets `RR_CLIENT_TESTS=required`, under which it fails.
@@ -32,6 +35,17 @@ const PYTHON_4X: ClientScript = ClientScript {
     installed: ".venv/bin/python",
     install: "python3 -m venv tests/python4x/.venv && tests/python4x/.venv/bin/pip install -r tests/python4x/requirements.txt",
 };
+const PYTHON_4X_PUSH_CONSUMER: ClientScript = ClientScript {
+    script: "push_consumer.py",
+    ..PYTHON_4X
+};
+
+/// Delay levels short enough for a test: level 2 (the delayed message's) is 2 s, and every
+/// other level 1 s, so a message failed once (level 3) comes back after 1 s.
+const SHORT_DELAY_LEVELS: &str = "1s 2s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s";
+/// The delayed message's level and its delay.
+const DELAYED_LEVEL: i64 = 2;
+const DELAYED_BY_MS: i64 = 2_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_a_4x_producer_each_send_should_be_stored_once_as_sent() -> anyhow::Result<()> {
@@ -93,5 +107,86 @@ async fn given_a_4x_producer_each_send_should_be_stored_once_as_sent() -> anyhow
             );
         }
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_4x_push_consumer_it_should_get_its_tags_retries_and_delayed_messages()
+-> anyhow::Result<()> {
+    init_tracing();
+    if !PYTHON_4X_PUSH_CONSUMER.ready()? {
+        return Ok(());
+    }
+    let cluster = TestCluster::start_with(0x4C47_0002, |config| {
+        config.delay_levels = SHORT_DELAY_LEVELS.into();
+    })
+    .await?;
+    cluster.create_topic(TOPIC, 2).await?;
+    cluster.wait_for_route(TOPIC).await?;
+    let nameserver = cluster.nameservers()[0].clone();
+    let report = PYTHON_4X_PUSH_CONSUMER
+        .run(
+            &[
+                nameserver.as_str(),
+                TOPIC,
+                "legacy-push",
+                &DELAYED_LEVEL.to_string(),
+            ],
+            &[],
+            SCRIPT_TIMEOUT,
+        )
+        .await;
+    cluster.shutdown().await;
+    let report = report?;
+    assert_eq!(report["complete"], true, "every delivery came: {report}");
+    let sent = report["sent"].as_array().context("sent")?;
+    assert!(sent.iter().all(|send| send["status"] == 0), "{report}");
+    let deliveries = report["deliveries"].as_array().context("deliveries")?;
+    let delivered = |body: &str| -> Vec<&serde_json::Value> {
+        deliveries.iter().filter(|d| d["body"] == body).collect()
+    };
+
+    for filtered_out in ["b0", "b1"] {
+        assert!(
+            delivered(filtered_out).is_empty(),
+            "TagB is not subscribed: {report}"
+        );
+    }
+    for body in ["a0", "a1"] {
+        let once = delivered(body);
+        assert_eq!(once.len(), 1, "{body} once: {report}");
+        assert_eq!(
+            (&once[0]["topic"], &once[0]["reconsume_times"]),
+            (&TOPIC.into(), &0.into())
+        );
+    }
+
+    let fails_once = delivered("fail-once");
+    assert_eq!(fails_once.len(), 2, "back exactly once: {report}");
+    let again = fails_once[1];
+    assert_eq!(again["reconsume_times"], 1, "{report}");
+    assert_eq!(
+        again["topic"], TOPIC,
+        "with its own topic restored: {report}"
+    );
+    assert_eq!(again["tags"], "TagA");
+
+    let delayed = delivered("delayed");
+    assert_eq!(delayed.len(), 1, "{report}");
+    let sent_delayed = sent
+        .iter()
+        .find(|send| send["body"] == "delayed")
+        .context("the delayed send")?;
+    let sending_ms = sent_delayed["sending_ms"].as_i64().context("sending_ms")?;
+    let received_ms = delayed[0]["received_ms"].as_i64().context("received_ms")?;
+    assert!(
+        received_ms - sending_ms >= DELAYED_BY_MS,
+        "delivered {} ms after its send began, before its {DELAYED_BY_MS} ms delay",
+        received_ms - sending_ms
+    );
+    assert_eq!(
+        delayed[0]["msg_id"], sent_delayed["msg_id"],
+        "its id as sent"
+    );
     Ok(())
 }

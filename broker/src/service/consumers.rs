@@ -21,6 +21,7 @@ use crate::consumer_registry::MembershipEvent;
 use crate::consumer_registry::Subscriptions;
 use crate::error::BrokerError;
 use crate::service::BrokerService;
+use crate::service::system_topics::retry_topic;
 use crate::topic::validate_group_name;
 use crate::topic::validate_topic_name;
 
@@ -57,7 +58,8 @@ pub const CLIENT_ID_LEN_MAX: usize = 255;
 
 impl BrokerService {
     /// Records a member's heartbeat; a group seen for the first time gets its config (with
-    /// defaults) if auto-creation is on, as RocketMQ does.
+    /// defaults) if auto-creation is on, as RocketMQ does, and a member that subscribes to
+    /// its group's `%RETRY%<group>` gets that topic, so the nameserver routes it.
     pub(super) async fn handle_heartbeat(
         &self,
         request: pb::HeartbeatRequest,
@@ -79,6 +81,13 @@ impl BrokerService {
         let known = self.group.metadata().groups.contains_key(&request.group);
         if !known && self.auto_create_group {
             self.group_config(&request.group).await?;
+        }
+        let retry = retry_topic(&request.group);
+        if subscriptions.contains_key(&retry) && !self.group.metadata().topics.contains_key(&retry)
+        {
+            // A 4.x consumer finds its retry topic through the nameserver, as any topic.
+            let config = self.group_config_or_default(&request.group);
+            self.system_topic(&retry, config.retry_queue_count).await?;
         }
         self.consumers
             .heartbeat(

@@ -46,9 +46,27 @@ struct SubscriptionData {
     sub_string: String,
     #[serde(default)]
     expression_type: Option<String>,
-    /// When the client last changed the subscription (its pulls carry it).
-    #[serde(default)]
+    /// When the client last changed the subscription (its pulls carry it): a number from
+    /// Java, a string from the C++ client.
+    #[serde(default, deserialize_with = "number_or_text")]
     sub_version: i64,
+}
+
+/// An `i64` written as a JSON number or as a string of one.
+fn number_or_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum NumberOrText {
+        Number(i64),
+        Text(String),
+    }
+    match NumberOrText::deserialize(deserializer)? {
+        NumberOrText::Number(number) => Ok(number),
+        NumberOrText::Text(text) => text
+            .trim()
+            .parse()
+            .map_err(|_| serde::de::Error::custom(format!("{text:?} is not a whole number"))),
+    }
 }
 
 /// `GetConsumerListByGroupResponseBody`.
@@ -172,6 +190,20 @@ mod tests {
         assert_eq!(
             group.subscription_data_set[0].expression_type.as_deref(),
             Some("TAG")
+        );
+    }
+
+    #[test]
+    fn a_cpp_heartbeat_writes_its_sub_version_as_text() {
+        let body = r#"{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":[{"topic":"T","subString":"*","subVersion":"1796679621671"}]}]}"#;
+        let heartbeat: HeartbeatData = serde_json::from_str(body).expect("heartbeat");
+        let subscription = &heartbeat.consumer_data_set[0].subscription_data_set[0];
+        assert_eq!(subscription.sub_version, 1_796_679_621_671);
+        let bad = body.replace("1796679621671", "soon");
+        let error = serde_json::from_str::<HeartbeatData>(&bad).expect_err("not a number");
+        assert!(
+            error.to_string().contains("\"soon\" is not a whole number"),
+            "{error}"
         );
     }
 

@@ -5,9 +5,10 @@
 //!
 //! Served so far: sends (`SEND_MESSAGE`, `SEND_MESSAGE_V2`, `SEND_BATCH_MESSAGE`), topic
 //! creation, the client registry (`HEART_BEAT`, `UNREGISTER_CLIENT`,
-//! `GET_CONSUMER_LIST_BY_GROUP`) and offsets (`QUERY_CONSUMER_OFFSET`,
-//! `UPDATE_CONSUMER_OFFSET`, `GET_MAX_OFFSET`, `GET_MIN_OFFSET`, `SEARCH_OFFSET_BY_TIMESTAMP`)
-//! and pulls (`PULL_MESSAGE`). Any other code is answered `REQUEST_CODE_NOT_SUPPORTED`.
+//! `GET_CONSUMER_LIST_BY_GROUP`), offsets (`QUERY_CONSUMER_OFFSET`, `UPDATE_CONSUMER_OFFSET`,
+//! `GET_MAX_OFFSET`, `GET_MIN_OFFSET`, `SEARCH_OFFSET_BY_TIMESTAMP`), pulls (`PULL_MESSAGE`)
+//! and hand-backs (`CONSUMER_SEND_MSG_BACK`). Any other code is answered
+//! `REQUEST_CODE_NOT_SUPPORTED`.
 //!
 //! Invariant: every answer but a pull's comes from the group's leader at the time of the
 //! request; a pull reads this node's own committed data. The only state kept here is the
@@ -17,6 +18,7 @@ mod clients;
 mod offsets;
 mod pull;
 mod send;
+mod send_back;
 mod subscriptions;
 
 use std::future::Future;
@@ -161,6 +163,7 @@ impl Handler for BrokerHandler {
             request::GET_MAX_OFFSET | request::GET_MIN_OFFSET => self.queue_bound(&request).await,
             request::SEARCH_OFFSET_BY_TIMESTAMP => self.search_offset(&request).await,
             request::PULL_MESSAGE => self.pull(&request).await,
+            request::CONSUMER_SEND_MSG_BACK => self.send_back(&request).await,
             _ => Err(Box::new(RemotingCommand::not_supported(&request))),
         };
         answered.unwrap_or_else(|early| *early)
