@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod deliveries;
 pub mod lab_cluster;
 pub mod netns;
+pub mod remoting_client;
 pub mod tls;
 
 use std::collections::BTreeMap;

@@ -8,10 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
-use futures::SinkExt;
-use futures::StreamExt;
-use rocketraft_remoting::ExtFields;
-use rocketraft_remoting::RemotingCodec;
 use rocketraft_remoting::RemotingCommand;
 use rocketraft_remoting::SerializeType;
 use rocketraft_remoting::codes::request;
@@ -19,112 +15,15 @@ use rocketraft_remoting::codes::response;
 use rocketraft_tests::cluster::GROUPS;
 use rocketraft_tests::cluster::TestCluster;
 use rocketraft_tests::init_tracing;
+use rocketraft_tests::remoting_client::RemotingClient;
+use rocketraft_tests::remoting_client::StoredRecord;
+use rocketraft_tests::remoting_client::decode_records;
 use rocketraft_tests::wait_for;
 use serde_json::Value;
-use tokio::net::TcpStream;
-use tokio_util::codec::Framed;
 use tracing::info;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 const TOPIC: &str = "Orders";
-
-/// A 4.x client's connection, as the Java client opens it: plain TCP, remoting frames.
-struct RemotingClient {
-    frames: Framed<TcpStream, RemotingCodec>,
-    next_opaque: i32,
-    /// The body of the next request.
-    body: Bytes,
-}
-
-impl RemotingClient {
-    async fn connect(addr: &str) -> anyhow::Result<RemotingClient> {
-        let stream = TcpStream::connect(addr).await?;
-        Ok(RemotingClient {
-            frames: Framed::new(stream, RemotingCodec),
-            next_opaque: 0,
-            body: Bytes::new(),
-        })
-    }
-
-    /// Sends request `code` with `fields` in `serialize_type`; returns its reply.
-    async fn call(
-        &mut self,
-        code: i32,
-        fields: &[(&str, &str)],
-        serialize_type: SerializeType,
-    ) -> anyhow::Result<RemotingCommand> {
-        self.next_opaque += 1;
-        let mut ext_fields = ExtFields::new();
-        for (name, value) in fields {
-            ext_fields.insert(*name, *value);
-        }
-        let request = RemotingCommand {
-            code,
-            version: 409,
-            opaque: self.next_opaque,
-            ext_fields,
-            serialize_type,
-            body: std::mem::take(&mut self.body),
-            ..RemotingCommand::default()
-        };
-        self.frames.send(request).await?;
-        let reply = tokio::time::timeout(TIMEOUT, self.frames.next())
-            .await
-            .context("no reply in time")?
-            .context("the connection closed")??;
-        anyhow::ensure!(reply.is_response(), "not a reply: {reply:?}");
-        anyhow::ensure!(
-            reply.opaque == self.next_opaque,
-            "reply to {} for {}",
-            reply.opaque,
-            self.next_opaque
-        );
-        Ok(reply)
-    }
-
-    /// The JSON body of a successful reply to `code`.
-    async fn json(&mut self, code: i32, fields: &[(&str, &str)]) -> anyhow::Result<Value> {
-        let reply = self.ok(code, fields, Bytes::new()).await?;
-        Ok(serde_json::from_slice(&reply.body)?)
-    }
-
-    /// A successful JSON reply to request `code` with `fields` and `body`.
-    async fn ok(
-        &mut self,
-        code: i32,
-        fields: &[(&str, &str)],
-        body: Bytes,
-    ) -> anyhow::Result<RemotingCommand> {
-        self.body = body;
-        let reply = self.call(code, fields, SerializeType::Json).await?;
-        anyhow::ensure!(reply.code == response::SUCCESS, "{reply:?}");
-        Ok(reply)
-    }
-
-    /// The reply to a pull of queue 1 of [`TOPIC`] by `legacy-consumers`; `fields` add to
-    /// the header or replace its fields.
-    async fn pull(&mut self, fields: &[(&str, &str)]) -> anyhow::Result<RemotingCommand> {
-        let mut header = vec![
-            ("consumerGroup", "legacy-consumers"),
-            ("topic", TOPIC),
-            ("queueId", "1"),
-            ("maxMsgNums", "32"),
-            ("subVersion", "0"),
-        ];
-        for (name, value) in fields {
-            header.retain(|(known, _)| known != name);
-            header.push((name, value));
-        }
-        self.call(request::PULL_MESSAGE, &header, SerializeType::Json)
-            .await
-    }
-
-    /// The `offset` a successful reply to `code` names.
-    async fn offset(&mut self, code: i32, fields: &[(&str, &str)]) -> anyhow::Result<i64> {
-        let reply = self.ok(code, fields, Bytes::new()).await?;
-        Ok(reply.ext_fields.required_i64("offset")?)
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_a_topic_the_nameserver_should_route_4x_clients_to_each_leader_as_broker_id_zero()
@@ -373,17 +272,17 @@ async fn given_a_follower_a_4x_client_should_send_register_and_commit_through_it
 
     info!("--- the follower serves pulls from its own data, filtered by the registered tag");
     // Held until the follower has applied the last send, if it has not yet.
-    let last = client
-        .pull(&[
+    let last = pull(
+        &mut client,
+        &[
             ("queueOffset", "2"),
             ("sysFlag", "2"),
             ("suspendTimeoutMillis", "15000"),
-        ])
-        .await?;
+        ],
+    )
+    .await?;
     assert_eq!(last.code, response::SUCCESS, "{last:?}");
-    let pulled = client
-        .pull(&[("queueOffset", "0"), ("sysFlag", "0")])
-        .await?;
+    let pulled = pull(&mut client, &[("queueOffset", "0"), ("sysFlag", "0")]).await?;
     assert_eq!(pulled.code, response::SUCCESS, "{pulled:?}");
     let offsets = |reply: &RemotingCommand| -> anyhow::Result<[i64; 3]> {
         let fields = &reply.ext_fields;
@@ -410,7 +309,7 @@ async fn given_a_follower_a_4x_client_should_send_register_and_commit_through_it
         ("sysFlag", "4"),
         ("subscription", "B"),
     ];
-    let none = client.pull(&own_tag).await?;
+    let none = pull(&mut client, &own_tag).await?;
     assert_eq!(none.code, response::PULL_RETRY_IMMEDIATELY, "{none:?}");
     assert_eq!(offsets(&none)?, [3, 0, 3], "past what the filter skipped");
     let sql = [
@@ -419,36 +318,42 @@ async fn given_a_follower_a_4x_client_should_send_register_and_commit_through_it
         ("expressionType", "SQL92"),
         ("subscription", "UNIQ_KEY = 'ID1'"),
     ];
-    let selected = decode_records(&client.pull(&sql).await?.body)?;
+    let selected = decode_records(&pull(&mut client, &sql).await?.body)?;
     assert_eq!(selected.len(), 1);
     assert_eq!(selected[0].queue_offset, 1);
     let held = tokio::time::Instant::now();
-    let caught_up = client
-        .pull(&[
+    let caught_up = pull(
+        &mut client,
+        &[
             ("queueOffset", "3"),
             ("sysFlag", "2"),
             ("suspendTimeoutMillis", "300"),
-        ])
-        .await?;
+        ],
+    )
+    .await?;
     assert_eq!(caught_up.code, response::PULL_NOT_FOUND, "{caught_up:?}");
     assert!(
         held.elapsed() >= Duration::from_millis(300),
         "held for its suspend time"
     );
     let leader_addr = group.addr(leader).to_string();
-    let moved = RemotingClient::connect(&leader_addr)
-        .await?
-        .pull(&[("queueOffset", "9"), ("sysFlag", "0")])
-        .await?;
+    let mut leader_client = RemotingClient::connect(&leader_addr).await?;
+    let moved = pull(
+        &mut leader_client,
+        &[("queueOffset", "9"), ("sysFlag", "0")],
+    )
+    .await?;
     assert_eq!(moved.code, response::PULL_OFFSET_MOVED, "{moved:?}");
     assert_eq!(offsets(&moved)?, [3, 0, 3], "moved back to the queue's end");
-    let unknown = client
-        .pull(&[
+    let unknown = pull(
+        &mut client,
+        &[
             ("queueOffset", "0"),
             ("sysFlag", "0"),
             ("consumerGroup", "never-heartbeat"),
-        ])
-        .await?;
+        ],
+    )
+    .await?;
     assert_eq!(
         unknown.code,
         response::SUBSCRIPTION_NOT_EXIST,
@@ -493,67 +398,24 @@ async fn given_a_follower_a_4x_client_should_send_register_and_commit_through_it
     Ok(())
 }
 
-/// A stored record as a 4.x client decodes it from a pull's body: field after field, as
-/// `MessageDecoder.clientDecode` does, with IPv4 hosts.
-struct StoredRecord {
-    queue_id: i32,
-    queue_offset: i64,
-    physical_offset: i64,
-    store_host: [u8; 8],
-    body: Vec<u8>,
-    topic: String,
-    properties: String,
-}
-
-impl StoredRecord {
-    /// The offset message id a client computes: the store host and the CommitLog offset.
-    fn offset_msg_id(&self) -> String {
-        let mut id: Vec<u8> = self.store_host.to_vec();
-        id.extend_from_slice(&self.physical_offset.to_be_bytes());
-        id.iter().map(|byte| format!("{byte:02X}")).collect()
+/// The reply to a pull of queue 1 of [`TOPIC`] by `legacy-consumers`; `fields` add to the
+/// header or replace its fields.
+async fn pull(
+    client: &mut RemotingClient,
+    fields: &[(&str, &str)],
+) -> anyhow::Result<RemotingCommand> {
+    let mut header = vec![
+        ("consumerGroup", "legacy-consumers"),
+        ("topic", TOPIC),
+        ("queueId", "1"),
+        ("maxMsgNums", "32"),
+        ("subVersion", "0"),
+    ];
+    for (name, value) in fields {
+        header.retain(|(known, _)| known != name);
+        header.push((name, value));
     }
-}
-
-/// The records of a pull's body, decoded in sequence.
-fn decode_records(mut body: &[u8]) -> anyhow::Result<Vec<StoredRecord>> {
-    use bytes::Buf;
-    let mut records = Vec::new();
-    while body.has_remaining() {
-        let _total_size = body.try_get_i32()?;
-        anyhow::ensure!(body.try_get_i32()? == 0xDAA3_20A7_u32 as i32, "magic code");
-        let _body_crc = body.try_get_i32()?;
-        let queue_id = body.try_get_i32()?;
-        let _flag = body.try_get_i32()?;
-        let queue_offset = body.try_get_i64()?;
-        let physical_offset = body.try_get_i64()?;
-        let sys_flag = body.try_get_i32()?;
-        anyhow::ensure!(sys_flag & 0x30 == 0, "IPv4 hosts");
-        let _born_timestamp = body.try_get_i64()?;
-        body.try_get_u64()?;
-        let _store_timestamp = body.try_get_i64()?;
-        let mut store_host = [0; 8];
-        body.try_copy_to_slice(&mut store_host)?;
-        let _reconsume_times = body.try_get_i32()?;
-        let _prepared_offset = body.try_get_i64()?;
-        let body_len = usize::try_from(body.try_get_i32()?)?;
-        let message_body = body.get(..body_len).context("body")?.to_vec();
-        body.advance(body_len);
-        let topic_len = usize::from(body.try_get_u8()?);
-        let topic = String::from_utf8(body.get(..topic_len).context("topic")?.to_vec())?;
-        body.advance(topic_len);
-        let properties_len = usize::try_from(body.try_get_i16()?)?;
-        let properties =
-            String::from_utf8(body.get(..properties_len).context("properties")?.to_vec())?;
-        body.advance(properties_len);
-        records.push(StoredRecord {
-            queue_id,
-            queue_offset,
-            physical_offset,
-            store_host,
-            body: message_body,
-            topic,
-            properties,
-        });
-    }
-    Ok(records)
+    client
+        .call(request::PULL_MESSAGE, &header, SerializeType::Json)
+        .await
 }

@@ -583,7 +583,7 @@ fn check_step(
         tracing::warn!(msg_id, "a half message without PGROUP skipped");
         return Ok(HalfStep::Ended);
     };
-    let check = check_of(&half, place.0, place.1);
+    let check = check_of(&half, place.0, place.1).map_err(|error| error.to_string())?;
     let copy = checked_copy(&half, place.0, now_ms).map_err(|error| error.to_string())?;
     Ok(HalfStep::Check {
         copy: Box::new(copy),

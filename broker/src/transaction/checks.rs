@@ -86,7 +86,7 @@ mod tests {
         pb::TransactionCheck {
             message: None,
             msg_id: id.into(),
-            check_times: 0,
+            ..pb::TransactionCheck::default()
         }
     }
 

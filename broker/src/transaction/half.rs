@@ -119,20 +119,26 @@ pub fn checked_copy(
 }
 
 /// The check-back of the copy `half` stored at `commit_log_offset`: the message as its
-/// producer sent it (its real topic), and the copy's place, where `EndTransaction` finds it.
+/// producer sent it (its real topic and queue), and the copy's place, where `EndTransaction`
+/// finds it; also that message as a stored record, which a 4.x check-back carries.
 pub fn check_of(
     half: &MessageRecord,
     commit_log_offset: i64,
     queue_offset: i64,
-) -> pb::TransactionCheck {
-    let topic = half
-        .properties
-        .get(REAL_TOPIC)
-        .unwrap_or(&half.topic)
-        .to_owned();
-    pb::TransactionCheck {
+) -> Result<pb::TransactionCheck, StoreError> {
+    let mut sent = half.clone();
+    if let Some(topic) = half.properties.get(REAL_TOPIC) {
+        sent.topic = topic.to_owned();
+    }
+    if let Some(queue_id) = half.properties.get(REAL_QID).and_then(|id| id.parse().ok()) {
+        sent.queue_id = queue_id;
+    }
+    sent.physical_offset = commit_log_offset;
+    sent.queue_offset = queue_offset;
+    let stored_record = sent.encode()?;
+    Ok(pb::TransactionCheck {
         message: Some(pb::PulledMessage {
-            topic,
+            topic: sent.topic,
             queue_id: half.queue_id,
             queue_offset,
             commit_log_offset,
@@ -147,7 +153,8 @@ pub fn check_of(
         }),
         msg_id: half.properties.get(UNIQ_KEY).unwrap_or_default().to_owned(),
         check_times: check_times(half),
-    }
+        stored_record: stored_record.into(),
+    })
 }
 
 /// Check-backs a stored copy has had.
@@ -208,6 +215,19 @@ mod tests {
         assert_eq!(checked.queue_id, HALF_QUEUE_CHECKED);
         let again = checked_copy(&checked, 200, 8).expect("again");
         assert_eq!(check_times(&again), 2);
+        let check = check_of(&again, 4096, 5).expect("check");
+        let crate::store::record::DecodedRecord::Message(stored) =
+            crate::store::record::decode(&check.stored_record).expect("a record")
+        else {
+            panic!("a blank, not a record");
+        };
+        assert_eq!(
+            (stored.topic.as_str(), stored.queue_id),
+            ("Orders", 3),
+            "a 4.x check-back carries the message under its real topic and queue"
+        );
+        assert_eq!((stored.physical_offset, stored.queue_offset), (4096, 5));
+        assert_eq!(stored.properties.get(UNIQ_KEY), Some("ID1"));
         assert_eq!(
             half_offset(&again, 300),
             100,

@@ -10,11 +10,16 @@
 //! - bytes that are not a frame close the connection, logged with the peer and why: after a
 //!   bad length there is no frame boundary left to answer at;
 //! - when the connection ends, every request still handled ends with it (they are polled by
-//!   its task, never spawned).
+//!   its task, never spawned), and its [`Peer`] reports it closed;
+//! - the server's own requests to the client ([`Peer::send_oneway`]) wait in a queue of at
+//!   most [`OUTBOUND_QUEUED_MAX`]; past that they are dropped, never buffered without bound
+//!   for a client that does not read.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 
 use futures::SinkExt;
 use futures::StreamExt;
@@ -23,17 +28,90 @@ use rocketraft_server_kit::connection_limit::Admitted;
 use rocketraft_server_kit::side_protocol::SideProtocol;
 use tokio::io::AsyncRead;
 use tokio::io::AsyncWrite;
+use tokio::sync::mpsc;
 use tokio_util::codec::FramedRead;
 use tokio_util::codec::FramedWrite;
+use tokio_util::sync::CancellationToken;
 
 use crate::codes::response;
+use crate::command::FLAG_ONEWAY;
 use crate::command::RemotingCommand;
+use crate::command::SerializeType;
 use crate::frame::FRAME_FIRST_BYTE;
 use crate::frame::RemotingCodec;
 
 /// Requests of one connection handled at once, at most: a consumer holds one pull per queue
 /// it reads through this connection's broker, so this is about that many queues.
 pub const REQUESTS_IN_FLIGHT_MAX: usize = 4096;
+
+/// The server's own requests to one client waiting to be written, at most: a broker's
+/// notices (`NOTIFY_CONSUMER_IDS_CHANGED`) and transaction check-backs. A client that lets
+/// more pile up is not reading, and misses them, as a Java broker's oneway calls to a channel
+/// that is not writable fail.
+pub const OUTBOUND_QUEUED_MAX: usize = 1024;
+
+/// Numbers connections, so a registry of peers can tell two apart.
+static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The client end of a served connection, as its handler sees it: where it is, and a way to
+/// send it requests of the server's own. Cheap to clone; a clone kept after the connection
+/// ended only reports it closed.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    id: u64,
+    addr: SocketAddr,
+    outbound: mpsc::Sender<RemotingCommand>,
+    closed: CancellationToken,
+}
+
+impl Peer {
+    /// A peer at `addr`, and the receiving end of what is sent to it.
+    fn open(addr: SocketAddr) -> (Peer, mpsc::Receiver<RemotingCommand>) {
+        let (outbound, queued) = mpsc::channel(OUTBOUND_QUEUED_MAX);
+        let peer = Peer {
+            id: NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
+            addr,
+            outbound,
+            closed: CancellationToken::new(),
+        };
+        (peer, queued)
+    }
+
+    /// A peer whose connection is served elsewhere (a handler's unit tests): what is sent to
+    /// it is dropped.
+    pub fn detached(addr: SocketAddr) -> Peer {
+        Peer::open(addr).0
+    }
+
+    /// The connection's number, unique in this process.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The client's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Queues `request` to be sent to the client as a oneway request (its `opaque` is the
+    /// connection's own). False if the connection ended or [`OUTBOUND_QUEUED_MAX`] requests
+    /// wait already.
+    pub fn send_oneway(&self, mut request: RemotingCommand) -> bool {
+        request.flag |= FLAG_ONEWAY;
+        request.serialize_type = SerializeType::Json;
+        !self.is_closed() && self.outbound.try_send(request).is_ok()
+    }
+
+    /// Whether the connection ended.
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    /// Resolves when the connection has ended.
+    pub async fn closed(&self) {
+        self.closed.cancelled().await;
+    }
+}
 
 /// What serves the requests of a remoting connection.
 pub trait Handler: Send + Sync + 'static {
@@ -42,40 +120,42 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(
         &self,
         request: RemotingCommand,
-        peer: SocketAddr,
+        peer: &Peer,
     ) -> impl Future<Output = RemotingCommand> + Send;
 }
 
-/// Serves the connection `io` from `peer` with `handler` until the client closes it, sends
+/// Serves the connection `io` from `addr` with `handler` until the client closes it, sends
 /// bytes that are not a frame, or a read or write fails (a cut connection's do).
-pub async fn serve_connection<IO, H>(io: IO, peer: SocketAddr, handler: &H)
+pub async fn serve_connection<IO, H>(io: IO, addr: SocketAddr, handler: &H)
 where
     IO: AsyncRead + AsyncWrite + Send,
     H: Handler,
 {
+    let (peer, mut outbound) = Peer::open(addr);
+    let _closes = peer.closed.clone().drop_guard();
     let (read, write) = tokio::io::split(io);
     let mut requests = FramedRead::new(read, RemotingCodec);
     let mut replies = FramedWrite::new(write, RemotingCodec);
     let mut handling = FuturesUnordered::new();
+    let mut next_opaque: i32 = 0;
     loop {
         let reply = tokio::select! {
             frame = requests.next() => match frame {
                 Some(Ok(command)) if command.is_response() => {
-                    // Replies to this server's own requests are matched by the caller that
-                    // sent them; none is sent on a connection served here yet.
-                    tracing::debug!(%peer, opaque = command.opaque, "an unexpected reply");
+                    // The server's own requests are oneway: no reply is waited for.
+                    tracing::debug!(peer = %addr, opaque = command.opaque, "an unexpected reply");
                     continue;
                 }
                 Some(Ok(request)) if handling.len() >= REQUESTS_IN_FLIGHT_MAX => {
                     busy(&request)
                 }
                 Some(Ok(request)) => {
-                    tracing::debug!(%peer, code = request.code, opaque = request.opaque, "remoting request");
-                    handling.push(answer(handler, request, peer));
+                    tracing::debug!(peer = %addr, code = request.code, opaque = request.opaque, "remoting request");
+                    handling.push(answer(handler, request, &peer));
                     continue;
                 }
                 Some(Err(error)) => {
-                    tracing::warn!(%peer, %error, "closing a remoting connection: not a frame");
+                    tracing::warn!(peer = %addr, %error, "closing a remoting connection: not a frame");
                     return;
                 }
                 None => return,
@@ -84,10 +164,16 @@ where
                 Some(reply) => reply,
                 None => continue,
             },
+            Some(mut own) = outbound.recv() => {
+                next_opaque = next_opaque.wrapping_add(1);
+                own.opaque = next_opaque;
+                tracing::debug!(peer = %addr, code = own.code, opaque = own.opaque, "remoting request to the client");
+                own
+            }
         };
-        tracing::debug!(%peer, code = reply.code, opaque = reply.opaque, remark = ?reply.remark, "remoting reply");
+        tracing::debug!(peer = %addr, code = reply.code, opaque = reply.opaque, remark = ?reply.remark, "remoting write");
         if let Err(error) = replies.send(reply).await {
-            tracing::debug!(%peer, %error, "closing a remoting connection: a reply failed");
+            tracing::debug!(peer = %addr, %error, "closing a remoting connection: a write failed");
             return;
         }
     }
@@ -116,7 +202,7 @@ pub fn side_protocol<H: Handler>(handler: Arc<H>) -> SideProtocol {
 async fn answer<H: Handler>(
     handler: &H,
     request: RemotingCommand,
-    peer: SocketAddr,
+    peer: &Peer,
 ) -> Option<RemotingCommand> {
     let oneway = request.is_oneway();
     let reply = handler.handle(request, peer).await;
@@ -156,7 +242,7 @@ mod tests {
     const HELD: i32 = request::PULL_MESSAGE;
 
     impl Handler for Echo {
-        async fn handle(&self, request: RemotingCommand, _peer: SocketAddr) -> RemotingCommand {
+        async fn handle(&self, request: RemotingCommand, _peer: &Peer) -> RemotingCommand {
             match request.code {
                 HELD => self.release.notified().await,
                 request::SEND_MESSAGE => {}

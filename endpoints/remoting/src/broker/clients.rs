@@ -17,6 +17,7 @@ use super::BrokerHandler;
 use super::read;
 use crate::codes::response;
 use crate::command::RemotingCommand;
+use crate::connection::Peer;
 
 /// `HeartbeatData`, the parts a broker reads.
 #[derive(Debug, Deserialize)]
@@ -26,6 +27,15 @@ struct HeartbeatData {
     client_id: String,
     #[serde(default)]
     consumer_data_set: Vec<ConsumerData>,
+    #[serde(default)]
+    producer_data_set: Vec<ProducerData>,
+}
+
+/// `ProducerData`: one producer group of the client.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProducerData {
+    group_name: String,
 }
 
 /// `ConsumerData`: one consumer group of the client.
@@ -77,16 +87,20 @@ struct ConsumerIdList {
 }
 
 impl BrokerHandler {
-    /// Registers each consumer group of the heartbeat with the leader, and learns its
-    /// subscriptions for this node's pulls; a producer's heartbeat (no consumer group) is
-    /// answered at once.
-    pub(super) async fn heartbeat(&self, request: &RemotingCommand) -> Answered {
+    /// Registers each consumer group of the heartbeat with the leader, learns its
+    /// subscriptions for this node's pulls, and follows `peer` as one of its connections
+    /// (for its membership notices); follows `peer` as a connection of each producer group
+    /// (for its transaction check-backs).
+    pub(super) async fn heartbeat(&self, request: &RemotingCommand, peer: &Peer) -> Answered {
         let heartbeat: HeartbeatData = serde_json::from_slice(&request.body).map_err(|error| {
             Box::new(RemotingCommand::system_error(
                 request,
                 format!("the heartbeat's body is not HeartbeatData: {error}"),
             ))
         })?;
+        for producer in &heartbeat.producer_data_set {
+            self.follow_producer(&producer.group_name, peer);
+        }
         for consumer in heartbeat.consumer_data_set {
             let (subscriptions, versions): (Vec<_>, Vec<_>) = consumer
                 .subscription_data_set
@@ -110,6 +124,7 @@ impl BrokerHandler {
                 async move { client.heartbeat(beat).await }
             })
             .await?;
+            self.follow_consumer(&beat.group, peer);
             for (subscription, sub_version) in beat.subscriptions.into_iter().zip(versions) {
                 self.subscriptions
                     .learn(&beat.group, subscription, sub_version);
@@ -212,5 +227,6 @@ mod tests {
         let body = r#"{"clientID":"c","producerDataSet":[{"groupName":"P"}]}"#;
         let heartbeat: HeartbeatData = serde_json::from_str(body).expect("heartbeat");
         assert!(heartbeat.consumer_data_set.is_empty());
+        assert_eq!(heartbeat.producer_data_set[0].group_name, "P");
     }
 }

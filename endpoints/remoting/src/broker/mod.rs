@@ -6,23 +6,32 @@
 //! Served so far: sends (`SEND_MESSAGE`, `SEND_MESSAGE_V2`, `SEND_BATCH_MESSAGE`), topic
 //! creation, the client registry (`HEART_BEAT`, `UNREGISTER_CLIENT`,
 //! `GET_CONSUMER_LIST_BY_GROUP`), offsets (`QUERY_CONSUMER_OFFSET`, `UPDATE_CONSUMER_OFFSET`,
-//! `GET_MAX_OFFSET`, `GET_MIN_OFFSET`, `SEARCH_OFFSET_BY_TIMESTAMP`), pulls (`PULL_MESSAGE`)
-//! and hand-backs (`CONSUMER_SEND_MSG_BACK`). Any other code is answered
-//! `REQUEST_CODE_NOT_SUPPORTED`.
+//! `GET_MAX_OFFSET`, `GET_MIN_OFFSET`, `SEARCH_OFFSET_BY_TIMESTAMP`), pulls (`PULL_MESSAGE`),
+//! hand-backs (`CONSUMER_SEND_MSG_BACK`), orderly queue locks (`LOCK_BATCH_MQ`,
+//! `UNLOCK_BATCH_MQ`) and transactions (`END_TRANSACTION`). Any other code is answered
+//! `REQUEST_CODE_NOT_SUPPORTED`. The broker's own requests to its clients
+//! (`NOTIFY_CONSUMER_IDS_CHANGED`, `CHECK_TRANSACTION_STATE`) go down the connections that
+//! heartbeat their groups.
 //!
 //! Invariant: every answer but a pull's comes from the group's leader at the time of the
-//! request; a pull reads this node's own committed data. The only state kept here is the
-//! subscriptions learnt from heartbeats, which the leader's registry backs.
+//! request; a pull reads this node's own committed data. The only state kept here is what
+//! heartbeats through this node said: subscriptions (which the leader's registry backs) and
+//! the connections of each group.
 
 mod clients;
+mod consumer_notices;
 mod offsets;
+mod peer_groups;
 mod pull;
+mod queue_locks;
 mod send;
 mod send_back;
 mod subscriptions;
+mod transactions;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -41,6 +50,7 @@ use crate::codes::request;
 use crate::codes::response;
 use crate::command::RemotingCommand;
 use crate::connection::Handler;
+use crate::connection::Peer;
 use crate::ext::ExtFieldError;
 use crate::ext::ExtFields;
 
@@ -51,11 +61,14 @@ pub const LEADER_CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// Answers 4.x clients' broker requests for one node of a broker group.
 pub struct BrokerHandler {
     group: String,
-    brokers: Brokers,
+    brokers: Arc<Brokers>,
     /// The broker API of the node this handler serves on: pulls read its own data.
     own: SocketAddr,
     local: BrokerClients,
     subscriptions: subscriptions::Subscriptions,
+    /// The 4.x connections of each consumer group, and of each producer group.
+    consumers: Arc<peer_groups::PeerGroups>,
+    producers: Arc<peer_groups::PeerGroups>,
 }
 
 impl BrokerHandler {
@@ -74,10 +87,12 @@ impl BrokerHandler {
         brokers.know_group(&group, nodes);
         BrokerHandler {
             group,
-            brokers,
+            brokers: Arc::new(brokers),
             own,
             local,
             subscriptions: subscriptions::Subscriptions::default(),
+            consumers: Arc::default(),
+            producers: Arc::default(),
         }
     }
 
@@ -149,13 +164,13 @@ impl BrokerHandler {
 }
 
 impl Handler for BrokerHandler {
-    async fn handle(&self, request: RemotingCommand, peer: SocketAddr) -> RemotingCommand {
+    async fn handle(&self, request: RemotingCommand, peer: &Peer) -> RemotingCommand {
         let answered = match request.code {
             request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
-                self.send(&request, peer).await
+                self.send(&request, peer.addr()).await
             }
             request::UPDATE_AND_CREATE_TOPIC => self.create_topic(&request).await,
-            request::HEART_BEAT => self.heartbeat(&request).await,
+            request::HEART_BEAT => self.heartbeat(&request, peer).await,
             request::UNREGISTER_CLIENT => self.unregister(&request).await,
             request::GET_CONSUMER_LIST_BY_GROUP => self.consumer_list(&request).await,
             request::QUERY_CONSUMER_OFFSET => self.query_offset(&request).await,
@@ -164,6 +179,9 @@ impl Handler for BrokerHandler {
             request::SEARCH_OFFSET_BY_TIMESTAMP => self.search_offset(&request).await,
             request::PULL_MESSAGE => self.pull(&request).await,
             request::CONSUMER_SEND_MSG_BACK => self.send_back(&request).await,
+            request::LOCK_BATCH_MQ => self.lock_queues(&request).await,
+            request::UNLOCK_BATCH_MQ => self.unlock_queues(&request).await,
+            request::END_TRANSACTION => self.end_transaction(&request).await,
             _ => Err(Box::new(RemotingCommand::not_supported(&request))),
         };
         answered.unwrap_or_else(|early| *early)

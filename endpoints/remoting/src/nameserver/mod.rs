@@ -9,14 +9,13 @@
 
 mod route_data;
 
-use std::net::SocketAddr;
-
 use rocketraft_nameserver::service::SharedRegistry;
 
 use crate::codes::request;
 use crate::codes::response;
 use crate::command::RemotingCommand;
 use crate::connection::Handler;
+use crate::connection::Peer;
 use route_data::ClusterInfo;
 use route_data::TopicList;
 use route_data::TopicRouteData;
@@ -51,7 +50,7 @@ impl NameServerHandler {
 }
 
 impl Handler for NameServerHandler {
-    async fn handle(&self, request: RemotingCommand, _peer: SocketAddr) -> RemotingCommand {
+    async fn handle(&self, request: RemotingCommand, _peer: &Peer) -> RemotingCommand {
         match request.code {
             request::GET_ROUTEINFO_BY_TOPIC => self.route(&request),
             request::GET_BROKER_CLUSTER_INFO => {
