@@ -60,6 +60,8 @@ impl GroupEntry {
 
     fn route(&self, group: &str) -> pb::GroupRoute {
         let leader = self.leader();
+        let term = self.term();
+        let listed = |id: &u64| self.members.is_empty() || self.members.contains(id);
         pb::GroupRoute {
             cluster: self
                 .nodes
@@ -71,14 +73,20 @@ impl GroupEntry {
             nodes: self
                 .nodes
                 .iter()
-                .filter(|(id, _)| self.members.is_empty() || self.members.contains(id))
+                .filter(|(id, _)| listed(id))
                 .map(|(id, node)| (*id, node.addr.clone()))
                 .collect(),
             leader_id: leader.map(|(id, _)| id),
             leader_addr: leader
                 .map(|(_, node)| node.addr.clone())
                 .unwrap_or_default(),
-            term: self.term(),
+            term,
+            current_node_ids: self
+                .nodes
+                .iter()
+                .filter(|(id, node)| listed(id) && node.term == term)
+                .map(|(id, _)| *id)
+                .collect(),
         }
     }
 }
@@ -294,6 +302,7 @@ mod tests {
             (group(&registry).leader_id, group(&registry).term),
             (Some(1), 1)
         );
+        assert_eq!(group(&registry).current_node_ids, [1, 2]);
         // Node 1's host vanished; node 2 voted in term 2, whose leader has not registered.
         registry.register(registration(2, pb::Role::Follower, 2, &[]), now);
         let electing = group(&registry);
@@ -305,6 +314,8 @@ mod tests {
         let elected = group(&registry);
         assert_eq!((elected.leader_id, elected.term), (Some(2), 2));
         assert_eq!(elected.leader_addr, "127.0.0.1:10002");
+        assert_eq!(elected.nodes.len(), 2, "node 1 stays until it expires");
+        assert_eq!(elected.current_node_ids, [2], "node 1 has not seen term 2");
     }
 
     #[test]

@@ -3,9 +3,12 @@
 //! `brokerAddrs` by hand), keys quoted, fields in fastjson's sorted order.
 //!
 //! Invariant: a group's leader is broker id 0 (`MixAll.MASTER_ID`, the only one producers
-//! send to) and its other nodes are ids 1..n in node id order. A group whose leader is not
-//! known has no id 0: producers skip it until a route names one, consumers read through its
-//! followers meanwhile.
+//! send to) and its other nodes are ids 1..n: first those that registered in the group's
+//! current term, then the others (which may be down: a node that missed the latest election
+//! stays routed until it expires), each in node id order. Broker id 1, where a pull reply
+//! sends consumers, is so a node known to be up whenever there is one. A group whose leader
+//! is not known has no id 0: producers skip it until a route names one, consumers read
+//! through its followers meanwhile.
 
 use std::collections::BTreeMap;
 
@@ -62,10 +65,15 @@ pub struct TopicList {
 impl BrokerData {
     fn of(group: &pb::GroupRoute) -> BrokerData {
         let leader = group.leader_id;
-        // The route's map has no order: ids follow node ids.
-        let by_node_id: BTreeMap<u64, &String> =
-            group.nodes.iter().map(|(id, addr)| (*id, addr)).collect();
-        let followers = by_node_id.into_iter().filter(|(id, _)| Some(*id) != leader);
+        // The route's map has no order: ids follow node ids, current nodes first.
+        let by_node_id: BTreeMap<(bool, u64), &String> = group
+            .nodes
+            .iter()
+            .map(|(id, addr)| ((!group.current_node_ids.contains(id), *id), addr))
+            .collect();
+        let followers = by_node_id
+            .into_iter()
+            .filter(|((_, id), _)| Some(*id) != leader);
         let leader_addr = leader.and_then(|id| group.nodes.get(&id));
         let broker_addrs = leader_addr
             .map(|addr| (0, addr.clone()))
@@ -152,6 +160,7 @@ mod tests {
             leader_id: leader,
             leader_addr: String::new(),
             term: 4,
+            current_node_ids: vec![1, 2, 3],
         }
     }
 
@@ -172,6 +181,29 @@ mod tests {
         assert_eq!(
             json,
             r#"{"brokerDatas":[{"brokerAddrs":{"0":"10.0.0.2:7001","1":"10.0.0.1:7001","2":"10.0.0.3:7001"},"brokerName":"broker-a","cluster":"DefaultCluster"}],"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSynFlag":0,"topicSysFlag":0,"writeQueueNums":4}]}"#
+        );
+    }
+
+    #[test]
+    fn a_node_that_missed_the_latest_election_comes_after_the_current_ones() {
+        let after_a_leader_kill = pb::GroupRoute {
+            current_node_ids: vec![2, 3],
+            ..group("broker-a", Some(3))
+        };
+        let data = BrokerData::of(&after_a_leader_kill);
+        let addrs: Vec<(u64, &str)> = data
+            .broker_addrs
+            .iter()
+            .map(|(id, addr)| (*id, addr.as_str()))
+            .collect();
+        assert_eq!(
+            addrs,
+            [
+                (0, "10.0.0.3:7001"),
+                (1, "10.0.0.2:7001"),
+                (2, "10.0.0.1:7001")
+            ],
+            "broker id 1, where pulls go, is a node known to be up"
         );
     }
 
