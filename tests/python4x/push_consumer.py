@@ -5,9 +5,11 @@ prints a JSON report for tests/remoting_clients.rs to judge: what it sent and ev
 It subscribes with a tag filter ("TagA || TagD"), sends tagged messages (TagB ones must not
 reach it), fails one message once (it must come back through CONSUMER_SEND_MSG_BACK and the
 group's %RETRY% topic, with reconsume times 1 and its own topic), and sends one at a delay
-level (it must not arrive early).
+level (it must not arrive early); then STREAM_COUNT messages, one every STREAM_PAUSE_S,
+during which the test may kill a broker group's leader. It waits until every message sent OK
+and subscribed to was delivered.
 
-Usage: push_consumer.py NAMESERVER TOPIC GROUP DELAY_LEVEL
+Usage: push_consumer.py NAMESERVER TOPIC GROUP DELAY_LEVEL STREAM_COUNT
 """
 
 import json
@@ -21,8 +23,9 @@ from rocketmq.ffi import _CConsumeStatus, dll
 SUBSCRIPTION = "TagA || TagD"
 FAILS_ONCE = "fail-once"
 DELAYED = "delayed"
-# How long the consumer may take to see everything it should.
-DELIVERY_TIMEOUT_S = 60
+# How long the consumer may take to see everything it should, leader kill included.
+DELIVERY_TIMEOUT_S = 90
+STREAM_PAUSE_S = 0.02
 
 
 def now_ms():
@@ -75,7 +78,8 @@ class Deliveries:
 
 
 def main():
-    namesrv, topic, group, delay_level = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    namesrv, topic, group = sys.argv[1], sys.argv[2], sys.argv[3]
+    delay_level, stream_count = int(sys.argv[4]), int(sys.argv[5])
     deliveries = Deliveries()
     consumer = PushConsumer(group)
     consumer.set_namesrv_addr(namesrv)
@@ -96,15 +100,20 @@ def main():
         if level:
             msg.set_delay_time_level(level)
         sending_ms = now_ms()
-        result = producer.send_sync(msg)
+        try:
+            result = producer.send_sync(msg)
+            status, msg_id = int(result.status), result.msg_id
+        except Exception as error:  # the client's own failure, reported, not fatal
+            status, msg_id = str(error), None
         sent.append({
             "body": body,
             "tags": tags,
             "delay_level": level,
-            "status": int(result.status),
-            "msg_id": result.msg_id,
+            "status": status,
+            "msg_id": msg_id,
             # The delay counts from when the broker stored it: after this.
             "sending_ms": sending_ms,
+            "sent_ms": now_ms(),
         })
 
     # The C++ client hands all messages of a pull to the callback in turn and, when one
@@ -124,10 +133,15 @@ def main():
         if first:
             for body, tags, level in plan:
                 send(body, tags, level)
+            for i in range(stream_count):
+                send("stream-%d" % i, "TagA", 0)
+                time.sleep(STREAM_PAUSE_S)
     finally:
         producer.shutdown()
 
-    wanted = {FAILS_ONCE} | {body for body, tags, _ in plan if tags in ("TagA", "TagD")}
+    wanted = {FAILS_ONCE} | {
+        send["body"] for send in sent if send["status"] == 0 and send["tags"] != "TagB"
+    }
 
     def done(seen):
         bodies = [d["body"] for d in seen]

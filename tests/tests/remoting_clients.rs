@@ -2,15 +2,18 @@
 //! them: the Python client (PyPI `rocketmq`, which bundles the C++ client) finds the topic
 //! through the nameserver and sends to each group's leader: single messages, one over its
 //! compression threshold, and a batch (`tests/python4x/producer.py`). Each is stored once,
-//! with its body, tags, keys and message id. Its push consumer
-//! (`tests/python4x/push_consumer.py`) gets only the tags it subscribed to, a message it
-//! failed once back exactly once (reconsume times 1, its own topic), and a delayed message not
-//! before its delay. ali-ons (npm, pure JavaScript; `tests/nodejs/ali_ons.js`) does the
-//! same, and then loses no message it was told was sent while a broker group's leader is
-//! killed, or hands its leadership over, under its sends and pulls.
+//! with its body, tags, keys and message id.
 //!
-//! The client is installed by `.ci/run` (a virtualenv at `tests/python4x/.venv`). Without it
-//! the test says why and passes; CI sets `RR_CLIENT_TESTS=required`, under which it fails.
+//! Its push consumer (`tests/python4x/push_consumer.py`) and ali-ons's (npm, pure
+//! JavaScript; `tests/nodejs/ali_ons.js`) each get only the tags they subscribed to, a
+//! message they failed once back exactly once (reconsume times 1, its own topic), and a
+//! delayed message not before its delay; then they lose no message they were told was sent
+//! while broker-a's leader is killed (or, for ali-ons, hands its leadership over) under their
+//! sends and pulls. Each test logs the failover window its client saw.
+//!
+//! The clients are installed by `.ci/run` (a virtualenv at `tests/python4x/.venv`, and
+//! `tests/nodejs/node_modules`). Without them a test says why and passes; CI sets
+//! `RR_CLIENT_TESTS=required`, under which it fails.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -52,7 +55,7 @@ const ALI_ONS: ClientScript = ClientScript {
     installed: "node_modules/ali-ons",
     install: "npm ci --prefix tests/nodejs",
 };
-/// Messages ali-ons sends while a leader is killed, one every 20 ms.
+/// Messages a push consumer's script streams while a leader goes, one every 20 ms.
 const STREAMED: usize = 150;
 /// Streamed messages stored before the kill.
 const STREAMED_BEFORE_KILL: usize = 30;
@@ -129,39 +132,6 @@ async fn given_a_4x_producer_each_send_should_be_stored_once_as_sent() -> anyhow
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn given_a_4x_push_consumer_it_should_get_its_tags_retries_and_delayed_messages()
--> anyhow::Result<()> {
-    init_tracing();
-    if !PYTHON_4X_PUSH_CONSUMER.ready()? {
-        return Ok(());
-    }
-    let cluster = TestCluster::start_with(0x4C47_0002, |config| {
-        config.delay_levels = SHORT_DELAY_LEVELS.into();
-    })
-    .await?;
-    cluster.create_topic(TOPIC, 2).await?;
-    cluster.wait_for_route(TOPIC).await?;
-    let nameserver = cluster.nameservers()[0].clone();
-    let report = PYTHON_4X_PUSH_CONSUMER
-        .run(
-            &[
-                nameserver.as_str(),
-                TOPIC,
-                "legacy-push",
-                &DELAYED_LEVEL.to_string(),
-            ],
-            &[],
-            SCRIPT_TIMEOUT,
-        )
-        .await;
-    cluster.shutdown().await;
-    let report = report?;
-    let sent = report["sent"].as_array().context("sent")?;
-    assert!(sent.iter().all(|send| send["status"] == 0), "{report}");
-    judge_push_consumer(&report)
-}
-
 /// Judges a push consumer's report (`sent`, `deliveries`, `complete`): every subscribed
 /// message sent OK was delivered (those sent before any fault exactly once), no other tag
 /// was, the message failed once came back once (reconsume times 1, its own topic), and the
@@ -179,10 +149,9 @@ fn judge_push_consumer(report: &serde_json::Value) -> anyhow::Result<()> {
             "TagB is not subscribed: {report}"
         );
     }
-    let sent_ok = |send: &&serde_json::Value| send["status"] == 0 || send["status"] == "SEND_OK";
     for send in sent
         .iter()
-        .filter(sent_ok)
+        .filter(|send| sent_ok(send))
         .filter(|send| send["tags"] == "TagA")
     {
         let body = send["body"].as_str().context("body")?;
@@ -240,22 +209,33 @@ enum LeaderChange {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_a_4x_python_push_consumer_it_should_get_its_tags_retries_and_delays_and_lose_nothing_across_a_leader_kill()
+-> anyhow::Result<()> {
+    push_consumer_across(&PYTHON_4X_PUSH_CONSUMER, LeaderChange::Kill, 0x4C47_0002).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_ali_ons_it_should_consume_retries_and_delays_and_lose_nothing_across_a_leader_kill()
 -> anyhow::Result<()> {
-    ali_ons_across(LeaderChange::Kill, 0x4C47_0003).await
+    push_consumer_across(&ALI_ONS, LeaderChange::Kill, 0x4C47_0003).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_ali_ons_it_should_lose_nothing_across_a_leader_transfer() -> anyhow::Result<()> {
-    ali_ons_across(LeaderChange::Transfer, 0x4C47_0005).await
+    push_consumer_across(&ALI_ONS, LeaderChange::Transfer, 0x4C47_0005).await
 }
 
-/// Runs `tests/nodejs/ali_ons.js` while broker-a's leader goes by `change` under its stream;
-/// judges its report and logs what the client saw (send failures, the slowest send and the
-/// slowest delivery after its send), the failover window a 4.x app meets.
-async fn ali_ons_across(change: LeaderChange, seed: u64) -> anyhow::Result<()> {
+/// Runs a push consumer's `script` (args: nameserver, topic, group, delay level, messages
+/// to stream) while broker-a's leader goes by `change` under its stream; judges its report
+/// and logs what the client saw (send failures, the slowest send and the slowest delivery
+/// of a streamed message after its send), the failover window a 4.x app meets.
+async fn push_consumer_across(
+    script: &ClientScript,
+    change: LeaderChange,
+    seed: u64,
+) -> anyhow::Result<()> {
     init_tracing();
-    if !ALI_ONS.ready()? {
+    if !script.ready()? {
         return Ok(());
     }
     let mut cluster = TestCluster::start_with(seed, |config| {
@@ -270,11 +250,11 @@ async fn ali_ons_across(change: LeaderChange, seed: u64) -> anyhow::Result<()> {
     let args = [
         nameserver.as_str(),
         TOPIC,
-        "ali-ons-push",
+        "legacy-push",
         &delay_level,
         &streamed,
     ];
-    let script = ALI_ONS.run(&args, &[], SCRIPT_TIMEOUT);
+    let run = script.run(&args, &[], SCRIPT_TIMEOUT);
     let leader_change = async {
         wait_for("the stream under way", TIMEOUT, || async {
             let mut stored = 0;
@@ -306,16 +286,13 @@ async fn ali_ons_across(change: LeaderChange, seed: u64) -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     };
-    let (report, changed) = tokio::join!(script, leader_change);
+    let (report, changed) = tokio::join!(run, leader_change);
     cluster.shutdown().await;
     let report = report?;
     changed?;
     judge_push_consumer(&report)?;
     let sent = report["sent"].as_array().context("sent")?;
-    let failed: Vec<_> = sent
-        .iter()
-        .filter(|send| send["status"] != "SEND_OK")
-        .collect();
+    let failed: Vec<_> = sent.iter().filter(|send| !sent_ok(send)).collect();
     let slowest_send_ms = sent
         .iter()
         .filter_map(|send| Some(send["sent_ms"].as_i64()? - send["sending_ms"].as_i64()?))
@@ -323,7 +300,7 @@ async fn ali_ons_across(change: LeaderChange, seed: u64) -> anyhow::Result<()> {
     let deliveries = report["deliveries"].as_array().context("deliveries")?;
     let slowest_delivery_ms = sent
         .iter()
-        .filter(|send| send["status"] == "SEND_OK")
+        .filter(|send| sent_ok(send))
         .filter(|send| {
             send["body"]
                 .as_str()
@@ -339,11 +316,18 @@ async fn ali_ons_across(change: LeaderChange, seed: u64) -> anyhow::Result<()> {
         })
         .max();
     info!(
+        client = script.dir,
         ?change,
         failed = failed.len(),
         ?slowest_send_ms,
         ?slowest_delivery_ms,
-        "--- what ali-ons saw: {failed:?}"
+        "--- what the client saw: {failed:?}"
     );
     Ok(())
+}
+
+/// Whether a report's send was acknowledged: status 0 from the Python client, `SEND_OK`
+/// from ali-ons.
+fn sent_ok(send: &serde_json::Value) -> bool {
+    send["status"] == 0 || send["status"] == "SEND_OK"
 }
