@@ -156,19 +156,28 @@ impl BrokerHandler {
         Ok(RemotingCommand::success(request, Bytes::new()))
     }
 
-    /// The live members of a consumer group, sorted as rebalancing sorts them.
-    pub(super) async fn consumer_list(&self, request: &RemotingCommand) -> Answered {
-        let group = read(request, |fields| fields.required_str("consumerGroup"))?;
+    /// The live members of consumer `group` in the leader's registry, sorted by client id.
+    pub(super) async fn members(
+        &self,
+        request: &RemotingCommand,
+        group: &str,
+    ) -> Answered<Vec<pb::ConsumerMember>> {
         let list = pb::ListConsumersRequest {
             group: group.to_owned(),
         };
-        let members = self
+        let listed = self
             .on_leader(request, |mut client, _| {
                 let list = list.clone();
                 async move { client.list_consumers(list).await }
             })
-            .await?
-            .members;
+            .await?;
+        Ok(listed.members)
+    }
+
+    /// The live members of a consumer group, sorted as rebalancing sorts them.
+    pub(super) async fn consumer_list(&self, request: &RemotingCommand) -> Answered {
+        let group = read(request, |fields| fields.required_str("consumerGroup"))?;
+        let members = self.members(request, group).await?;
         if members.is_empty() {
             return Err(Box::new(RemotingCommand::response_to(
                 request,

@@ -149,17 +149,9 @@ impl BrokerHandler {
         if let Some(known) = self.subscriptions.find(group, topic, sub_version) {
             return Ok(known);
         }
-        let list = pb::ListConsumersRequest {
-            group: group.to_owned(),
-        };
-        let members = self
-            .on_leader(request, |mut client, _| {
-                let list = list.clone();
-                async move { client.list_consumers(list).await }
-            })
+        let registered = self
+            .members(request, group)
             .await?
-            .members;
-        let registered = members
             .into_iter()
             .flat_map(|member| member.subscriptions)
             .find(|subscription| subscription.topic == topic)
