@@ -97,22 +97,9 @@ async fn given_tls_the_group_should_serve_only_clients_and_peers_that_trust_its_
     let plain_routes = RouteCache::new(vec![namesrv.clone()], Duration::ZERO);
     assert!(plain_routes.route("Secured").await.is_err());
 
-    info!("--- 4.x remoting, which has no TLS, is not served beside the TLS port");
-    let mut remoting = Framed::new(TcpStream::connect(&namesrv).await?, RemotingCodec);
-    let mut fields = ExtFields::new();
-    fields.insert("topic", "Secured");
-    let route_request = RemotingCommand {
-        code: request::GET_ROUTEINFO_BY_TOPIC,
-        ext_fields: fields,
-        ..RemotingCommand::default()
-    };
-    // The TLS side reads the frame as a bad handshake: it closes, or answers with an alert.
-    let _ = remoting.send(route_request).await;
-    let answer = tokio::time::timeout(TIMEOUT, remoting.next()).await?;
-    assert!(
-        !matches!(answer, Some(Ok(_))),
-        "a plain-text remoting request was answered: {answer:?}"
-    );
+    info!("--- 4.x remoting, which has no TLS, is served beside neither TLS port");
+    unanswered_remoting(&namesrv).await?;
+    unanswered_remoting(&group.addr(follower).to_string()).await?;
 
     info!("--- plain text, or TLS trusting another CA: no connection to the broker API");
     let api = group.addr(follower);
@@ -172,6 +159,26 @@ async fn given_a_missing_tls_file_the_node_should_refuse_to_start_naming_it() ->
     assert!(
         message.contains("tls.cert") && message.contains("no-such-cert.pem"),
         "{message}"
+    );
+    Ok(())
+}
+
+/// Checks that a plain-text 4.x request to `addr`, a TLS port, is not answered: the TLS side
+/// reads the frame as a bad handshake, and closes or answers with an alert.
+async fn unanswered_remoting(addr: &str) -> anyhow::Result<()> {
+    let mut remoting = Framed::new(TcpStream::connect(addr).await?, RemotingCodec);
+    let mut fields = ExtFields::new();
+    fields.insert("topic", "Secured");
+    let route_request = RemotingCommand {
+        code: request::GET_ROUTEINFO_BY_TOPIC,
+        ext_fields: fields,
+        ..RemotingCommand::default()
+    };
+    let _ = remoting.send(route_request).await;
+    let answer = tokio::time::timeout(TIMEOUT, remoting.next()).await?;
+    anyhow::ensure!(
+        !matches!(answer, Some(Ok(_))),
+        "a plain-text remoting request to {addr} was answered: {answer:?}"
     );
     Ok(())
 }
