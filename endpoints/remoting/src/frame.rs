@@ -225,6 +225,7 @@ mod tests {
     use crate::codes::request;
     use crate::ext::ExtFields;
     use crate::language::LanguageCode;
+    use rocketraft_domain::xorshift::Xorshift;
 
     /// §1 of the brief: a Java 4.9.x GET_ROUTEINFO_BY_TOPIC for topic "T", JSON header.
     const ROUTE_REQUEST_JSON: &str = r#"{"code":105,"extFields":{"topic":"T"},"flag":0,"language":"JAVA","opaque":1,"serializeTypeCurrentRPC":"JSON","version":409}"#;
@@ -484,13 +485,8 @@ mod tests {
 
     #[test]
     fn random_bytes_are_frames_errors_or_wait_for_more_without_panicking() {
-        let mut state: u64 = 0x5EED_F4A3;
-        let mut next = move || {
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            state.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        };
+        let mut random = Xorshift::new(0x5EED_F4A3);
+        let mut next = move || random.next_u64();
         for _ in 0..4000 {
             // Small lengths and types 0 or 1, so that many inputs reach the header decoders.
             let length = (next() % 48) as i32;
