@@ -154,6 +154,16 @@ pub struct Extras {
     pub clock: Clock,
 }
 
+impl Extras {
+    /// Nodes whose business logic reads `clock`, which the test moves on itself.
+    pub fn on_clock(clock: &rocketraft_domain::clock::ManualClock) -> Extras {
+        Extras {
+            clock: clock.clock(),
+            ..Extras::default()
+        }
+    }
+}
+
 /// A broker group of real nodes in this process.
 pub struct TestGroup {
     dir: TempDir,

@@ -56,10 +56,7 @@ async fn given_queue_locks_one_member_should_hold_each_queue_across_a_leader_cha
 -> anyhow::Result<()> {
     init_tracing();
     let clock = ManualClock::starting_now();
-    let extras = Extras {
-        clock: clock.clock(),
-        ..Extras::default()
-    };
+    let extras = Extras::on_clock(&clock);
     let group = TestGroup::start_with_extras(
         3,
         0x5EED_0C01,

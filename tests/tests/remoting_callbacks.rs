@@ -145,10 +145,7 @@ async fn given_4x_clients_the_broker_should_notify_lock_and_check_back_transacti
 -> anyhow::Result<()> {
     init_tracing();
     let clock = ManualClock::starting_now();
-    let extras = Extras {
-        clock: clock.clock(),
-        ..Extras::default()
-    };
+    let extras = Extras::on_clock(&clock);
     let cluster = TestCluster::start_with_extras(0x4E4D_0003, |_| {}, extras).await?;
     let group = cluster.group(GROUPS[0]);
     let leader = group

@@ -79,10 +79,7 @@ async fn start_cluster(
     tune: impl Fn(&mut rocketraft_broker::config::BrokerConfig),
 ) -> anyhow::Result<(TestCluster, Producer, ManualClock)> {
     let clock = ManualClock::starting_now();
-    let extras = Extras {
-        clock: clock.clock(),
-        ..Extras::default()
-    };
+    let extras = Extras::on_clock(&clock);
     let cluster = TestCluster::start_with_extras(seed, tune, extras).await?;
     cluster.create_topic(TOPIC, 2).await?;
     cluster.wait_for_route(TOPIC).await?;
@@ -503,10 +500,7 @@ async fn given_a_deleted_topic_its_delayed_messages_are_dropped_and_the_level_go
 -> anyhow::Result<()> {
     init_tracing();
     let clock = ManualClock::starting_now();
-    let extras = Extras {
-        clock: clock.clock(),
-        ..Extras::default()
-    };
+    let extras = Extras::on_clock(&clock);
     let group =
         rocketraft_tests::TestGroup::start_with_extras(3, 0x5EED_0806, |_| {}, extras).await?;
     let leader = group.wait_for_leader(TIMEOUT).await?;

@@ -27,10 +27,7 @@ async fn start_cluster(
     max_delay_ms: u64,
 ) -> anyhow::Result<(TestCluster, Producer, ManualClock)> {
     let clock = ManualClock::starting_now();
-    let extras = Extras {
-        clock: clock.clock(),
-        ..Extras::default()
-    };
+    let extras = Extras::on_clock(&clock);
     let cluster = TestCluster::start_with_extras(
         seed,
         |config| config.timer_max_delay_ms = max_delay_ms,

@@ -44,10 +44,7 @@ const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A cluster whose nodes read `clock`.
 async fn start_cluster(seed: u64, clock: &ManualClock) -> anyhow::Result<TestCluster> {
-    let extras = Extras {
-        clock: clock.clock(),
-        ..Extras::default()
-    };
+    let extras = Extras::on_clock(clock);
     TestCluster::start_with_extras(seed, |_| {}, extras).await
 }
 
