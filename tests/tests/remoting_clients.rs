@@ -133,8 +133,8 @@ async fn given_a_4x_producer_each_send_should_be_stored_once_as_sent() -> anyhow
 }
 
 /// Judges a push consumer's report (`sent`, `deliveries`, `complete`): every subscribed
-/// message sent OK was delivered (those sent before any fault exactly once), no other tag
-/// was, the message failed once came back once (reconsume times 1, its own topic), and the
+/// message sent OK was delivered (those sent before any fault exactly once and under the id
+/// their send was answered with), no other tag was, the message failed once came back once (reconsume times 1, its own topic), and the
 /// delayed one not before its delay.
 fn judge_push_consumer(report: &serde_json::Value) -> anyhow::Result<()> {
     assert_eq!(report["complete"], true, "every delivery came: {report}");
@@ -159,16 +159,18 @@ fn judge_push_consumer(report: &serde_json::Value) -> anyhow::Result<()> {
             continue;
         }
         let got = delivered(body);
-        match body.starts_with("stream-") {
-            // A consumer whose broker died may get a message again (at least once).
-            true => assert!(!got.is_empty(), "{body} sent OK and lost: {report}"),
-            false => assert_eq!(got.len(), 1, "{body} once: {report}"),
+        if body.starts_with("stream-") {
+            // At least once: a send whose reply the killed leader never gave was stored, and
+            // the client sent it again to the other group, under a new offset message id.
+            assert!(!got.is_empty(), "{body} sent OK and lost: {report}");
+        } else {
+            assert_eq!(got.len(), 1, "{body} once: {report}");
+            assert_eq!(got[0]["msg_id"], send["msg_id"], "{body}: its id as sent");
         }
         assert_eq!(
             (&got[0]["topic"], &got[0]["reconsume_times"]),
             (&TOPIC.into(), &0.into())
         );
-        assert_eq!(got[0]["msg_id"], send["msg_id"], "{body}: its id as sent");
     }
 
     let fails_once = delivered("fail-once");
@@ -181,14 +183,20 @@ fn judge_push_consumer(report: &serde_json::Value) -> anyhow::Result<()> {
     );
     assert_eq!(again["tags"], "TagA");
 
+    // Its delivery may come after the leader kill, from the next leader's schedule service,
+    // so it is delivered at least once; none comes before its delay.
     let delayed = delivered("delayed");
-    assert_eq!(delayed.len(), 1, "{report}");
+    assert!(!delayed.is_empty(), "{report}");
     let sent_delayed = sent
         .iter()
         .find(|send| send["body"] == "delayed")
         .context("the delayed send")?;
     let sending_ms = sent_delayed["sending_ms"].as_i64().context("sending_ms")?;
-    let received_ms = delayed[0]["received_ms"].as_i64().context("received_ms")?;
+    let received_ms = delayed
+        .iter()
+        .filter_map(|delivery| delivery["received_ms"].as_i64())
+        .min()
+        .context("received_ms")?;
     assert!(
         received_ms - sending_ms >= DELAYED_BY_MS,
         "delivered {} ms after its send began, before its {DELAYED_BY_MS} ms delay",
