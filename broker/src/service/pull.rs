@@ -190,8 +190,15 @@ impl BrokerService {
                 }
             },
         )?;
-        let mut messages = Vec::new();
-        let mut stored_records = Vec::new();
+        let (mut messages, mut stored_records) = if request.stored_records {
+            let bytes = picked
+                .iter()
+                .map(|(_, unit, _)| usize::try_from(unit.size).unwrap_or(0))
+                .sum();
+            (Vec::new(), Vec::with_capacity(bytes))
+        } else {
+            (Vec::with_capacity(picked.len()), Vec::new())
+        };
         let mut served = Served::default();
         let mut next_offset = next_offset;
         let mut hosts = HostText::default();
