@@ -77,9 +77,10 @@ impl Peer {
         (peer, queued)
     }
 
-    /// A peer whose connection is served elsewhere (a handler's unit tests): what is sent to
-    /// it is dropped.
-    pub fn detached(addr: SocketAddr) -> Peer {
+    /// A peer whose connection is served nowhere (a handler's unit tests): what is sent to it
+    /// is refused.
+    #[cfg(test)]
+    pub(crate) fn detached(addr: SocketAddr) -> Peer {
         Peer::open(addr).0
     }
 
@@ -242,10 +243,19 @@ mod tests {
     const HELD: i32 = request::PULL_MESSAGE;
 
     impl Handler for Echo {
-        async fn handle(&self, request: RemotingCommand, _peer: &Peer) -> RemotingCommand {
+        async fn handle(&self, request: RemotingCommand, peer: &Peer) -> RemotingCommand {
             match request.code {
                 HELD => self.release.notified().await,
                 request::SEND_MESSAGE => {}
+                // Tells the client something of its own, as a broker's notice does.
+                request::HEART_BEAT => {
+                    let notice = RemotingCommand {
+                        code: request::NOTIFY_CONSUMER_IDS_CHANGED,
+                        opaque: 77,
+                        ..RemotingCommand::default()
+                    };
+                    assert!(peer.send_oneway(notice));
+                }
                 _ => return RemotingCommand::not_supported(&request),
             }
             let mut reply = RemotingCommand::response_to(&request, response::SUCCESS, None);
@@ -273,6 +283,22 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_peer_queues_at_most_its_maximum_and_nothing_once_closed() {
+        let (peer, mut queued) = Peer::open("127.0.0.1:1".parse().expect("addr"));
+        let notice = || request(request::NOTIFY_CONSUMER_IDS_CHANGED, 0, b"");
+        for _ in 0..OUTBOUND_QUEUED_MAX {
+            assert!(peer.send_oneway(notice()));
+        }
+        assert!(!peer.send_oneway(notice()), "one past OUTBOUND_QUEUED_MAX");
+        let sent = queued.try_recv().expect("a queued request");
+        assert!(sent.is_oneway() && !sent.is_response(), "{sent:?}");
+        assert!(peer.send_oneway(notice()), "room again");
+        peer.closed.cancel();
+        assert!(peer.is_closed());
+        assert!(!peer.send_oneway(notice()), "closed");
+    }
+
     #[tokio::test]
     async fn a_held_request_does_not_hold_back_the_ones_after_it() {
         let release = Arc::new(Notify::new());
@@ -291,6 +317,34 @@ mod tests {
         release.notify_one();
         let second = client.next().await.expect("a reply").expect("decoded");
         assert_eq!((second.opaque, &second.body[..]), (1, &b"held"[..]));
+    }
+
+    #[tokio::test]
+    async fn the_server_s_own_requests_go_down_the_connection_oneway_under_its_own_opaque() {
+        let client = serving(Echo {
+            release: Arc::new(Notify::new()),
+        })
+        .await;
+        let mut client = tokio_util::codec::Framed::new(client, RemotingCodec);
+        for opaque in [40, 41] {
+            client
+                .send(request(request::HEART_BEAT, opaque, b""))
+                .await
+                .expect("send");
+        }
+        let mut replies = Vec::new();
+        let mut notices = Vec::new();
+        for _ in 0..4 {
+            let frame = client.next().await.expect("a frame").expect("decoded");
+            match frame.is_response() {
+                true => replies.push(frame.opaque),
+                false => notices.push((frame.code, frame.opaque, frame.is_oneway())),
+            }
+        }
+        replies.sort_unstable();
+        assert_eq!(replies, [40, 41]);
+        let notice = request::NOTIFY_CONSUMER_IDS_CHANGED;
+        assert_eq!(notices, [(notice, 1, true), (notice, 2, true)]);
     }
 
     #[tokio::test]
