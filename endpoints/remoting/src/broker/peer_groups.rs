@@ -172,21 +172,34 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_broken_watch_is_reopened_until_its_group_is_left() {
-        let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    async fn a_broken_watch_is_reopened_after_a_doubling_pause_until_its_group_is_left() {
+        let (opened, mut opens) = tokio::sync::mpsc::unbounded_channel();
         let watch = CancellationToken::new();
-        let counted = runs.clone();
         let running = tokio::spawn(run_watch("G", watch.clone(), move || {
-            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let _ = opened.send(tokio::time::Instant::now());
             async { Err::<(), _>("broken".to_owned()) }
         }));
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        let reopened = runs.load(std::sync::atomic::Ordering::Relaxed);
-        // 0.2 + 0.4 + 0.8 + 1.6 s, then every 2 s: 8 runs in 10 s, never a busy loop.
-        assert!((6..=9).contains(&reopened), "{reopened} runs");
+        let mut at = Vec::new();
+        while at.len() < 7 {
+            let open = tokio::time::timeout(Duration::from_secs(60), opens.recv())
+                .await
+                .expect("reopened in time")
+                .expect("a run");
+            at.push(open);
+        }
+        let pauses: Vec<u128> = at
+            .windows(2)
+            .map(|pair| (pair[1] - pair[0]).as_millis())
+            .collect();
+        assert_eq!(
+            pauses,
+            [200, 400, 800, 1600, 2000, 2000],
+            "never a busy loop"
+        );
         watch.cancel();
         running
             .await
             .expect("the watch ends once its group is left");
+        assert!(opens.recv().await.is_none(), "and opens no more");
     }
 }
