@@ -359,6 +359,30 @@ async fn given_a_follower_a_4x_client_should_send_register_and_commit_through_it
         response::SUBSCRIPTION_NOT_EXIST,
         "{unknown:?}"
     );
+    let empty_tag = [
+        ("queueOffset", "0"),
+        ("sysFlag", "4"),
+        ("subscription", "A ||"),
+    ];
+    let unparsed = pull(&mut client, &empty_tag).await?;
+    assert_eq!(
+        unparsed.code,
+        response::SUBSCRIPTION_PARSE_FAILED,
+        "{unparsed:?}"
+    );
+    let class_filter = pull(&mut client, &[("queueOffset", "0"), ("sysFlag", "8")]).await?;
+    assert_eq!(
+        class_filter.code,
+        response::SYSTEM_ERROR,
+        "{class_filter:?}"
+    );
+    assert!(
+        class_filter
+            .remark
+            .as_deref()
+            .is_some_and(|remark| remark.contains("CLASS_FILTER")),
+        "{class_filter:?}"
+    );
 
     client
         .ok(
