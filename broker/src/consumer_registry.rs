@@ -45,16 +45,22 @@ pub struct Expression {
     pub text: String,
 }
 
+/// Who a member is, as its heartbeats describe it (its address, language, version and
+/// consume settings), for operators' views of its group.
+pub type ClientInfo = rocketraft_proto::broker::ClientInfo;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
     pub client_id: String,
     pub subscriptions: Subscriptions,
+    pub client: ClientInfo,
     pub idle: Duration,
 }
 
 #[derive(Debug)]
 struct Entry {
     subscriptions: Subscriptions,
+    client: ClientInfo,
     last_seen: Instant,
 }
 
@@ -91,10 +97,12 @@ impl ConsumerRegistry {
         group: &str,
         client_id: &str,
         subscriptions: Subscriptions,
+        client: ClientInfo,
         now: Instant,
     ) -> Result<(), RegistryFull> {
         let entry = Entry {
             subscriptions,
+            client,
             last_seen: now,
         };
         {
@@ -185,8 +193,22 @@ impl ConsumerRegistry {
             .map(|(client_id, entry)| Member {
                 client_id: client_id.clone(),
                 subscriptions: entry.subscriptions.clone(),
+                client: entry.client.clone(),
                 idle: now.saturating_duration_since(entry.last_seen),
             })
+            .collect()
+    }
+
+    /// The groups with a live member that subscribes to `topic`, sorted.
+    pub fn groups_subscribing(&self, topic: &str) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, members)| {
+                members
+                    .values()
+                    .any(|entry| entry.subscriptions.contains_key(topic))
+            })
+            .map(|(group, _)| group.clone())
             .collect()
     }
 
@@ -283,7 +305,13 @@ mod tests {
         };
         let heartbeat = |client_id: &str| {
             registry
-                .heartbeat("G", client_id, subscription("T", "*"), Instant::now())
+                .heartbeat(
+                    "G",
+                    client_id,
+                    subscription("T", "*"),
+                    ClientInfo::default(),
+                    Instant::now(),
+                )
                 .expect("heartbeat");
         };
         let task = tokio::spawn({
@@ -330,16 +358,29 @@ mod tests {
         let registry = ConsumerRegistry::default();
         let mut events = registry.subscribe();
         registry
-            .heartbeat("g", "c2", subscription("t", "A"), start)
+            .heartbeat(
+                "g",
+                "c2",
+                subscription("t", "A"),
+                ClientInfo::default(),
+                start,
+            )
             .expect("heartbeat");
         registry
-            .heartbeat("g", "c2", subscription("t", "A"), start)
+            .heartbeat(
+                "g",
+                "c2",
+                subscription("t", "A"),
+                ClientInfo::default(),
+                start,
+            )
             .expect("heartbeat");
         registry
             .heartbeat(
                 "g",
                 "c1",
                 subscription("t", "A"),
+                ClientInfo::default(),
                 start + Duration::from_secs(50),
             )
             .expect("heartbeat");
@@ -356,6 +397,7 @@ mod tests {
                 "g",
                 "c3",
                 subscription("t", "B"),
+                ClientInfo::default(),
                 start + Duration::from_secs(60),
             )
             .expect("heartbeat");
@@ -410,22 +452,71 @@ mod tests {
                     &format!("g{}", i % 7),
                     &format!("c{i}"),
                     Subscriptions::new(),
+                    ClientInfo::default(),
                     now,
                 )
                 .expect("below the maximum");
         }
         assert_eq!(
-            registry.heartbeat("g0", "one-more", Subscriptions::new(), now),
+            registry.heartbeat(
+                "g0",
+                "one-more",
+                Subscriptions::new(),
+                ClientInfo::default(),
+                now
+            ),
             Err(RegistryFull {
                 max: CONSUMER_MEMBERS_MAX
             })
         );
         registry
-            .heartbeat("g0", "c0", Subscriptions::new(), now)
+            .heartbeat("g0", "c0", Subscriptions::new(), ClientInfo::default(), now)
             .expect("a known member refreshes");
         assert!(registry.unregister("g1", "c1"));
         registry
-            .heartbeat("g0", "one-more", Subscriptions::new(), now)
+            .heartbeat(
+                "g0",
+                "one-more",
+                Subscriptions::new(),
+                ClientInfo::default(),
+                now,
+            )
             .expect("room again");
+    }
+
+    #[test]
+    fn members_keep_their_client_info_and_topics_name_their_groups() {
+        let registry = ConsumerRegistry::default();
+        let now = Instant::now();
+        let client = ClientInfo {
+            addr: "10.0.0.1:5000".into(),
+            language: "JAVA".into(),
+            version: 409,
+            ..ClientInfo::default()
+        };
+        registry
+            .heartbeat("b", "c1", subscription("T", "*"), client.clone(), now)
+            .expect("heartbeat");
+        registry
+            .heartbeat(
+                "a",
+                "c2",
+                subscription("T", "*"),
+                ClientInfo::default(),
+                now,
+            )
+            .expect("heartbeat");
+        registry
+            .heartbeat(
+                "c",
+                "c3",
+                subscription("U", "*"),
+                ClientInfo::default(),
+                now,
+            )
+            .expect("heartbeat");
+        assert_eq!(registry.members("b", now)[0].client, client);
+        assert_eq!(registry.groups_subscribing("T"), ["a", "b"]);
+        assert!(registry.groups_subscribing("V").is_empty());
     }
 }

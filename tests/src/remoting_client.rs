@@ -1,7 +1,8 @@
 //! A 4.x client's connection for tests that speak RocketMQ's remoting frames themselves (what
 //! no installable client does: transactions' check-backs, orderly locks, notices): plain TCP,
 //! requests matched to replies by `opaque`, and the broker's own requests to the client kept
-//! until a test asks for them. Also a pull body's stored records, decoded as a client does.
+//! until a test asks for them. Also a pull body's stored records, decoded as a client does, and
+//! the object-keyed maps of admin replies, read as fastjson reads them.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -235,4 +236,35 @@ fn take(body: &mut &[u8], len: usize) -> anyhow::Result<Vec<u8>> {
         .to_vec();
     body.advance(len);
     Ok(taken)
+}
+
+/// The entries of the object-keyed map under `field` of an admin reply's body
+/// (`{"offsetTable":{{"brokerName":..}:{..},..},..}`), each key and value read as JSON, as
+/// fastjson reads them: the form no JSON parser takes whole.
+pub fn object_keyed_entries(body: &[u8], field: &str) -> anyhow::Result<Vec<(Value, Value)>> {
+    let text = std::str::from_utf8(body)?;
+    let opening = format!("\"{field}\":{{");
+    let at = text.find(&opening).context("no such map")? + opening.len();
+    let mut rest = &text[at..];
+    let mut entries = Vec::new();
+    if let Some(after) = rest.strip_prefix('}') {
+        anyhow::ensure!(after.starts_with([',', '}']), "a map ends: {after}");
+        return Ok(entries);
+    }
+    loop {
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+        let key = values.next().context("a key")??;
+        rest = rest[values.byte_offset()..]
+            .strip_prefix(':')
+            .context("a colon after a key")?;
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+        let value = values.next().context("a value")??;
+        rest = &rest[values.byte_offset()..];
+        entries.push((key, value));
+        match rest.as_bytes().first() {
+            Some(b',') => rest = &rest[1..],
+            Some(b'}') => return Ok(entries),
+            _ => anyhow::bail!("an entry ends with , or }}: {rest}"),
+        }
+    }
 }

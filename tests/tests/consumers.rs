@@ -23,6 +23,7 @@ fn heartbeat(client_id: &str, expression: &str) -> pb::HeartbeatRequest {
             expression: expression.into(),
             expression_type: String::new(),
         }],
+        client: None,
     }
 }
 

@@ -231,6 +231,7 @@ async fn given_two_groups_should_spread_order_and_batch_sends() -> anyhow::Resul
         let mut leader = group.client(group.wait_for_leader(TIMEOUT).await?).await?;
         let request = QueryMessagesRequest {
             key: format!("fwd-{i}"),
+            ..QueryMessagesRequest::default()
         };
         let found = leader.query_messages(request).await?.into_inner().messages;
         let [stored] = found.as_slice() else {

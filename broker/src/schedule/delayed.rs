@@ -99,7 +99,7 @@ mod tests {
     use super::*;
     use crate::store::properties::TAGS;
     use crate::store::record::tests::sample;
-    use crate::store::tags::tags_code;
+    use rocketraft_domain::tags_code::tags_code;
 
     #[test]
     fn park_and_restore_round_trip() {

@@ -63,10 +63,16 @@ impl BrokerService {
     pub(super) async fn handle_heartbeat(
         &self,
         request: pb::HeartbeatRequest,
+        peer: Option<std::net::SocketAddr>,
     ) -> Result<(), BrokerError> {
         self.ensure_leader()?;
         validate_group_name(&request.group).map_err(BrokerError::BadRequest)?;
         validate_client_id(&request.client_id)?;
+        let mut client = request.client.unwrap_or_default();
+        validate_client_info(&client)?;
+        if client.addr.is_empty() {
+            client.addr = peer.map(|addr| addr.to_string()).unwrap_or_default();
+        }
         if request.subscriptions.len() > HEARTBEAT_SUBSCRIPTIONS_MAX {
             return Err(BrokerError::BadRequest(format!(
                 "a heartbeat carries at most {HEARTBEAT_SUBSCRIPTIONS_MAX} subscriptions"
@@ -94,6 +100,7 @@ impl BrokerService {
                 &request.group,
                 &request.client_id,
                 subscriptions,
+                client,
                 Instant::now(),
             )
             .map_err(|full| BrokerError::LimitExceeded(full.to_string()))
@@ -183,6 +190,7 @@ impl BrokerService {
                     })
                     .collect(),
                 idle_ms: member.idle.as_millis() as u64,
+                client: Some(member.client),
             })
             .collect();
         Ok(pb::ListConsumersResponse {
@@ -195,6 +203,29 @@ impl BrokerService {
 /// The stream `WatchConsumers` answers with.
 pub type MembershipStream =
     Pin<Box<dyn Stream<Item = Result<pb::ConsumerGroupChanged, tonic::Status>> + Send>>;
+
+/// Characters of each text field of a heartbeat's [`pb::ClientInfo`] at most.
+pub const CLIENT_INFO_FIELD_LEN_MAX: usize = 255;
+
+/// A heartbeat's description of its client: short texts only, as the registry keeps them.
+fn validate_client_info(client: &pb::ClientInfo) -> Result<(), BrokerError> {
+    let fields = [
+        ("addr", &client.addr),
+        ("language", &client.language),
+        ("message_model", &client.message_model),
+        ("consume_type", &client.consume_type),
+        ("consume_from_where", &client.consume_from_where),
+    ];
+    match fields
+        .into_iter()
+        .find(|(_, text)| text.len() > CLIENT_INFO_FIELD_LEN_MAX)
+    {
+        Some((name, _)) => Err(BrokerError::BadRequest(format!(
+            "a heartbeat's client {name} has at most {CLIENT_INFO_FIELD_LEN_MAX} characters"
+        ))),
+        None => Ok(()),
+    }
+}
 
 pub(super) fn validate_client_id(client_id: &str) -> Result<(), BrokerError> {
     if client_id.is_empty() || client_id.len() > CLIENT_ID_LEN_MAX {

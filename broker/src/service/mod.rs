@@ -1,6 +1,8 @@
 //! The broker API (proto `rocketraft.broker.Broker`): one file per RPC, this one wires them.
 
 mod admin;
+mod admin_reads;
+pub use admin_reads::CONSUME_STATS_TOPICS_MAX;
 pub mod blackhole;
 mod consumers;
 mod long_poll;
@@ -303,7 +305,8 @@ impl pb::broker_server::Broker for BrokerService {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        self.handle_heartbeat(request.into_inner()).await?;
+        let peer = request.remote_addr();
+        self.handle_heartbeat(request.into_inner(), peer).await?;
         Ok(Response::new(pb::HeartbeatResponse {}))
     }
 
@@ -433,7 +436,7 @@ impl pb::broker_server::Broker for BrokerService {
         request: Request<pb::QueryMessagesRequest>,
     ) -> Result<Response<pb::QueryMessagesResponse>, Status> {
         Ok(Response::new(
-            self.handle_query_messages(&request.into_inner().key)?,
+            self.handle_query_messages(&request.into_inner())?,
         ))
     }
 
@@ -444,5 +447,49 @@ impl pb::broker_server::Broker for BrokerService {
         Ok(Response::new(
             self.handle_read_consume_queue(request.into_inner())?,
         ))
+    }
+
+    async fn list_topics(
+        &self,
+        _request: Request<pb::ListTopicsRequest>,
+    ) -> Result<Response<pb::ListTopicsResponse>, Status> {
+        Ok(Response::new(self.handle_list_topics().await?))
+    }
+
+    async fn topic_stats(
+        &self,
+        request: Request<pb::TopicStatsRequest>,
+    ) -> Result<Response<pb::TopicStatsResponse>, Status> {
+        Ok(Response::new(
+            self.handle_topic_stats(&request.into_inner().topic).await?,
+        ))
+    }
+
+    async fn consume_stats(
+        &self,
+        request: Request<pb::ConsumeStatsRequest>,
+    ) -> Result<Response<pb::ConsumeStatsResponse>, Status> {
+        Ok(Response::new(
+            self.handle_consume_stats(&request.into_inner()).await?,
+        ))
+    }
+
+    async fn topic_consumers(
+        &self,
+        request: Request<pb::TopicConsumersRequest>,
+    ) -> Result<Response<pb::TopicConsumersResponse>, Status> {
+        Ok(Response::new(
+            self.handle_topic_consumers(&request.into_inner().topic)
+                .await?,
+        ))
+    }
+
+    async fn view_message(
+        &self,
+        request: Request<pb::ViewMessageRequest>,
+    ) -> Result<Response<pb::ViewMessageResponse>, Status> {
+        Ok(Response::new(self.handle_view_message(
+            request.into_inner().commit_log_offset,
+        )?))
     }
 }

@@ -33,9 +33,9 @@ use crate::store::CqUnit;
 use crate::store::MessageStore;
 use crate::store::RecordView;
 use crate::store::StoreError;
-use crate::store::tags::tags_code;
 use crate::topic::validate_group_name;
 use crate::topic::validate_topic_name;
+use rocketraft_domain::tags_code::tags_code;
 
 /// Messages one pull returns at most.
 pub const PULL_BATCH_COUNT_MAX: u32 = 1024;

@@ -15,7 +15,7 @@ use crate::store::error::StoreError;
 use crate::store::index::INDEX_ENTRIES_PER_SLOT;
 use crate::store::properties::TAGS;
 use crate::store::record::{END_FILE_MIN_BLANK_LENGTH, RECORD_SIZE_MAX, RecordView};
-use crate::store::tags::tags_code_of;
+use rocketraft_domain::tags_code::tags_code_of;
 
 /// Alignment of CommitLog segment sizes: the page size.
 pub const SEGMENT_ALIGNMENT_BYTES: u64 = 4096;

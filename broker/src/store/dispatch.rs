@@ -358,7 +358,7 @@ mod tests {
     use super::*;
     use crate::store::config::default_tags_code;
     use crate::store::record::tests::sample;
-    use crate::store::tags::tags_code;
+    use rocketraft_domain::tags_code::tags_code;
 
     #[test]
     fn record_info_collects_keys_and_tags() {

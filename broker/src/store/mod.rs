@@ -25,7 +25,6 @@ pub mod properties;
 pub mod record;
 pub mod scrub;
 pub mod slot_table;
-pub mod tags;
 
 pub use checkpoint::{Checkpoint, CheckpointState};
 pub use commit_log::{CheckedBlock, CommitLog, CommitLogRecovery, SealedSegment};
@@ -34,7 +33,7 @@ pub use consume_queue::{CQ_UNIT_SIZE, ConsumeQueue, CqUnit, QueueTail};
 pub use error::StoreError;
 pub use properties::Properties;
 pub use record::{DecodedRecord, MessageRecord, RecordView};
-pub use tags::tags_code;
+pub use rocketraft_domain::tags_code::tags_code;
 
 use std::ops::ControlFlow;
 
@@ -47,6 +46,8 @@ use crate::store::record::RecordError;
 
 /// Most records `query_by_key` returns (the newest ones).
 pub const QUERY_BY_KEY_RESULTS_MAX: usize = 64;
+/// Most index entries of one key a query reads (`query_by_key_where`).
+pub const QUERY_BY_KEY_CANDIDATES_MAX: usize = 4096;
 
 /// Where an appended record went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -817,18 +818,31 @@ impl MessageStore {
     /// [`QUERY_BY_KEY_RESULTS_MAX`]. Entries left pointing below the CommitLog's first
     /// offset (retention deleted their records) are not read.
     pub fn query_by_key(&self, key: &str) -> Result<Vec<RecordView<'_>>, StoreError> {
+        self.query_by_key_where(key, QUERY_BY_KEY_RESULTS_MAX, |_| true)
+    }
+
+    /// [`MessageStore::query_by_key`] keeping only the messages `keep` takes, at most `max`
+    /// of them; at most [`QUERY_BY_KEY_CANDIDATES_MAX`] of the key's index entries are read,
+    /// so a key shared by many messages costs a bounded amount of work.
+    pub fn query_by_key_where(
+        &self,
+        key: &str,
+        max: usize,
+        keep: impl Fn(&RecordView<'_>) -> bool,
+    ) -> Result<Vec<RecordView<'_>>, StoreError> {
         let mut found = Vec::new();
         let min = self.commit_log.min_offset() as i64;
-        for candidate in self.dispatcher.index().lookup(key, min) {
+        let candidates = self.dispatcher.index().lookup(key, min);
+        for candidate in candidates.take(QUERY_BY_KEY_CANDIDATES_MAX) {
             let offset = candidate?;
             let view = self.read_view(offset)?;
             let matches = view.property(properties::UNIQ_KEY)? == Some(key)
                 || view
                     .property(properties::KEYS)?
                     .is_some_and(|keys| properties::split_keys(keys).any(|k| k == key));
-            if matches {
+            if matches && keep(&view) {
                 found.push(view);
-                if found.len() == QUERY_BY_KEY_RESULTS_MAX {
+                if found.len() >= max {
                     break;
                 }
             }

@@ -1,10 +1,12 @@
 //! Consumer groups seen from the cluster: who is in a group (`consumer-list`) and how far
 //! it has consumed each queue (`consumer-progress`).
 
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
 use rocketraft_domain::sql_filter::EXPRESSION_TYPE_TAG;
 use rocketraft_proto::broker as broker_pb;
+use rocketraft_proto::nameserver as pb;
 use serde::Serialize;
 
 use crate::admin::Admin;
@@ -54,6 +56,9 @@ pub struct QueueProgress {
     /// Messages the group had not consumed when retention deleted them: its consumers go on
     /// from `min_offset`.
     pub skipped: i64,
+    /// Store time of the oldest message not yet consumed (ms since the epoch): the lag in
+    /// time. 0 when the group has consumed everything.
+    pub oldest_unconsumed_timestamp_ms: i64,
 }
 
 impl Admin {
@@ -104,8 +109,9 @@ impl Admin {
         })
     }
 
-    /// Per queue of the topics `consumer_group` subscribes (its live members'
-    /// subscriptions, or `topic` if given): the max offset, the committed offset and lag.
+    /// Per readable queue of the topics `consumer_group` subscribes (its live members'
+    /// subscriptions, or `topic` if given): the max offset, the committed offset, and the
+    /// lag in messages and in time. One call to each serving broker group's leader.
     pub async fn consumer_progress(
         &self,
         consumer_group: &str,
@@ -125,45 +131,65 @@ impl Admin {
         if topics.is_empty() {
             return Err(AdminError::NoMembers(consumer_group.to_owned()));
         }
-        let mut progress = Vec::new();
+        // Broker group -> its route and the topics it serves.
+        let mut serving: BTreeMap<String, (pb::GroupRoute, Vec<String>)> = BTreeMap::new();
         for topic in topics {
             let route = match self.topic_route(&topic).await {
                 // A subscribed retry topic exists only once a message was handed back.
                 Err(AdminError::NoRoute(_)) if !named => continue,
                 route => route?,
             };
-            for queue in self.topic_status(&topic).await? {
-                let Some(group_route) = route.groups.iter().find(|g| g.group == queue.group) else {
-                    continue;
-                };
-                let mut leader = self.leader_of(group_route).await?;
-                let request = broker_pb::QueryOffsetRequest {
-                    group: consumer_group.to_owned(),
-                    topic: topic.clone(),
-                    queue_id: queue.queue_id,
-                };
-                let committed_offset = leader
-                    .query_offset(request)
-                    .await
-                    .map_err(|status| AdminError::Refused {
-                        group: queue.group.clone(),
-                        status,
-                    })?
-                    .into_inner()
-                    .offset;
-                let consumed_to = committed_offset.unwrap_or(queue.min_offset);
-                progress.push(QueueProgress {
-                    lag: queue.max_offset - consumed_to.max(queue.min_offset),
-                    skipped: (queue.min_offset - consumed_to).max(0),
-                    topic: topic.clone(),
-                    broker_group: queue.group,
-                    queue_id: queue.queue_id,
-                    min_offset: queue.min_offset,
-                    max_offset: queue.max_offset,
-                    committed_offset,
-                });
+            for group_route in route.groups {
+                serving
+                    .entry(group_route.group.clone())
+                    .or_insert_with(|| (group_route, Vec::new()))
+                    .1
+                    .push(topic.clone());
             }
         }
+        let mut progress = Vec::new();
+        for (broker_group, (route, topics)) in serving {
+            let request = broker_pb::ConsumeStatsRequest {
+                group: consumer_group.to_owned(),
+                topics,
+            };
+            let stats = self
+                .leader_of(&route)
+                .await?
+                .consume_stats(request)
+                .await
+                .map_err(|status| AdminError::Refused {
+                    group: broker_group.clone(),
+                    status,
+                })?
+                .into_inner();
+            progress.extend(
+                stats
+                    .queues
+                    .into_iter()
+                    .map(|queue| QueueProgress::new(&broker_group, queue)),
+            );
+        }
+        progress.sort_by(|a, b| {
+            (&a.topic, &a.broker_group, a.queue_id).cmp(&(&b.topic, &b.broker_group, b.queue_id))
+        });
         Ok(progress)
+    }
+}
+
+impl QueueProgress {
+    fn new(broker_group: &str, queue: broker_pb::QueueConsumeStats) -> QueueProgress {
+        let consumed_to = queue.committed_offset.unwrap_or(queue.min_offset);
+        QueueProgress {
+            lag: queue.max_offset - consumed_to.max(queue.min_offset),
+            skipped: (queue.min_offset - consumed_to).max(0),
+            topic: queue.topic,
+            broker_group: broker_group.to_owned(),
+            queue_id: queue.queue_id,
+            min_offset: queue.min_offset,
+            max_offset: queue.max_offset,
+            committed_offset: queue.committed_offset,
+            oldest_unconsumed_timestamp_ms: queue.oldest_unconsumed_timestamp_ms,
+        }
     }
 }

@@ -65,6 +65,8 @@ pub struct QueueStatus {
     pub queue_id: i32,
     pub min_offset: i64,
     pub max_offset: i64,
+    /// Store time of the queue's last message (ms since the epoch); 0 when it holds none.
+    pub last_store_timestamp_ms: i64,
 }
 
 /// A consumer group's settings, as [`Admin::update_group`] sets them whole.
@@ -325,7 +327,8 @@ impl Admin {
             .ok_or_else(|| AdminError::UnknownGroup(group.to_owned()))
     }
 
-    /// The min and max offset of every queue of `topic`, read from each group's leader.
+    /// The min and max offset of every queue of `topic`, and the store time of its last
+    /// message: one call to each serving group's leader.
     pub async fn topic_status(&self, topic: &str) -> Result<Vec<QueueStatus>, AdminError> {
         let route = self.topic_route(topic).await?;
         let mut statuses = Vec::new();
@@ -333,29 +336,26 @@ impl Admin {
             let Some(group_route) = route.groups.iter().find(|g| g.group == queues.group) else {
                 continue;
             };
-            let mut leader = self.leader_of(group_route).await?;
-            for queue_id in 0..queues.read_queue_count.max(queues.write_queue_count) as i32 {
-                let request = broker_pb::ReadConsumeQueueRequest {
-                    topic: topic.to_owned(),
-                    queue_id,
-                    from_queue_offset: 0,
-                    max_units: 1,
-                };
-                let response = leader
-                    .read_consume_queue(request)
-                    .await
-                    .map_err(|status| AdminError::Refused {
-                        group: queues.group.clone(),
-                        status,
-                    })?
-                    .into_inner();
-                statuses.push(QueueStatus {
+            let request = broker_pb::TopicStatsRequest {
+                topic: topic.to_owned(),
+            };
+            let stats = self
+                .leader_of(group_route)
+                .await?
+                .topic_stats(request)
+                .await
+                .map_err(|status| AdminError::Refused {
                     group: queues.group.clone(),
-                    queue_id,
-                    min_offset: response.min_queue_offset,
-                    max_offset: response.max_queue_offset,
-                });
-            }
+                    status,
+                })?
+                .into_inner();
+            statuses.extend(stats.queues.into_iter().map(|queue| QueueStatus {
+                group: queues.group.clone(),
+                queue_id: queue.queue_id,
+                min_offset: queue.min_offset,
+                max_offset: queue.max_offset,
+                last_store_timestamp_ms: queue.last_store_timestamp_ms,
+            }));
         }
         Ok(statuses)
     }

@@ -16,6 +16,7 @@ impl Admin {
         for route in self.cluster_info().await?.groups {
             let request = broker_pb::QueryMessagesRequest {
                 key: key.to_owned(),
+                ..broker_pb::QueryMessagesRequest::default()
             };
             let response = self
                 .group_leader(&route.group)

@@ -12,7 +12,10 @@ use std::time::Duration;
 use rocketraft_proto::broker as pb;
 
 use crate::brokers::CallError;
+use crate::consumer::ConsumeFrom;
+use crate::consumer::ConsumerConfig;
 use crate::consumer::ConsumerError;
+use crate::consumer::MessageModel;
 use crate::consumer::Shared;
 
 /// How long one heartbeat may take, retries included.
@@ -20,6 +23,27 @@ const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Pause before a broken watch is reopened; doubles up to [`WATCH_RETRY_PAUSE_MAX`].
 const WATCH_RETRY_PAUSE_MIN: Duration = Duration::from_millis(100);
 const WATCH_RETRY_PAUSE_MAX: Duration = Duration::from_secs(2);
+
+/// How this consumer describes itself to operators, in RocketMQ's terms; the broker fills in
+/// the address it sees.
+fn client_info(config: &ConsumerConfig) -> pb::ClientInfo {
+    pb::ClientInfo {
+        language: "RUST".to_owned(),
+        message_model: match config.message_model {
+            MessageModel::Clustering => "CLUSTERING",
+            MessageModel::Broadcasting => "BROADCASTING",
+        }
+        .to_owned(),
+        consume_type: "CONSUME_PASSIVELY".to_owned(),
+        consume_from_where: match config.consume_from {
+            ConsumeFrom::First => "CONSUME_FROM_FIRST_OFFSET",
+            ConsumeFrom::Last => "CONSUME_FROM_LAST_OFFSET",
+            ConsumeFrom::Timestamp(_) => "CONSUME_FROM_TIMESTAMP",
+        }
+        .to_owned(),
+        ..pb::ClientInfo::default()
+    }
+}
 
 /// Tells `group`'s leader this client is alive, with all its subscriptions.
 pub async fn heartbeat(shared: &Shared, group: &str) -> Result<(), ConsumerError> {
@@ -39,6 +63,7 @@ pub async fn heartbeat(shared: &Shared, group: &str) -> Result<(), ConsumerError
                 }
             })
             .collect(),
+        client: Some(client_info(&shared.config)),
     };
     shared
         .brokers

@@ -15,6 +15,7 @@
 //! - [`ExtFields`] (`ext`): the header class fields, with typed reads whose errors name the
 //!   field and the value.
 //! - [`codes`]: request and response codes; [`LanguageCode`] (`language`).
+//! - `object_keyed`: maps keyed by objects, as fastjson writes them for Java admin tools.
 //! - [`connection`]: one connection served, its requests answered concurrently by a
 //!   [`connection::Handler`].
 //! - [`nameserver`]: the nameserver's 4.x requests, answered from its route registry.
@@ -33,6 +34,7 @@ mod frame;
 mod json_header;
 mod language;
 pub mod nameserver;
+mod object_keyed;
 
 pub use binary_header::{BinaryEncodeError, BinaryHeaderError};
 pub use command::{BROKER_VERSION, FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, SerializeType};

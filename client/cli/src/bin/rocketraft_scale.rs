@@ -167,6 +167,7 @@ async fn main() -> anyhow::Result<()> {
             client_id: "rocketraft-scale@heartbeat".into(),
             group: format!("{}Heartbeat", args.prefix),
             subscriptions: subscriptions.clone(),
+            client: None,
         };
         async move {
             client

@@ -14,6 +14,8 @@ use rocketraft_proto::broker as pb;
 
 use super::Answered;
 use super::BrokerHandler;
+use super::json_reply;
+use super::peer_groups::Connection;
 use super::read;
 use crate::codes::response;
 use crate::command::RemotingCommand;
@@ -45,6 +47,42 @@ struct ConsumerData {
     group_name: String,
     #[serde(default)]
     subscription_data_set: Vec<SubscriptionData>,
+    /// The group's settings, which only describe the client to admin tools: Java writes
+    /// each as its enum name, the C++ client as its ordinal ([`enum_name`]).
+    #[serde(default)]
+    consume_type: Option<serde_json::Value>,
+    #[serde(default)]
+    message_model: Option<serde_json::Value>,
+    #[serde(default)]
+    consume_from_where: Option<serde_json::Value>,
+}
+
+/// `ConsumeType`'s names, in ordinal order.
+const CONSUME_TYPES: &[&str] = &["CONSUME_ACTIVELY", "CONSUME_PASSIVELY"];
+/// `MessageModel`'s names, in ordinal order.
+const MESSAGE_MODELS: &[&str] = &["BROADCASTING", "CLUSTERING"];
+/// `ConsumeFromWhere`'s names, in ordinal order.
+const CONSUME_FROM_WHERE: &[&str] = &[
+    "CONSUME_FROM_LAST_OFFSET",
+    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    "CONSUME_FROM_MIN_OFFSET",
+    "CONSUME_FROM_MAX_OFFSET",
+    "CONSUME_FROM_FIRST_OFFSET",
+    "CONSUME_FROM_TIMESTAMP",
+];
+
+/// An enum field as Java writes it (its name) or as the C++ client does (its ordinal in
+/// `names`); an unknown ordinal is its number's text, anything else empty. Never an error:
+/// a heartbeat is not refused over a field that only describes its client.
+fn enum_name(value: Option<serde_json::Value>, names: &[&str]) -> String {
+    match value {
+        Some(serde_json::Value::String(name)) => name,
+        Some(serde_json::Value::Number(number)) => number
+            .as_u64()
+            .and_then(|ordinal| names.get(usize::try_from(ordinal).ok()?))
+            .map_or_else(|| number.to_string(), |name| (*name).to_owned()),
+        _ => String::new(),
+    }
 }
 
 /// `SubscriptionData`: a topic and its filter (`TAG`, the default, or `SQL92`).
@@ -98,8 +136,14 @@ impl BrokerHandler {
                 format!("the heartbeat's body is not HeartbeatData: {error}"),
             ))
         })?;
+        let connection = Connection {
+            client_addr: peer.addr().to_string(),
+            client_id: heartbeat.client_id.clone(),
+            language: request.language.name().to_owned(),
+            version: request.version,
+        };
         for producer in &heartbeat.producer_data_set {
-            self.follow_producer(&producer.group_name, peer);
+            self.follow_producer(&producer.group_name, peer, connection.clone());
         }
         for consumer in heartbeat.consumer_data_set {
             let (subscriptions, versions): (Vec<_>, Vec<_>) = consumer
@@ -118,13 +162,21 @@ impl BrokerHandler {
                 client_id: heartbeat.client_id.clone(),
                 group: consumer.group_name,
                 subscriptions,
+                client: Some(pb::ClientInfo {
+                    addr: connection.client_addr.clone(),
+                    language: connection.language.clone(),
+                    version: connection.version,
+                    message_model: enum_name(consumer.message_model, MESSAGE_MODELS),
+                    consume_type: enum_name(consumer.consume_type, CONSUME_TYPES),
+                    consume_from_where: enum_name(consumer.consume_from_where, CONSUME_FROM_WHERE),
+                }),
             };
             self.on_leader(request, |mut client, _| {
                 let beat = beat.clone();
                 async move { client.heartbeat(beat).await }
             })
             .await?;
-            self.follow_consumer(&beat.group, peer);
+            self.follow_consumer(&beat.group, peer, connection.clone());
             for (subscription, sub_version) in beat.subscriptions.into_iter().zip(versions) {
                 self.subscriptions
                     .learn(&beat.group, subscription, sub_version);
@@ -188,9 +240,7 @@ impl BrokerHandler {
         let list = ConsumerIdList {
             consumer_id_list: members.into_iter().map(|member| member.client_id).collect(),
         };
-        serde_json::to_vec(&list)
-            .map(|body| RemotingCommand::success(request, body))
-            .map_err(|error| Box::new(RemotingCommand::system_error(request, error)))
+        json_reply(request, &list)
     }
 }
 
@@ -215,6 +265,27 @@ mod tests {
             group.subscription_data_set[0].expression_type.as_deref(),
             Some("TAG")
         );
+    }
+
+    #[test]
+    fn a_cpp_heartbeat_writes_its_settings_as_ordinals() {
+        let body = r#"{"clientID":"c","consumerDataSet":[{"consumeFromWhere":4,"consumeType":1,"groupName":"G","messageModel":1,"subscriptionDataSet":[]}]}"#;
+        let heartbeat: HeartbeatData = serde_json::from_str(body).expect("heartbeat");
+        let [group] = <[ConsumerData; 1]>::try_from(heartbeat.consumer_data_set).expect("one");
+        assert_eq!(
+            enum_name(group.consume_from_where, CONSUME_FROM_WHERE),
+            "CONSUME_FROM_FIRST_OFFSET"
+        );
+        assert_eq!(
+            enum_name(group.consume_type, CONSUME_TYPES),
+            "CONSUME_PASSIVELY"
+        );
+        assert_eq!(enum_name(group.message_model, MESSAGE_MODELS), "CLUSTERING");
+        let java = Some(serde_json::json!("BROADCASTING"));
+        assert_eq!(enum_name(java, MESSAGE_MODELS), "BROADCASTING");
+        let unknown = Some(serde_json::json!(9));
+        assert_eq!(enum_name(unknown, MESSAGE_MODELS), "9");
+        assert_eq!(enum_name(Some(serde_json::json!([1])), MESSAGE_MODELS), "");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use rocketraft_client::brokers::Brokers;
 use rocketraft_proto::broker as pb;
 
 use super::BrokerHandler;
+use super::peer_groups::Connection;
 use super::peer_groups::PeerGroups;
 use super::peer_groups::WATCH_OPEN_TIMEOUT;
 use super::peer_groups::follow;
@@ -21,10 +22,10 @@ use crate::connection::Peer;
 
 impl BrokerHandler {
     /// Follows `peer` as a member connection of consumer `group`, for its notices.
-    pub(super) fn follow_consumer(&self, group: &str, peer: &Peer) {
+    pub(super) fn follow_consumer(&self, group: &str, peer: &Peer, connection: Connection) {
         let (brokers, broker_group) = (self.brokers.clone(), self.group.clone());
         let (consumers, consumer_group) = (self.consumers.clone(), group.to_owned());
-        follow(&self.consumers, group, peer, move || {
+        follow(&self.consumers, group, peer, connection, move || {
             watch_members(
                 brokers.clone(),
                 broker_group.clone(),

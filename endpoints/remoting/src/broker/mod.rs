@@ -8,25 +8,32 @@
 //! `GET_CONSUMER_LIST_BY_GROUP`), offsets (`QUERY_CONSUMER_OFFSET`, `UPDATE_CONSUMER_OFFSET`,
 //! `GET_MAX_OFFSET`, `GET_MIN_OFFSET`, `SEARCH_OFFSET_BY_TIMESTAMP`), pulls (`PULL_MESSAGE`),
 //! hand-backs (`CONSUMER_SEND_MSG_BACK`), orderly queue locks (`LOCK_BATCH_MQ`,
-//! `UNLOCK_BATCH_MQ`) and transactions (`END_TRANSACTION`). Any other code is answered
+//! `UNLOCK_BATCH_MQ`), transactions (`END_TRANSACTION`), finding messages
+//! (`VIEW_MESSAGE_BY_ID`, `QUERY_MESSAGE`) and what admin tools read (`GET_ALL_TOPIC_CONFIG`,
+//! `GET_TOPIC_STATS_INFO`, `GET_CONSUME_STATS`, `GET_CONSUMER_CONNECTION_LIST`,
+//! `GET_PRODUCER_CONNECTION_LIST`, `QUERY_TOPIC_CONSUME_BY_WHO`). Any other code is answered
 //! `REQUEST_CODE_NOT_SUPPORTED`. The broker's own requests to its clients
 //! (`NOTIFY_CONSUMER_IDS_CHANGED`, `CHECK_TRANSACTION_STATE`) go down the connections that
 //! heartbeat their groups.
 //!
-//! Invariant: every answer but a pull's comes from the group's leader at the time of the
-//! request; a pull reads this node's own committed data. The only state kept here is what
+//! Invariant: every answer but a pull's or a message lookup's comes from the group's leader at
+//! the time of the request; those read this node's own committed data. The only state kept here is what
 //! heartbeats through this node said: subscriptions (which the leader's registry backs) and
 //! the connections of each group.
 
 mod clients;
+mod connections;
 mod consumer_notices;
+mod messages;
 mod offsets;
 mod peer_groups;
 mod pull;
 mod queue_locks;
 mod send;
 mod send_back;
+mod stats;
 mod subscriptions;
+mod topics;
 mod transactions;
 
 use std::future::Future;
@@ -182,6 +189,14 @@ impl Handler for BrokerHandler {
             request::LOCK_BATCH_MQ => self.lock_queues(&request).await,
             request::UNLOCK_BATCH_MQ => self.unlock_queues(&request).await,
             request::END_TRANSACTION => self.end_transaction(&request).await,
+            request::VIEW_MESSAGE_BY_ID => self.view_message(&request).await,
+            request::QUERY_MESSAGE => self.query_message(&request).await,
+            request::GET_ALL_TOPIC_CONFIG => self.all_topic_configs(&request).await,
+            request::GET_TOPIC_STATS_INFO => self.topic_stats(&request).await,
+            request::GET_CONSUME_STATS => self.consume_stats(&request).await,
+            request::GET_CONSUMER_CONNECTION_LIST => self.consumer_connections(&request).await,
+            request::GET_PRODUCER_CONNECTION_LIST => self.producer_connections(&request).await,
+            request::QUERY_TOPIC_CONSUME_BY_WHO => self.topic_consumers(&request).await,
             _ => Err(Box::new(RemotingCommand::not_supported(&request))),
         };
         answered.unwrap_or_else(|early| *early)
@@ -198,6 +213,13 @@ fn read<'a, T>(
     read: impl FnOnce(&'a ExtFields) -> Result<T, ExtFieldError>,
 ) -> Answered<T> {
     read(&request.ext_fields)
+        .map_err(|error| Box::new(RemotingCommand::system_error(request, error)))
+}
+
+/// A success whose body is `body` as JSON.
+fn json_reply(request: &RemotingCommand, body: &impl serde::Serialize) -> Answered {
+    serde_json::to_vec(body)
+        .map(|body| RemotingCommand::success(request, body))
         .map_err(|error| Box::new(RemotingCommand::system_error(request, error)))
 }
 

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::connection::Peer;
@@ -24,10 +25,21 @@ pub const WATCH_RETRY_PAUSE_MAX: Duration = Duration::from_secs(2);
 /// How long opening a watch may take, leader changes included.
 pub const WATCH_OPEN_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Who is at the other end of a connection, as its heartbeats say: RocketMQ's `Connection`,
+/// what admin tools list for a group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Connection {
+    pub client_addr: String,
+    pub client_id: String,
+    pub language: String,
+    pub version: i32,
+}
+
 /// The connections of one group, and the token that stops its watch.
 #[derive(Debug)]
 struct Members {
-    peers: HashMap<u64, Peer>,
+    peers: HashMap<u64, (Peer, Connection)>,
     watch: CancellationToken,
 }
 
@@ -38,10 +50,15 @@ pub(super) struct PeerGroups {
 }
 
 impl PeerGroups {
-    /// Records that `peer` heartbeats `group`. Returns the token of a watch to start if the
-    /// group was not watched yet, and whether `peer` is new to the group (its closing must
-    /// then be followed).
-    fn join(&self, group: &str, peer: &Peer) -> (Option<CancellationToken>, bool) {
+    /// Records that `peer`, described by `connection`, heartbeats `group`. Returns the token of
+    /// a watch to start if the group was not watched yet, and whether `peer` is new to the
+    /// group (its closing must then be followed).
+    fn join(
+        &self,
+        group: &str,
+        peer: &Peer,
+        connection: Connection,
+    ) -> (Option<CancellationToken>, bool) {
         let mut groups = self.lock();
         let mut started = None;
         let members = groups.entry(group.to_owned()).or_insert_with(|| {
@@ -52,7 +69,10 @@ impl PeerGroups {
                 watch,
             }
         });
-        let new = members.peers.insert(peer.id(), peer.clone()).is_none();
+        let new = members
+            .peers
+            .insert(peer.id(), (peer.clone(), connection))
+            .is_none();
         (started, new)
     }
 
@@ -72,13 +92,28 @@ impl PeerGroups {
 
     /// The open connections of `group`, in the order they joined it.
     pub(super) fn peers(&self, group: &str) -> Vec<Peer> {
-        let mut peers: Vec<Peer> = self
+        self.joined(group)
+            .into_iter()
+            .map(|(peer, _)| peer)
+            .collect()
+    }
+
+    /// Who is at the other end of each open connection of `group`, in the order they joined.
+    pub(super) fn connections(&self, group: &str) -> Vec<Connection> {
+        self.joined(group)
+            .into_iter()
+            .map(|(_, connection)| connection)
+            .collect()
+    }
+
+    fn joined(&self, group: &str) -> Vec<(Peer, Connection)> {
+        let mut joined: Vec<(Peer, Connection)> = self
             .lock()
             .get(group)
             .map(|members| members.peers.values().cloned().collect())
             .unwrap_or_default();
-        peers.sort_by_key(Peer::id);
-        peers
+        joined.sort_by_key(|(peer, _)| peer.id());
+        joined
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Members>> {
@@ -88,15 +123,20 @@ impl PeerGroups {
     }
 }
 
-/// Follows `peer` as a connection of `group` in `groups`: if the group was not watched yet,
-/// spawns its watch, `watch_once` run again and again until the group's last connection
-/// closes; and forgets `peer` when its connection closes.
-pub(super) fn follow<W, Fut>(groups: &Arc<PeerGroups>, group: &str, peer: &Peer, watch_once: W)
-where
+/// Follows `peer` (described by `connection`) as a connection of `group` in `groups`: if the
+/// group was not watched yet, spawns its watch, `watch_once` run again and again until the
+/// group's last connection closes; and forgets `peer` when its connection closes.
+pub(super) fn follow<W, Fut>(
+    groups: &Arc<PeerGroups>,
+    group: &str,
+    peer: &Peer,
+    connection: Connection,
+    watch_once: W,
+) where
     W: Fn() -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), String>> + Send,
 {
-    let (watch, new) = groups.join(group, peer);
+    let (watch, new) = groups.join(group, peer, connection);
     if let Some(watch) = watch {
         let group = group.to_owned();
         tokio::spawn(async move { run_watch(&group, watch, watch_once).await });
@@ -145,20 +185,33 @@ mod tests {
         Peer::detached("127.0.0.1:1".parse().expect("addr"))
     }
 
+    fn connection(client_id: &str) -> Connection {
+        Connection {
+            client_addr: "127.0.0.1:1".into(),
+            client_id: client_id.into(),
+            language: "JAVA".into(),
+            version: 409,
+        }
+    }
+
     #[test]
     fn a_group_is_watched_from_its_first_connection_to_its_last() {
         let groups = PeerGroups::default();
         let (one, two) = (peer(), peer());
-        let (watch, new) = groups.join("G", &one);
+        let (watch, new) = groups.join("G", &one, connection("one"));
         let watch = watch.expect("the first connection starts the watch");
         assert!(new);
-        let (again, new) = groups.join("G", &one);
+        let (again, new) = groups.join("G", &one, connection("one"));
         assert!(again.is_none() && !new, "a heartbeat again");
-        let (again, new) = groups.join("G", &two);
+        let (again, new) = groups.join("G", &two, connection("two"));
         assert!(again.is_none() && new);
         assert_eq!(
             groups.peers("G").iter().map(Peer::id).collect::<Vec<_>>(),
             [one.id(), two.id()]
+        );
+        assert_eq!(
+            groups.connections("G"),
+            [connection("one"), connection("two")]
         );
         groups.leave("G", &one);
         assert!(!watch.is_cancelled(), "a connection is left");
@@ -166,7 +219,7 @@ mod tests {
         assert!(watch.is_cancelled(), "the last one closed");
         assert!(groups.peers("G").is_empty());
         assert!(
-            groups.join("G", &one).0.is_some(),
+            groups.join("G", &one, connection("one")).0.is_some(),
             "a new watch for a new connection"
         );
     }

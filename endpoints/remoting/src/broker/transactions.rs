@@ -24,6 +24,7 @@ use rocketraft_proto::broker as pb;
 
 use super::Answered;
 use super::BrokerHandler;
+use super::peer_groups::Connection;
 use super::peer_groups::PeerGroups;
 use super::peer_groups::WATCH_OPEN_TIMEOUT;
 use super::peer_groups::follow;
@@ -83,7 +84,7 @@ impl BrokerHandler {
 
     /// Follows `peer` as a connection of producer `group`, for its check-backs; a client's
     /// own inner producer groups have none.
-    pub(super) fn follow_producer(&self, group: &str, peer: &Peer) {
+    pub(super) fn follow_producer(&self, group: &str, peer: &Peer, connection: Connection) {
         if CLIENT_INNER_PRODUCER_GROUPS.contains(&group) {
             return;
         }
@@ -95,7 +96,7 @@ impl BrokerHandler {
             watcher_id: format!("remoting@{}", self.own),
             next: Arc::default(),
         };
-        follow(&self.producers, group, peer, move || {
+        follow(&self.producers, group, peer, connection, move || {
             watch.clone().watch_once()
         });
     }
