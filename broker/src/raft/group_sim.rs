@@ -102,6 +102,7 @@ use crate::store::properties::UNIQ_KEY;
 use crate::store::record::tests::keyed;
 use crate::testing::counters::Counters;
 use crate::testing::durable_images;
+use crate::testing::sim_dir::sim_tempdir;
 use crate::testing::sim_disk::SimDisk;
 use crate::testing::sim_network::SimNetwork;
 use crate::testing::sim_network::SimNetworkFactory;
@@ -244,7 +245,7 @@ struct Sim {
 impl Sim {
     fn new(seed: u64) -> Result<Sim, String> {
         let faults = FaultPlan::new(seed ^ 0x5eed);
-        let dirs = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
+        let dirs = sim_tempdir().map_err(|e| format!("tempdir: {e}"))?;
         Ok(Sim {
             seed,
             flush: match seed % 2 {

@@ -53,6 +53,7 @@ use crate::store::properties::UNIQ_KEY;
 use crate::store::record::tests::keyed;
 use crate::testing::counters::Counters;
 use crate::testing::durable_images;
+use crate::testing::sim_dir::sim_tempdir;
 
 const SEEDS_DEFAULT: u64 = 24;
 /// Entries in one seed's log.
@@ -337,7 +338,7 @@ const ENTRIES_REAPPLIED: &str = "entries applied again";
 const CLASSES: &[&str] = &[INDEX_ROTS, POWER_LOSSES, BYTES_LOST, ENTRIES_REAPPLIED];
 
 async fn run(seed: u64) -> Result<Counters, String> {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = sim_tempdir().expect("tempdir");
     let _images = durable_images::ForgetOnDrop::new(dir.path());
     let workload = Workload::new(seed);
     let mut rng = SeededRng::new(seed ^ 0x5EED_C4A5);
