@@ -44,6 +44,7 @@ pub mod store;
 mod test_node;
 #[cfg(test)]
 mod testing;
+pub mod throughput;
 pub mod tls;
 pub mod topic;
 pub mod transaction;

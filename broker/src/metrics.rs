@@ -8,6 +8,7 @@
 //! holds a lock of the node across the encoding; families filled at scrape time are cleared
 //! first, so a queue or a follower that went away leaves no stale series.
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use rocketraft_server_kit::process_metrics::ProcessMetrics;
 use crate::group_state::GroupState;
 use crate::raft::log::store::LogSize;
 use crate::raft::types::Raft;
+use crate::throughput::Throughput;
 use crate::topic::SCHEDULE_TOPIC;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -98,6 +100,8 @@ pub struct BrokerMetrics {
     commit_log_max_offset: Gauge,
     disk_used_ratio: Gauge<f64, AtomicU64>,
     process: ProcessMetrics,
+    /// The same sends and pulls, counted for the node's recent rates.
+    throughput: Arc<Throughput>,
 }
 
 impl Default for BrokerMetrics {
@@ -129,6 +133,7 @@ impl Default for BrokerMetrics {
             commit_log_max_offset: Gauge::default(),
             disk_used_ratio: Gauge::default(),
             process,
+            throughput: Arc::default(),
         };
         let r = &mut registry;
         r.register(
@@ -252,6 +257,7 @@ impl BrokerMetrics {
     /// A send stored `messages` messages of `body_bytes` to `topic`, answered in `took`.
     pub fn sent(&self, topic: &str, messages: usize, body_bytes: usize, took: Duration) {
         self.send_seconds.observe(took.as_secs_f64());
+        self.throughput.stored(messages);
         count(
             &self.messages_in,
             &self.bytes_in,
@@ -259,6 +265,11 @@ impl BrokerMetrics {
             messages,
             body_bytes,
         );
+    }
+
+    /// What sends and pulls counted, for the node's recent rates.
+    pub fn throughput(&self) -> &Arc<Throughput> {
+        &self.throughput
     }
 
     /// An append was committed and applied `took` after it was proposed.
@@ -270,6 +281,7 @@ impl BrokerMetrics {
     pub fn pulled(&self, topic: &str, messages: usize, body_bytes: usize, took: Duration) {
         self.pull_seconds.observe(took.as_secs_f64());
         if messages > 0 {
+            self.throughput.served(messages);
             count(
                 &self.messages_out,
                 &self.bytes_out,

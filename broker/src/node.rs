@@ -604,6 +604,10 @@ fn spawn(config: &BrokerConfig, opened: &Opened, shared: &Shared) {
         Duration::from_millis(config.client_expiry_ms),
         shutdown.clone(),
     ));
+    tasks.spawn(crate::throughput::run_sampling(
+        shared.metrics.throughput().clone(),
+        shutdown.clone(),
+    ));
     tasks.spawn(run_queue_locks(
         raft.clone(),
         shared.queue_locks.clone(),

@@ -2,8 +2,8 @@
 //! node, spoken in RocketMQ's remoting frames against a real cluster, and the broker API calls
 //! behind it: topic configs, a topic's queue stats, a group's consume stats (object-keyed
 //! maps, as fastjson writes them), the groups consuming a topic, a group's consumer and
-//! producer connections, and messages found by offset message id and by key. Each asked of
-//! the leader, and of a follower, which answers alike.
+//! producer connections, messages found by offset message id and by key, and each node's
+//! runtime info. Each asked of the leader, and of a follower, which answers alike.
 
 use std::time::Duration;
 
@@ -308,6 +308,28 @@ async fn given_4x_admin_tools_a_node_should_report_topics_progress_connections_a
             none.code,
             response::QUERY_NOT_FOUND,
             "{key} from {begin}: {none:?}"
+        );
+    }
+
+    info!("--- each node's own runtime info: its role, its rates and its totals");
+    for (client, role, stored) in [(&mut a, "leader", "3"), (&mut f, "follower", "0")] {
+        let info = client.json(request::GET_BROKER_RUNTIME_INFO, &[]).await?;
+        let table = &info["table"];
+        assert_eq!(table["raftRole"], role, "{info}");
+        assert_eq!(table["msgPutTotalTodayNow"], stored, "sends led");
+        let put_tps = table["putTps"].as_str().context("putTps")?;
+        assert_eq!(
+            put_tps
+                .split(' ')
+                .filter_map(|tps| tps.parse::<f64>().ok())
+                .count(),
+            3
+        );
+        assert!(
+            table["earliestMessageTimeStamp"]
+                .as_str()
+                .and_then(|t| t.parse::<i64>().ok())
+                > Some(0)
         );
     }
 

@@ -57,6 +57,12 @@ impl BrokerService {
                 .collect()
         };
         let (voters, learners) = (api_addrs(voters), api_addrs(learners));
+        let throughput = self.metrics.throughput();
+        let (messages_stored, messages_served) = throughput.totals();
+        let rates = throughput.rates();
+        let earliest_store_timestamp_ms = store
+            .read_view(store.commit_log_min_offset())
+            .map_or(0, |view| view.store_timestamp_ms());
         pb::NodeStatusResponse {
             node_id: status.node_id,
             group: self.group_name.clone(),
@@ -90,6 +96,11 @@ impl BrokerService {
             disk_full: self.group.disk_full(),
             voters,
             learners,
+            messages_stored,
+            messages_served,
+            stored_per_second: rates.stored_per_s.to_vec(),
+            served_per_second: rates.served_per_s.to_vec(),
+            earliest_store_timestamp_ms,
         }
     }
 }

@@ -11,13 +11,15 @@
 //! `UNLOCK_BATCH_MQ`), transactions (`END_TRANSACTION`), finding messages
 //! (`VIEW_MESSAGE_BY_ID`, `QUERY_MESSAGE`) and what admin tools read (`GET_ALL_TOPIC_CONFIG`,
 //! `GET_TOPIC_STATS_INFO`, `GET_CONSUME_STATS`, `GET_CONSUMER_CONNECTION_LIST`,
-//! `GET_PRODUCER_CONNECTION_LIST`, `QUERY_TOPIC_CONSUME_BY_WHO`). Any other code is answered
+//! `GET_PRODUCER_CONNECTION_LIST`, `QUERY_TOPIC_CONSUME_BY_WHO`, and this node's own
+//! `GET_BROKER_RUNTIME_INFO`). Any other code is answered
 //! `REQUEST_CODE_NOT_SUPPORTED`. The broker's own requests to its clients
 //! (`NOTIFY_CONSUMER_IDS_CHANGED`, `CHECK_TRANSACTION_STATE`) go down the connections that
 //! heartbeat their groups.
 //!
-//! Invariant: every answer but a pull's or a message lookup's comes from the group's leader at
-//! the time of the request; those read this node's own committed data. The only state kept here is what
+//! Invariant: every answer but a pull's, a message lookup's or the runtime info comes from the
+//! group's leader at the time of the request; those read this node's own committed data and
+//! status. The only state kept here is what
 //! heartbeats through this node said: subscriptions (which the leader's registry backs) and
 //! the connections of each group.
 
@@ -29,6 +31,7 @@ mod offsets;
 mod peer_groups;
 mod pull;
 mod queue_locks;
+mod runtime_info;
 mod send;
 mod send_back;
 mod stats;
@@ -197,6 +200,7 @@ impl Handler for BrokerHandler {
             request::GET_CONSUMER_CONNECTION_LIST => self.consumer_connections(&request).await,
             request::GET_PRODUCER_CONNECTION_LIST => self.producer_connections(&request).await,
             request::QUERY_TOPIC_CONSUME_BY_WHO => self.topic_consumers(&request).await,
+            request::GET_BROKER_RUNTIME_INFO => self.runtime_info(&request).await,
             _ => Err(Box::new(RemotingCommand::not_supported(&request))),
         };
         answered.unwrap_or_else(|early| *early)
