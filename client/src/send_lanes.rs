@@ -124,6 +124,24 @@ impl SendLanes {
         })
     }
 
+    /// Sends `message` to `queue_id` of `topic` on `group`'s leader, together with whatever
+    /// else goes to that lane meanwhile; fails once `deadline` passes. For a server that
+    /// forwards its clients' single sends to a queue they chose (the 4.x endpoint).
+    pub async fn send_to_queue(
+        &self,
+        group: &str,
+        topic: &str,
+        queue_id: i32,
+        message: common_pb::Message,
+        deadline: Instant,
+    ) -> LaneResult {
+        let attempt = Attempt {
+            deadline,
+            retry: false,
+        };
+        self.send(group, topic, queue_id, message, attempt).await
+    }
+
     fn lane(&self, group: &str, topic: &str) -> Arc<Lane> {
         let mut lanes = lock(&self.lanes);
         if let Some(lane) = lanes.get(topic).and_then(|groups| groups.get(group)) {

@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
+use futures::StreamExt;
+use rocketraft_cli::remoting_producer::RemotingProducer;
+use rocketraft_cli::remoting_producer::RemotingSendError;
 use rocketraft_remoting::RemotingCommand;
 use rocketraft_remoting::SerializeType;
 use rocketraft_remoting::codes::request;
@@ -418,6 +421,63 @@ async fn given_a_follower_a_4x_client_should_send_register_and_commit_through_it
             .is_some_and(|remark| remark.contains("queueId")),
         "{bad:?}"
     );
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_pipelined_sends_on_one_connection_each_should_get_its_own_answer()
+-> anyhow::Result<()> {
+    init_tracing();
+    let cluster = TestCluster::start(0x4E4D_0005).await?;
+    let group = cluster.group(GROUPS[0]);
+    let leader = group.addr(group.wait_for_leader(TIMEOUT).await?);
+    let mut client = RemotingClient::connect(&leader.to_string()).await?;
+    client
+        .ok(
+            request::UPDATE_AND_CREATE_TOPIC,
+            &[
+                ("topic", TOPIC),
+                ("readQueueNums", "4"),
+                ("writeQueueNums", "4"),
+            ],
+            Bytes::new(),
+        )
+        .await?;
+    let producer = RemotingProducer::connect(leader, "pipelined").await?;
+
+    info!("--- 400 sends, 100 in flight at a time, on one connection");
+    let sends = (0..400).map(|i| {
+        let producer = producer.clone();
+        async move {
+            let properties = format!("UNIQ_KEY\u{1}P{i}\u{2}");
+            producer
+                .send(TOPIC, i % 4, &properties, Bytes::from(format!("p{i}")))
+                .await
+        }
+    });
+    let answered: Vec<_> = futures::stream::iter(sends)
+        .buffer_unordered(100)
+        .collect()
+        .await;
+    assert!(answered.iter().all(Result::is_ok), "{answered:?}");
+    for queue_id in 0..4 {
+        let stored = cluster.queue(GROUPS[0], TOPIC, queue_id).await?;
+        assert_eq!(stored.len(), 100, "queue {queue_id}");
+    }
+
+    info!("--- a refused send is that send's answer alone");
+    let refused = producer
+        .send("bad topic!", 0, "", Bytes::from_static(b"x"))
+        .await
+        .expect_err("an illegal topic");
+    assert!(
+        matches!(refused, RemotingSendError::Refused { code, .. } if code == response::MESSAGE_ILLEGAL),
+        "{refused}"
+    );
+    producer
+        .send(TOPIC, 0, "", Bytes::from_static(b"after"))
+        .await?;
     cluster.shutdown().await;
     Ok(())
 }

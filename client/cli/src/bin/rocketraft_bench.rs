@@ -5,7 +5,9 @@
 //! does the batching). Either straight to the leader of `--broker`'s group (found through
 //! `NodeStatus`), or through the producer SDK with `--namesrv`, or with `--v5-endpoint`
 //! through a node's RocketMQ 5.x endpoint (`SendMessage`, one message per call, as the
-//! official 5.x clients send; `--namesrv` still creates the topic and finds the servers).
+//! official 5.x clients send; `--namesrv` still creates the topic and finds the servers), or
+//! with `--remoting` through a node's RocketMQ 4.x face (`SEND_MESSAGE_V2` on one connection
+//! per producer, pipelined as the Java client pipelines, the queues chosen round-robin).
 //!
 //! With `--consume GROUP` (needs `--namesrv`) a push consumer of that new group then drains
 //! `--messages` messages of the topic from the first offset; `--skip-send` only drains.
@@ -32,6 +34,7 @@ use bytes::Bytes;
 use clap::Parser;
 use rocketraft_cli::access::AccessArgs;
 use rocketraft_cli::access::ClusterAccess;
+use rocketraft_cli::remoting_producer::RemotingProducer;
 use rocketraft_client::consumer::ConsumeFrom;
 use rocketraft_client::consumer::ConsumeOrderlyResult;
 use rocketraft_client::consumer::ConsumeResult;
@@ -103,6 +106,9 @@ struct Args {
     /// Send through this RocketMQ 5.x endpoint (a node's `grpc_v5_listen`) instead of the SDK.
     #[arg(long, requires = "namesrv", conflicts_with_all = ["transactional", "delay_level", "timers_due_in_ms"])]
     v5_endpoint: Option<SocketAddr>,
+    /// Send as a 4.x producer to this broker node (its port serves RocketMQ's remoting).
+    #[arg(long, requires = "namesrv", conflicts_with_all = ["transactional", "delay_level", "timers_due_in_ms", "v5_endpoint"])]
+    remoting: Option<SocketAddr>,
     /// Drain with an orderly listener: each queue's messages in order, under its lock.
     #[arg(long, requires = "consume")]
     orderly: bool,
@@ -258,6 +264,13 @@ enum Sender {
         /// Names this run's messages apart from other runs'.
         run: i64,
     },
+    /// As a 4.x producer, to one broker node, queues chosen round-robin.
+    Remoting {
+        producer: RemotingProducer,
+        queues: u32,
+        /// Names this run's messages apart from other runs'.
+        run: i64,
+    },
     /// Through the SDK: route lookup, queue selection and retries included.
     Sdk {
         producer: Producer,
@@ -276,6 +289,16 @@ impl Sender {
             } => Box::pin(send_direct(client, queues, delay, topic, body, sequence)).await,
             Sender::V5 { client, run } => {
                 Box::pin(send_v5(client, run, topic, body, sequence)).await
+            }
+            Sender::Remoting {
+                producer,
+                queues,
+                run,
+            } => {
+                let properties = format!("UNIQ_KEY\u{1}BENCH{run:X}{sequence:016X}\u{2}");
+                let queue_id = (sequence % u64::from(queues)) as i32;
+                Box::pin(producer.send(&topic, queue_id, &properties, body)).await?;
+                Ok(())
             }
             Sender::Sdk {
                 producer,
@@ -524,10 +547,11 @@ async fn produce_all(
         args.size,
         args.producers,
         args.inflight,
-        match (&args.v5_endpoint, args.namesrv.is_empty()) {
-            (Some(_), _) => "through a RocketMQ 5.x endpoint",
-            (None, true) => "straight to the leader",
-            (None, false) => "through the producer SDK",
+        match (&args.v5_endpoint, &args.remoting, args.namesrv.is_empty()) {
+            (Some(_), _, _) => "through a RocketMQ 5.x endpoint",
+            (None, Some(_), _) => "as 4.x producers",
+            (None, None, true) => "straight to the leader",
+            (None, None, false) => "through the producer SDK",
         }
     );
     let mut senders = Vec::new();
@@ -558,12 +582,17 @@ async fn produce_all(
             .create_topic(&args.topic, args.queues, None)
             .await?;
         for _ in 0..args.producers {
-            senders.push(match args.v5_endpoint {
-                Some(endpoint) => Sender::V5 {
+            senders.push(match (args.v5_endpoint, args.remoting) {
+                (Some(endpoint), _) => Sender::V5 {
                     client: MessagingServiceClient::connect(format!("http://{endpoint}")).await?,
                     run: started_ms,
                 },
-                None => Sender::Sdk {
+                (None, Some(node)) => Sender::Remoting {
+                    producer: RemotingProducer::connect(node, "bench").await?,
+                    queues: args.queues,
+                    run: started_ms,
+                },
+                (None, None) => Sender::Sdk {
                     producer: producer(access, &args.namesrv)?,
                     delay: Delay::of(args, started_ms),
                     transactional: args.transactional,

@@ -51,8 +51,10 @@ use rocketraft_client::clients::BrokerClients;
 use rocketraft_client::connector::Connector;
 use rocketraft_client::group::GroupError;
 use rocketraft_client::route::RouteCache;
+use rocketraft_client::send_lanes::SendLanes;
 use rocketraft_proto::broker as pb;
 use rocketraft_proto::broker::broker_client::BrokerClient;
+use rocketraft_proto::common::Message;
 use rocketraft_proto::common::ResponseCode;
 use tonic::transport::Channel;
 
@@ -72,6 +74,8 @@ pub const LEADER_CALL_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct BrokerHandler {
     group: String,
     brokers: Arc<Brokers>,
+    /// Concurrent single sends to one topic share a request to the leader.
+    lanes: SendLanes,
     /// The broker API of the node this handler serves on: pulls read its own data.
     own: SocketAddr,
     local: BrokerClients,
@@ -93,11 +97,12 @@ impl BrokerHandler {
         // The group is known by its nodes; no topic route is ever asked for.
         let routes = RouteCache::with_connector(Vec::new(), Duration::ZERO, connector.clone());
         let local = BrokerClients::new(connector.clone());
-        let brokers = Brokers::new(routes, connector);
+        let brokers = Arc::new(Brokers::new(routes, connector));
         brokers.know_group(&group, nodes);
         BrokerHandler {
             group,
-            brokers: Arc::new(brokers),
+            lanes: SendLanes::new(brokers.clone()),
+            brokers,
             own,
             local,
             subscriptions: subscriptions::Subscriptions::default(),
@@ -129,7 +134,7 @@ impl BrokerHandler {
     }
 
     async fn send(&self, request: &RemotingCommand, peer: SocketAddr) -> Answered {
-        let send = send::send_request(request, peer).map_err(|error| {
+        let mut send = send::send_request(request, peer).map_err(|error| {
             Box::new(match error {
                 send::SendRequestError::Field(error) => {
                     RemotingCommand::system_error(request, error)
@@ -141,6 +146,11 @@ impl BrokerHandler {
                 ),
             })
         })?;
+        if send.messages.len() == 1
+            && let Some(message) = send.messages.pop()
+        {
+            return self.send_one(request, send, message).await;
+        }
         let sent = self
             .on_leader(request, |mut client, repeat| {
                 // A repeat may find the first attempt stored: the leader answers with it.
@@ -152,6 +162,29 @@ impl BrokerHandler {
             })
             .await?;
         Ok(send::send_reply(request, &sent.results))
+    }
+
+    /// A single message's send, through its topic's lane: the sends of every 4.x producer of
+    /// this node to the topic leave together, one request per batch (each message keeps its
+    /// producer's born time and host).
+    async fn send_one(
+        &self,
+        request: &RemotingCommand,
+        send: pb::SendRequest,
+        message: Message,
+    ) -> Answered {
+        let message = Message {
+            born_timestamp_ms: send.born_timestamp_ms,
+            born_host: send.born_host,
+            ..message
+        };
+        let deadline = tokio::time::Instant::now() + LEADER_CALL_TIMEOUT;
+        let sent = self
+            .lanes
+            .send_to_queue(&self.group, &send.topic, send.queue_id, message, deadline)
+            .await
+            .map_err(|error| Box::new(refused(request, &error)))?;
+        Ok(send::send_reply(request, &[sent]))
     }
 
     async fn create_topic(&self, request: &RemotingCommand) -> Answered {
