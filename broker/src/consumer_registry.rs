@@ -357,24 +357,17 @@ mod tests {
         let start = Instant::now();
         let registry = ConsumerRegistry::default();
         let mut events = registry.subscribe();
-        registry
-            .heartbeat(
-                "g",
-                "c2",
-                subscription("t", "A"),
-                ClientInfo::default(),
-                start,
-            )
-            .expect("heartbeat");
-        registry
-            .heartbeat(
-                "g",
-                "c2",
-                subscription("t", "A"),
-                ClientInfo::default(),
-                start,
-            )
-            .expect("heartbeat");
+        for _ in 0..2 {
+            registry
+                .heartbeat(
+                    "g",
+                    "c2",
+                    subscription("t", "A"),
+                    ClientInfo::default(),
+                    start,
+                )
+                .expect("heartbeat");
+        }
         registry
             .heartbeat(
                 "g",

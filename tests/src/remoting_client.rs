@@ -16,6 +16,7 @@ use rocketraft_remoting::ExtFields;
 use rocketraft_remoting::RemotingCodec;
 use rocketraft_remoting::RemotingCommand;
 use rocketraft_remoting::SerializeType;
+use rocketraft_remoting::codes::request;
 use rocketraft_remoting::codes::response;
 use serde_json::Value;
 use tokio::net::TcpStream;
@@ -108,6 +109,19 @@ impl RemotingClient {
             .await?;
         anyhow::ensure!(reply.code == response::SUCCESS, "{reply:?}");
         Ok(reply)
+    }
+
+    /// Creates `topic` with `queues` read and write queues (`UPDATE_AND_CREATE_TOPIC`).
+    pub async fn create_topic(&mut self, topic: &str, queues: u32) -> anyhow::Result<()> {
+        let queues = queues.to_string();
+        let fields = [
+            ("topic", topic),
+            ("readQueueNums", queues.as_str()),
+            ("writeQueueNums", queues.as_str()),
+        ];
+        self.ok(request::UPDATE_AND_CREATE_TOPIC, &fields, Bytes::new())
+            .await?;
+        Ok(())
     }
 
     /// The JSON body of a successful reply to `code`.

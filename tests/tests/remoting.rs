@@ -433,17 +433,7 @@ async fn given_pipelined_sends_on_one_connection_each_should_get_its_own_answer(
     let group = cluster.group(GROUPS[0]);
     let leader = group.addr(group.wait_for_leader(TIMEOUT).await?);
     let mut client = RemotingClient::connect(&leader.to_string()).await?;
-    client
-        .ok(
-            request::UPDATE_AND_CREATE_TOPIC,
-            &[
-                ("topic", TOPIC),
-                ("readQueueNums", "4"),
-                ("writeQueueNums", "4"),
-            ],
-            Bytes::new(),
-        )
-        .await?;
+    client.create_topic(TOPIC, 4).await?;
     let producer = RemotingProducer::connect(leader, "pipelined").await?;
 
     info!("--- 400 sends, 100 in flight at a time, on one connection");

@@ -100,16 +100,7 @@ async fn given_4x_admin_tools_a_node_should_report_topics_progress_connections_a
     let follower = group.a_follower(leader);
     let mut a = RemotingClient::connect(&group.addr(leader).to_string()).await?;
     let mut f = RemotingClient::connect(&group.addr(follower).to_string()).await?;
-    a.ok(
-        request::UPDATE_AND_CREATE_TOPIC,
-        &[
-            ("topic", TOPIC),
-            ("readQueueNums", "2"),
-            ("writeQueueNums", "2"),
-        ],
-        Bytes::new(),
-    )
-    .await?;
+    a.create_topic(TOPIC, 2).await?;
     let mut ids = Vec::new();
     for i in 0..3 {
         ids.push(send(&mut a, i, 0).await?);

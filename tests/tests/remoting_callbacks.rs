@@ -152,16 +152,7 @@ async fn given_4x_clients_the_broker_should_notify_lock_and_check_back_transacti
         .addr(group.wait_for_leader(TIMEOUT).await?)
         .to_string();
     let mut a = RemotingClient::connect(&leader).await?;
-    a.ok(
-        request::UPDATE_AND_CREATE_TOPIC,
-        &[
-            ("topic", TOPIC),
-            ("readQueueNums", "2"),
-            ("writeQueueNums", "2"),
-        ],
-        Bytes::new(),
-    )
-    .await?;
+    a.create_topic(TOPIC, 2).await?;
 
     info!("--- a member is told when another joins its group");
     consumer_heartbeat(&mut a, "A").await?;
