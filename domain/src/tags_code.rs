@@ -5,7 +5,9 @@
 //! Consumers filter by comparing these codes, so a different hash would break filtering for
 //! every existing client.
 
-/// Java `String.hashCode()` of `tag`, sign-extended; 0 for an empty tag.
+/// Java `String.hashCode()` of `tag`, sign-extended; 0 for an empty tag. Inline: every stored
+/// message's dispatch computes one, in another crate.
+#[inline]
 pub fn tags_code(tag: &str) -> i64 {
     let hash = tag.encode_utf16().fold(0i32, |h, unit| {
         h.wrapping_mul(31).wrapping_add(i32::from(unit))
@@ -14,6 +16,7 @@ pub fn tags_code(tag: &str) -> i64 {
 }
 
 /// Tags code of an optional tag: absent = 0.
+#[inline]
 pub fn tags_code_of(tag: Option<&str>) -> i64 {
     tag.map_or(0, tags_code)
 }
