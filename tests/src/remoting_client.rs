@@ -124,6 +124,34 @@ impl RemotingClient {
         Ok(())
     }
 
+    /// Sends one message with `SEND_MESSAGE_V2` as a Java producer of `group` does, to
+    /// `queue_id` of `topic` with `sys_flag` and `properties` (RocketMQ's encoding); returns
+    /// the offset message id the broker answered.
+    pub async fn send_v2(
+        &mut self,
+        group: &str,
+        topic: &str,
+        queue_id: i32,
+        sys_flag: i32,
+        properties: &str,
+        body: Bytes,
+    ) -> anyhow::Result<String> {
+        let (queue_id, sys_flag) = (queue_id.to_string(), sys_flag.to_string());
+        let fields = [
+            ("a", group),
+            ("b", topic),
+            ("c", "TBW102"),
+            ("d", "4"),
+            ("e", queue_id.as_str()),
+            ("f", sys_flag.as_str()),
+            ("g", "1700000000000"),
+            ("h", "0"),
+            ("i", properties),
+        ];
+        let reply = self.ok(request::SEND_MESSAGE_V2, &fields, body).await?;
+        Ok(reply.ext_fields.required_str("msgId")?.to_owned())
+    }
+
     /// The JSON body of a successful reply to `code`.
     pub async fn json(&mut self, code: i32, fields: &[(&str, &str)]) -> anyhow::Result<Value> {
         let reply = self.ok(code, fields, Bytes::new()).await?;

@@ -33,25 +33,10 @@ const PRODUCERS: &str = "ledger-writers";
 /// `TagA`; returns its offset message id.
 async fn send(client: &mut RemotingClient, i: usize, queue_id: i32) -> anyhow::Result<String> {
     let properties = format!("KEYS\u{1}k-{i}\u{2}UNIQ_KEY\u{1}U-{i}\u{2}TAGS\u{1}TagA");
-    let queue_id = queue_id.to_string();
-    let reply = client
-        .ok(
-            request::SEND_MESSAGE_V2,
-            &[
-                ("a", PRODUCERS),
-                ("b", TOPIC),
-                ("c", "TBW102"),
-                ("d", "4"),
-                ("e", &queue_id),
-                ("f", "0"),
-                ("g", "1700000000000"),
-                ("h", "0"),
-                ("i", &properties),
-            ],
-            Bytes::from(format!("entry {i}")),
-        )
-        .await?;
-    Ok(reply.ext_fields.required_str("msgId")?.to_owned())
+    let body = Bytes::from(format!("entry {i}"));
+    client
+        .send_v2(PRODUCERS, TOPIC, queue_id, 0, &properties, body)
+        .await
 }
 
 /// A heartbeat of consumer `A` of [`CONSUMERS`] and of a producer of [`PRODUCERS`].

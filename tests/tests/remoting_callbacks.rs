@@ -89,24 +89,11 @@ async fn lock(
 /// its offset message id names, as a 4.x producer decodes it for `END_TRANSACTION`.
 async fn send_half(client: &mut RemotingClient, id: &str) -> anyhow::Result<String> {
     let properties = format!("TRAN_MSG\u{1}true\u{2}PGROUP\u{1}{PRODUCERS}\u{2}UNIQ_KEY\u{1}{id}");
-    let reply = client
-        .ok(
-            request::SEND_MESSAGE_V2,
-            &[
-                ("a", PRODUCERS),
-                ("b", TOPIC),
-                ("c", "TBW102"),
-                ("d", "4"),
-                ("e", "0"),
-                ("f", "4"),
-                ("g", "1700000000000"),
-                ("h", "0"),
-                ("i", &properties),
-            ],
-            Bytes::from(format!("pay {id}")),
-        )
+    // sysFlag 4: a transaction's prepared (half) message.
+    let body = Bytes::from(format!("pay {id}"));
+    let msg_id = client
+        .send_v2(PRODUCERS, TOPIC, 0, 4, &properties, body)
         .await?;
-    let msg_id = reply.ext_fields.required_str("msgId")?;
     let offset = i64::from_str_radix(&msg_id[16..], 16)?;
     Ok(offset.to_string())
 }
