@@ -235,3 +235,31 @@ pub(super) fn validate_client_id(client_id: &str) -> Result<(), BrokerError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_heartbeat_s_client_info_fields_are_at_most_their_maximum() {
+        let at_max = "x".repeat(CLIENT_INFO_FIELD_LEN_MAX);
+        let client = pb::ClientInfo {
+            addr: at_max.clone(),
+            language: at_max.clone(),
+            message_model: at_max.clone(),
+            consume_type: at_max.clone(),
+            consume_from_where: at_max,
+            version: i32::MAX,
+        };
+        validate_client_info(&client).expect("every field at its maximum");
+        let over = pb::ClientInfo {
+            consume_type: "x".repeat(CLIENT_INFO_FIELD_LEN_MAX + 1),
+            ..client
+        };
+        let refused = validate_client_info(&over).expect_err("one past it");
+        assert!(
+            refused.to_string().contains("consume_type has at most 255"),
+            "{refused}"
+        );
+    }
+}
