@@ -327,6 +327,27 @@ fn query_by_key_results_at_max_and_max_plus_one() {
 }
 
 #[test]
+fn a_filtered_query_reads_at_most_its_candidate_budget() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path());
+    let oldest = |store: &MessageStore| {
+        store
+            .query_by_key_where("shared", 1, |view| {
+                view.property(UNIQ_KEY).ok().flatten() == Some("U0")
+            })
+            .expect("query")
+            .len()
+    };
+    append_n(&mut store, 0..QUERY_BY_KEY_CANDIDATES_MAX);
+    assert_eq!(oldest(&store), 1, "the oldest is the last candidate read");
+    append_n(
+        &mut store,
+        QUERY_BY_KEY_CANDIDATES_MAX..QUERY_BY_KEY_CANDIDATES_MAX + 1,
+    );
+    assert_eq!(oldest(&store), 0, "one past the budget is not read");
+}
+
+#[test]
 fn append_raw_commit_log_reproduces_log_and_queues() {
     let src_dir = tempfile::tempdir().expect("tempdir");
     let dst_dir = tempfile::tempdir().expect("tempdir");
